@@ -1,0 +1,41 @@
+# Every target works on a fresh Debian 12 machine as root; `make demo` and `make test` are README's two commands.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+FACTORY := $(VENV)/bin/factory
+
+.PHONY: install docker images test test-unit lint demo bench-memory clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# dockerd (with debootstrap for making base images) installed and running.
+docker:
+	bash scripts/ci-docker.sh
+
+# The builder image the demo and the tests use, bootstrapped from the Debian mirror when absent.
+images: install docker
+	$(FACTORY) images build --cuda 13.0 --python 3.11 --flavor pypi
+
+test: install docker images
+	$(PY) -m pytest -ra
+
+test-unit: install
+	$(PY) -m pytest -ra tests/unit
+
+lint: install
+	$(VENV)/bin/ruff check factory tests bench
+	$(VENV)/bin/ruff format --check factory tests bench
+
+demo: install docker images
+	$(FACTORY) build --matrix examples/demo.yaml --output wheelhouse --publish
+
+bench-memory: install docker images
+	$(PY) -m bench.memory
+
+clean:
+	rm -rf wheelhouse index .pytest_cache

@@ -1,0 +1,681 @@
+"""Running planned jobs: one locked-down container per job, checked wheels out, a report at the end.
+
+Threads: each job runs in a worker thread that owns its containers; the main thread only waits, renders
+progress and handles signals. Every container carries the run's labels, so an interrupted run (or a crashed
+one, found by the next run) never leaves containers behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from packaging.version import Version
+
+from factory import images, wheelcheck, wheelhouse
+from factory.config import MatrixFile
+from factory.container import CONTAINER_DIR
+from factory.errors import BuildError, FactoryError
+from factory import parallel as memory
+from factory.plan import Job, Plan, job_env
+from factory.source import prepare_source
+
+LABEL = "io.wheel-factory"
+RUN_LABEL = "io.wheel-factory.run"
+PID_LABEL = "io.wheel-factory.pid"
+HOST_LABEL = "io.wheel-factory.host"
+WORK_VOLUME = "factory-work"
+WORK_MOUNT = "/var/factory"
+CONTAINER_USER = "10001:10001"
+LOG_TAIL_LINES = 40
+MARKER = "::factory:: "
+BUILD_REQUIREMENTS = ("setuptools", "wheel", "ninja", "packaging", "psutil")
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM turned into the same path as Ctrl-C."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSettings:
+    output: Path
+    keep_going: bool = False
+    memory: int | None = None
+    cpus: float | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass(kw_only=True)
+class Attempt:
+    number: int
+    max_jobs: int
+    nvcc_threads: int
+    memory_limit: int
+    exit_code: int | None = None
+    oom_killed: bool = False
+    peak_bytes: int = 0
+    wall_s: float = 0.0
+    objects_kept: int | None = None
+    objects_total: int | None = None
+    note: str = ""
+
+
+@dataclass(kw_only=True)
+class JobResult:
+    job_id: str
+    variant_id: str
+    python: str
+    result: str = "pending"  # ok | failed | oom | interrupted
+    wheel: str | None = None
+    wall_s: float = 0.0
+    peak_bytes: int = 0
+    reason: str | None = None
+    log: str | None = None
+    log_tail: list[str] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    # Live-only state, not part of the report.
+    phase: str = field(default="queued", repr=False)
+    started: float | None = field(default=None, repr=False)
+    mem_now: int = field(default=0, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("phase", "started", "mem_now"):
+            data.pop(key)
+        return data
+
+
+@dataclass(kw_only=True)
+class BuildReport:
+    run_id: str
+    matrix: str
+    started: float
+    finished: float = 0.0
+    jobs: list[JobResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(j.result == "ok" for j in self.jobs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "matrix": self.matrix,
+            "started": self.started,
+            "finished": self.finished,
+            "ok": self.ok,
+            "jobs": [j.to_json() for j in self.jobs],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerOutcome:
+    exit_code: int
+    oom_killed: bool
+    peak_bytes: int
+    markers: Mapping[str, Any]
+
+
+def select_jobs(plan: Plan, only: str | None) -> list[Job]:
+    """Jobs whose job id or variant id matches the glob."""
+    if not only:
+        return list(plan.jobs)
+    return [j for j in plan.jobs if fnmatch.fnmatch(j.id, only) or fnmatch.fnmatch(j.variant.id, only)]
+
+
+def torch_requirement(torch: str) -> str:
+    """"2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
+    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
+
+
+def torch_pin(installed_torch: str) -> str:
+    """The build's torch as the wheel's minor-release pin: "2.14.1+cu130" -> "2.14"."""
+    release = Version(installed_torch).release
+    return f"{release[0]}.{release[1]}"
+
+
+def host_memory() -> int:
+    return psutil.virtual_memory().total
+
+
+def container_memory(mf: MatrixFile, settings: BuildSettings) -> int:
+    if settings.memory is not None:
+        return settings.memory
+    if mf.build.memory is not None:
+        return mf.build.memory
+    budget = mf.build.memory_budget or int(host_memory() * 0.75)
+    return memory.container_limits(budget_bytes=budget, concurrency=mf.build.concurrency)[0]
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line for line in text if not line.startswith(MARKER)][-lines:]
+
+
+def remove_containers(client: Any, *, filters: Mapping[str, Any]) -> int:
+    removed = 0
+    for container in client.containers.list(all=True, filters=dict(filters)):
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+def remove_stale_containers(client: Any) -> int:
+    """Remove containers left by factory runs on this host whose process is gone (a crash, a kill -9)."""
+    removed = 0
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = container.labels
+        if labels.get(HOST_LABEL) != host:
+            continue
+        try:
+            pid = int(labels.get(PID_LABEL, "0"))
+        except ValueError:
+            pid = 0
+        if pid and pid != os.getpid() and psutil.pid_exists(pid):
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+class Runner:
+    """Executes the jobs of one `factory build` invocation."""
+
+    def __init__(
+        self,
+        client: Any,
+        mf: MatrixFile,
+        settings: BuildSettings,
+        *,
+        on_change: Callable[[JobResult], None] | None = None,
+        log: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
+        self.client = client
+        self.mf = mf
+        self.settings = settings
+        self.on_change = on_change or (lambda _r: None)
+        self.log = log
+        self.stop = threading.Event()
+        self.labels = {
+            LABEL: "1",
+            RUN_LABEL: settings.run_id,
+            PID_LABEL: str(os.getpid()),
+            HOST_LABEL: socket.gethostname(),
+        }
+        self.home = wheelhouse.factory_home()
+        self.run_dir = self.home / "runs" / settings.run_id
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._cache: dict[str, Any] = {}
+        self.memory_limit = container_memory(mf, settings)
+        self.cpus = settings.cpus or mf.build.cpus or float(os.cpu_count() or 1)
+
+    # -- shared, computed once per key even with concurrent jobs --------------------------------------
+    def _once(self, key: str, make: Callable[[], Any]) -> Any:
+        with self._locks_guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    def source_tree(self) -> Path:
+        pkg = self.mf.package
+        src = pkg.source
+        return self._once(
+            "source",
+            lambda: prepare_source(
+                kind=src.kind, name=pkg.name, version=pkg.version, cache=self.home, url=src.url, ref=src.ref,
+                path=src.path, patches=self.mf.recipe.patches,
+            ),
+        )
+
+    def image(self, job: Job) -> str:
+        b = self.mf.build
+        explicit = b.images.get(job.variant.cuda)
+        if explicit:
+            return self._once(f"image:{explicit}", lambda: self._explicit_image(explicit))
+        return self._once(
+            f"image:{job.variant.cuda}:{job.python}",
+            lambda: images.ensure_builder_image(
+                self.client, cuda=job.variant.cuda, python=job.python, flavor=b.flavor, base_image=b.base_image,
+                progress=self.log,
+            ),
+        )
+
+    def _explicit_image(self, ref: str) -> str:
+        import docker.errors
+
+        try:
+            self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            images.pull_image(self.client, ref, progress=self.log)
+        return ref
+
+    def requirements(self, job: Job) -> list[str]:
+        reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *self.mf.recipe.extra_build_requires]
+        return list(dict.fromkeys(reqs))
+
+    def wheelhouse_for(self, job: Job) -> Path:
+        reqs = self.requirements(job)
+        index = self.mf.build.torch_index_url(job.variant.cuda)
+        extra = () if index is None else (index,)
+        key = f"wheelhouse:{job.python}:{reqs}:{extra}"
+        return self._once(
+            key,
+            lambda: wheelhouse.download_wheelhouse(reqs, self.home / "wheelhouses", python=job.python,
+                                                   extra_index_urls=extra),
+        )
+
+    def ensure_work_volume(self, image: str) -> None:
+        """The shared work volume must belong to the unprivileged build user; only a root helper can chown it."""
+
+        def make() -> None:
+            self.client.volumes.list()  # surfaces connection errors early
+            try:
+                self.client.volumes.get(WORK_VOLUME)
+            except Exception:
+                self.client.volumes.create(WORK_VOLUME, labels={LABEL: "1"})
+            self.client.containers.run(
+                image, ["sh", "-c", f"mkdir -p {WORK_MOUNT}/uv-cache {WORK_MOUNT}/jobs && "
+                                    f"chown {CONTAINER_USER} {WORK_MOUNT} {WORK_MOUNT}/uv-cache {WORK_MOUNT}/jobs"],
+                user="0:0", cap_drop=["ALL"], cap_add=["CHOWN"], network_mode="none", remove=True,
+                labels=self.labels, volumes={WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"}},
+            )
+
+        self._once(f"volume:{image}", make)
+
+    # -- containers ----------------------------------------------------------------------------------
+    def run_container(
+        self, *, image: str, command: Sequence[str], env: Mapping[str, str], mounts: Mapping[str, Mapping[str, str]],
+        memory_limit: int, log_path: Path, result: JobResult,
+    ) -> ContainerOutcome:
+        if self.stop.is_set():
+            raise Interrupted()
+        container = self.client.containers.create(
+            image,
+            list(command),
+            environment=dict(env),
+            volumes={k: dict(v) for k, v in mounts.items()},
+            user=CONTAINER_USER,
+            working_dir=WORK_MOUNT,
+            mem_limit=memory_limit,
+            memswap_limit=memory_limit,  # equal to the limit: no swap, so an overrun is a real OOM kill
+            nano_cpus=int(self.cpus * 1e9),
+            pids_limit=self.mf.build.pids_limit,
+            security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
+            network_mode="none" if self.mf.build.offline else "bridge",
+            labels=self.labels,
+            detach=True,
+        )
+        markers: dict[str, Any] = {}
+        peak = 0
+        done = threading.Event()
+
+        def stream_logs() -> None:
+            with log_path.open("a", encoding="utf-8") as fh:
+                buf = b""
+                for chunk in container.logs(stream=True, follow=True):
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for raw in lines:
+                        line = raw.decode("utf-8", "replace")
+                        fh.write(line + "\n")
+                        if line.startswith(MARKER):
+                            with contextlib.suppress(ValueError):
+                                fields = json.loads(line[len(MARKER):])
+                                markers.update(fields)
+                                if "phase" in fields:
+                                    result.phase = fields["phase"]
+                                    self.on_change(result)
+                    fh.flush()
+                if buf:
+                    fh.write(buf.decode("utf-8", "replace") + "\n")
+
+        def watch_memory() -> None:
+            nonlocal peak
+            with contextlib.suppress(Exception):
+                for stats in container.stats(stream=True, decode=True):
+                    mem = stats.get("memory_stats") or {}
+                    usage = int(mem.get("usage") or 0)
+                    peak = max(peak, usage, int(mem.get("max_usage") or 0))
+                    result.mem_now = usage
+                    result.peak_bytes = max(result.peak_bytes, peak)
+                    self.on_change(result)
+                    if done.is_set():
+                        break
+
+        try:
+            container.start()
+            threads = [threading.Thread(target=stream_logs, daemon=True),
+                       threading.Thread(target=watch_memory, daemon=True)]
+            for t in threads:
+                t.start()
+            while True:
+                try:
+                    status = container.wait(timeout=1)
+                    break
+                except Exception as exc:  # requests' ReadTimeout: poll so a stop request is seen quickly
+                    if "timed out" not in str(exc).lower() and "timeout" not in type(exc).__name__.lower():
+                        raise
+                    if self.stop.is_set():
+                        raise Interrupted() from None
+            done.set()
+            threads[0].join(timeout=30)
+            container.reload()
+            state = container.attrs.get("State", {})
+            return ContainerOutcome(
+                exit_code=int(status.get("StatusCode", -1)),
+                oom_killed=bool(state.get("OOMKilled")),
+                peak_bytes=peak,
+                markers=dict(markers),
+            )
+        finally:
+            done.set()
+            result.mem_now = 0
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+    # -- one job -------------------------------------------------------------------------------------
+    def job_env(self, job: Job, parallel: memory.Parallelism) -> dict[str, str]:
+        env = {
+            "HOME": "/home/factory",
+            "FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}",
+            "FACTORY_PYTHON": f"python{job.python}",
+            "FACTORY_CUDA": job.variant.cuda,
+            "FACTORY_REQUIREMENTS": "\n".join(self.requirements(job)),
+            "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
+            "UV_LINK_MODE": "hardlink",
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_CONFIG": "1",
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PYTHONUNBUFFERED": "1",
+            "MAX_JOBS": str(parallel.max_jobs),
+            "NVCC_THREADS": str(parallel.nvcc_threads),
+        }
+        env.update(memory.wrapper_env(parallel, recipe=self.mf.recipe, job_dir=env["FACTORY_JOB_DIR"],
+                                      memory_limit=self.memory_limit))
+        env.update(job_env(self.mf, job))
+        return env
+
+    def run_job(self, job: Job, result: JobResult) -> None:
+        t0 = time.monotonic()
+        result.started = t0
+        log_path = self.run_dir / "logs" / f"{job.id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        result.log = str(log_path)
+        out_tmp = self.settings.output / f".tmp-{job.id}-{self.settings.run_id}"
+        try:
+            result.phase = "prepare"
+            self.on_change(result)
+            image = self.image(job)
+            source = self.source_tree()
+            wh = self.wheelhouse_for(job)
+            self.ensure_work_volume(image)
+            out_tmp.mkdir(parents=True, exist_ok=True)
+            out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
+            mounts = {
+                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                str(source): {"bind": "/src", "mode": "ro"},
+                str(wh): {"bind": "/wheelhouse", "mode": "ro"},
+                str(out_tmp): {"bind": "/out", "mode": "rw"},
+                str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
+            }
+            wheel = self.build_with_retries(job, result, image=image, mounts=mounts, log_path=log_path)
+            if wheel is None:
+                return
+            self.accept(job, result, wheel=wheel, image=image, mounts=mounts, log_path=log_path)
+        except Interrupted:
+            # The main thread owns signal handling; a worker only records why it stopped.
+            result.result, result.reason = "interrupted", "the build was stopped"
+        except FactoryError as exc:
+            result.result, result.reason = "failed", str(exc)
+        except Exception as exc:  # a docker API error must fail this job, not the whole run
+            result.result, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            result.wall_s = round(time.monotonic() - t0, 1)
+            result.phase = result.result
+            if result.result != "ok":
+                result.log_tail = log_tail(log_path)
+            shutil.rmtree(out_tmp, ignore_errors=True)
+            self.on_change(result)
+            if not self.stop.is_set():
+                with contextlib.suppress(Exception):
+                    self.clean_job_dir(job, image=self._cache.get(f"image:{job.variant.cuda}:{job.python}"))
+
+    def clean_job_dir(self, job: Job, *, image: str | None) -> None:
+        if image is None:
+            return
+        self.client.containers.run(
+            image, ["python3", "/opt/factory/driver.py", "clean"],
+            environment={"FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}"}, user=CONTAINER_USER,
+            cap_drop=["ALL"], network_mode="none", remove=True, labels=self.labels,
+            volumes={WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                     str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"}},
+        )
+
+    def build_with_retries(
+        self, job: Job, result: JobResult, *, image: str, mounts: Mapping[str, Mapping[str, str]], log_path: Path,
+    ) -> Path | None:
+        parallel = memory.initial_parallelism(
+            recipe=self.mf.recipe, archs=len(job.variant.archs), limit_bytes=self.memory_limit, cpus=self.cpus,
+            package=self.mf.package.name, version=self.mf.package.version,
+        )
+        out_dir = Path(mounts_host(mounts, "/out"))
+        for number in range(1, self.mf.build.max_attempts + 1):
+            attempt = Attempt(number=number, max_jobs=parallel.max_jobs, nvcc_threads=parallel.nvcc_threads,
+                              memory_limit=self.memory_limit)
+            result.attempts.append(attempt)
+            with log_path.open("a") as fh:
+                fh.write(f"::factory:: attempt {number}: MAX_JOBS={parallel.max_jobs} "
+                         f"NVCC_THREADS={parallel.nvcc_threads} memory={self.memory_limit}\n")
+            t0 = time.monotonic()
+            outcome = self.run_container(
+                image=image, command=["python3", "/opt/factory/driver.py", "build"],
+                env=self.job_env(job, parallel), mounts=mounts, memory_limit=self.memory_limit,
+                log_path=log_path, result=result,
+            )
+            attempt.wall_s = round(time.monotonic() - t0, 1)
+            attempt.exit_code = outcome.exit_code
+            attempt.oom_killed = outcome.oom_killed
+            attempt.peak_bytes = outcome.peak_bytes
+            attempt.objects_kept = outcome.markers.get("objects_kept")
+            attempt.objects_total = outcome.markers.get("objects_total")
+            memory.record_profiles(job_dir_host=None, package=self.mf.package.name, version=self.mf.package.version,
+                                   log_path=log_path)
+            if outcome.exit_code == 0 and not outcome.oom_killed:
+                wheel_name = outcome.markers.get("wheel")
+                if not wheel_name or not (out_dir / wheel_name).is_file():
+                    result.result, result.reason = "failed", "the build finished without a wheel"
+                    return None
+                return out_dir / str(wheel_name)
+            if not outcome.oom_killed:
+                result.result = "failed"
+                result.reason = f"build exited with code {outcome.exit_code} (attempt {number})"
+                return None
+            if number == self.mf.build.max_attempts:
+                attempt.note = f"attempt {number}: OOM at {fmt_bytes(outcome.peak_bytes)}; no attempts left"
+                break
+            nxt = memory.next_attempt(
+                parallel, oom_peak_bytes=outcome.peak_bytes, limit_bytes=self.memory_limit,
+                objects_done=attempt.objects_total or 0, objects_total=None,
+            )
+            attempt.note = nxt.reason
+            self.log(f"{job.id}: {nxt.reason}")
+            if nxt.max_jobs == parallel.max_jobs and nxt.nvcc_threads == parallel.nvcc_threads:
+                break  # nothing left to reduce: retrying would repeat the same OOM
+            parallel = nxt
+        result.result = "oom"
+        last = result.attempts[-1]
+        result.reason = (f"OOM-killed at {fmt_bytes(last.peak_bytes)} of a {fmt_bytes(self.memory_limit)} limit "
+                         f"after {len(result.attempts)} attempt(s)")
+        return None
+
+    def accept(
+        self, job: Job, result: JobResult, *, wheel: Path, image: str,
+        mounts: Mapping[str, Mapping[str, str]], log_path: Path,
+    ) -> None:
+        result.phase = "check"
+        self.on_change(result)
+        with log_path.open("a") as fh:
+            fh.write("::factory:: checking the wheel\n")
+        installed = self._installed_torch(log_path) or job.variant.torch
+        wheelcheck.pin_torch_requirement(wheel, installed)
+        problems = wheelcheck.check_wheel(
+            wheel, name=self.mf.package.name, version=self.mf.package.version,
+            local_version=job.variant.local_version, python=job.python, torch_version=installed,
+            archs=job.variant.archs,
+        )
+        if problems:
+            result.result = "failed"
+            result.reason = "wheel check failed: " + "; ".join(problems)
+            return
+        env = {
+            "HOME": "/home/factory",
+            "FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}",
+            "FACTORY_PYTHON": f"python{job.python}",
+            "FACTORY_WHEEL": wheel.name,
+            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
+            "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
+            "UV_LINK_MODE": "hardlink",
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_CONFIG": "1",
+        }
+        outcome = self.run_container(
+            image=image, command=["python3", "/opt/factory/driver.py", "check"], env=env, mounts=mounts,
+            memory_limit=self.memory_limit, log_path=log_path, result=result,
+        )
+        if outcome.exit_code != 0:
+            result.result = "failed"
+            result.reason = f"install/import check failed (exit {outcome.exit_code})"
+            return
+        final = self.settings.output / wheel.name
+        os.replace(wheel, final)
+        final.chmod(0o644)
+        result.wheel = final.name
+        result.result = "ok"
+
+    def _installed_torch(self, log_path: Path) -> str | None:
+        found = None
+        with contextlib.suppress(OSError):
+            for line in log_path.read_text(errors="replace").splitlines():
+                if line.startswith(MARKER) and '"torch"' in line:
+                    with contextlib.suppress(ValueError):
+                        found = json.loads(line[len(MARKER):]).get("torch", found)
+        return found
+
+
+def mounts_host(mounts: Mapping[str, Mapping[str, str]], bind: str) -> str:
+    return next(host for host, spec in mounts.items() if spec["bind"] == bind)
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (CI cancelling, `kill`) must clean up exactly like Ctrl-C."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_build(
+    client: Any, mf: MatrixFile, jobs: Sequence[Job], settings: BuildSettings, *,
+    on_change: Callable[[JobResult], None] | None = None, log: Callable[[str], None] = lambda _m: None,
+) -> BuildReport:
+    """Build every job; never raises for a failed job (the report says), only for interruption or setup errors."""
+    settings.output.mkdir(parents=True, exist_ok=True)
+    report = BuildReport(run_id=settings.run_id, matrix=str(mf.path), started=time.time())
+    report.jobs = [JobResult(job_id=j.id, variant_id=j.variant.id, python=j.python) for j in jobs]
+    runner = Runner(client, mf, settings, on_change=on_change, log=log)
+    stale = remove_stale_containers(client)
+    if stale:
+        log(f"removed {stale} container(s) left by an earlier run that did not finish")
+    pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")
+    pending: dict[Future[None], JobResult] = {}
+    try:
+        with sigterm_as_interrupt():
+            queue = list(zip(jobs, report.jobs, strict=True))
+            for job, result in queue:
+                pending[pool.submit(runner.run_job, job, result)] = result
+            while pending:
+                done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    result = pending.pop(fut)
+                    fut.result()
+                    if result.result != "ok" and not settings.keep_going:
+                        runner.stop.set()
+                        for other in pending.values():
+                            if other.phase == "queued":
+                                other.result, other.reason = "skipped", "an earlier job failed (use --keep-going)"
+                        for f in pending:
+                            f.cancel()
+    except KeyboardInterrupt:
+        runner.stop.set()
+        for f in pending:
+            f.cancel()
+        remove_containers(client, filters={"label": f"{RUN_LABEL}={settings.run_id}"})
+        for r in report.jobs:
+            if r.result in ("pending",):
+                r.result, r.reason = "interrupted", "the build was interrupted"
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        remove_containers(client, filters={"label": f"{RUN_LABEL}={settings.run_id}"})
+        for r in report.jobs:
+            if r.result == "pending":
+                r.result, r.reason = "skipped", r.reason or "not run"
+        report.finished = time.time()
+        write_report(report, settings.output / "report.json")
+    return report
+
+
+def write_report(report: BuildReport, path: Path) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def check_docker(client_factory: Callable[[], Any] | None = None) -> Any:
+    """A docker client that answers, or a clear error (never a traceback) naming what is missing."""
+    import docker
+
+    try:
+        client = (client_factory or (lambda: docker.from_env(timeout=600)))()
+        client.ping()
+    except Exception as exc:
+        raise BuildError(f"cannot reach the Docker daemon ({exc.__class__.__name__}): is dockerd running?") from exc
+    return client

@@ -1,0 +1,104 @@
+"""`factory images ...`: make and list builder images."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from factory.cli import app
+
+images_app = typer.Typer(help="Make and list the factory's builder images.", no_args_is_help=True)
+app.add_typer(images_app, name="images")
+
+
+def _progress(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@images_app.command("bootstrap")
+def bootstrap(
+    suite: Annotated[
+        str, typer.Option(help="Debian suite to bootstrap (bookworm: Python 3.11).")
+    ] = "bookworm",
+    name: Annotated[str | None, typer.Option(help="Image tag (default factory-base:<suite>).")] = None,
+    mirror: Annotated[
+        str | None, typer.Option(help="Debian mirror (default: the host's apt mirror).")
+    ] = None,
+) -> None:
+    """Make a base image from the distribution mirror (debootstrap, then docker import)."""
+    from factory import images
+
+    client = images.connect()
+    tag = images.bootstrap_base(
+        client,
+        suite=suite,
+        name=name or f"{images.BASE_REPOSITORY}:{suite}",
+        mirror=mirror,
+        progress=_progress,
+    )
+    typer.echo(tag)
+
+
+@images_app.command("build")
+def build(
+    cuda: Annotated[str, typer.Option(help="CUDA version, MAJOR.MINOR.")],
+    python: Annotated[str, typer.Option(help="Python version, MAJOR.MINOR.")],
+    flavor: Annotated[str, typer.Option(help="devel (nvidia/cuda base) or pypi (PyPI toolkit).")] = "pypi",
+    base: Annotated[
+        str | None, typer.Option(help="Base image (pypi default: factory-base:<suite of the Python>).")
+    ] = None,
+    no_bootstrap: Annotated[
+        bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
+    ] = False,
+) -> None:
+    """Build (or reuse, when its inputs are unchanged) a builder image."""
+    from factory import images
+
+    client = images.connect()
+    tag = images.ensure_builder_image(
+        client,
+        cuda=cuda,
+        python=python,
+        flavor=flavor,
+        base_image=base,
+        bootstrap=not no_bootstrap,
+        progress=_progress,
+    )
+    typer.echo(tag)
+
+
+@images_app.command("list")
+def list_(
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List the factory's images with their labels."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from factory import images
+
+    found = images.list_images(images.connect())
+    if json_output:
+        rows = [
+            {"tags": list(i.tags), "id": i.id, "kind": i.kind, "size": i.size, "labels": dict(i.labels)}
+            for i in found
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    # cuda, python and flavor are in the builder's tag already.
+    table = Table("tag", "kind", "toolkit", "base", "size", "created")
+    table.columns[0].no_wrap = True
+    for info in found:
+        labels = info.labels
+        table.add_row(
+            ", ".join(info.tags) or f"<none> {info.id}",
+            info.kind,
+            labels.get(images.LABEL_TOOLKIT, ""),
+            labels.get(images.LABEL_BASE) or labels.get(images.LABEL_SUITE, ""),
+            f"{info.size / 2**20:.0f} MiB",
+            info.created[:16].replace("T", " "),
+        )
+    Console().print(table)

@@ -1,0 +1,79 @@
+"""`factory matrix`: show which wheels a matrix file builds, which it drops and why."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from factory.cli import app
+from factory.config import load_matrix_file
+from factory.plan import Plan, plan_matrix
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    github = "github"
+
+
+def _table(plan: Plan, title: str) -> Table:
+    table = Table(title=title, expand=False)
+    for col in ("variant", "pythons", "arch", "status"):
+        table.add_column(col, overflow="fold")
+    for variant in plan.variants:
+        jobs = plan.jobs_of(variant)
+        pythons = ", ".join(j.python for j in jobs)
+        notes = list(dict.fromkeys(n for j in jobs for n in j.notes))
+        verified = all(j.verified for j in jobs)
+        status = "[green]ok[/]" if verified else "[yellow]unverified[/]"
+        if notes:
+            status += "\n" + "\n".join(f"[dim]{n}[/]" for n in notes)
+        table.add_row(variant.id, pythons, variant.arch, status)
+    for d in plan.dropped:
+        v = d.values
+        table.add_row(
+            f"[red]{d.id}[/]",
+            str(v.get("python", "?")),
+            str(v.get("arch", "?")),
+            f"[red]dropped[/]: {d.reason}",
+        )
+    return table
+
+
+@app.command("matrix")
+def matrix_command(
+    matrix: Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")] = Path("matrix.yaml"),
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or github.")] = Format.table,
+    only: Annotated[str | None, typer.Option("--only", help="Glob on the variant or job id.")] = None,
+    no_prune: Annotated[bool, typer.Option("--no-prune", help="Show the raw expansion.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Only validate; exit 0 or 2.")] = False,
+) -> None:
+    """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
+    mf = load_matrix_file(matrix)
+    plan = plan_matrix(mf, prune=not no_prune).only(only)
+    if check:
+        unverified = sum(not j.verified for j in plan.jobs)
+        typer.echo(
+            f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
+            f"{len(plan.dropped)} dropped, {unverified} unverified"
+        )
+        return
+    if fmt is Format.json:
+        typer.echo(json.dumps([j.to_json() for j in plan.jobs], indent=2))
+        return
+    if fmt is Format.github:
+        typer.echo(json.dumps({"include": [j.to_json() for j in plan.jobs]}))
+        return
+    title = f"{mf.package.name} {mf.package.version} ({matrix})"
+    console = Console(width=max(Console().width, 140))
+    console.print(_table(plan, title))
+    console.print(
+        f"{len(plan.jobs)} jobs in {len(plan.variants)} variants; {len(plan.dropped)} dropped"
+        + ("" if not no_prune else " (not pruned)")
+    )

@@ -1,0 +1,123 @@
+"""`factory publish`, `factory serve` and `factory which`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from factory.cli import app
+from factory.errors import ConfigError, FactoryError
+
+
+@app.command()
+def publish(
+    wheel_dir: Annotated[Path, typer.Argument(help="Directory of built wheels.")] = Path("wheelhouse"),
+    to: Annotated[str, typer.Option("--to", help="Index directory or s3://bucket/prefix.")] = "./index",
+    endpoint_url: Annotated[
+        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (credentials: AWS chain).")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Build report (default: WHEEL_DIR/report.json if present).")
+    ] = None,
+) -> None:
+    """Publish wheels into one simple index per variant (local directory or S3)."""
+    from factory.publish import describe, publish_wheels, wheels_in
+
+    wheels = wheels_in(wheel_dir)
+    if report is None and (wheel_dir / "report.json").is_file():
+        report = wheel_dir / "report.json"
+    result = publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report)
+    for line in describe(result):
+        typer.echo(line)
+
+
+@app.command()
+def serve(
+    directory: Annotated[Path, typer.Argument(help="Local index directory.")] = Path("index"),
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")] = 8000,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    basic_auth: Annotated[
+        str | None, typer.Option("--basic-auth", help="Require USER:PASSWORD (HTTP basic auth).")
+    ] = None,
+    from_s3: Annotated[
+        str | None, typer.Option("--from", help="Serve s3://bucket/prefix instead of a directory.")
+    ] = None,
+    endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint.")] = None,
+) -> None:
+    """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
+    from factory.serve import make_server, parse_basic_auth
+    from factory.stores import LocalStore, S3Store, Store, parse_s3_url
+
+    auth = parse_basic_auth(basic_auth) if basic_auth is not None else None
+    store: Store
+    if from_s3 is not None:
+        bucket, prefix = parse_s3_url(from_s3)
+        store = S3Store(bucket, prefix, endpoint_url=endpoint_url)
+    else:
+        if endpoint_url:
+            raise ConfigError("--endpoint-url only applies with --from s3://...")
+        if not (directory / "simple").is_dir():
+            raise ConfigError(f"{directory}: not a published index (no simple/ inside); run factory publish")
+        store = LocalStore(directory.resolve())
+    try:
+        server = make_server(store, host=host, port=port, basic_auth=auth)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    bound_host, bound_port = server.server_address[:2]
+    typer.echo(f"serving {store.description} at http://{bound_host}:{bound_port}/simple/", err=False)
+    import sys
+
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command()
+def which(
+    project: Annotated[str | None, typer.Argument(help="Project to install (default: all in the index).")] = None,
+    index: Annotated[
+        str | None, typer.Option("--index", help="Index URL or directory (its root or its simple/ page).")
+    ] = None,
+    python: Annotated[
+        str | None, typer.Option("--python", help="Interpreter whose torch decides (default: this one).")
+    ] = None,
+) -> None:
+    """Print the pip/uv command for the variant index that matches this host's torch, CUDA, ABI and GPUs."""
+    import os
+
+    from factory.which import detect_environment
+    from factory.which import which as run_which
+
+    if index is None:
+        index = os.environ.get("FACTORY_INDEX_URL")
+    if index is None:
+        if not Path("index/simple").is_dir():
+            raise ConfigError("give --index URL (or set FACTORY_INDEX_URL)")
+        index = "index"
+    env = detect_environment(python)
+    gpus = ", ".join(env.gpus) if env.gpus else "none"
+    abi = "unknown" if env.cxx11_abi is None else str(int(env.cxx11_abi))
+    typer.echo(
+        f"python {env.python}, torch {env.torch or 'not installed'}, CUDA {env.cuda or 'none'}, "
+        f"cxx11 ABI {abi}, GPUs {gpus} (from {env.gpu_source})"
+    )
+    result = run_which(index, env=env, project=project)
+    if result.choice.match is None:
+        if result.choice.nearest:
+            why = "; ".join(result.choice.reasons)
+            raise FactoryError(f"no variant index matches this host; nearest: {result.choice.nearest} ({why})")
+        raise FactoryError(f"no variant index matches this host: {'; '.join(result.choice.reasons)}")
+    typer.echo(f"variant: {result.choice.match}")
+    for note in result.choice.notes:
+        typer.echo(f"note: {note}")
+    if not result.commands:
+        typer.echo(f"index: {result.variant_url} (no projects published there yet)")
+    for pip_cmd, uv_cmd in result.commands:
+        typer.echo(pip_cmd)
+        typer.echo(uv_cmd)

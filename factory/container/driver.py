@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Runs one job's phases inside a build container.
+
+Stdlib only: it runs with the image's system Python before any venv exists. The host reads progress from
+lines starting with ``::factory::`` on stdout; everything else is the build log.
+
+Layout inside the shared work volume (so uv can hardlink from its cache into the venvs):
+  $FACTORY_JOB_DIR/venv     build environment (torch, build backend), kept across attempts
+  $FACTORY_JOB_DIR/src      writable copy of /src; its build/ directory is what later attempts resume from
+  $FACTORY_JOB_DIR/dist     the built wheel before it is handed to /out
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+WHEELHOUSE = Path("/wheelhouse")
+SOURCE = Path("/src")
+OUT = Path("/out")
+OBJECT_SUFFIXES = (".o", ".obj")
+
+
+def mark(**fields: object) -> None:
+    print("::factory:: " + json.dumps(fields, sort_keys=True), flush=True)
+
+
+def run(cmd: list[str], **kwargs: object) -> None:
+    print("+ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def job_dir() -> Path:
+    return Path(os.environ["FACTORY_JOB_DIR"])
+
+
+def uv_install(python: Path, args: list[str]) -> None:
+    run(["uv", "pip", "install", "--python", str(python), "--offline", "--no-index",
+         "--find-links", str(WHEELHOUSE), *args])
+
+
+def make_venv(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    run(["uv", "venv", "--python", os.environ["FACTORY_PYTHON"], "--seed", str(path)])
+    return path / "bin" / "python"
+
+
+def count_objects(root: Path) -> int:
+    build = root / "build"
+    if not build.is_dir():
+        return 0
+    return sum(1 for p in build.rglob("*") if p.suffix in OBJECT_SUFFIXES and p.is_file())
+
+
+def check_torch_cuda(python: Path) -> None:
+    """A toolkit that does not match torch's CUDA is a classic silent failure: stop before compiling."""
+    out = subprocess.run(
+        [str(python), "-c", "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip().splitlines()[-1]
+    torch_version, torch_cuda = json.loads(out)
+    mark(torch=torch_version, torch_cuda=torch_cuda)
+    want = os.environ.get("FACTORY_CUDA", "")
+    if torch_cuda is None:
+        sys.exit(f"factory: torch {torch_version} is a CPU build; CUDA {want} was expected")
+    if want and torch_cuda.split(".")[:2] != want.split(".")[:2]:
+        sys.exit(f"factory: torch {torch_version} was built for CUDA {torch_cuda}, but this job's toolkit is CUDA {want}")
+
+
+def build() -> None:
+    jd = job_dir()
+    jd.mkdir(parents=True, exist_ok=True)
+    venv = jd / "venv"
+    python = venv / "bin" / "python"
+    mark(phase="env")
+    ready = venv / ".factory-ready"
+    if not ready.exists():
+        python = make_venv(venv)
+        requirements = [r for r in os.environ.get("FACTORY_REQUIREMENTS", "").split("\n") if r]
+        uv_install(python, requirements)
+        ready.touch()
+    check_torch_cuda(python)
+
+    mark(phase="source")
+    src = jd / "src"
+    copied = jd / ".source-copied"
+    if not copied.exists():
+        if src.exists():
+            shutil.rmtree(src)
+        shutil.copytree(SOURCE, src, symlinks=True)
+        copied.touch()
+    kept = count_objects(src)
+    mark(objects_kept=kept)
+
+    mark(phase="build")
+    dist = jd / "dist"
+    if dist.exists():
+        shutil.rmtree(dist)
+    env = dict(os.environ)
+    env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
+         "--wheel-dir", str(dist), "."], cwd=src, env=env)
+    mark(objects_total=count_objects(src))
+
+    mark(phase="collect")
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"factory: expected one wheel, found {[w.name for w in wheels]}")
+    shutil.copy2(wheels[0], OUT / wheels[0].name)
+    mark(wheel=wheels[0].name)
+
+
+def check() -> None:
+    """Install the accepted wheel with its torch into a fresh venv and import it (no GPU needed)."""
+    jd = job_dir()
+    jd.mkdir(parents=True, exist_ok=True)
+    mark(phase="install-check")
+    wheel = OUT / os.environ["FACTORY_WHEEL"]
+    python = make_venv(jd / "check-venv")
+    uv_install(python, [str(wheel)])
+    script = os.environ["FACTORY_IMPORT_CHECK"]
+    run([str(python), "-c", script], cwd="/")
+    mark(phase="done")
+
+
+def clean() -> None:
+    shutil.rmtree(job_dir(), ignore_errors=True)
+
+
+if __name__ == "__main__":
+    {"build": build, "check": check, "clean": clean}[sys.argv[1]]()

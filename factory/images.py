@@ -1,0 +1,682 @@
+"""Builder images: a base bootstrapped from the distribution mirror, and builder flavors built via docker.
+
+Flavors:
+- "devel": NVIDIA's `nvidia/cuda:<cuda>-devel-<os>` image (pulled when missing) plus the job's Python.
+- "pypi": any base with the job's Python plus the CUDA toolkit from NVIDIA's PyPI wheels (CUDA >= 13), built
+  with the network off from a host-side wheelhouse. The default base, `factory-base:<suite>`, is made locally
+  with debootstrap, so this flavor works on hosts that reach no container registry.
+
+Images carry labels with their kind, versions and a hash of their inputs, so an image whose inputs have not
+changed is reused instead of rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from factory.errors import ConfigError, ImageError
+from factory.wheelhouse import download_wheelhouse, factory_home, wheel_files
+
+Progress = Callable[[str], None]
+
+LABEL = "io.wheel-factory.image"  # kind: "base" or "builder"; the factory's images are found by this key
+LABEL_INPUTS = "io.wheel-factory.inputs"
+LABEL_CUDA = "io.wheel-factory.cuda"
+LABEL_TOOLKIT = "io.wheel-factory.toolkit"
+LABEL_PYTHON = "io.wheel-factory.python"
+LABEL_FLAVOR = "io.wheel-factory.flavor"
+LABEL_BASE = "io.wheel-factory.base"
+LABEL_SUITE = "io.wheel-factory.suite"
+LABEL_MIRROR = "io.wheel-factory.mirror"
+
+FLAVORS = ("devel", "pypi")
+BASE_REPOSITORY = "factory-base"
+BUILDER_REPOSITORY = "factory-builder"
+DEFAULT_SUITE = "bookworm"
+DEFAULT_BASE_IMAGE = f"{BASE_REPOSITORY}:{DEFAULT_SUITE}"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_INCLUDE = ("python3", "python3-venv", "python3-dev", "g++", "ca-certificates")
+DEFAULT_DEVEL_OS = "ubuntu22.04"
+FACTORY_UID = 10001
+
+# The Debian release whose python3 is the given version: the pypi flavor's bootstrapped base.
+_SUITE_FOR_PYTHON = {"3.11": "bookworm", "3.13": "trixie"}
+
+# nvidia/cuda tags carry the full version; a matrix names major.minor.
+_DEVEL_CUDA_RELEASES = {
+    "11.8": "11.8.0",
+    "12.1": "12.1.1",
+    "12.4": "12.4.1",
+    "12.6": "12.6.3",
+    "12.8": "12.8.1",
+    "12.9": "12.9.1",
+    "13.0": "13.0.1",
+}
+
+# Every Debian suite name that can appear in a factory-base tag; other tags are never bootstrapped.
+_SUITE_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# docker/ at the repository root; a copy inside the package (package-data) wins, for non-editable installs.
+_DOCKER_DIRS = (Path(__file__).resolve().parent / "docker", Path(__file__).resolve().parent.parent / "docker")
+
+_STEP_ID_RE = re.compile(r"^---> ([0-9a-f]{12})$")
+_ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AptSource:
+    """One `deb` entry of the host's apt configuration."""
+
+    uri: str
+    suites: tuple[str, ...]
+    components: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    """One of the factory's images, as `factory images list` shows it."""
+
+    tags: tuple[str, ...]
+    id: str
+    kind: str
+    labels: Mapping[str, str]
+    size: int
+    created: str
+
+
+# ---------------------------------------------------------------------------------------------- pure parts
+
+
+def python_suite_for(python: str) -> str:
+    """The Debian suite whose system Python is `python` ("3.11" -> "bookworm")."""
+    try:
+        return _SUITE_FOR_PYTHON[python]
+    except KeyError:
+        known = ", ".join(f"{v} ({s})" for v, s in _SUITE_FOR_PYTHON.items())
+        raise ImageError(
+            f"no Debian suite ships Python {python} for a bootstrapped base (known: {known}); "
+            "pass a base image with that Python"
+        ) from None
+
+
+def default_base_image(python: str) -> str:
+    """The bootstrapped base for the pypi flavor with this Python ("factory-base:bookworm" for 3.11)."""
+    return f"{BASE_REPOSITORY}:{python_suite_for(python)}"
+
+
+def _check_version(what: str, value: str) -> None:
+    if not _VERSION_RE.match(value):
+        raise ConfigError(f"invalid {what} version {value!r}: expected MAJOR.MINOR")
+
+
+def _check_flavor(flavor: str) -> None:
+    if flavor not in FLAVORS:
+        raise ConfigError(f"unknown image flavor {flavor!r}: expected one of {', '.join(FLAVORS)}")
+
+
+def builder_image_name(*, cuda: str, python: str, flavor: str) -> str:
+    """The tag of a builder image: `factory-builder:cu13.0-py3.11-pypi`."""
+    _check_version("CUDA", cuda)
+    _check_version("Python", python)
+    _check_flavor(flavor)
+    return f"{BUILDER_REPOSITORY}:cu{cuda}-py{python}-{flavor}"
+
+
+def devel_base_image(cuda: str, *, os_name: str = DEFAULT_DEVEL_OS) -> str:
+    """NVIDIA's devel image for a CUDA version: "12.8" -> `nvidia/cuda:12.8.1-devel-ubuntu22.04`."""
+    _check_version("CUDA", cuda)
+    release = cuda if cuda.count(".") == 2 else _DEVEL_CUDA_RELEASES.get(cuda)
+    if release is None:
+        raise ImageError(
+            f"no known nvidia/cuda release for CUDA {cuda}; pass the full version (e.g. {cuda}.0) "
+            "or an explicit image"
+        )
+    return f"nvidia/cuda:{release}-devel-{os_name}"
+
+
+def cuda_major(cuda: str) -> int:
+    _check_version("CUDA", cuda)
+    return int(cuda.split(".", 1)[0])
+
+
+def toolkit_requirements(cuda: str) -> tuple[str, ...]:
+    """The PyPI wheels that together form a CUDA toolkit tree (site-packages/nvidia/cu<major>)."""
+    if cuda_major(cuda) < 13:
+        raise ImageError(
+            f"flavor pypi needs CUDA >= 13 (CUDA {cuda}'s PyPI wheels do not form one toolkit tree); "
+            "use flavor devel"
+        )
+    series = ".".join(cuda.split(".")[:2])
+    names = ("nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime")
+    return tuple(f"{name}=={series}.*" for name in names)
+
+
+TOOL_REQUIREMENTS = ("ninja", "uv")
+
+
+def image_requirements(*, cuda: str, flavor: str) -> tuple[str, ...]:
+    """Everything a flavor installs from the host-side wheelhouse."""
+    _check_flavor(flavor)
+    if flavor == "pypi":
+        return (*toolkit_requirements(cuda), *TOOL_REQUIREMENTS)
+    return TOOL_REQUIREMENTS
+
+
+def dockerfile_path(flavor: str) -> Path:
+    _check_flavor(flavor)
+    for directory in _DOCKER_DIRS:
+        if (directory / f"Dockerfile.{flavor}").is_file():
+            return directory / f"Dockerfile.{flavor}"
+    return _DOCKER_DIRS[-1] / f"Dockerfile.{flavor}"
+
+
+def dockerfile_text(flavor: str) -> str:
+    path = dockerfile_path(flavor)
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ImageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def declared_build_args(dockerfile: str) -> frozenset[str]:
+    """The ARG names a Dockerfile declares (with or without defaults)."""
+    return frozenset(
+        m.group(1) for m in re.finditer(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, flags=re.MULTILINE)
+    )
+
+
+def build_args(*, cuda: str, python: str, flavor: str, base_image: str) -> dict[str, str]:
+    """The `--build-arg` values of a flavor's Dockerfile."""
+    _check_flavor(flavor)
+    _check_version("Python", python)
+    args = {"BASE_IMAGE": base_image, "PYTHON": python, "FACTORY_UID": str(FACTORY_UID)}
+    if flavor == "pypi":
+        args["CUDA_MAJOR"] = str(cuda_major(cuda))
+    return args
+
+
+def inputs_hash(
+    *,
+    dockerfile: str,
+    args: Mapping[str, str],
+    base_id: str | None,
+    wheels: Iterable[str],
+    extra: Mapping[str, str] | None = None,
+) -> str:
+    """A content hash of everything an image is made from; a different hash means a rebuild."""
+    payload = {
+        "dockerfile": dockerfile,
+        "args": dict(sorted(args.items())),
+        "base_id": base_id,
+        "wheels": sorted(wheels),
+        "extra": dict(sorted((extra or {}).items())),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def toolkit_version(wheel_names: Iterable[str]) -> str | None:
+    """The toolkit release an image carries: the version of its nvidia-cuda-nvcc wheel."""
+    from packaging.utils import parse_wheel_filename
+
+    for name in wheel_names:
+        dist, version, _build, _tags = parse_wheel_filename(name)
+        if dist == "nvidia-cuda-nvcc":
+            return str(version)
+    return None
+
+
+def parse_apt_sources(text: str, *, deb822: bool) -> list[AptSource]:
+    """The `deb` entries of an apt sources file (one-line `sources.list` or deb822 `*.sources`)."""
+    sources: list[AptSource] = []
+    if deb822:
+        for stanza in re.split(r"\n\s*\n", text):
+            fields: dict[str, str] = {}
+            key = None
+            for raw in stanza.splitlines():
+                if raw.startswith("#") or not raw.strip():
+                    continue
+                if raw[0].isspace() and key is not None:
+                    fields[key] += " " + raw.strip()
+                    continue
+                key, _, value = raw.partition(":")
+                key = key.strip().lower()
+                fields[key] = value.strip()
+            if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
+                continue
+            for uri in fields.get("uris", "").split():
+                sources.append(
+                    AptSource(
+                        uri=uri,
+                        suites=tuple(fields.get("suites", "").split()),
+                        components=tuple(fields.get("components", "").split()),
+                    )
+                )
+        return sources
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line.startswith("deb "):
+            continue
+        line = re.sub(r"\[[^\]]*\]", " ", line[4:])  # drop `[arch=amd64 signed-by=...]` options
+        parts = line.split()
+        if len(parts) >= 2:
+            sources.append(AptSource(uri=parts[0], suites=(parts[1],), components=tuple(parts[2:])))
+    return sources
+
+
+def pick_mirror(sources: Sequence[AptSource]) -> str | None:
+    """The mirror of the main archive: the first source carrying a plain suite (not -security/-updates)."""
+    for source in sources:
+        if not source.uri.startswith(("http://", "https://", "file:")):
+            continue
+        if any("-" not in suite and "/" not in suite for suite in source.suites):
+            return source.uri.rstrip("/")
+    return None
+
+
+def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str | None:
+    """The host's Debian mirror, read from its apt configuration."""
+    sources: list[AptSource] = []
+    main = etc_apt / "sources.list"
+    if main.is_file():
+        sources += parse_apt_sources(main.read_text(errors="replace"), deb822=False)
+    parts = etc_apt / "sources.list.d"
+    if parts.is_dir():
+        for path in sorted(parts.iterdir()):
+            if path.suffix == ".sources":
+                sources += parse_apt_sources(path.read_text(errors="replace"), deb822=True)
+            elif path.suffix == ".list":
+                sources += parse_apt_sources(path.read_text(errors="replace"), deb822=False)
+    return pick_mirror(sources)
+
+
+def base_suite_of(image: str) -> str | None:
+    """The suite of a factory-bootstrapped base tag (`factory-base:bookworm` -> "bookworm"), else None."""
+    repo, sep, tag = image.rpartition(":")
+    if not sep or repo != BASE_REPOSITORY or not _SUITE_RE.match(tag):
+        return None
+    return tag
+
+
+def base_changes(*, suite: str, mirror: str, include: Sequence[str]) -> list[str]:
+    """The Dockerfile instructions `docker import` applies to a bootstrapped root filesystem."""
+    return [
+        f"ENV PATH={_ROOT_PATH}",
+        "ENV LANG=C.UTF-8",
+        'CMD ["/bin/bash"]',
+        f"LABEL {LABEL}=base",
+        f"LABEL {LABEL_SUITE}={suite}",
+        f"LABEL {LABEL_MIRROR}={mirror}",
+        f"LABEL {LABEL_INPUTS}={hashlib.sha256(json.dumps([suite, sorted(include)]).encode()).hexdigest()}",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- docker
+
+
+def connect(timeout: int = 600) -> Any:
+    """A docker client, or an ImageError saying the daemon does not answer."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types when no daemon answers
+        raise ImageError(f"cannot reach the Docker daemon: {_short(exc)}") from None
+    return client
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc) or exc.__class__.__name__
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:300]
+
+
+def _get_image(client: Any, name: str) -> Any | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(name)
+    except ImageNotFound:
+        return None
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def bootstrap_base(
+    client: Any,
+    *,
+    suite: str = DEFAULT_SUITE,
+    name: str = DEFAULT_BASE_IMAGE,
+    mirror: str | None = None,
+    include: Sequence[str] = DEFAULT_INCLUDE,
+    progress: Progress | None = None,
+) -> str:
+    """Make a base image from the distribution mirror: `debootstrap --variant=minbase`, then `docker import`.
+
+    The mirror defaults to the host's apt mirror, so a host that can install packages can also make images.
+    Returns the image's tag.
+    """
+    if not _SUITE_RE.match(suite):
+        raise ConfigError(f"invalid suite name {suite!r}")
+    debootstrap = shutil.which("debootstrap") or (
+        "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
+    )
+    if debootstrap is None:
+        raise ImageError(f"cannot bootstrap {name}: debootstrap is not installed (apt-get install it)")
+    if os.geteuid() != 0:
+        raise ImageError(f"cannot bootstrap {name}: debootstrap needs root")
+    mirror = mirror or host_apt_mirror() or DEFAULT_MIRROR
+    repository, _, tag = name.rpartition(":")
+    if not repository:
+        repository, tag = name, "latest"
+    log_dir = factory_home() / "logs" / "images"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"bootstrap-{suite}.log"
+    rootfs = Path(tempfile.mkdtemp(prefix=f"factory-rootfs-{suite}-"))
+    try:
+        _say(progress, f"debootstrap {suite} from {mirror} (log: {log_path})")
+        with log_path.open("w") as log:
+            command = [debootstrap, "--variant=minbase", f"--include={','.join(include)}", suite, str(rootfs)]
+            proc = subprocess.run(
+                [*command, mirror],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        if proc.returncode != 0:
+            raise ImageError(
+                f"debootstrap of {suite} from {mirror} failed: {_last_line(log_path)} (log: {log_path})"
+            )
+        # Package caches only make the image bigger; apt in a container fetches fresh lists anyway.
+        for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*.log"):
+            for path in rootfs.glob(pattern):
+                if path.is_file():
+                    path.unlink()
+        _say(progress, f"importing {name}")
+        _import_rootfs(
+            client,
+            rootfs,
+            repository=repository,
+            tag=tag,
+            changes=base_changes(suite=suite, mirror=mirror, include=include),
+        )
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    if _get_image(client, name) is None:
+        raise ImageError(f"importing {name} reported success but the image is not there")
+    _say(progress, f"made {name}")
+    return name
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no output"
+
+
+def _import_rootfs(client: Any, rootfs: Path, *, repository: str, tag: str, changes: list[str]) -> None:
+    # /dev, /proc and /sys are the runtime's business; debootstrap's device nodes must not land in the image.
+    tar = subprocess.Popen(
+        [
+            "tar",
+            "-C",
+            str(rootfs),
+            "--numeric-owner",
+            "--xattrs",
+            "--exclude=./dev/*",
+            "--exclude=./proc/*",
+            "--exclude=./sys/*",
+            "-c",
+            ".",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert tar.stdout is not None
+
+    def chunks() -> Iterator[bytes]:
+        assert tar.stdout is not None
+        while chunk := tar.stdout.read(1 << 20):
+            yield chunk
+
+    try:
+        result = client.api.import_image_from_stream(
+            chunks(), repository=repository, tag=tag, changes=changes
+        )
+    except Exception as exc:
+        tar.kill()
+        tar.wait()
+        raise ImageError(f"docker import of {repository}:{tag} failed: {_short(exc)}") from None
+    _, stderr = tar.communicate()
+    if tar.returncode != 0:
+        raise ImageError(f"tar of the bootstrapped root failed: {stderr.decode(errors='replace').strip()}")
+    text = result if isinstance(result, str) else json.dumps(result)
+    if '"error"' in text:
+        raise ImageError(f"docker import of {repository}:{tag} failed: {text.strip()[:300]}")
+
+
+_PULL_HINT = "use flavor pypi or `factory images bootstrap`"
+
+
+def pull_image(client: Any, ref: str, *, progress: Progress | None = None, hint: str = _PULL_HINT) -> None:
+    """Pull `ref`; an unreachable registry is an ImageError that says what to do instead."""
+    repository, _, tag = ref.rpartition(":")
+    if not repository or "/" in tag:
+        repository, tag = ref, "latest"
+    _say(progress, f"pulling {ref}")
+    try:
+        client.images.pull(repository, tag=tag)
+    except Exception as exc:
+        raise ImageError(f"cannot pull {ref}: no registry reachable ({_short(exc)}); {hint}") from None
+
+
+def _ensure_base(
+    client: Any, base_image: str, *, flavor: str, bootstrap: bool, progress: Progress | None
+) -> Any:
+    image = _get_image(client, base_image)
+    if image is not None:
+        return image
+    suite = base_suite_of(base_image)
+    if suite is not None:
+        if not bootstrap:
+            raise ImageError(
+                f"base image {base_image} is missing; make it with `factory images bootstrap --suite {suite}`"
+            )
+        bootstrap_base(client, suite=suite, name=base_image, progress=progress)
+    elif flavor == "pypi":
+        hint = f"use a bootstrapped base ({DEFAULT_BASE_IMAGE}, made by `factory images bootstrap`)"
+        pull_image(client, base_image, progress=progress, hint=hint)
+    else:
+        pull_image(client, base_image, progress=progress)
+    image = _get_image(client, base_image)
+    if image is None:
+        raise ImageError(f"base image {base_image} is still missing after it was made")
+    return image
+
+
+def ensure_builder_image(
+    client: Any,
+    *,
+    cuda: str,
+    python: str,
+    flavor: str,
+    base_image: str | None = None,
+    bootstrap: bool = True,
+    progress: Progress | None = None,
+) -> str:
+    """The tag of a builder image for (cuda, python, flavor), built only when missing or its inputs changed.
+
+    `base_image` is the pypi flavor's base (None: `factory-base:<suite for python>`, bootstrapped when absent
+    and `bootstrap` allows it). The devel flavor uses NVIDIA's devel image for `cuda` unless `base_image`
+    names another image that is not a factory base.
+    """
+    name = builder_image_name(cuda=cuda, python=python, flavor=flavor)
+    if flavor == "pypi":
+        base = base_image or default_base_image(python)
+    elif base_image and base_suite_of(base_image) is None:
+        base = base_image
+    else:
+        base = devel_base_image(cuda)
+    requirements = image_requirements(cuda=cuda, flavor=flavor)
+    base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
+    wheelhouse = download_wheelhouse(requirements, python=python)
+    wheels = [w.name for w in wheel_files(wheelhouse)]
+    dockerfile = dockerfile_text(flavor)
+    args = build_args(cuda=cuda, python=python, flavor=flavor, base_image=base)
+    digest = inputs_hash(
+        dockerfile=dockerfile,
+        args=args,
+        base_id=base_obj.id,
+        wheels=wheels,
+        extra={"requirements": "\n".join(requirements)},
+    )
+    existing = _get_image(client, name)
+    if existing is not None and (existing.labels or {}).get(LABEL_INPUTS) == digest:
+        _say(progress, f"reusing {name}")
+        return name
+    _say(progress, f"building {name} on {base}" + (" (inputs changed)" if existing is not None else ""))
+    labels = {
+        LABEL: "builder",
+        LABEL_INPUTS: digest,
+        LABEL_CUDA: cuda,
+        LABEL_PYTHON: python,
+        LABEL_FLAVOR: flavor,
+        LABEL_BASE: base,
+    }
+    version = toolkit_version(wheels)
+    if version is not None:
+        labels[LABEL_TOOLKIT] = version
+    with tempfile.TemporaryDirectory(prefix="factory-image-") as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(dockerfile)
+        (context / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        download_wheelhouse(requirements, context / "wheels", python=python)
+        stage_ids = _build(
+            client,
+            context,
+            tag=name,
+            buildargs=args,
+            labels=labels,
+            # pypi: everything is in the context, so the build cannot reach anything; devel needs apt.
+            network_mode="none" if flavor == "pypi" else None,
+            progress=progress,
+        )
+    built = _get_image(client, name)
+    if built is None:
+        raise ImageError(f"building {name} reported success but the image is not there")
+    if existing is not None and existing.id != built.id:
+        _remove_quietly(client, existing.id)
+    _remove_stage_images(client, built, stage_ids)
+    _say(progress, f"built {name}")
+    return name
+
+
+def _remove_quietly(client: Any, image_id: str) -> None:
+    # The old image may still back a running container; it is then left for a later cleanup.
+    with contextlib.suppress(Exception):
+        client.images.remove(image_id)
+
+
+def _build(
+    client: Any,
+    context: Path,
+    *,
+    tag: str,
+    buildargs: Mapping[str, str],
+    labels: Mapping[str, str],
+    network_mode: str | None,
+    progress: Progress | None,
+) -> list[str]:
+    """Run a build, streaming its steps to `progress`; returns the ids of the images it stepped through."""
+    log_dir = factory_home() / "logs" / "images"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{tag.replace(':', '_').replace('/', '_')}.log"
+    tail: list[str] = []
+    step_ids: list[str] = []
+    error: str | None = None
+    with log_path.open("w") as log:
+        try:
+            stream = client.api.build(
+                path=str(context),
+                tag=tag,
+                buildargs=dict(buildargs),
+                labels=dict(labels),
+                rm=True,
+                forcerm=True,
+                decode=True,
+                network_mode=network_mode,
+                use_config_proxy=False,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    error = str(chunk.get("error", "")).strip()
+                    log.write(error + "\n")
+                    break
+                text = chunk.get("stream")
+                if not text:
+                    continue
+                log.write(text)
+                for line in text.splitlines():
+                    line = line.strip()
+                    if not line:
+                        continue
+                    tail = [*tail[-19:], line]
+                    if line.startswith("Step "):
+                        _say(progress, line if len(line) <= 100 else line[:99] + "…")
+                    elif match := _STEP_ID_RE.match(line):
+                        step_ids.append(match.group(1))
+        except Exception as exc:
+            error = _short(exc)
+    if error is not None:
+        context_line = next((line for line in reversed(tail) if line.startswith("factory:")), None)
+        detail = f"{context_line}; " if context_line else ""
+        raise ImageError(f"building {tag} failed: {detail}{' '.join(error.split())[:300]} (log: {log_path})")
+    return step_ids
+
+
+def _remove_stage_images(client: Any, built: Any, step_ids: Sequence[str]) -> None:
+    # The legacy builder keeps each earlier stage (the toolkit stage, with the wheels) as an untagged
+    # image; nothing reuses it because unchanged inputs reuse the final image, so it is only wasted disk.
+    try:
+        kept = {str(entry.get("Id", "")).removeprefix("sha256:")[:12] for entry in built.history()}
+    except Exception:
+        return
+    for short_id in reversed(step_ids):
+        if short_id not in kept:
+            _remove_quietly(client, short_id)
+
+
+def list_images(client: Any) -> list[ImageInfo]:
+    """The factory's images (bases and builders), newest first."""
+    found = []
+    for image in client.images.list(filters={"label": LABEL}):
+        attrs = image.attrs
+        found.append(
+            ImageInfo(
+                tags=tuple(image.tags),
+                id=image.short_id.removeprefix("sha256:"),
+                kind=(image.labels or {}).get(LABEL, "?"),
+                labels=dict(image.labels or {}),
+                size=int(attrs.get("Size", 0)),
+                created=str(attrs.get("Created", "")),
+            )
+        )
+    return sorted(found, key=lambda i: i.created, reverse=True)

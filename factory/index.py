@@ -1,0 +1,473 @@
+"""Simple-repository pages (PEP 503 HTML, PEP 691 JSON with PEP 700 fields, PEP 658/714 metadata), pure.
+
+Every page is a function of file records only, so publishing is "merge records, re-render the pages whose
+records changed". Layout under an index root (all links relative, so the tree works from any base URL):
+
+    simple/index.html                          the variant indexes
+    simple/<variant-id>/index.html|json        PEP 503 root of one variant index (its projects)
+    simple/<variant-id>/<project>/index.html|json
+    files/<variant-id>/<wheel>                 and <wheel>.metadata beside it
+    index.html                                 human page: the build matrix and install commands
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Literal
+from urllib.parse import quote
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+API_VERSION = "1.1"
+HTML_TYPE = "text/html; charset=utf-8"
+PYPI_HTML_TYPE = "application/vnd.pypi.simple.v1+html"
+PYPI_JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+# Pages change on every publish; files never change once published (publish refuses different bytes).
+PAGE_CACHE_CONTROL = "public, max-age=60, must-revalidate"
+FILE_CACHE_CONTROL = "public, max-age=31536000, immutable"
+
+CellStatus = Literal["built", "failed", "not built"]
+
+
+class RecordConflict(ValueError):
+    """Two records claim the same filename with different contents."""
+
+
+@dataclass(frozen=True, kw_only=True, order=True)
+class FileRecord:
+    """One published wheel as the index pages describe it."""
+
+    filename: str
+    sha256: str
+    size: int
+    upload_time: str  # ISO 8601 UTC with microseconds and "Z", as PEP 700 writes it
+    requires_python: str | None = None
+    metadata_sha256: str | None = None  # sha256 of the <wheel>.metadata file (PEP 658)
+
+    @property
+    def project(self) -> str:
+        return str(parse_wheel_filename(self.filename)[0])
+
+    @property
+    def version(self) -> Version:
+        return parse_wheel_filename(self.filename)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixCell:
+    """One combination of the build matrix, as the human page shows it."""
+
+    project: str
+    variant_id: str
+    python: str  # "3.11", or the wheel's python tag ("py3") when it is not a CPython version
+    status: CellStatus
+    detail: str = ""  # the wheel filename, or why it failed ("oom")
+
+
+# ---------------------------------------------------------------------------------------------- paths
+
+
+def files_path(variant_id: str, filename: str) -> str:
+    return f"files/{variant_id}/{filename}"
+
+
+def project_dir(variant_id: str, project: str) -> str:
+    return f"simple/{variant_id}/{canonicalize_name(project)}/"
+
+
+def variant_dir(variant_id: str) -> str:
+    return f"simple/{variant_id}/"
+
+
+def file_href(variant_id: str, filename: str) -> str:
+    """The link from a project page to a file; "+" must be "%2B" or S3 and some proxies read it as a space."""
+    return f"../../../files/{quote(variant_id, safe='')}/{quote(filename, safe='')}"
+
+
+def python_of_wheel(filename: str) -> str:
+    """The matrix column of a wheel: "cp311" -> "3.11"; other tags ("py3") as written."""
+    tags = sorted({t.interpreter for t in parse_wheel_filename(filename)[3]})
+    match = re.fullmatch(r"cp(\d)(\d+)", tags[0]) if len(tags) == 1 else None
+    if match:
+        return f"{match.group(1)}.{match.group(2)}"
+    return ".".join(tags)
+
+
+# ---------------------------------------------------------------------------------------------- merging
+
+
+def merge_records(existing: Iterable[FileRecord], new: Iterable[FileRecord]) -> tuple[FileRecord, ...] | None:
+    """The union of two record sets, or None when `new` adds nothing (so the page need not be rewritten).
+
+    A record already published wins (it keeps its upload time); the same filename with another hash is a
+    RecordConflict because a published file never changes.
+    """
+    by_name = {r.filename: r for r in existing}
+    changed = False
+    for rec in new:
+        old = by_name.get(rec.filename)
+        if old is None:
+            by_name[rec.filename] = rec
+            changed = True
+        elif old.sha256 != rec.sha256:
+            raise RecordConflict(
+                f"{rec.filename} is already listed with sha256 {old.sha256}, not {rec.sha256}"
+            )
+    if not changed:
+        return None
+    return tuple(sorted(by_name.values(), key=lambda r: r.filename))
+
+
+def changed_projects(
+    existing: Mapping[str, Sequence[FileRecord]], new: Iterable[FileRecord]
+) -> dict[str, tuple[FileRecord, ...]]:
+    """Incremental index generation: the new record set of each project page that must be rewritten."""
+    grouped: dict[str, list[FileRecord]] = {}
+    for rec in new:
+        grouped.setdefault(rec.project, []).append(rec)
+    out: dict[str, tuple[FileRecord, ...]] = {}
+    for project, recs in sorted(grouped.items()):
+        merged = merge_records(existing.get(project, ()), recs)
+        if merged is not None:
+            out[project] = merged
+    return out
+
+
+def merge_names(existing: Iterable[str], new: Iterable[str]) -> tuple[str, ...] | None:
+    """Grow-only union of names (projects, variant ids); None when nothing is new."""
+    old = set(existing)
+    union = old | set(new)
+    return None if union == old else tuple(sorted(union))
+
+
+# ---------------------------------------------------------------------------------------------- project pages
+
+
+def _page(title: str, body_lines: Sequence[str]) -> str:
+    lines = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "  <head>",
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">',
+        f"    <title>{html.escape(title)}</title>",
+        "  </head>",
+        "  <body>",
+        f"    <h1>{html.escape(title)}</h1>",
+        *(f"    {line}" for line in body_lines),
+        "  </body>",
+        "</html>",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def project_html(project: str, records: Iterable[FileRecord], *, variant_id: str) -> str:
+    """PEP 503 project page with PEP 658/714 metadata attributes (both spellings, equal values)."""
+    name = canonicalize_name(project)
+    links = []
+    for rec in sorted(records, key=lambda r: r.filename):
+        attrs = [f'href="{html.escape(file_href(variant_id, rec.filename))}#sha256={rec.sha256}"']
+        if rec.requires_python:
+            attrs.append(f'data-requires-python="{html.escape(rec.requires_python)}"')
+        if rec.metadata_sha256:
+            attrs.append(f'data-dist-info-metadata="sha256={rec.metadata_sha256}"')
+            attrs.append(f'data-core-metadata="sha256={rec.metadata_sha256}"')
+        links.append(f"<a {' '.join(attrs)}>{html.escape(rec.filename)}</a><br>")
+    return _page(f"Links for {name}", links)
+
+
+def project_json(project: str, records: Iterable[FileRecord], *, variant_id: str) -> str:
+    """PEP 691 project page, api-version 1.1 (PEP 700: versions, size, upload-time).
+
+    Only the "core-metadata" key: PEP 714 forbids servers to emit the old "dist-info-metadata" JSON key.
+    """
+    recs = sorted(records, key=lambda r: r.filename)
+    files = []
+    for rec in recs:
+        entry: dict[str, object] = {
+            "filename": rec.filename,
+            "url": file_href(variant_id, rec.filename),
+            "hashes": {"sha256": rec.sha256},
+        }
+        if rec.requires_python:
+            entry["requires-python"] = rec.requires_python
+        entry["core-metadata"] = {"sha256": rec.metadata_sha256} if rec.metadata_sha256 else False
+        entry["size"] = rec.size
+        entry["upload-time"] = rec.upload_time
+        files.append(entry)
+    versions = sorted({rec.version for rec in recs})
+    doc = {
+        "meta": {"api-version": API_VERSION},
+        "name": str(canonicalize_name(project)),
+        "versions": [str(v) for v in versions],
+        "files": files,
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def records_from_project_json(text: str | bytes) -> tuple[FileRecord, ...]:
+    """The records of a page written by project_json (the page is the state that publishers merge into)."""
+    doc = json.loads(text)
+    out = []
+    for f in doc.get("files", []):
+        meta = f.get("core-metadata")
+        out.append(
+            FileRecord(
+                filename=f["filename"],
+                sha256=f["hashes"]["sha256"],
+                size=int(f.get("size", 0)),
+                upload_time=f.get("upload-time", ""),
+                requires_python=f.get("requires-python"),
+                metadata_sha256=meta.get("sha256") if isinstance(meta, dict) else None,
+            )
+        )
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------- roots
+
+
+def variant_root_html(projects: Iterable[str]) -> str:
+    """PEP 503 root of one variant index."""
+    names = sorted({canonicalize_name(p) for p in projects})
+    return _page("Simple index", [f'<a href="{quote(n)}/">{html.escape(n)}</a><br>' for n in names])
+
+
+def variant_root_json(projects: Iterable[str]) -> str:
+    names = sorted({canonicalize_name(p) for p in projects})
+    doc = {"meta": {"api-version": API_VERSION}, "projects": [{"name": n} for n in names]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def projects_from_root_json(text: str | bytes) -> tuple[str, ...]:
+    return tuple(p["name"] for p in json.loads(text).get("projects", []))
+
+
+def top_root_html(variant_ids: Iterable[str]) -> str:
+    """simple/index.html: one link per variant index (each is a complete PEP 503 index of its own)."""
+    ids = sorted(set(variant_ids))
+    return _page(
+        "Variant indexes",
+        [f'<a href="{quote(v, safe="")}/">{html.escape(v)}</a><br>' for v in ids],
+    )
+
+
+def top_root_json(variant_ids: Iterable[str]) -> str:
+    """simple/variants.json, the state behind simple/index.html (not a PEP 691 page: it lists indexes)."""
+    ids = sorted(set(variant_ids))
+    return json.dumps({"variants": [{"id": v, "url": f"{v}/"} for v in ids]}, indent=2) + "\n"
+
+
+def variant_ids_from_top_root_json(text: str | bytes) -> tuple[str, ...]:
+    return tuple(v["id"] for v in json.loads(text).get("variants", []))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anchor:
+    href: str
+    text: str
+    attrs: Mapping[str, str]
+
+
+class _AnchorParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.anchors: list[Anchor] = []
+        self._open: dict[str, str] | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._open = {k: v or "" for k, v in attrs}
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._open is not None:
+            self.anchors.append(
+                Anchor(href=self._open.get("href", ""), text="".join(self._text).strip(), attrs=self._open)
+            )
+            self._open = None
+
+
+def parse_anchors(page: str) -> tuple[Anchor, ...]:
+    """The links of a simple-repository HTML page (used by `factory which` and the tests)."""
+    parser = _AnchorParser()
+    parser.feed(page)
+    parser.close()
+    return tuple(parser.anchors)
+
+
+# ---------------------------------------------------------------------------------------------- human page
+
+
+def matrix_cells(
+    report_jobs: Iterable[Mapping[str, object]],
+    published: Iterable[tuple[str, FileRecord]],
+    *,
+    project_hint: str | None = None,
+) -> tuple[MatrixCell, ...]:
+    """The cells a build report and the published (variant id, record) pairs say something about.
+
+    A published wheel is "built" whatever an older report said; a job that failed or ran out of memory is
+    "failed"; any other job result (and "ok" whose wheel did not reach the index) is "not built".
+    """
+    cells: dict[tuple[str, str, str], MatrixCell] = {}
+    jobs = list(report_jobs)
+    project = project_hint
+    for job in jobs:
+        wheel = job.get("wheel")
+        if project is None and isinstance(wheel, str) and wheel:
+            project = str(parse_wheel_filename(wheel)[0])
+    published_names = set()
+    for variant_id, rec in published:
+        published_names.add(rec.filename)
+        key = (rec.project, variant_id, python_of_wheel(rec.filename))
+        cells[key] = MatrixCell(
+            project=rec.project, variant_id=variant_id, python=key[2], status="built", detail=rec.filename
+        )
+    for job in jobs:
+        variant_id = str(job.get("variant_id", ""))
+        wheel = job.get("wheel")
+        job_project = str(job.get("package") or project or "unknown")
+        if isinstance(wheel, str) and wheel:
+            job_project = str(parse_wheel_filename(wheel)[0])
+        python = str(job.get("python", ""))
+        key = (str(canonicalize_name(job_project)), variant_id, python)
+        result = str(job.get("result", ""))
+        if isinstance(wheel, str) and wheel in published_names:
+            continue
+        if result in {"failed", "oom"}:
+            status: CellStatus = "failed"
+            detail = result
+        else:
+            status, detail = "not built", result if result != "ok" else "not published"
+        existing = cells.get(key)
+        if existing is None or existing.status != "built":
+            cells[key] = MatrixCell(
+                project=key[0], variant_id=variant_id, python=python, status=status, detail=detail
+            )
+    return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+
+
+def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tuple[MatrixCell, ...] | None:
+    """Later reports override earlier ones, except that nothing overrides a built (published) cell."""
+    cells = {(c.project, c.variant_id, c.python): c for c in existing}
+    before = dict(cells)
+    for cell in new:
+        key = (cell.project, cell.variant_id, cell.python)
+        old = cells.get(key)
+        if old is not None and old.status == "built" and cell.status != "built":
+            continue
+        cells[key] = cell
+    if cells == before:
+        return None
+    return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+
+
+def cells_to_json(cells: Iterable[MatrixCell]) -> str:
+    rows = [
+        {"project": c.project, "variant_id": c.variant_id, "python": c.python, "status": c.status, "detail": c.detail}
+        for c in cells
+    ]
+    return json.dumps({"cells": rows}, indent=2) + "\n"
+
+
+def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
+    return tuple(
+        MatrixCell(
+            project=r["project"],
+            variant_id=r["variant_id"],
+            python=r["python"],
+            status=r["status"],
+            detail=r.get("detail", ""),
+        )
+        for r in json.loads(text).get("cells", [])
+    )
+
+
+def _python_key(python: str) -> tuple[int, ...] | tuple[int, str]:
+    try:
+        return tuple(int(p) for p in python.split("."))
+    except ValueError:
+        return (-1, python)
+
+
+_HUMAN_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
+    "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}"
+    ".built{background:#d4f7d4}.failed{background:#f7d4d4}.not-built{background:#eee;color:#777}"
+    "code{font-size:.85em}"
+)
+# Install commands are written relative to this page and completed with its own URL when viewed in a browser,
+# so the same static page is right on every host the index is served from.
+_HUMAN_SCRIPT = (
+    "document.querySelectorAll('code[data-index]').forEach(function(c){"
+    "var u=new URL(c.getAttribute('data-index'),document.baseURI).href;"
+    "c.textContent=c.textContent.split(c.getAttribute('data-index')).join(u);});"
+)
+
+
+def human_page(cells: Iterable[MatrixCell]) -> str:
+    """index.html at the index root: per project, a grid of variants x Pythons and each variant's install command."""
+    by_project: dict[str, list[MatrixCell]] = {}
+    for cell in cells:
+        by_project.setdefault(cell.project, []).append(cell)
+    body: list[str] = []
+    if not by_project:
+        body.append("<p>Nothing published yet.</p>")
+    for project in sorted(by_project):
+        pcells = by_project[project]
+        pythons = sorted({c.python for c in pcells}, key=_python_key)
+        variants = sorted({c.variant_id for c in pcells})
+        grid = {(c.variant_id, c.python): c for c in pcells}
+        body.append(f"<h2>{html.escape(project)}</h2>")
+        body.append("<table>")
+        head = "".join(f"<th>{html.escape(p)}</th>" for p in pythons)
+        body.append(f"  <tr><th>variant</th>{head}<th>install</th></tr>")
+        for vid in variants:
+            tds = []
+            for py in pythons:
+                cell = grid.get((vid, py))
+                status = cell.status if cell else "not built"
+                title = f' title="{html.escape(cell.detail)}"' if cell and cell.detail else ""
+                tds.append(f'<td class="{status.replace(" ", "-")}"{title}>{status}</td>')
+            built = any(c.status == "built" for c in pcells if c.variant_id == vid)
+            index = f"simple/{vid}/"
+            if built:
+                cmd = (
+                    f"pip install --index-url {index} --extra-index-url https://pypi.org/simple {project}"
+                )
+                install = f'<code data-index="{html.escape(index)}">{html.escape(cmd)}</code>'
+            else:
+                install = ""
+            body.append(f"  <tr><td>{html.escape(vid)}</td>{''.join(tds)}<td>{install}</td></tr>")
+        body.append("</table>")
+    lines = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "  <head>",
+        '    <meta charset="utf-8">',
+        "    <title>Wheel index</title>",
+        f"    <style>{_HUMAN_STYLE}</style>",
+        "  </head>",
+        "  <body>",
+        "    <h1>Wheel index</h1>",
+        '    <p>One index per variant: <a href="simple/">simple/</a>. '
+        "Run <code>factory which --index URL/simple/</code> on the target machine to pick one.</p>",
+        *(f"    {line}" for line in body),
+        f"    <script>{_HUMAN_SCRIPT}</script>",
+        "  </body>",
+        "</html>",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""The admission decision for one nvcc compile: the single implementation used by the wrapper and the simulator.
+
+Standard library only: this file is copied into build containers next to the nvcc wrapper, whose Python may not
+have the factory installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# nvcc's own front end (cudafe++, the host preprocessor) before any cicc starts; measured ~180 MiB on small TUs.
+DEFAULT_BASE_BYTES = 256 * MIB
+
+
+@dataclass(frozen=True)
+class Running:
+    """A compile holding a reservation: what it was promised and what its process tree holds now."""
+
+    pid: int
+    reserved_bytes: int
+    rss_bytes: int
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: bool
+    reason: str
+    committed_bytes: int
+    capacity_bytes: int
+
+
+def default_headroom(limit_bytes: int) -> int:
+    """Memory kept free for the link step, setup.py's Python and ninja: 1/16 of the limit, 256 MiB to 2 GiB."""
+    return max(256 * MIB, min(2 * GIB, limit_bytes // 16))
+
+
+def per_compile_estimate(*, per_arch_bytes: int, archs: int, nvcc_threads: int, base_bytes: int) -> int:
+    """Peak of one nvcc call: each nvcc thread runs one cicc/ptxas for one arch at a time."""
+    return max(1, min(max(1, nvcc_threads), max(1, archs))) * per_arch_bytes + base_bytes
+
+
+def decide(
+    *,
+    limit_bytes: int,
+    headroom_bytes: int,
+    used_bytes: int,
+    running: Sequence[Running],
+    prediction_bytes: int,
+    threads: int = 1,
+    cpus: float | None = None,
+    head_bytes: int | None = None,
+) -> Decision:
+    """Whether a compile predicted to peak at `prediction_bytes` may start now.
+
+    `used_bytes` is the cgroup's working set, which already holds the running compiles' current RSS; each running
+    compile is counted at the larger of its reservation and its RSS, the rest of the usage as untracked.
+    `head_bytes` is the prediction of a higher-priority waiter: a compile may pass it only if both fit, so a large
+    compile is never starved by a stream of small ones.
+    """
+    capacity = max(0, limit_bytes - headroom_bytes)
+    tracked_rss = sum(r.rss_bytes for r in running)
+    untracked = max(0, used_bytes - tracked_rss)
+    committed = untracked + sum(max(r.reserved_bytes, r.rss_bytes) for r in running)
+    if not running:
+        if head_bytes is None:
+            return Decision(admit=True, reason="nothing else runs", committed_bytes=committed, capacity_bytes=capacity)
+        return Decision(
+            admit=False, reason="a higher-priority compile goes first", committed_bytes=committed, capacity_bytes=capacity
+        )
+    if cpus is not None:
+        busy = sum(r.threads for r in running)
+        if busy + threads > max(1.0, cpus):
+            return Decision(
+                admit=False,
+                reason=f"cpu: {busy}+{threads} threads > {cpus:g}",
+                committed_bytes=committed,
+                capacity_bytes=capacity,
+            )
+    need = committed + prediction_bytes + (head_bytes or 0)
+    if need <= capacity:
+        return Decision(admit=True, reason="fits", committed_bytes=committed, capacity_bytes=capacity)
+    return Decision(
+        admit=False,
+        reason=f"memory: {need / GIB:.2f} GiB > {capacity / GIB:.2f} GiB",
+        committed_bytes=committed,
+        capacity_bytes=capacity,
+    )
+
+
+def priority(predicted_s: float | None, ticket: int) -> tuple[float, int]:
+    """Order of waiters: longest predicted compile first (shortens the tail), arrival order among unknowns."""
+    return (-(predicted_s or 0.0), ticket)
+
+
+def profile_key(source: str, archs: Sequence[str], nvcc_threads: int) -> str:
+    """Key of a measured compile: paths differ between builds, so only the file name counts."""
+    return f"{os.path.basename(source)}|{','.join(sorted(archs))}|{nvcc_threads}"
+
+
+def predict(
+    entries: Mapping[str, Mapping[str, float]],
+    key: str,
+    *,
+    per_arch_bytes: int,
+    archs: int,
+    nvcc_threads: int,
+    base_bytes: int = DEFAULT_BASE_BYTES,
+) -> tuple[int, float | None]:
+    """(peak bytes, seconds or None) of a compile: the learned profile entry, else the recipe's estimate."""
+    entry = entries.get(key)
+    if entry is not None and entry.get("peak_bytes"):
+        wall = entry.get("wall_s")
+        return int(entry["peak_bytes"]), (float(wall) if wall else None)
+    estimate = per_compile_estimate(
+        per_arch_bytes=per_arch_bytes, archs=archs, nvcc_threads=nvcc_threads, base_bytes=base_bytes
+    )
+    return estimate, None
+
+
+@dataclass(frozen=True)
+class NvccCall:
+    """What admission needs to know about one nvcc command line."""
+
+    is_compile: bool
+    source: str | None
+    archs: tuple[str, ...]
+    threads: int
+
+
+_SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+_ARCH_RE = re.compile(r"(?:arch|code)=\[?([a-z_0-9,]+)\]?")
+
+
+def _archs_of(value: str) -> list[str]:
+    """Virtual architectures of one -gencode/-arch value; each one is a cicc run."""
+    found: list[str] = []
+    match = re.search(r"arch=([a-z_0-9]+)", value)
+    if match:
+        found.append(match.group(1).replace("sm_", "compute_"))
+        return found
+    for part in value.split(","):
+        part = part.strip("[] ")
+        if part.startswith(("sm_", "compute_")):
+            found.append(part.replace("sm_", "compute_"))
+    return found
+
+
+def parse_nvcc_args(args: Sequence[str]) -> NvccCall:
+    """Source, virtual archs and --threads of an nvcc call; anything but `-c` of a source is not a compile."""
+    source: str | None = None
+    archs: list[str] = []
+    threads = 1
+    is_compile = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if arg in ("-c", "--compile"):
+            is_compile = True
+        elif arg in ("-gencode", "--generate-code", "-arch", "--gpu-architecture"):
+            archs.extend(_archs_of(nxt))
+            i += 1
+        elif arg.startswith(("-gencode=", "--generate-code=", "-arch=", "--gpu-architecture=")):
+            archs.extend(_archs_of(arg.split("=", 1)[1]))
+        elif arg in ("-t", "--threads"):
+            threads = _threads(nxt)
+            i += 1
+        elif arg.startswith("--threads="):
+            threads = _threads(arg.split("=", 1)[1])
+        elif arg in ("-o", "-I", "-D", "-x", "-ccbin", "--dependency-output", "-MF", "-Xcompiler", "-include"):
+            i += 1
+        elif not arg.startswith("-") and arg.endswith(_SOURCE_SUFFIXES):
+            source = arg
+        i += 1
+    unique = tuple(sorted(set(archs))) or ("default",)
+    return NvccCall(is_compile=is_compile and source is not None, source=source, archs=unique, threads=threads)
+
+
+def _threads(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        return 1
+    # nvcc reads 0 as "as many as there are CPUs"; per compile that means one thread per arch.
+    return value if value > 0 else 64

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""nvcc admission wrapper: every nvcc call of a build passes through here (PYTORCH_NVCC, or `nvcc` first on PATH).
+
+A compile starts only when its predicted peak fits the cgroup's remaining memory; its real peak RSS and wall time
+are measured and appended to a profile. Standard library only: it runs with the build container's Python, next to
+admission.py and cgroup.py (copied alongside it), which hold the decision and the cgroup reading.
+
+Environment:
+  FACTORY_REAL_NVCC            the real nvcc (default $CUDA_HOME/bin/nvcc)
+  FACTORY_STATE_DIR            directory shared by all compiles of one build; without it nvcc runs unadmitted
+  FACTORY_PROFILE_IN           learned profile JSON ({"entries": {key: {"peak_bytes", "wall_s"}}})
+  FACTORY_PROFILE_OUT          JSON lines file the measurements are appended to
+  FACTORY_MEM_LIMIT            bytes (default: the cgroup's limit)
+  FACTORY_EST_PER_ARCH_BYTES   estimate per arch per nvcc thread for files without a profile entry
+  FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
+  FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
+  FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
+  FACTORY_POLL_S               seconds between admission checks (default 0.5)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+
+import admission  # noqa: E402  (found next to this file, also when copied into a container)
+import cgroup  # noqa: E402
+
+DEFAULT_EST_PER_ARCH = 4 << 30
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(message: str) -> None:
+    if os.environ.get("FACTORY_WRAPPER_QUIET") != "1":
+        print(f"factory-nvcc: {message}", file=sys.stderr, flush=True)
+
+
+def real_nvcc() -> str:
+    real = os.environ.get("FACTORY_REAL_NVCC") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    if os.path.realpath(real) == os.path.realpath(__file__):
+        sys.exit("factory-nvcc: FACTORY_REAL_NVCC points at the wrapper itself")
+    return real
+
+
+def children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: fields start after the last ')'
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def tree_rss(pid: int, kids: dict[int, list[int]] | None = None) -> int:
+    """Summed resident memory of a process and its descendants."""
+    kids = children_map() if kids is None else kids
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * PAGE
+        except (OSError, IndexError, ValueError):
+            pass
+        stack.extend(kids.get(p, ()))
+    return total
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
+    """The reservations file, read and written under an exclusive lock; dead pids are dropped."""
+    os.makedirs(state_dir, exist_ok=True)
+    path = os.path.join(state_dir, "admission.json")
+    with open(os.path.join(state_dir, "admission.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path) as fh:
+                state = json.load(fh)
+        except (OSError, ValueError):
+            state = {}
+        state.setdefault("running", {})
+        state.setdefault("waiting", {})
+        state.setdefault("next_ticket", 0)
+        for table in ("running", "waiting"):
+            for pid in [p for p in state[table] if not alive(int(p))]:
+                del state[table][pid]
+        yield state
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(state, fh)
+        os.replace(tmp, path)
+
+
+def load_profile(path: str | None) -> dict[str, dict[str, float]]:
+    if not path:
+        return {}
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    entries = data.get("entries", {}) if isinstance(data, dict) else {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def env_int(name: str, default: int | None) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(float(value))
+    except ValueError:
+        return default
+
+
+def wait_for_admission(state_dir: str, *, prediction: int, predicted_s: float | None, threads: int) -> float:
+    info = cgroup.read_cgroup()
+    limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
+    if limit is None:
+        return 0.0  # no limit anywhere: nothing to protect
+    headroom = env_int("FACTORY_HEADROOM_BYTES", None)
+    headroom = admission.default_headroom(limit) if headroom is None else headroom
+    cpus_env = os.environ.get("FACTORY_CPUS")
+    cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(info)
+    poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
+    me = str(os.getpid())
+    t0 = time.monotonic()
+    with locked_state(state_dir) as state:
+        state["waiting"][me] = {"ticket": state["next_ticket"], "bytes": prediction, "seconds": predicted_s}
+        state["next_ticket"] += 1
+    said = ""
+    while True:
+        used = cgroup.read_cgroup().working_set or 0
+        kids = children_map()
+        with locked_state(state_dir) as state:
+            running = [
+                admission.Running(
+                    pid=int(pid), reserved_bytes=int(r["bytes"]), rss_bytes=tree_rss(int(pid), kids),
+                    threads=int(r.get("threads", 1)),
+                )
+                for pid, r in state["running"].items()
+            ]
+            mine = state["waiting"][me]
+            rank = admission.priority(mine["seconds"], mine["ticket"])
+            ahead = sorted(
+                (admission.priority(w["seconds"], w["ticket"]), int(w["bytes"]))
+                for pid, w in state["waiting"].items()
+                if pid != me and admission.priority(w["seconds"], w["ticket"]) < rank
+            )
+            decision = admission.decide(
+                limit_bytes=limit, headroom_bytes=headroom, used_bytes=used, running=running,
+                prediction_bytes=prediction, threads=threads, cpus=cpus,
+                head_bytes=ahead[0][1] if ahead else None,
+            )
+            if decision.admit:
+                del state["waiting"][me]
+                state["running"][me] = {"bytes": prediction, "threads": threads}
+                return time.monotonic() - t0
+        if decision.reason != said:
+            said = decision.reason
+            log(f"waiting ({decision.reason})")
+        time.sleep(poll)
+
+
+def release(state_dir: str) -> None:
+    with locked_state(state_dir) as state:
+        state["running"].pop(str(os.getpid()), None)
+        state["waiting"].pop(str(os.getpid()), None)
+
+
+def append_measurement(path: str, record: dict[str, Any]) -> None:
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.write(line)
+
+
+def run_measured(cmd: list[str]) -> tuple[int, int, float]:
+    """(exit code, peak tree RSS, wall seconds) of a child process, forwarding termination signals."""
+    interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
+    t0 = time.monotonic()
+    child = subprocess.Popen(cmd)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    peak = 0
+    while child.poll() is None:
+        peak = max(peak, tree_rss(child.pid))
+        time.sleep(interval)
+    code = child.returncode
+    return (128 - code if code < 0 else code), peak, time.monotonic() - t0
+
+
+def main(argv: list[str]) -> int:
+    nvcc = real_nvcc()
+    call = admission.parse_nvcc_args(argv)
+    state_dir = os.environ.get("FACTORY_STATE_DIR")
+    if not call.is_compile or not state_dir:
+        os.execv(nvcc, [nvcc, *argv])
+    assert call.source is not None
+    key = admission.profile_key(call.source, call.archs, call.threads)
+    prediction, predicted_s = admission.predict(
+        load_profile(os.environ.get("FACTORY_PROFILE_IN")),
+        key,
+        per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
+        archs=len(call.archs),
+        nvcc_threads=call.threads,
+        base_bytes=env_int("FACTORY_EST_BASE_BYTES", admission.DEFAULT_BASE_BYTES) or admission.DEFAULT_BASE_BYTES,
+    )
+    threads = max(1, min(call.threads, len(call.archs)))
+    try:
+        waited = wait_for_admission(state_dir, prediction=prediction, predicted_s=predicted_s, threads=threads)
+        code, peak, wall = run_measured([nvcc, *argv])
+    finally:
+        release(state_dir)
+    out = os.environ.get("FACTORY_PROFILE_OUT")
+    if out:
+        append_measurement(out, {
+            "key": key, "source": os.path.basename(call.source), "archs": list(call.archs), "threads": call.threads,
+            "peak_bytes": peak, "wall_s": round(wall, 3), "rc": code, "predicted_bytes": prediction,
+            "waited_s": round(waited, 3),
+        })
+    if peak > prediction:
+        log(f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB over its {prediction / 2**30:.2f} GiB estimate")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,199 @@
+"""Learned compile profiles per (package, version): peak memory and time of each (source file, archs, threads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from packaging.utils import canonicalize_name
+
+from factory.errors import ConfigError
+
+FORMAT = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    key: str
+    peak_bytes: int
+    wall_s: float
+    rc: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileEntry:
+    peak_bytes: int
+    wall_s: float | None
+    samples: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    package: str
+    version: str
+    entries: Mapping[str, ProfileEntry] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_json(self) -> dict[str, object]:
+        """The file format, also what the nvcc wrapper reads from FACTORY_PROFILE_IN."""
+        return {
+            "format": FORMAT,
+            "package": self.package,
+            "version": self.version,
+            "entries": {
+                k: {"peak_bytes": e.peak_bytes, "wall_s": e.wall_s, "samples": e.samples}
+                for k, e in sorted(self.entries.items())
+            },
+        }
+
+
+def factory_home() -> Path:
+    try:
+        from factory.wheelhouse import factory_home as home
+    except ImportError:
+        env = os.environ.get("FACTORY_HOME")
+        return Path(env).expanduser() if env else Path.home() / ".cache" / "wheel-factory"
+    return home()
+
+
+def profile_path(package: str, version: str, *, home: Path | None = None) -> Path:
+    return (home or factory_home()) / "profiles" / canonicalize_name(package) / f"{version}.json"
+
+
+def profile_from_json(data: object, *, source: str = "profile") -> Profile:
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        raise ConfigError("not a compile profile (no 'entries' object)", file=source)
+    entries: dict[str, ProfileEntry] = {}
+    for key, raw in data["entries"].items():
+        try:
+            entries[str(key)] = ProfileEntry(
+                peak_bytes=int(raw["peak_bytes"]),
+                wall_s=float(raw["wall_s"]) if raw.get("wall_s") is not None else None,
+                samples=int(raw.get("samples", 1)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"bad profile entry {key!r}: {exc}", file=source) from None
+    return Profile(
+        package=str(data.get("package", "")), version=str(data.get("version", "")), entries=MappingProxyType(entries)
+    )
+
+
+def load_profile(path: Path, *, package: str = "", version: str = "") -> Profile:
+    """The stored profile, or an empty one when none was learned yet."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return Profile(package=package, version=version)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"not valid JSON: {exc}", file=str(path)) from None
+    return profile_from_json(data, source=str(path))
+
+
+def save_profile(profile: Profile, path: Path) -> None:
+    """Written whole and renamed into place: a reader never sees half a profile."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(profile.to_json(), fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def read_measurements(path: Path) -> list[Measurement]:
+    """The wrapper's JSON lines; a line cut short by a kill is skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    found: list[Measurement] = []
+    for line in lines:
+        try:
+            raw = json.loads(line)
+            found.append(
+                Measurement(
+                    key=str(raw["key"]), peak_bytes=int(raw["peak_bytes"]), wall_s=float(raw["wall_s"]),
+                    rc=int(raw.get("rc", 0)),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
+    """Fold new measurements in: a peak only ever rises; time is the mean of successful compiles.
+
+    A killed compile's peak is still a lower bound of what it needs, so it raises the estimate too.
+    """
+    entries = dict(profile.entries)
+    for m in measurements:
+        old = entries.get(m.key)
+        ok_wall = m.wall_s if m.rc == 0 else None
+        if old is None:
+            entries[m.key] = ProfileEntry(peak_bytes=m.peak_bytes, wall_s=ok_wall, samples=1)
+            continue
+        wall = old.wall_s
+        if ok_wall is not None:
+            wall = ok_wall if wall is None else (wall * old.samples + ok_wall) / (old.samples + 1)
+        entries[m.key] = ProfileEntry(
+            peak_bytes=max(old.peak_bytes, m.peak_bytes),
+            wall_s=round(wall, 3) if wall is not None else None,
+            samples=old.samples + 1,
+        )
+    return replace(profile, entries=MappingProxyType(entries))
+
+
+def merge_profiles(base: Profile, other: Profile) -> Profile:
+    """Import of a profile shipped with published results (e.g. from another CI runner)."""
+    measurements = [
+        Measurement(key=k, peak_bytes=e.peak_bytes, wall_s=e.wall_s or 0.0, rc=0 if e.wall_s else 1)
+        for k, e in other.entries.items()
+    ]
+    return merge(base, measurements)
+
+
+def record(package: str, version: str, measurements_file: Path, *, home: Path | None = None) -> Profile:
+    """Merge a build's measurements into the stored profile of (package, version) and save it."""
+    path = profile_path(package, version, home=home)
+    profile = merge(load_profile(path, package=package, version=version), read_measurements(measurements_file))
+    save_profile(profile, path)
+    return profile
+
+
+def raised_per_arch(per_arch_bytes: int, profile: Profile, *, base_bytes: int) -> int:
+    """The recipe's estimate for files never measured, raised to the worst per-arch peak measured so far."""
+    worst = per_arch_bytes
+    for key, entry in profile.entries.items():
+        parts = key.split("|")
+        if len(parts) != 3:
+            continue
+        width = max(1, min(int(parts[2]) if parts[2].isdigit() else 1, len(parts[1].split(","))))
+        worst = max(worst, (entry.peak_bytes - base_bytes) // width)
+    return worst
+
+
+def export_profile(package: str, version: str, dest_dir: Path, *, home: Path | None = None) -> Path | None:
+    """Copy the stored profile next to published results as `<name>-<version>.compile-profile.json`."""
+    profile = load_profile(profile_path(package, version, home=home), package=package, version=version)
+    if not profile.entries:
+        return None
+    dest = dest_dir / f"{canonicalize_name(package)}-{version}.compile-profile.json"
+    save_profile(profile, dest)
+    return dest
+
+
+def import_profile(path: Path, *, home: Path | None = None) -> Profile:
+    """Merge a shipped profile into the local state directory (peaks only rise)."""
+    other = load_profile(path)
+    if not other.package or not other.version:
+        raise ConfigError("a shipped profile must name its package and version", file=str(path))
+    dest = profile_path(other.package, other.version, home=home)
+    merged = merge_profiles(load_profile(dest, package=other.package, version=other.version), other)
+    save_profile(merged, dest)
+    return merged

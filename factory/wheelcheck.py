@@ -1,0 +1,546 @@
+"""Acceptance checks of a built wheel, and the METADATA torch pin that keeps its RECORD valid.
+
+A wheel is accepted only when its name, tags and version say what the job built, its METADATA pins the
+torch it was compiled against, its RECORD matches its contents, and every extension module carries cubins for
+exactly the requested GPU architectures. All of this is read from the zip on the host; nothing here runs
+Docker.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from packaging.metadata import parse_email
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from factory.errors import CheckError
+from factory.fatbin import read_device_code
+
+_TORCH = "torch"
+_RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
+_MANYLINUX = re.compile(r"^(manylinux_\d+_\d+|manylinux1|manylinux2010|manylinux2014)_(?P<machine>.+)$")
+_ARCH = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[af]?)$")
+_COPY_CHUNK = 1 << 20
+
+
+# --- small pure helpers -------------------------------------------------------------------------------------
+
+
+def torch_pin(torch_version: str) -> Requirement:
+    """`torch==X.Y.*` for the torch a wheel was built against ("2.14.1+cu130" -> torch==2.14.*)."""
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        raise CheckError(f"torch version {torch_version!r} is not a PEP 440 version") from None
+    major, minor = (*release, 0)[:2]
+    return Requirement(f"{_TORCH}=={major}.{minor}.*")
+
+
+def sm_number(arch: str) -> int:
+    """The SM number a cubin for a torch-style arch carries: "8.0" -> 80, "9.0a" -> 90, "12.0" -> 120."""
+    match = _ARCH.match(arch.strip())
+    if match is None:
+        raise CheckError(f"arch {arch!r} is not a compute capability like 8.0, 9.0a or 12.0")
+    return int(match["major"]) * 10 + int(match["minor"])
+
+
+def python_tag(python: str) -> str:
+    """The CPython interpreter tag of a "3.11"-style version: "cp311"."""
+    parts = python.strip().split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise CheckError(f"python version {python!r} is not like 3.11")
+    return f"cp{parts[0]}{parts[1]}"
+
+
+def is_linux_platform(platform: str, machine: str = "x86_64") -> bool:
+    """True for linux_<machine> and every manylinux flavour for that machine."""
+    if platform == f"linux_{machine}":
+        return True
+    match = _MANYLINUX.match(platform)
+    return match is not None and match["machine"] == machine
+
+
+def record_hash(data: bytes) -> str:
+    """A RECORD hash field: sha256 as urlsafe base64 without padding (wheel spec)."""
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _format_sms(values: Iterable[int]) -> str:
+    return ", ".join(f"sm_{v}" for v in sorted(values)) or "none"
+
+
+# --- METADATA -----------------------------------------------------------------------------------------------
+
+
+def _split_headers(text: str) -> tuple[list[str], str]:
+    """Header lines (each with its line ending, continuation lines folded in) and the untouched body."""
+    lines = text.splitlines(keepends=True)
+    headers: list[str] = []
+    for index, line in enumerate(lines):
+        if line in ("\n", "\r\n", "\r"):
+            return headers, "".join(lines[index:])
+        if line[:1] in (" ", "\t") and headers:
+            headers[-1] += line
+        else:
+            headers.append(line)
+    return headers, ""
+
+
+def _requirement_of(header: str) -> Requirement | None:
+    name, _, value = header.partition(":")
+    if name.strip().lower() != "requires-dist":
+        return None
+    try:
+        return Requirement(" ".join(value.split()))
+    except InvalidRequirement:
+        return None
+
+
+def pin_torch_in_metadata(text: str, torch_version: str) -> str:
+    """METADATA text with every torch requirement replaced by one unconditional `torch==X.Y.*`.
+
+    The extension links against that torch's C++ ABI whatever extras were chosen, hence no marker survives.
+    """
+    pin = torch_pin(torch_version)
+    headers, body = _split_headers(text)
+    newline = "\r\n" if headers and headers[0].endswith("\r\n") else "\n"
+    pin_line = f"Requires-Dist: {pin}{newline}"
+    kept: list[str] = []
+    insert_at: int | None = None
+    last_requirement: int | None = None
+    for header in headers:
+        requirement = _requirement_of(header)
+        if requirement is not None and canonicalize_name(requirement.name) == _TORCH:
+            if insert_at is None:
+                insert_at = len(kept)
+            continue
+        if header.split(":", 1)[0].strip().lower() == "requires-dist":
+            last_requirement = len(kept)
+        kept.append(header)
+    if insert_at is None:
+        insert_at = len(kept) if last_requirement is None else last_requirement + 1
+    if kept and not kept[-1].endswith(("\n", "\r")):
+        kept[-1] += newline
+    kept.insert(insert_at, pin_line)
+    return "".join(kept) + body
+
+
+def torch_requirements(text: str) -> list[Requirement]:
+    headers, _ = _split_headers(text)
+    found = [_requirement_of(h) for h in headers]
+    return [r for r in found if r is not None and canonicalize_name(r.name) == _TORCH]
+
+
+# --- RECORD -------------------------------------------------------------------------------------------------
+
+
+def _dist_info_dirs(names: Iterable[str]) -> list[str]:
+    return sorted(
+        {n.split("/", 1)[0] for n in names if "/" in n and n.split("/", 1)[0].endswith(".dist-info")}
+    )
+
+
+def record_problems(archive: zipfile.ZipFile, record_path: str) -> list[str]:
+    """Every way RECORD disagrees with the archive: unlisted files, missing files, wrong hashes or sizes."""
+    problems: list[str] = []
+    try:
+        rows = list(csv.reader(io.StringIO(archive.read(record_path).decode("utf-8"))))
+    except (KeyError, UnicodeDecodeError, csv.Error) as exc:
+        return [f"RECORD: cannot be read ({exc})"]
+    listed: dict[str, tuple[str, str]] = {}
+    for number, row in enumerate(rows, start=1):
+        if not row:
+            continue
+        if len(row) != 3:
+            problems.append(f"RECORD line {number}: expected 3 fields, got {len(row)}")
+            continue
+        path, digest, size = row
+        if path in listed:
+            problems.append(f"RECORD: {path} is listed twice")
+        listed[path] = (digest, size)
+    members = [i for i in archive.infolist() if not i.is_dir()]
+    seen: set[str] = set()
+    signatures = {f"{record_path.rsplit('/', 1)[0]}/{s}" for s in _RECORD_SIGNATURES}
+    for info in members:
+        name = info.filename
+        if name in seen:
+            problems.append(f"zip: {name} is stored twice")
+        seen.add(name)
+        if name == record_path or name in signatures:
+            continue
+        if name not in listed:
+            problems.append(f"RECORD: {name} is in the wheel but not listed")
+            continue
+        digest, size = listed[name]
+        algorithm, _, expected = digest.partition("=")
+        if algorithm not in {"sha256", "sha384", "sha512"} or not expected:
+            problems.append(f"RECORD: {name} has no sha256 (or stronger) hash: {digest!r}")
+            continue
+        hasher = hashlib.new(algorithm)
+        with archive.open(info) as handle:
+            while chunk := handle.read(_COPY_CHUNK):
+                hasher.update(chunk)
+        actual = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode("ascii")
+        if actual != expected:
+            problems.append(f"RECORD: {name} hash mismatch (RECORD {algorithm}={expected}, file {actual})")
+        if size and size != str(info.file_size):
+            problems.append(f"RECORD: {name} size mismatch (RECORD {size}, file {info.file_size})")
+    for name in sorted(set(listed) - seen):
+        problems.append(f"RECORD: {name} is listed but not in the wheel")
+    return problems
+
+
+# --- pinning ------------------------------------------------------------------------------------------------
+
+
+def pin_torch_requirement(wheel: Path, torch_version: str) -> None:
+    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents.
+
+    Every member keeps its zip metadata (timestamps, permission bits); RECORD is regenerated from the bytes
+    actually written and placed last. The new zip replaces the old one by rename, so a failure leaves the
+    original wheel untouched.
+    """
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CheckError(f"{wheel.name}: not a readable wheel ({exc})") from None
+    with archive:
+        names = archive.namelist()
+        dist_infos = _dist_info_dirs(names)
+        if len(dist_infos) != 1:
+            raise CheckError(f"{wheel.name}: expected one .dist-info directory, found {len(dist_infos)}")
+        dist_info = dist_infos[0]
+        metadata_path = f"{dist_info}/METADATA"
+        record_path = f"{dist_info}/RECORD"
+        if metadata_path not in names:
+            raise CheckError(f"{wheel.name}: {metadata_path} is missing")
+        try:
+            metadata = archive.read(metadata_path).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckError(f"{wheel.name}: {metadata_path} is not UTF-8") from None
+        pinned = pin_torch_in_metadata(metadata, torch_version).encode("utf-8")
+        dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES}
+
+        fd, temp_name = tempfile.mkstemp(prefix=f".{wheel.name}.", suffix=".tmp", dir=wheel.parent)
+        temp = Path(temp_name)
+        try:
+            with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as out:
+                rows: list[tuple[str, str, str]] = []
+                for info in archive.infolist():
+                    if info.filename in dropped:
+                        continue  # signatures over the old RECORD would be false now
+                    if info.is_dir():
+                        out.writestr(info, b"")
+                        continue
+                    if info.filename == metadata_path:
+                        out.writestr(_copy_info(info), pinned)
+                        rows.append((info.filename, record_hash(pinned), str(len(pinned))))
+                        continue
+                    rows.append(_copy_member(archive, info, out))
+                rows.append((record_path, "", ""))
+                text = io.StringIO()
+                csv.writer(text, lineterminator="\n").writerows(rows)
+                record_info = archive.getinfo(record_path) if record_path in names else None
+                new_record = _copy_info(record_info) if record_info else zipfile.ZipInfo(record_path)
+                new_record.compress_type = zipfile.ZIP_DEFLATED
+                out.writestr(new_record, text.getvalue().encode("utf-8"))
+                out.close()
+                raw.flush()
+                os.fsync(raw.fileno())
+            temp.chmod(wheel.stat().st_mode & 0o777)
+            temp.replace(wheel)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+
+
+def _copy_info(info: zipfile.ZipInfo) -> zipfile.ZipInfo:
+    new = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+    new.compress_type = info.compress_type
+    new.external_attr = info.external_attr
+    new.create_system = info.create_system
+    return new
+
+
+def _copy_member(
+    source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile
+) -> tuple[str, str, str]:
+    """Stream one member across (extensions can be hundreds of MB), hashing what is written."""
+    hasher = hashlib.sha256()
+    size = 0
+    new = _copy_info(info)
+    new.file_size = info.file_size
+    with (
+        source.open(info) as src,
+        out.open(new, "w", force_zip64=info.file_size > zipfile.ZIP64_LIMIT) as dst,
+    ):
+        while chunk := src.read(_COPY_CHUNK):
+            hasher.update(chunk)
+            size += len(chunk)
+            dst.write(chunk)
+    digest = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode("ascii")
+    return info.filename, f"sha256={digest}", str(size)
+
+
+# --- the acceptance check -----------------------------------------------------------------------------------
+
+
+def check_wheel(
+    wheel: Path,
+    *,
+    name: str,
+    version: str,
+    local_version: str,
+    python: str,
+    torch_version: str,
+    archs: Sequence[str],
+    machine: str = "x86_64",
+) -> list[str]:
+    """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
+
+    `archs` are torch-style compute capabilities ("8.0", "9.0a"); a suffix does not change the SM number a
+    cubin carries, so "9.0a" expects sm_90.
+    """
+    problems: list[str] = []
+    expected_version = _expected_version(version, local_version)
+    file_version: Version | None = None
+    try:
+        file_name, file_version, _build, tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        problems.append(f"filename: {exc}")
+        tags = frozenset()
+        file_name = None
+    if file_name is not None and file_name != canonicalize_name(name):
+        problems.append(f"filename: project {file_name} is not {canonicalize_name(name)}")
+    if file_version is not None and file_version != expected_version:
+        problems.append(f"filename: version {file_version} is not the job's {expected_version}")
+    if tags:
+        interpreter = python_tag(python)
+        if not any(t.interpreter == interpreter for t in tags):
+            found = ", ".join(sorted({t.interpreter for t in tags}))
+            problems.append(f"filename: interpreter tag {found} is not {interpreter}")
+        bad_platforms = sorted({t.platform for t in tags if not is_linux_platform(t.platform, machine)})
+        if bad_platforms:
+            problems.append(
+                f"filename: platform tag {', '.join(bad_platforms)} is not linux_{machine} or manylinux"
+            )
+
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        return [*problems, f"zip: cannot be opened ({exc})"]
+    with archive:
+        problems += _check_contents(
+            archive,
+            name=name,
+            file_version=file_version,
+            torch_version=torch_version,
+            tags={str(t) for t in tags},
+            expected_sms=frozenset(sm_number(a) for a in archs),
+        )
+    return problems
+
+
+def _expected_version(version: str, local_version: str) -> Version:
+    text = f"{version}+{local_version}" if local_version else version
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise CheckError(f"job version {text!r} is not a PEP 440 version") from None
+
+
+def _check_contents(
+    archive: zipfile.ZipFile,
+    *,
+    name: str,
+    file_version: Version | None,
+    torch_version: str,
+    tags: set[str],
+    expected_sms: frozenset[int],
+) -> list[str]:
+    problems: list[str] = []
+    names = archive.namelist()
+    dist_infos = _dist_info_dirs(names)
+    if len(dist_infos) != 1:
+        return [f"zip: expected one .dist-info directory, found {', '.join(dist_infos) or 'none'}"]
+    dist_info = dist_infos[0]
+    stem = dist_info.removesuffix(".dist-info")
+    dir_name, _, dir_version = stem.partition("-")
+    if canonicalize_name(dir_name) != canonicalize_name(name):
+        problems.append(f"{dist_info}: project {dir_name} is not {name}")
+    if file_version is not None and not _same_version(dir_version, file_version):
+        problems.append(f"{dist_info}: version {dir_version} is not the filename's {file_version}")
+
+    problems += _check_metadata(archive, f"{dist_info}/METADATA", name, file_version, torch_version)
+    problems += _check_wheel_file(archive, f"{dist_info}/WHEEL", tags)
+    record_path = f"{dist_info}/RECORD"
+    if record_path in names:
+        problems += record_problems(archive, record_path)
+    else:
+        problems.append(f"{record_path}: missing")
+    problems += _check_extensions(archive, expected_sms)
+    return problems
+
+
+def _same_version(text: str, version: Version) -> bool:
+    try:
+        return Version(text) == version
+    except InvalidVersion:
+        return False
+
+
+def _check_metadata(
+    archive: zipfile.ZipFile, path: str, name: str, file_version: Version | None, torch_version: str
+) -> list[str]:
+    try:
+        text = archive.read(path).decode("utf-8")
+    except KeyError:
+        return [f"{path}: missing"]
+    except UnicodeDecodeError:
+        return [f"{path}: not UTF-8"]
+    problems: list[str] = []
+    raw, _unparsed = parse_email(text)
+    meta_name = raw.get("name")
+    meta_version = raw.get("version")
+    if meta_name is None or canonicalize_name(meta_name) != canonicalize_name(name):
+        problems.append(f"METADATA: Name {meta_name!r} is not {name!r}")
+    if meta_version is None:
+        problems.append("METADATA: no Version")
+    elif file_version is not None and not _same_version(meta_version, file_version):
+        problems.append(f"METADATA: Version {meta_version} is not the filename's {file_version}")
+    pin = torch_pin(torch_version)
+    found = torch_requirements(text)
+    if [str(r) for r in found] != [str(pin)]:
+        shown = ", ".join(repr(str(r)) for r in found) or "none"
+        problems.append(f"METADATA: torch requirement is {shown}, expected exactly '{pin}'")
+    return problems
+
+
+def _check_wheel_file(archive: zipfile.ZipFile, path: str, tags: set[str]) -> list[str]:
+    try:
+        text = archive.read(path).decode("utf-8")
+    except KeyError:
+        return [f"{path}: missing"]
+    except UnicodeDecodeError:
+        return [f"{path}: not UTF-8"]
+    headers, _ = _split_headers(text)
+    values: dict[str, list[str]] = {}
+    for header in headers:
+        key, _, value = header.partition(":")
+        values.setdefault(key.strip().lower(), []).append(value.strip())
+    problems: list[str] = []
+    if values.get("root-is-purelib", ["false"])[0].lower() != "false":
+        problems.append("WHEEL: Root-Is-Purelib is true for a wheel with extension modules")
+    wheel_tags = set(values.get("tag", []))
+    if tags and wheel_tags != tags:
+        problems.append(
+            f"WHEEL: Tag {', '.join(sorted(wheel_tags)) or 'none'} does not match the filename's "
+            f"{', '.join(sorted(tags))}"
+        )
+    return problems
+
+
+def is_extension_module(member: str) -> bool:
+    """Python extension modules end in .so; versioned vendored libraries (libfoo.so.1) are not modules."""
+    return member.endswith(".so") and not member.split("/", 1)[0].endswith(".dist-info")
+
+
+def _check_extensions(archive: zipfile.ZipFile, expected: frozenset[int]) -> list[str]:
+    modules = [i for i in archive.infolist() if not i.is_dir() and is_extension_module(i.filename)]
+    if not modules:
+        return ["wheel: no extension module (.so) found"]
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="factory-wheelcheck-") as scratch:
+        for info in modules:
+            target = Path(scratch) / "module.so"
+            with archive.open(info) as src, target.open("wb") as dst:
+                shutil.copyfileobj(src, dst, _COPY_CHUNK)
+            try:
+                code = read_device_code(target)
+            except CheckError as exc:
+                problems.append(f"{info.filename}: {str(exc).removeprefix(str(target) + ': ')}")
+                continue
+            found = code.cubin_archs
+            if not found:
+                ptx = f" (PTX only: {_format_sms(code.ptx_archs)})" if code.ptx_archs else ""
+                problems.append(f"{info.filename}: no cubins{ptx}, expected {_format_sms(expected)}")
+            elif found != expected:
+                detail = []
+                if expected - found:
+                    detail.append(f"missing {_format_sms(expected - found)}")
+                if found - expected:
+                    detail.append(f"unexpected {_format_sms(found - expected)}")
+                problems.append(
+                    f"{info.filename}: cubins for {_format_sms(found)}, expected {_format_sms(expected)} "
+                    f"({'; '.join(detail)})"
+                )
+    return problems
+
+
+# --- in-container import check ------------------------------------------------------------------------------
+
+IMPORT_CHECK_MARKER = "FACTORY-IMPORT-CHECK"
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def import_check_script(import_name: str) -> str:
+    """Python source that imports `import_name` after torch and prints one JSON line prefixed by the marker.
+
+    Run it as `python -I -c SCRIPT` (or from a file with -I) outside the source tree: a checkout on sys.path
+    would be imported instead of the installed wheel. The script also drops the working directory itself.
+    """
+    if not _DOTTED.match(import_name):
+        raise CheckError(f"import name {import_name!r} is not a dotted Python module name")
+    return f"""\
+import importlib, json, os, sys, traceback
+cwd = os.getcwd()
+sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+try:
+    import torch
+    module = importlib.import_module({import_name!r})
+except BaseException as exc:
+    traceback.print_exc()
+    print("{IMPORT_CHECK_MARKER} " + json.dumps({{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}))
+    sys.exit(1)
+report = {{
+    "ok": True,
+    "module": {import_name!r},
+    "file": getattr(module, "__file__", None),
+    "version": getattr(module, "__version__", None),
+    "torch": torch.__version__,
+    "cuda": torch.version.cuda,
+}}
+print("torch", report["torch"], "cuda", report["cuda"])
+print({import_name!r}, report["file"])
+print("{IMPORT_CHECK_MARKER} " + json.dumps(report))
+"""
+
+
+def parse_import_check(output: str) -> dict[str, object] | None:
+    """The JSON report of `import_check_script` from a container's output (last marker line), if any."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(IMPORT_CHECK_MARKER + " "):
+            try:
+                value = json.loads(line[len(IMPORT_CHECK_MARKER) + 1 :])
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None

@@ -1,0 +1,222 @@
+"""Host-side wheelhouses: `pip download` for a target Python/platform, cached by the hash of its inputs.
+
+Downloads run on the host with the host's pip configuration, so its mirrors, proxies and CA certificates
+apply; build containers then install from the wheelhouse with their network off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from factory.errors import ConfigError, FactoryError
+
+DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
+
+# Bumped when the layout or the pip invocation changes, so old cache entries are not reused.
+_CACHE_FORMAT = 1
+
+# manylinux tags below 2_5 do not exist; the legacy aliases name the same glibc levels as PEP 600 tags.
+_OLDEST_GLIBC_MINOR = 5
+_LEGACY_ALIASES = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def factory_home() -> Path:
+    """The factory's state and cache directory: `$FACTORY_HOME` or `~/.cache/wheel-factory`."""
+    env = os.environ.get("FACTORY_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "wheel-factory"
+
+
+def compatible_platforms(platform: str) -> tuple[str, ...]:
+    """Every platform tag a wheel may carry and still run on `platform`, newest first.
+
+    pip treats each `--platform` as an exact tag, so a `manylinux_2_28` target has to list the older
+    manylinux levels (and their legacy aliases) explicitly or it misses wheels tagged only
+    `manylinux2014`/`manylinux_2_17`.
+    """
+    prefix = "manylinux_"
+    legacy = {alias: minor for minor, alias in _LEGACY_ALIASES.items()}
+    for alias, minor in legacy.items():
+        if platform.startswith(alias + "_"):
+            platform = f"manylinux_2_{minor}_{platform[len(alias) + 1 :]}"
+            break
+    if not platform.startswith(prefix):
+        return (platform,)
+    try:
+        major, minor, arch = platform[len(prefix) :].split("_", 2)
+        glibc_major, glibc_minor = int(major), int(minor)
+    except ValueError:
+        raise ConfigError(f"invalid manylinux platform tag {platform!r}") from None
+    if glibc_major != 2 or not arch:
+        raise ConfigError(f"unsupported manylinux platform tag {platform!r}")
+    tags: list[str] = []
+    for m in range(glibc_minor, _OLDEST_GLIBC_MINOR - 1, -1):
+        tags.append(f"manylinux_2_{m}_{arch}")
+        if m in _LEGACY_ALIASES:
+            tags.append(f"{_LEGACY_ALIASES[m]}_{arch}")
+    return tuple(tags)
+
+
+def pip_download_args(
+    requirements: Sequence[str],
+    dest: Path,
+    *,
+    python: str,
+    platform: str = DEFAULT_PLATFORM,
+    index_url: str | None = None,
+    extra_index_urls: Iterable[str] = (),
+    only_binary: bool = True,
+) -> list[str]:
+    """The `pip download` command line (without the interpreter) for these inputs."""
+    args = ["-m", "pip", "download", "--dest", str(dest), "--progress-bar", "off"]
+    if only_binary:
+        args += ["--only-binary=:all:", "--python-version", python]
+        for tag in compatible_platforms(platform):
+            args += ["--platform", tag]
+    # Without --only-binary pip refuses target constraints, so such a download is for the host interpreter.
+    if index_url is not None:
+        args += ["--index-url", index_url]
+    for url in extra_index_urls:
+        args += ["--extra-index-url", url]
+    args += list(requirements)
+    return args
+
+
+def wheelhouse_key(
+    requirements: Sequence[str],
+    *,
+    python: str,
+    platform: str = DEFAULT_PLATFORM,
+    index_url: str | None = None,
+    extra_index_urls: Iterable[str] = (),
+    only_binary: bool = True,
+) -> str:
+    """A stable hash of the inputs of a download; requirement order does not matter."""
+    payload = {
+        "format": _CACHE_FORMAT,
+        "requirements": sorted(r.strip() for r in requirements),
+        "python": python,
+        "platform": platform,
+        "index_url": index_url,
+        "extra_index_urls": list(extra_index_urls),
+        "only_binary": only_binary,
+    }
+    blob = json.dumps(payload, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def last_error_line(output: str) -> str:
+    """pip's most telling line: its last `ERROR:` line, else its last non-empty one."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    if errors:
+        return errors[-1]
+    return lines[-1] if lines else "pip gave no output"
+
+
+def wheel_files(directory: Path) -> list[Path]:
+    """The wheels in a wheelhouse, sorted by name; other files (sdists, partial downloads) are left out."""
+    found = []
+    for path in sorted(directory.iterdir()):
+        if not path.is_file() or path.suffix != ".whl":
+            continue
+        try:
+            parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        found.append(path)
+    return found
+
+
+def download_wheelhouse(
+    requirements: Sequence[str],
+    dest: Path | None = None,
+    *,
+    python: str,
+    platform: str = DEFAULT_PLATFORM,
+    index_url: str | None = None,
+    extra_index_urls: Iterable[str] = (),
+    only_binary: bool = True,
+) -> Path:
+    """Download `requirements` (and their dependencies) as wheels for `python` on `platform`.
+
+    The download lands in `factory_home()/wheelhouses/<hash of inputs>`, made atomically (a temporary
+    directory renamed into place), and is reused by later calls with the same inputs. With `dest`, the
+    wheels are also linked (or copied across filesystems) into `dest`, which is returned; otherwise the
+    cache directory is returned.
+    """
+    extra = tuple(extra_index_urls)
+    if not requirements:
+        raise ConfigError("a wheelhouse needs at least one requirement")
+    key = wheelhouse_key(
+        requirements,
+        python=python,
+        platform=platform,
+        index_url=index_url,
+        extra_index_urls=extra,
+        only_binary=only_binary,
+    )
+    cache_root = factory_home() / "wheelhouses"
+    cached = cache_root / key
+    if not cached.is_dir():
+        cache_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
+        try:
+            args = pip_download_args(
+                requirements,
+                tmp,
+                python=python,
+                platform=platform,
+                index_url=index_url,
+                extra_index_urls=extra,
+                only_binary=only_binary,
+            )
+            proc = subprocess.run(
+                [sys.executable, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise FactoryError(
+                    f"pip download for Python {python} ({platform}) failed: {last_error_line(proc.stdout)}"
+                )
+            (tmp / "inputs.json").write_text(
+                json.dumps(
+                    {"requirements": list(requirements), "python": python, "platform": platform}, indent=1
+                )
+                + "\n"
+            )
+            try:
+                tmp.rename(cached)
+            except OSError:
+                # Another process finished the same download first; its result is as good as ours.
+                if not cached.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if dest is None:
+        return cached
+    dest.mkdir(parents=True, exist_ok=True)
+    for wheel in wheel_files(cached):
+        target = dest / wheel.name
+        if target.exists():
+            continue
+        try:
+            os.link(wheel, target)
+        except OSError:
+            shutil.copy2(wheel, target)
+    return dest

@@ -1,0 +1,42 @@
+"""Shared fixtures. Integration tests need real services; under CI=true a missing one is a failure, never a skip."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require(condition: bool, what: str) -> None:
+    """Skip locally when a real component is missing; fail under CI, where a skip would hide an untested feature."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {what} is unavailable: integration tests must run in CI", pytrace=False)
+    pytest.skip(f"{what} is unavailable")
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[object]:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types when no daemon answers
+        require(False, f"Docker ({exc.__class__.__name__})")
+        raise
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def host_nvcc() -> str:
+    path = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    require(path is not None, "nvcc on the host")
+    assert path is not None
+    return path

@@ -1,0 +1,179 @@
+"""`factory build` for real: dockerd, the PyPI-toolkit image on a bootstrapped base, nvcc, torch 2.14.1.
+
+One module-scoped build runs three jobs of the demo extension (two good arch sets and one that fails to
+compile) with --keep-going; the other tests exercise OOM and interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory import build as build_mod
+from factory.fatbin import device_code
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_SRC = ROOT / "examples" / "demo-ext"
+FACTORY = [sys.executable, "-m", "factory.cli"]
+
+
+def demo_matrix(tmp: Path, *, arch: list[str], include: str = "", build_extra: str = "") -> Path:
+    text = textwrap.dedent(
+        f"""\
+        package:
+          name: factory-demo-ext
+          version: "0.1.0"
+          source: {{path: {DEMO_SRC}}}
+        recipe:
+          name: demo
+          arch_env: DEMO_CUDA_ARCHS
+          arch_format: torch
+          local_version_env: DEMO_LOCAL_VERSION
+          import_name: factory_demo_ext
+          compile_gib_per_arch: 1.0
+        matrix:
+          cuda: ["13.0"]
+          torch: ["2.14"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: {json.dumps(arch)}
+        """
+    ) + include + textwrap.dedent(
+        f"""\
+        build:
+          flavor: pypi
+          cpus: 2
+          torch_index: {{"13.0": default}}
+        {build_extra}
+        """
+    )
+    path = tmp / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+def run_factory(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FACTORY, *args], capture_output=True, text=True, cwd=ROOT, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("demo-build")
+    include = textwrap.dedent(
+        """\
+          include:
+            - arch: "7.5"
+              env: {DEMO_FAIL_COMPILE: "1"}
+        """
+    )
+    matrix = demo_matrix(tmp, arch=["8.0", "9.0;12.0", "7.5"], include=include, build_extra="  memory: 8GiB")
+    out = tmp / "wheels"
+    proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going")
+    report = json.loads((out / "report.json").read_text())
+    return {"proc": proc, "out": out, "report": report, "jobs": {j["job_id"]: j for j in report["jobs"]}}
+
+
+def test_build_exit_code_reflects_the_failed_job(demo_build: dict[str, Any]) -> None:
+    proc = demo_build["proc"]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_good_arch_sets_produce_checked_wheels(demo_build: dict[str, Any]) -> None:
+    jobs = demo_build["jobs"]
+    for job_id, archs in (("cu130-torch2.14-abi1-sm80-py311", {80}),
+                          ("cu130-torch2.14-abi1-sm90.120-py311", {90, 120})):
+        job = jobs[job_id]
+        assert job["result"] == "ok", (job["reason"], job["log_tail"])
+        wheel = demo_build["out"] / job["wheel"]
+        assert wheel.is_file()
+        label = job_id.removesuffix("-py311").replace("cu130", "cu13.0").replace("-", ".")
+        assert wheel.name.startswith(f"factory_demo_ext-0.1.0+{label}-cp311-cp311-linux_x86_64")
+        with zipfile.ZipFile(wheel) as zf:
+            metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+            text = zf.read(metadata).decode()
+            assert "Requires-Dist: torch==2.14.*" in text.splitlines()
+            sos = [n for n in zf.namelist() if n.endswith(".so")]
+            assert sos
+            for so in sos:
+                assert device_code(zf.read(so)).cubin_archs == frozenset(archs)
+        assert job["peak_bytes"] > 0
+        assert len(job["attempts"]) == 1
+        log = Path(job["log"]).read_text()
+        assert "MAX_JOBS=" in log
+        assert '"phase": "install-check"' in log and '"phase": "done"' in log
+
+
+def test_compile_error_is_a_failed_job_with_log_tail(demo_build: dict[str, Any]) -> None:
+    job = demo_build["jobs"]["cu130-torch2.14-abi1-sm75-py311"]
+    assert job["result"] == "failed"
+    assert "exit" in job["reason"]
+    assert any("DEMO_FAIL_COMPILE" in line for line in job["log_tail"]), job["log_tail"]
+    assert job["wheel"] is None
+
+
+def test_no_container_left_after_build(demo_build: dict[str, Any], docker_client: Any) -> None:
+    run_id = demo_build["report"]["run_id"]
+    assert docker_client.containers.list(all=True, filters={"label": f"{build_mod.RUN_LABEL}={run_id}"}) == []
+
+
+def test_tiny_memory_limit_is_reported_as_oom(tmp_path: Path, docker_client: Any) -> None:
+    matrix = demo_matrix(tmp_path, arch=["8.0"], build_extra="  max_attempts: 1")
+    out = tmp_path / "wheels"
+    proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--memory", "700MiB")
+    assert proc.returncode == 1
+    report = json.loads((out / "report.json").read_text())
+    (job,) = report["jobs"]
+    assert job["result"] == "oom", (job["reason"], job["log_tail"])
+    assert job["attempts"][-1]["oom_killed"] is True
+    assert "OOM" in proc.stderr
+
+
+def _containers_of(client: Any, pid: int) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": f"{build_mod.PID_LABEL}={pid}"})
+
+
+def test_sigterm_leaves_no_container(tmp_path: Path, docker_client: Any) -> None:
+    matrix = demo_matrix(tmp_path, arch=["8.0"])
+    proc = subprocess.Popen([*FACTORY, "build", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not _containers_of(docker_client, proc.pid):
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert time.monotonic() < deadline, "no container was started"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in output
+    assert _containers_of(docker_client, proc.pid) == []
+
+
+def test_containers_of_a_crashed_run_are_removed_by_the_next(tmp_path: Path, docker_client: Any) -> None:
+    image = docker_client.images.list(filters={"label": "io.wheel-factory.flavor"})
+    assert image, "the builder image should exist after the other build tests"
+    # A process id that is certainly dead on this host: a child that has exited and been reaped.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    labels = {build_mod.LABEL: "1", build_mod.RUN_LABEL: "crashed", build_mod.PID_LABEL: str(dead.pid),
+              build_mod.HOST_LABEL: os.uname().nodename}
+    container = docker_client.containers.run(image[0].id, ["sleep", "600"], detach=True, labels=labels,
+                                             network_mode="none")
+    try:
+        assert build_mod.remove_stale_containers(docker_client) >= 1
+        assert _containers_of(docker_client, dead.pid) == []
+    finally:
+        with pytest.raises(Exception):  # noqa: B017 - already removed: any docker error is fine here
+            container.remove(force=True)

@@ -1,0 +1,177 @@
+"""Publishing into a local index directory: layout, immutability, incrementality, concurrency, interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_publish_wheels import (
+    KILL_AFTER_METADATA,
+    LABEL_NEW,
+    LABEL_OLD,
+    VID_NEW,
+    VID_OLD,
+    assert_consistent,
+    make_wheel,
+    page_files,
+    publisher_script,
+)
+
+from factory.errors import ConfigError, PublishError
+from factory.publish import inspect_wheel, publish_wheels
+
+pytestmark = pytest.mark.integration
+HERE = Path(__file__).resolve().parent
+FACTORY = str(Path(sys.executable).with_name("factory"))
+
+
+def local_get(root: Path):  # noqa: ANN201 - a small closure factory for the helpers
+    def get(key: str) -> bytes | None:
+        path = root / key
+        return path.read_bytes() if path.is_file() else None
+
+    return get
+
+
+def keys_of(root: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+
+
+def test_layout_and_pages(tmp_path: Path) -> None:
+    new = make_wheel(tmp_path / "wh", label=LABEL_NEW)
+    old = make_wheel(tmp_path / "wh", label=LABEL_OLD)
+    events: list[tuple[str, str]] = []
+    result = publish_wheels([new, old], to=str(tmp_path / "idx"), progress=lambda e, k: events.append((e, k)))
+    idx = tmp_path / "idx"
+    assert {f.status for f in result.files} == {"published"}
+    assert result.variant_ids == (VID_OLD, VID_NEW)
+    for vid, wheel in ((VID_NEW, new), (VID_OLD, old)):
+        assert (idx / "files" / vid / wheel.name).read_bytes() == wheel.read_bytes()
+        assert (idx / "files" / vid / (wheel.name + ".metadata")).read_bytes().startswith(b"Metadata-Version")
+        assert page_files(local_get(idx), vid, "tinyvar") == {
+            f"simple/{vid}/tinyvar/index.json": {wheel.name},
+            f"simple/{vid}/tinyvar/index.html": {wheel.name},
+        }
+        assert "tinyvar/" in (idx / "simple" / vid / "index.html").read_text()
+    assert f'href="{VID_NEW}/"' in (idx / "simple" / "index.html").read_text()
+    assert "tinyvar" in (idx / "index.html").read_text()
+    assert_consistent(local_get(idx), keys_of(idx))
+    # Safety order: every file and its metadata before any page.
+    kinds = [e for e, _ in events]
+    assert kinds.index("page") > max(i for i, e in enumerate(kinds) if e in {"file", "metadata"})
+
+
+def test_same_bytes_is_a_noop_and_rewrites_nothing(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "wh")
+    publish_wheels([wheel], to=str(tmp_path / "idx"))
+    before = {k: (tmp_path / "idx" / k).stat().st_mtime_ns for k in keys_of(tmp_path / "idx")}
+    result = publish_wheels([wheel], to=str(tmp_path / "idx"))
+    assert [f.status for f in result.files] == ["unchanged"]
+    assert result.pages_written == ()
+    after = {k: (tmp_path / "idx" / k).stat().st_mtime_ns for k in keys_of(tmp_path / "idx")}
+    assert after == before
+
+
+def test_different_bytes_refused(tmp_path: Path) -> None:
+    publish_wheels([make_wheel(tmp_path / "a")], to=str(tmp_path / "idx"))
+    other = make_wheel(tmp_path / "b", payload="different")
+    with pytest.raises(PublishError, match=r"refusing to overwrite files/.*a different file of that name"):
+        publish_wheels([other], to=str(tmp_path / "idx"))
+    published = tmp_path / "idx" / "files" / VID_NEW / other.name
+    assert published.read_bytes() == (tmp_path / "a" / other.name).read_bytes()
+
+
+def test_incremental_only_changed_project_pages(tmp_path: Path) -> None:
+    publish_wheels([make_wheel(tmp_path / "a", name="alpha"), make_wheel(tmp_path / "a", name="beta")],
+                   to=str(tmp_path / "idx"))
+    result = publish_wheels([make_wheel(tmp_path / "b", name="alpha", version="0.2.0")], to=str(tmp_path / "idx"))
+    touched = {k for k in result.pages_written if k.startswith("simple/") and k.count("/") == 3}
+    assert touched == {f"simple/{VID_NEW}/alpha/index.json", f"simple/{VID_NEW}/alpha/index.html"}
+    assert not any("/beta/" in k for k in result.pages_written)
+
+
+def test_human_page_uses_report(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "wh")
+    report = tmp_path / "wh" / "report.json"
+    report.write_text(json.dumps([
+        {"job_id": "a", "variant_id": VID_NEW, "python": "py3", "result": "ok", "wheel": wheel.name},
+        {"job_id": "b", "variant_id": VID_OLD, "python": "py3", "result": "oom", "wheel": None},
+    ]))
+    subprocess.run([FACTORY, "publish", str(tmp_path / "wh"), "--to", str(tmp_path / "idx")], check=True)
+    page = (tmp_path / "idx" / "index.html").read_text()
+    assert page.count('class="built"') == 1 and page.count('class="failed"') == 1
+    assert f"--index-url simple/{VID_NEW}/" in page
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nowhere"], "nowhere: no such directory"),
+        (["{empty}"], "no .whl files"),
+        (["{wh}", "--to", "s3://"], "not an s3://bucket/prefix URL"),
+        (["{wh}", "--report", "{wh}/bad.json"], "bad.json:1: not JSON"),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    make_wheel(tmp_path / "wh")
+    (tmp_path / "wh" / "bad.json").write_text("{nope")
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(wh=tmp_path / "wh", empty=tmp_path / "empty") for a in args]
+    proc = subprocess.run([FACTORY, "publish", *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_wheel_without_variant_label_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, label="local1")
+    with pytest.raises(ConfigError, match="not a factory local version label"):
+        inspect_wheel(wheel)
+
+
+def test_refused_publish_exits_1_one_line(tmp_path: Path) -> None:
+    publish_wheels([make_wheel(tmp_path / "a")], to=str(tmp_path / "idx"))
+    make_wheel(tmp_path / "b", payload="x")
+    proc = subprocess.run([FACTORY, "publish", str(tmp_path / "b"), "--to", str(tmp_path / "idx")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: refusing to overwrite") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_interrupted_publish_is_consistent_and_rerun_completes(tmp_path: Path) -> None:
+    first = make_wheel(tmp_path / "a", version="0.1.0")
+    publish_wheels([first], to=str(tmp_path / "idx"))
+    second = make_wheel(tmp_path / "b", version="0.2.0")
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_METADATA, str(tmp_path / "idx"), "", str(second)])
+    assert proc.returncode == -9  # killed between the wheel upload and the page
+    idx = tmp_path / "idx"
+    assert (idx / "files" / VID_NEW / second.name).is_file()
+    listed = page_files(local_get(idx), VID_NEW, "tinyvar")
+    assert all(names == {first.name} for names in listed.values())
+    assert_consistent(local_get(idx), keys_of(idx))
+    result = publish_wheels([second], to=str(idx))
+    assert [f.status for f in result.files] == ["unchanged"]
+    listed = page_files(local_get(idx), VID_NEW, "tinyvar")
+    assert all(names == {first.name, second.name} for names in listed.values())
+    assert_consistent(local_get(idx), keys_of(idx))
+
+
+def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
+    workers, rounds = 4, 20
+    to = str(tmp_path / "idx")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", publisher_script(HERE, to, None, tmp_path / "wheels", w, rounds)],
+                         env={**os.environ, "PYTHONPATH": str(HERE)})
+        for w in range(workers)
+    ]
+    assert [p.wait() for p in procs] == [0] * workers
+    expected = {f"tinyvar-1.{w}.{r}+{LABEL_NEW}-py3-none-any.whl" for w in range(workers) for r in range(rounds)}
+    listed = page_files(local_get(tmp_path / "idx"), VID_NEW, "tinyvar")
+    assert set(listed) == {f"simple/{VID_NEW}/tinyvar/index.json", f"simple/{VID_NEW}/tinyvar/index.html"}
+    for names in listed.values():
+        assert names == expected
+    assert_consistent(local_get(tmp_path / "idx"), keys_of(tmp_path / "idx"))

@@ -1,0 +1,154 @@
+"""Tiny real wheels for the publish/serve tests (no tests here; imported by the test modules beside it)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+LABEL_NEW = "cu13.0.torch2.14.abi1.sm80.90"
+LABEL_OLD = "cu12.8.torch2.10.abi1.sm80.90"
+VID_NEW = "cu130-torch2.14-abi1-sm80.90"
+VID_OLD = "cu128-torch2.10-abi1-sm80.90"
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(
+    directory: Path,
+    *,
+    name: str = "tinyvar",
+    version: str = "0.1.0",
+    label: str = LABEL_NEW,
+    requires_python: str = ">=3.8",
+    payload: str = "",
+) -> Path:
+    """A pure-Python wheel whose module records its variant label, so the installed file shows which one won."""
+    module = name.replace("-", "_")
+    full = f"{version}+{label}"
+    dist_info = f"{module}-{full}.dist-info"
+    files = {
+        f"{module}/__init__.py": f'LABEL = "{label}"\nPAYLOAD = "{payload}"\n'.encode(),
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {full}\nRequires-Python: {requires_python}\n"
+            "Summary: test wheel\n\n"
+        ).encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{dist_info}/RECORD,,"]
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{module}-{full}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in files.items():
+            zf.writestr(zipfile.ZipInfo(n, date_time=(2024, 1, 1, 0, 0, 0)), d)
+    return path
+
+
+def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str) -> dict[str, set[str]]:
+    """The filenames each stored form of a project page lists (JSON state, HTML), by key."""
+    from factory import index
+
+    out: dict[str, set[str]] = {}
+    base = f"simple/{variant_id}/{project}/"
+    json_page = get(base + "index.json")
+    if json_page is not None:
+        out[base + "index.json"] = {r.filename for r in index.records_from_project_json(json_page)}
+    html_page = get(base + "index.html")
+    if html_page is not None:
+        out[base + "index.html"] = {a.text for a in index.parse_anchors(html_page.decode())}
+    return out
+
+
+def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -> None:
+    """Every project page lists only files (and .metadata files) that exist, and every link's hash is right."""
+    from factory import index
+
+    keys = set(keys)
+    for key in sorted(keys):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[0] == "simple" and parts[3] == "index.html":
+            page = get(key)
+            assert page is not None
+            for a in index.parse_anchors(page.decode()):
+                target = f"files/{parts[1]}/{a.text}"
+                assert target in keys, f"{key} lists {a.text}, which is not in the store"
+                assert f"{target}.metadata" in keys, f"{key} lists {a.text} without its .metadata"
+                data = get(target)
+                assert data is not None
+                assert a.href.endswith("#sha256=" + hashlib.sha256(data).hexdigest())
+
+
+def publisher_script(helpers: Path, to: str, endpoint: str | None, workdir: Path, worker: int, rounds: int) -> str:
+    """Python source of one concurrent publisher: `rounds` publishes of new versions of the same project."""
+    return (
+        "import sys\n"
+        f"sys.path.insert(0, {str(helpers)!r})\n"
+        "from pathlib import Path\n"
+        "from test_publish_wheels import make_wheel\n"
+        "from factory.publish import publish_wheels\n"
+        f"for r in range({rounds}):\n"
+        f"    w = make_wheel(Path({str(workdir)!r}) / f'w{worker}-{{r}}', version=f'1.{worker}.{{r}}')\n"
+        f"    publish_wheels([w], to={to!r}, endpoint_url={endpoint!r})\n"
+    )
+
+
+KILL_AFTER_METADATA = (
+    "import os, signal, sys\n"
+    "from pathlib import Path\n"
+    "from factory.publish import publish_wheels\n"
+    "def progress(event, key):\n"
+    "    if event == 'metadata':\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "publish_wheels([Path(p) for p in sys.argv[3:]], to=sys.argv[1], endpoint_url=sys.argv[2] or None,\n"
+    "               progress=progress)\n"
+)
+
+
+UV = str(Path(sys.executable).with_name("uv"))
+# The machine's normal package index (a local mirror here): the --extra-index-url of a real install command.
+NORMAL_INDEX = "file:///opt/pypi/simple" if Path("/opt/pypi/simple").is_dir() else None
+
+
+def fresh_venv(path: Path, *, tool: str) -> Path:
+    """A new virtual environment: pip's own (python -m venv) or uv's."""
+    if tool == "pip":
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    else:
+        subprocess.run([UV, "venv", "--no-config", "-q", "--python", sys.executable, str(path)], check=True)
+    return path
+
+
+def pip_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Real pip, isolated from this host's pip configuration so only the given indexes are used."""
+    extra = ["--extra-index-url", NORMAL_INDEX] if NORMAL_INDEX else []
+    cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-cache-dir",
+           "--disable-pip-version-check", "-v", "--index-url", index_url, *extra, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def uv_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    extra = ["--extra-index-url", NORMAL_INDEX] if NORMAL_INDEX else []
+    cmd = [UV, "pip", "install", "--no-config", "--no-cache", "-v", "--python", str(venv / "bin" / "python"),
+           "--index-url", index_url, *extra, *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def installed_label(venv: Path) -> str:
+    """The variant label of the tinyvar module that got installed."""
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", "import tinyvar; print(tinyvar.LABEL)"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,243 @@
+"""Real pip and uv, each in a fresh venv, installing from a local index served by `factory serve`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_publish_wheels import (
+    LABEL_NEW,
+    LABEL_OLD,
+    VID_NEW,
+    VID_OLD,
+    fresh_venv,
+    installed_label,
+    make_wheel,
+    pip_install,
+    sha256_file,
+    uv_install,
+)
+
+from factory import index
+from factory.publish import publish_wheels
+
+pytestmark = pytest.mark.integration
+FACTORY = str(Path(sys.executable).with_name("factory"))
+
+
+@dataclass
+class Served:
+    url: str  # http://127.0.0.1:PORT/
+    root: Path
+    log: Path
+    wheels: dict[str, Path]
+
+    def access_log(self) -> str:
+        return self.log.read_text()
+
+
+def start_server(root: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [FACTORY, "serve", str(root), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("serving "), line
+    return proc, line.split(" at ", 1)[1].strip().removesuffix("simple/")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("serve")
+    new = make_wheel(tmp / "wh", label=LABEL_NEW)
+    old = make_wheel(tmp / "wh", label=LABEL_OLD)
+    publish_wheels([new, old], to=str(tmp / "idx"))
+    proc, url = start_server(tmp / "idx", tmp / "access.log")
+    try:
+        yield Served(url=url, root=tmp / "idx", log=tmp / "access.log", wheels={VID_NEW: new, VID_OLD: old})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def get(url: str, accept: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.mark.parametrize("tool", ["pip", "uv"])
+@pytest.mark.parametrize("vid", [VID_OLD, VID_NEW])
+def test_install_from_served_variant_index(served: Served, tmp_path: Path, tool: str, vid: str) -> None:
+    venv = fresh_venv(tmp_path / "venv", tool=tool)
+    index_url = f"{served.url}simple/{vid}/"
+    proc = (pip_install if tool == "pip" else uv_install)(venv, index_url, "tinyvar")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Both variants share version 0.1.0; only the chosen index decides which one arrives.
+    assert installed_label(venv) == (LABEL_OLD if vid == VID_OLD else LABEL_NEW)
+    wheel = served.wheels[vid]
+    assert f"GET /files/{vid}/{wheel.name.replace('+', '%2B')}.metadata" in served.access_log()
+    if tool == "pip":
+        assert "Obtaining dependency information for tinyvar from" in proc.stdout
+        assert ".whl.metadata" in proc.stdout
+
+
+def test_pip_require_hashes(served: Served, tmp_path: Path) -> None:
+    wheel = served.wheels[VID_OLD]
+    venv = fresh_venv(tmp_path / "venv", tool="pip")
+    req = tmp_path / "req.txt"
+    req.write_text(f"tinyvar==0.1.0+{LABEL_OLD} --hash=sha256:{'0' * 64}\n")
+    bad = pip_install(venv, f"{served.url}simple/{VID_OLD}/", "--require-hashes", "-r", str(req))
+    assert bad.returncode != 0 and "DO NOT MATCH THE HASHES" in bad.stderr
+    req.write_text(f"tinyvar==0.1.0+{LABEL_OLD} --hash=sha256:{sha256_file(wheel)}\n")
+    good = pip_install(venv, f"{served.url}simple/{VID_OLD}/", "--require-hashes", "-r", str(req))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert installed_label(venv) == LABEL_OLD
+
+
+def test_pip_rejects_a_file_that_does_not_match_the_index_hash(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "wh", label=LABEL_OLD)
+    publish_wheels([wheel], to=str(tmp_path / "idx"))
+    stored = tmp_path / "idx" / "files" / VID_OLD / wheel.name
+    stored.write_bytes(make_wheel(tmp_path / "other", label=LABEL_OLD, payload="tampered").read_bytes())
+    proc, url = start_server(tmp_path / "idx", tmp_path / "log")
+    try:
+        venv = fresh_venv(tmp_path / "venv", tool="pip")
+        result = pip_install(venv, f"{url}simple/{VID_OLD}/", "tinyvar")
+        assert result.returncode != 0
+        assert "DO NOT MATCH THE HASHES" in result.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_content_negotiation_and_headers(served: Served) -> None:
+    page = f"{served.url}simple/{VID_NEW}/tinyvar/"
+    status, headers, body = get(page)
+    assert status == 200 and headers["Content-Type"] == index.HTML_TYPE and b"Links for tinyvar" in body
+    status, headers, body = get(page, "application/vnd.pypi.simple.v1+json")
+    assert headers["Content-Type"] == index.PYPI_JSON_TYPE
+    assert json.loads(body)["meta"]["api-version"] == "1.1"
+    assert "max-age=60" in headers["Cache-Control"] and headers["Vary"] == "Accept"
+    status, headers, _ = get(page, "application/vnd.pypi.simple.v1+html")
+    assert headers["Content-Type"] == index.PYPI_HTML_TYPE
+    status, headers, body = get(f"{served.url}simple/{VID_NEW}/", "application/vnd.pypi.simple.v1+json")
+    assert json.loads(body)["projects"] == [{"name": "tinyvar"}]
+    wheel = served.wheels[VID_NEW].name
+    status, headers, body = get(f"{served.url}files/{VID_NEW}/{wheel.replace('+', '%2B')}")
+    assert status == 200 and "immutable" in headers["Cache-Control"]
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert body == served.wheels[VID_NEW].read_bytes()
+    # directory URLs without the slash redirect; hidden files and unknown paths are not served
+    req = urllib.request.Request(f"{served.url}simple/{VID_NEW}/tinyvar", method="HEAD")
+    opener = urllib.request.build_opener(NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as info:
+        opener.open(req, timeout=30)
+    assert info.value.code == 301 and info.value.headers["Location"].endswith("/tinyvar/")
+    assert get(f"{served.url}.lock")[0] == 400
+    assert get(f"{served.url}simple/{VID_NEW}/nothing/")[0] == 404
+    status, headers, body = get(served.url)
+    assert status == 200 and b"Wheel index" in body
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def test_basic_auth(tmp_path: Path, served: Served) -> None:
+    proc, url = start_server(served.root, tmp_path / "log", "--basic-auth", "alice:s3cret")
+    try:
+        assert get(f"{url}simple/")[0] == 401
+        venv = fresh_venv(tmp_path / "venv", tool="pip")
+        denied = pip_install(venv, f"{url}simple/{VID_OLD}/", "--no-input", "tinyvar")
+        assert denied.returncode != 0
+        authed = url.replace("http://", "http://alice:s3cret@")
+        ok = pip_install(venv, f"{authed}simple/{VID_OLD}/", "tinyvar")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert installed_label(venv) == LABEL_OLD
+        time.sleep(0.2)  # let the server flush its last log line before reading it
+        assert "s3cret" not in (tmp_path / "log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serve_bad_directory_is_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([FACTORY, "serve", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a published index" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+STUB_TORCH = """
+__version__ = "2.14.1+cu130"
+class version:
+    cuda = "13.0"
+class _C:
+    _GLIBCXX_USE_CXX11_ABI = True
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 2
+    @staticmethod
+    def get_device_capability(i):
+        return (9, 0) if i == 0 else (8, 6)
+"""
+
+
+def python_with_stub_torch(tmp_path: Path, source: str) -> Path:
+    """An interpreter that imports a stand-in torch module: the probe reads only these attributes."""
+    (tmp_path / "stub" / "torch").mkdir(parents=True)
+    (tmp_path / "stub" / "torch" / "__init__.py").write_text(source)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "stub"} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_which_prints_the_matching_install_commands(served: Served, tmp_path: Path) -> None:
+    python = python_with_stub_torch(tmp_path, STUB_TORCH)
+    proc = subprocess.run([FACTORY, "which", "--index", served.url, "--python", str(python)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "python 3.11, torch 2.14.1, CUDA 13.0, cxx11 ABI 1, GPUs 8.6, 9.0 (from torch)"
+    assert f"variant: {VID_NEW}" in lines
+    variant_url = f"{served.url}simple/{VID_NEW}/"
+    assert f"pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
+    assert f"uv pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
+
+
+def test_which_says_none_matches_and_names_the_nearest(served: Served, tmp_path: Path) -> None:
+    python = python_with_stub_torch(tmp_path, STUB_TORCH.replace("(9, 0) if i == 0 else (8, 6)", "(12, 0)"))
+    proc = subprocess.run([FACTORY, "which", "--index", f"{served.url}simple/", "--python", str(python)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"error: no variant index matches this host; nearest: {VID_NEW} (")
+    assert "compute capability 12.0" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_which_without_torch(served: Served, tmp_path: Path) -> None:
+    python = python_with_stub_torch(tmp_path, "raise ImportError('no torch here')")
+    proc = subprocess.run([FACTORY, "which", "--index", served.url, "--python", str(python)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "torch not installed" in proc.stdout and "torch is not installed" in proc.stderr

@@ -1,0 +1,94 @@
+"""`factory matrix` output formats and options."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from factory.cli import app
+
+runner = CliRunner()
+BODY = """\
+package: {name: flash-attn, version: "2.8.3"}
+matrix:
+  cuda: ["12.6", "13.0"]
+  torch: ["2.9"]
+  python: ["3.9", "3.11"]
+  cxx11_abi: [true]
+  arch: ["7.0;8.0;10.0"]
+  include:
+    - cuda: "13.0"
+      env: {NVCC_THREADS: "1"}
+      runner: big
+"""
+
+
+def write(tmp_path: Path) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(BODY))
+    return path
+
+
+def test_json(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path)), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.output)
+    assert [j["job_id"] for j in jobs] == [
+        "cu126-torch2.9-abi1-sm80-py311",
+        "cu130-torch2.9-abi1-sm80.100-py311",
+    ]
+    j = jobs[1]
+    assert j["id"] == "cu130-torch2.9-abi1-sm80.100"
+    assert (j["package"], j["version"], j["cuda"], j["torch"], j["python"]) == (
+        "flash-attn",
+        "2.8.3",
+        "13.0",
+        "2.9",
+        "3.11",
+    )
+    assert j["cxx11_abi"] is True and j["arch"] == "8.0;10.0"
+    assert j["local_version"] == "cu13.0.torch2.9.abi1.sm80.100" and j["verified"] is True
+    assert j["env"] == {"NVCC_THREADS": "1"} and j["runner"] == "big"
+    assert "env" not in jobs[0]
+
+
+def test_github(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path)), "--format", "github"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert list(data) == ["include"] and len(data["include"]) == 2
+
+
+def test_only_filters_by_variant_or_job_id(tmp_path: Path) -> None:
+    path = str(write(tmp_path))
+    result = runner.invoke(app, ["matrix", "--matrix", path, "-f", "json", "--only", "cu130-*"])
+    assert [j["cuda"] for j in json.loads(result.output)] == ["13.0"]
+    result = runner.invoke(app, ["matrix", "--matrix", path, "-f", "json", "--only", "*-py311"])
+    assert len(json.loads(result.output)) == 2
+    result = runner.invoke(app, ["matrix", "--matrix", path, "-f", "json", "--only", "nothing*"])
+    assert json.loads(result.output) == []
+
+
+def test_no_prune(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path)), "-f", "json", "--no-prune"])
+    jobs = json.loads(result.output)
+    assert len(jobs) == 4 and all(j["arch"] == "7.0;8.0;10.0" for j in jobs)
+
+
+def test_table_shows_reasons(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path))])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "cu130-torch2.9-abi1-sm80.100" in out
+    assert "dropped" in out and "no wheels for Python 3.9" in out
+    assert "trimmed" in out
+    assert "2 jobs in 2 variants; 2 dropped" in out
+
+
+def test_check(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path)), "--check"])
+    assert result.exit_code == 0
+    assert "ok: 2 jobs in 2 variants, 2 dropped, 0 unverified" in result.output

@@ -1,0 +1,227 @@
+"""Compatibility pruning: dropped with a reason, trimmed with a note, unknown kept as unverified."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from factory.compat import CompatData
+from factory.config import load_matrix_file
+from factory.plan import plan_matrix
+from factory.variants import arch_key
+
+DATA = CompatData.load()
+
+
+def judge(**kw: object):  # type: ignore[no-untyped-def]
+    args: dict[str, object] = {
+        "cuda": "12.8",
+        "torch": "2.9",
+        "python": "3.11",
+        "cxx11_abi": True,
+        "archs": ("8.0", "9.0"),
+        "recipe": "torch-ext",
+    }
+    args.update(kw)
+    return DATA.judge(**args)  # type: ignore[arg-type]
+
+
+def test_known_good_combination_is_verified() -> None:
+    verdict = judge()
+    assert (
+        verdict.dropped is None and verdict.verified and verdict.archs == ("8.0", "9.0") and not verdict.notes
+    )
+
+
+def test_torch_without_that_cuda_build_is_dropped() -> None:
+    verdict = judge(cuda="12.9", torch="2.9")
+    assert verdict.dropped == "torch 2.9 ships no CUDA 12.9 build (only 12.6, 12.8, 13.0)"
+
+
+def test_python_torch_does_not_support_is_dropped() -> None:
+    assert (
+        judge(python="3.9").dropped
+        == "torch 2.9 has no wheels for Python 3.9 (only 3.10, 3.11, 3.12, 3.13, 3.14)"
+    )
+    assert judge(torch="2.8", python="3.14").dropped is not None
+
+
+def test_pre_cxx11_abi_with_new_torch_is_dropped() -> None:
+    assert judge(cxx11_abi=False).dropped == "torch 2.9 wheels use cxx11_abi: true only"
+
+
+def test_full_torch_version_uses_its_minor_release() -> None:
+    assert judge(torch="2.9.1").verified
+    assert judge(torch="2.9.1", cuda="12.9").dropped is not None
+
+
+def test_cuda13_trims_volta_with_a_note() -> None:
+    verdict = judge(cuda="13.0", archs=("7.0", "8.0"))
+    assert verdict.archs == ("8.0",)
+    assert verdict.notes == ("arch 7.0 trimmed: CUDA 13.0 cannot target sm_70 (last supported by CUDA 12.9)",)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "arch", "needs"),
+    [
+        ("12.6", "10.0", "12.8"),
+        ("12.6", "12.0", "12.8"),
+        ("12.8", "10.3", "12.9"),
+        ("12.8", "12.1", "12.9"),
+        ("12.9", "11.0", "13.0"),
+    ],
+)
+def test_new_archs_need_new_cuda(cuda: str, arch: str, needs: str) -> None:
+    verdict = judge(cuda=cuda, torch="2.99", archs=("8.0", arch))
+    assert verdict.archs == ("8.0",)
+    assert (
+        f"arch {arch} trimmed: CUDA {cuda} cannot target sm_{arch.replace('.', '')} (needs CUDA >= {needs})"
+        in (verdict.notes)
+    )
+
+
+def test_every_set_is_empty_means_dropped() -> None:
+    verdict = judge(cuda="12.6", torch="2.6", archs=("10.0", "12.0"))
+    assert verdict.dropped is not None and verdict.dropped.startswith("no arch left: 10.0 trimmed")
+
+
+def test_recipe_min_arch_trims() -> None:
+    verdict = judge(recipe="flash-attn", archs=("7.5", "8.0"))
+    assert verdict.archs == ("8.0",)
+    assert verdict.notes == ("arch 7.5 trimmed: flash-attn needs sm_80 or newer",)
+    assert judge(recipe="other", archs=("7.5", "8.0"), min_arch="8.6").archs == ()
+
+
+def test_cpp20_torch_drops_a_cpp17_recipe() -> None:
+    verdict = judge(recipe="flash-attn", cuda="13.0", torch="2.14")
+    assert verdict.dropped is not None and "C++17 but torch 2.14 headers need C++20" in verdict.dropped
+    assert judge(recipe="flash-attn", cuda="13.0", torch="2.14", cxx_std="20").dropped is None
+
+
+def test_unknown_torch_is_kept_unverified() -> None:
+    verdict = judge(torch="2.99")
+    assert verdict.dropped is None and not verdict.verified
+    assert "unverified: compat data knows nothing about torch 2.99" in verdict.notes
+
+
+def test_incomplete_torch_entry_makes_other_cuda_unverified_not_dropped() -> None:
+    verdict = judge(torch="2.14", cuda="12.8", python="3.12")
+    assert verdict.dropped is None and not verdict.verified
+    assert "torch 2.14 with CUDA 12.8" in verdict.notes[-1]
+
+
+def test_unknown_cuda_still_gets_arch_rules() -> None:
+    verdict = judge(torch="2.99", cuda="13.5", archs=("7.0", "9.0"))
+    assert verdict.archs == ("9.0",) and not verdict.verified
+
+
+def test_cuda_archs_table() -> None:
+    cu128 = DATA.cuda_archs("12.8")
+    assert "10.0" in cu128 and "12.0" in cu128 and "10.3" not in cu128 and "7.0" in cu128
+    cu130 = DATA.cuda_archs("13.0")
+    assert "11.0" in cu130 and "7.0" not in cu130 and "7.5" in cu130
+    assert min(cu130, key=arch_key) == "7.5"
+
+
+def test_required_cxx_std() -> None:
+    assert DATA.required_cxx_std("2.14.1") == "20"
+    assert DATA.required_cxx_std("2.9") == "17"
+    assert DATA.required_cxx_std("2.99") is None
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_plan_drops_trims_and_marks(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: flash-attn, version: "2.8.3"}
+        matrix:
+          cuda: ["12.6", "13.0"]
+          torch: ["2.9", "2.99"]
+          python: ["3.9", "3.11"]
+          cxx11_abi: [true]
+          arch: ["7.0;8.0;10.0"]
+        """,
+    )
+    mf = load_matrix_file(path)
+    plan = plan_matrix(mf)
+    by_id = {j.id: j for j in plan.jobs}
+    assert "cu130-torch2.9-abi1-sm80.100-py311" in by_id
+    job = by_id["cu130-torch2.9-abi1-sm80.100-py311"]
+    assert job.verified
+    assert job.notes == ("arch 7.0 trimmed: CUDA 13.0 cannot target sm_70 (last supported by CUDA 12.9)",)
+    cu126 = by_id["cu126-torch2.9-abi1-sm80-py311"]
+    assert "arch 7.0 trimmed: flash-attn needs sm_80 or newer" in cu126.notes
+    assert "arch 10.0 trimmed: CUDA 12.6 cannot target sm_100 (needs CUDA >= 12.8)" in cu126.notes
+    unverified = [j for j in plan.jobs if not j.verified]
+    assert {j.variant.torch for j in unverified} == {"2.99"}
+    reasons = {d.reason for d in plan.dropped}
+    assert "torch 2.9 has no wheels for Python 3.9 (only 3.10, 3.11, 3.12, 3.13, 3.14)" in reasons
+    # No emitted job targets an arch its CUDA cannot compile.
+    for j in plan.jobs:
+        assert all(mf.compat.arch_problem(a, j.variant.cuda) is None for a in j.variant.archs)
+
+
+def test_no_prune_is_the_raw_expansion(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: flash-attn, version: "2.8.3"}
+        matrix:
+          cuda: ["12.6", "13.0"]
+          torch: ["2.9"]
+          python: ["3.9", "3.11"]
+          cxx11_abi: [true, false]
+          arch: ["7.0;8.0"]
+        """,
+    )
+    plan = plan_matrix(load_matrix_file(path), prune=False)
+    assert len(plan.jobs) == 8 and not plan.dropped
+    assert all(j.variant.archs == ("7.0", "8.0") for j in plan.jobs)
+
+
+def test_trimming_into_a_duplicate_drops_the_second(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: x-ext, version: "1.0"}
+        matrix:
+          cuda: ["13.0"]
+          torch: ["2.9"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: ["8.0", "7.0;8.0"]
+        """,
+    )
+    plan = plan_matrix(load_matrix_file(path))
+    assert [j.id for j in plan.jobs] == ["cu130-torch2.9-abi1-sm80-py311"]
+    assert plan.dropped[0].reason == "same job as cu130-torch2.9-abi1-sm80-py311 after trimming archs"
+
+
+def test_compat_overrides_from_the_matrix_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: x-ext, version: "1.0"}
+        compat:
+          torch:
+            "2.99": {cuda: ["13.0"], python: ["3.11"], cxx11_abi: [true]}
+            "2.9": {cuda: ["12.8"]}
+        matrix:
+          cuda: ["13.0"]
+          torch: ["2.99", "2.9"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: ["9.0"]
+        """,
+    )
+    plan = plan_matrix(load_matrix_file(path))
+    assert [(j.id, j.verified) for j in plan.jobs] == [("cu130-torch2.99-abi1-sm90-py311", True)]
+    assert plan.dropped[0].reason == "torch 2.9 ships no CUDA 13.0 build (only 12.8)"

@@ -1,0 +1,228 @@
+"""Loading valid matrix files: defaults, recipes, sources, build/publish options, the shipped files."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from factory.config import BuildOptions, PublishOptions, Source, load_matrix_file, parse_size
+from factory.plan import job_env, plan_matrix
+from factory.recipes import BUILTIN_RECIPES, recipe_env
+from factory.variants import Variant
+
+ROOT = Path(__file__).resolve().parents[2]
+AXES = """\
+matrix:
+  cuda: ["13.0"]
+  torch: ["2.10"]
+  python: ["3.11"]
+  cxx11_abi: [true]
+  arch: ["9.0;8.0"]
+"""
+
+
+def load(tmp_path: Path, *parts: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "m.yaml"
+    path.write_text("".join(textwrap.dedent(p) for p in parts))
+    return load_matrix_file(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("16GiB", 16 * 2**30),
+        ("16G", 16 * 2**30),
+        ("16g", 16 * 2**30),
+        ("512MiB", 512 * 2**20),
+        ("512M", 512 * 2**20),
+        ("1.5GiB", int(1.5 * 2**30)),
+        ("16GB", 16 * 10**9),
+        ("1024", 1024),
+        (4096, 4096),
+    ],
+)
+def test_parse_size(text: str | int, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "16 Gigs", "-1G", "0", 0, True, "1.2.3G"])
+def test_parse_size_rejects(bad: str | int) -> None:
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_defaults(tmp_path: Path) -> None:
+    mf = load(tmp_path, 'package: {name: flash-attn, version: "2.8.3"}\n' + AXES)
+    assert mf.package.source == Source(kind="pypi")
+    assert mf.recipe == BUILTIN_RECIPES["flash-attn"]
+    assert mf.build == BuildOptions()
+    assert mf.build.flavor == "devel" and mf.build.base_image == "factory-base:bookworm"
+    assert mf.build.pids_limit == 4096 and mf.build.max_attempts == 3 and mf.build.offline is True
+    assert mf.publish == PublishOptions(to="./index", endpoint_url=None)
+    assert mf.matrix.axes["arch"] == ("8.0;9.0",)
+
+
+def test_other_packages_default_to_the_torch_ext_recipe(tmp_path: Path) -> None:
+    mf = load(tmp_path, 'package: {name: My.Ext, version: "1.0"}\n' + AXES)
+    assert mf.recipe.name == "torch-ext"
+    assert mf.recipe.arch_env == "TORCH_CUDA_ARCH_LIST" and mf.recipe.import_name == "my_ext"
+
+
+def test_declared_recipe_mapping_with_base_and_patches(tmp_path: Path) -> None:
+    (tmp_path / "fix.diff").write_text("--- a/x\n+++ b/x\n")
+    mf = load(
+        tmp_path,
+        """\
+        package: {name: flash-attn, version: "2.8.3"}
+        recipe:
+          name: fa-cpp20
+          base: flash-attn
+          env: {MAX_JOBS: "2"}
+          patches: [fix.diff]
+          cxx_std: 20
+        """,
+        AXES,
+    )
+    r = mf.recipe
+    assert r.name == "fa-cpp20" and r.arch_env == "FLASH_ATTN_CUDA_ARCHS" and r.arch_format == "flash-attn"
+    assert dict(r.env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "MAX_JOBS": "2"}
+    assert r.patches == ((tmp_path / "fix.diff").resolve(),)
+    assert r.cxx_std == "20" and r.import_name == "flash_attn" and r.min_arch == "8.0"
+
+
+def test_recipe_env_for_flash_attn() -> None:
+    variant = Variant(
+        package="flash-attn", version="2.8.3", cuda="12.8", torch="2.10", cxx11_abi=True, archs=("8.0", "9.0")
+    )
+    assert recipe_env(BUILTIN_RECIPES["flash-attn"], variant) == {
+        "TORCH_CUDA_ARCH_LIST": "8.0;9.0",
+        "FLASH_ATTN_CUDA_ARCHS": "80;90",
+        "FLASH_ATTN_LOCAL_VERSION": "cu12.8.torch2.10.abi1.sm80.90",
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
+    }
+    assert recipe_env(BUILTIN_RECIPES["torch-ext"], variant) == {
+        "TORCH_CUDA_ARCH_LIST": "8.0;9.0",
+        "FORCE_CUDA": "1",
+    }
+
+
+def test_flash_attn_compile_estimate_comes_from_the_measurements() -> None:
+    assert BUILTIN_RECIPES["flash-attn"].compile_gib_per_arch == pytest.approx(6.64)
+
+
+def test_sources(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    mf = load(tmp_path, 'package: {name: x, version: "1.0", source: {path: src}}\n' + AXES)
+    assert mf.package.source == Source(kind="path", path=(tmp_path / "src").resolve())
+    mf = load(
+        tmp_path, 'package: {name: x, version: "1.0", source: {git: "https://h/x.git", ref: v1}}\n' + AXES
+    )
+    assert mf.package.source == Source(kind="git", url="https://h/x.git", ref="v1")
+
+
+def test_build_and_publish_options(tmp_path: Path) -> None:
+    mf = load(
+        tmp_path,
+        'package: {name: x, version: "1.0"}\n',
+        AXES,
+        """\
+        build:
+          memory: 16G
+          memory_budget: 40GiB
+          cpus: 1.5
+          concurrency: 2
+          flavor: pypi
+          images: {"12.8": "my/img:12.8"}
+          pids_limit: 1024
+          max_attempts: 1
+          offline: false
+          torch_index: {"13.0": default, "12.8": "https://mirror/whl/cu128"}
+        publish: {to: "s3://bucket/prefix", endpoint_url: "http://127.0.0.1:5000"}
+        """,
+    )
+    b = mf.build
+    assert (b.memory, b.memory_budget, b.cpus, b.concurrency) == (16 * 2**30, 40 * 2**30, 1.5, 2)
+    assert b.flavor == "pypi" and dict(b.images) == {"12.8": "my/img:12.8"}
+    assert (b.pids_limit, b.max_attempts, b.offline) == (1024, 1, False)
+    assert b.torch_index_url("13.0") is None
+    assert b.torch_index_url("12.8") == "https://mirror/whl/cu128"
+    assert b.torch_index_url("12.6") == "https://download.pytorch.org/whl/cu126"
+    assert mf.publish == PublishOptions(to="s3://bucket/prefix", endpoint_url="http://127.0.0.1:5000")
+
+
+def test_include_env_and_extra_keys_reach_the_job(tmp_path: Path) -> None:
+    mf = load(
+        tmp_path,
+        'package: {name: flash-attn, version: "2.8.3"}\n',
+        AXES + '  include:\n    - arch: "8.0;9.0"\n      env: {NVCC_THREADS: 2}\n      runner: big\n',
+    )
+    (job,) = plan_matrix(mf).jobs
+    assert dict(job.env) == {"NVCC_THREADS": "2"}
+    assert dict(job.extra) == {"runner": "big"}
+    assert job_env(mf, job)["NVCC_THREADS"] == "2"
+    assert job_env(mf, job)["FLASH_ATTN_CUDA_ARCHS"] == "80;90"
+    out = job.to_json()
+    assert out["env"] == {"NVCC_THREADS": "2"} and out["runner"] == "big"
+
+
+def test_unquoted_yaml_scalars_in_env_keep_their_text(tmp_path: Path) -> None:
+    mf = load(
+        tmp_path,
+        'package: {name: x, version: "1.0"}\nrecipe: {name: r, env: {LEVEL: 3.10, N: 08}}\n' + AXES,
+    )
+    assert dict(mf.recipe.env) == {"LEVEL": "3.10", "N": "08"}
+
+
+def test_the_production_matrix() -> None:
+    mf = load_matrix_file(ROOT / "matrix.yaml")
+    assert mf.package.name == "flash-attn" and mf.package.version == "2.8.3"
+    assert mf.recipe.name == "flash-attn"
+    plan = plan_matrix(mf)
+    assert {j.variant.cuda for j in plan.jobs} == {"12.8", "13.0"}
+    assert {j.variant.torch for j in plan.jobs} == {"2.9", "2.10"}
+    assert {j.python for j in plan.jobs} == {"3.10", "3.11", "3.12", "3.13"}
+    assert len(plan.jobs) == 16 and all(j.verified for j in plan.jobs)
+    assert "cu128-torch2.10-abi1-sm80.90.100.120" in {v.id for v in plan.variants}
+
+
+def test_the_demo_matrix() -> None:
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    assert mf.package.name == "factory-demo-ext"
+    assert (
+        mf.package.source.kind == "path"
+        and mf.package.source.path == (ROOT / "examples" / "demo-ext").resolve()
+    )
+    r = mf.recipe
+    assert (r.name, r.arch_env, r.arch_format, r.local_version_env) == (
+        "demo",
+        "DEMO_CUDA_ARCHS",
+        "torch",
+        "DEMO_LOCAL_VERSION",
+    )
+    assert r.import_name == "factory_demo_ext" and r.compile_gib_per_arch == 1.0
+    assert mf.build.flavor == "pypi" and mf.build.memory == 8 * 2**30 and mf.build.cpus == 2
+    assert mf.build.torch_index_url("13.0") is None
+    plan = plan_matrix(mf)
+    assert [j.id for j in plan.jobs] == [
+        "cu130-torch2.14-abi1-sm80-py311",
+        "cu130-torch2.14-abi1-sm90.120-py311",
+    ]
+    env = job_env(mf, plan.jobs[1])
+    assert (
+        env["DEMO_CUDA_ARCHS"] == "9.0;12.0" and env["DEMO_LOCAL_VERSION"] == "cu13.0.torch2.14.abi1.sm90.120"
+    )
+
+
+def test_arch_sets_in_include_and_exclude_match_in_any_order(tmp_path: Path) -> None:
+    mf = load(
+        tmp_path,
+        'package: {name: x-ext, version: "1.0"}\n',
+        AXES.replace('["9.0;8.0"]', '["9.0;8.0", "12.0"]')
+        + '  exclude:\n    - {arch: "12.0"}\n'
+        + '  include:\n    - {arch: "8.0;9.0", env: {A: "1"}}\n',
+    )
+    assert mf.matrix.exclude[0].values == {"arch": "12.0"}
+    (job,) = plan_matrix(mf).jobs
+    assert job.variant.archs == ("8.0", "9.0") and dict(job.env) == {"A": "1"}

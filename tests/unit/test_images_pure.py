@@ -1,0 +1,230 @@
+"""Pure parts of factory.images: names, suites, mirrors, Dockerfiles and input hashing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from factory import images
+from factory.errors import ConfigError, ImageError
+
+
+def test_builder_image_name() -> None:
+    assert images.builder_image_name(cuda="13.0", python="3.11", flavor="pypi") == (
+        "factory-builder:cu13.0-py3.11-pypi"
+    )
+    assert images.builder_image_name(cuda="12.8", python="3.12", flavor="devel") == (
+        "factory-builder:cu12.8-py3.12-devel"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cuda", "python", "flavor"),
+    [
+        ("13", "3.11", "pypi"),
+        ("13.0", "py3.11", "pypi"),
+        ("13.0", "3.11", "conda"),
+        ("13.0;rm", "3.11", "pypi"),
+    ],
+)
+def test_builder_image_name_rejects_bad_input(cuda: str, python: str, flavor: str) -> None:
+    with pytest.raises(ConfigError):
+        images.builder_image_name(cuda=cuda, python=python, flavor=flavor)
+
+
+def test_python_suite_for() -> None:
+    assert images.python_suite_for("3.11") == "bookworm"
+    assert images.python_suite_for("3.13") == "trixie"
+    assert images.default_base_image("3.13") == "factory-base:trixie"
+
+
+def test_python_suite_for_unknown_names_the_version() -> None:
+    with pytest.raises(ImageError, match=r"Python 3\.12"):
+        images.python_suite_for("3.12")
+
+
+def test_devel_base_image() -> None:
+    assert images.devel_base_image("12.8") == "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    assert images.devel_base_image("12.8.0", os_name="ubuntu24.04") == "nvidia/cuda:12.8.0-devel-ubuntu24.04"
+    with pytest.raises(ImageError, match=r"11\.2"):
+        images.devel_base_image("11.2")
+
+
+def test_toolkit_requirements_pin_the_series() -> None:
+    reqs = images.toolkit_requirements("13.0")
+    assert "nvidia-cuda-nvcc==13.0.*" in reqs
+    assert {r.split("==")[0] for r in reqs} == {
+        "nvidia-cuda-nvcc",
+        "nvidia-cuda-cccl",
+        "nvidia-cuda-crt",
+        "nvidia-nvvm",
+        "nvidia-cuda-runtime",
+    }
+    assert images.toolkit_requirements("13.1.2")[0] == "nvidia-cuda-nvcc==13.1.*"
+
+
+def test_toolkit_requirements_refuses_cuda_12() -> None:
+    with pytest.raises(ImageError, match="flavor devel"):
+        images.toolkit_requirements("12.8")
+
+
+def test_image_requirements_per_flavor() -> None:
+    assert images.image_requirements(cuda="12.8", flavor="devel") == ("ninja", "uv")
+    pypi = images.image_requirements(cuda="13.0", flavor="pypi")
+    assert "ninja" in pypi and "uv" in pypi and "nvidia-nvvm==13.0.*" in pypi
+
+
+@pytest.mark.parametrize("flavor", images.FLAVORS)
+def test_build_args_match_the_dockerfile(flavor: str) -> None:
+    text = images.dockerfile_text(flavor)
+    args = images.build_args(cuda="13.0", python="3.11", flavor=flavor, base_image="x:y")
+    # Every value we pass is declared (docker warns and ignores undeclared ones) and every ARG gets a value.
+    assert set(args) == images.declared_build_args(text)
+
+
+def test_pypi_dockerfile_shape() -> None:
+    text = images.dockerfile_text("pypi")
+    assert "--no-index" in text  # installs from the context's wheelhouse only
+    assert "libcudart.so" in text
+    assert "USER factory" in text
+    assert "ENV CUDA_HOME=/opt/toolkit/lib/python${PYTHON}/site-packages/nvidia/cu${CUDA_MAJOR}" in text
+    # The wheels stay in the first stage only.
+    final_stage = text.rsplit("\nFROM ", 1)[1]
+    assert "COPY wheels" not in final_stage
+
+
+def test_declared_build_args() -> None:
+    text = "ARG A\nFROM ${A}\n  ARG B=1\nRUN echo ARG C\n"
+    assert images.declared_build_args(text) == {"A", "B"}
+
+
+def _hash(**overrides: object) -> str:
+    kwargs: dict[str, object] = {
+        "dockerfile": "FROM x\n",
+        "args": {"PYTHON": "3.11"},
+        "base_id": "sha256:aa",
+        "wheels": ["a-1-py3-none-any.whl", "b-2-py3-none-any.whl"],
+    }
+    kwargs.update(overrides)
+    return images.inputs_hash(**kwargs)  # type: ignore[arg-type]
+
+
+def test_inputs_hash_is_stable_and_order_free() -> None:
+    assert _hash() == _hash(wheels=["b-2-py3-none-any.whl", "a-1-py3-none-any.whl"])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"dockerfile": "FROM y\n"},
+        {"args": {"PYTHON": "3.13"}},
+        {"base_id": "sha256:bb"},
+        {"wheels": ["a-1-py3-none-any.whl", "b-3-py3-none-any.whl"]},
+        {"extra": {"requirements": "x"}},
+    ],
+)
+def test_inputs_hash_changes_with_every_input(change: dict[str, object]) -> None:
+    assert _hash(**change) != _hash()
+
+
+def test_toolkit_version() -> None:
+    names = [
+        "ninja-1.13.2-py3-none-manylinux2014_x86_64.whl",
+        "nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+    ]
+    assert images.toolkit_version(names) == "13.0.88"
+    assert images.toolkit_version(names[:1]) is None
+
+
+DEB822 = """\
+Types: deb
+# http://snapshot.debian.org/archive/debian/20250520T000000Z
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+
+def test_parse_deb822_sources() -> None:
+    sources = images.parse_apt_sources(DEB822, deb822=True)
+    assert [s.uri for s in sources] == [
+        "http://deb.debian.org/debian",
+        "http://deb.debian.org/debian-security",
+    ]
+    assert sources[0].suites == ("bookworm", "bookworm-updates")
+    assert images.pick_mirror(sources) == "http://deb.debian.org/debian"
+
+
+def test_pick_mirror_skips_security_first() -> None:
+    text = (
+        DEB822.split("\n\n")[1]
+        + "\n\nTypes: deb-src deb\nURIs: http://mirror.example/debian/\nSuites: trixie\n"
+    )
+    assert images.pick_mirror(images.parse_apt_sources(text, deb822=True)) == "http://mirror.example/debian"
+
+
+def test_parse_deb822_skips_disabled_and_src() -> None:
+    text = (
+        "Types: deb-src\nURIs: http://a/\nSuites: bookworm\n\n"
+        "Types: deb\nEnabled: no\nURIs: http://b/\nSuites: x\n"
+    )
+    assert images.parse_apt_sources(text, deb822=True) == []
+
+
+def test_parse_one_line_sources() -> None:
+    text = (
+        "# comment\n"
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://sec.example/debian-security bookworm-security main\n"
+        "deb http://ftp.example/debian/ bookworm main contrib # trailing\n"
+    )
+    sources = images.parse_apt_sources(text, deb822=False)
+    assert [s.uri for s in sources] == [
+        "http://sec.example/debian-security",
+        "http://ftp.example/debian/",
+    ]
+    assert sources[1].components == ("main", "contrib")
+    assert images.pick_mirror(sources) == "http://ftp.example/debian"
+
+
+def test_host_apt_mirror_reads_both_formats(tmp_path: Path) -> None:
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(DEB822)
+    assert images.host_apt_mirror(tmp_path) == "http://deb.debian.org/debian"
+    (tmp_path / "sources.list").write_text("deb http://first.example/debian bookworm main\n")
+    assert images.host_apt_mirror(tmp_path) == "http://first.example/debian"
+
+
+def test_host_apt_mirror_none_when_unconfigured(tmp_path: Path) -> None:
+    assert images.host_apt_mirror(tmp_path) is None
+
+
+def test_base_suite_of() -> None:
+    assert images.base_suite_of("factory-base:bookworm") == "bookworm"
+    assert images.base_suite_of("factory-base:trixie") == "trixie"
+    assert images.base_suite_of("debian:bookworm") is None
+    assert images.base_suite_of("registry:5000/factory-base:bookworm") is None
+    assert images.base_suite_of("factory-base") is None
+
+
+def test_base_changes_label_the_base() -> None:
+    changes = images.base_changes(suite="bookworm", mirror="http://m/debian", include=("g++", "python3"))
+    assert f"LABEL {images.LABEL}=base" in changes
+    assert f"LABEL {images.LABEL_SUITE}=bookworm" in changes
+    assert any(c.startswith("ENV PATH=") for c in changes)
+    other = images.base_changes(suite="bookworm", mirror="http://m/debian", include=("python3",))
+    assert [c for c in changes if images.LABEL_INPUTS in c] != [c for c in other if images.LABEL_INPUTS in c]
+
+
+def test_image_labels_are_not_the_container_ownership_labels() -> None:
+    # Containers inherit image labels; the factory's container cleanup must not match every builder container.
+    keys = {images.LABEL, images.LABEL_INPUTS, images.LABEL_CUDA, images.LABEL_FLAVOR}
+    assert "io.wheel-factory" not in keys
+    assert "io.wheel-factory.owner" not in keys

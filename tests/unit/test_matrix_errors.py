@@ -1,0 +1,241 @@
+"""Malformed matrix files through the real CLI: one line "FILE:LINE: message", exit 2, no traceback.
+
+Each case marks the line the error must point at with `#<`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from factory.cli import main
+
+GOOD_AXES = """\
+  cuda: ["13.0"]
+  torch: ["2.10"]
+  python: ["3.11"]
+  cxx11_abi: [true]
+  arch: ["8.0;9.0"]
+"""
+HEAD = 'package: {name: flash-attn, version: "2.8.3"}\n'
+
+CASES: dict[str, tuple[str, str]] = {
+    "yaml-syntax": (HEAD + 'matrix:\n  cuda: ["13.0"\n  torch: ["2.10"] #<\n', "YAML syntax error"),
+    "duplicate-key": (HEAD + "matrix:\n" + GOOD_AXES + '  cuda: ["12.8"] #<\n', "duplicate key 'cuda'"),
+    "duplicate-top-key": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'package: {name: x, version: "1"} #<\n',
+        "duplicate key 'package'",
+    ),
+    "unknown-top-key": (
+        HEAD + "matrix:\n" + GOOD_AXES + "bulid: {} #<\n",
+        "unknown key 'bulid' in the top level",
+    ),
+    "unknown-build-key": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurency: 2 #<\n",
+        "unknown key 'concurency' in build (did you mean 'concurrency'?)",
+    ),
+    "unquoted-torch-floats": (
+        HEAD + 'matrix:\n  cuda: ["13.0"]\n  torch: [2.9, 2.10] #<\n  python: ["3.11"]\n  cxx11_abi: [true]\n'
+        '  arch: ["8.0"]\n',
+        'torch version 2.1 must be a quoted string (write "2.10")',
+    ),
+    "unquoted-python": (
+        HEAD + 'matrix:\n  cuda: ["13.0"]\n  torch: ["2.10"]\n  python:\n    - 3.10 #<\n  cxx11_abi: [true]\n'
+        '  arch: ["8.0"]\n',
+        'python version 3.1 must be a quoted string (write "3.10")',
+    ),
+    "unquoted-cuda-int": (
+        HEAD + 'matrix:\n  cuda: [13] #<\n  torch: ["2.10"]\n  python: ["3.11"]\n  cxx11_abi: [true]\n'
+        '  arch: ["8.0"]\n',
+        'cuda version 13 must be a quoted string (write "13")',
+    ),
+    "unquoted-arch": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["8.0;9.0"]', "[8.0] #<"),
+        'arch 8.0 must be a quoted string (write "8.0")',
+    ),
+    "empty-axis": (HEAD + "matrix:\n" + GOOD_AXES.replace('["3.11"]', "[] #<"), "matrix.python is empty"),
+    "axis-not-a-list": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["13.0"]', '"13.0" #<'),
+        "matrix.cuda must be a list, not a string",
+    ),
+    "bad-torch-version": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["2.10"]', '["2.x"] #<'),
+        "torch version '2.x' is not a version like 2.10",
+    ),
+    "bad-python-version": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["3.11"]', '["311"] #<'),
+        "python version '311' is not a version like 3.11",
+    ),
+    "unknown-arch": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["8.0;9.0"]', '["8.0;8.5"] #<'),
+        "unknown arch '8.5'",
+    ),
+    "arch-syntax": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["8.0;9.0"]', '["sm_80"] #<'),
+        "not a compute capability like 8.0 or 9.0a",
+    ),
+    "abi-string": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace("[true]", "[yes] #<"),
+        "cxx11_abi must be true or false, not a string 'yes'",
+    ),
+    "duplicate-axis-value": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["8.0;9.0"]', '["8.0;9.0", "9.0;8.0"] #<'),
+        "matrix.arch lists '8.0;9.0' twice",
+    ),
+    "unknown-axis": (HEAD + "matrix:\n" + GOOD_AXES + "  os: [linux] #<\n", "unknown key 'os' in matrix"),
+    "incomplete-include": (
+        HEAD + "matrix:\n" + GOOD_AXES + '  include:\n    - cuda: "12.8" #<\n      torch: "2.9"\n',
+        "incomplete job cuda=12.8, torch=2.9: missing python, cxx11_abi, arch",
+    ),
+    "incomplete-matrix": (
+        HEAD + 'matrix: #<\n  cuda: ["13.0"]\n  torch: ["2.10"]\n  python: ["3.11"]\n  cxx11_abi: [true]\n',
+        "missing arch",
+    ),
+    "exclude-non-axis": (
+        HEAD + "matrix:\n" + GOOD_AXES + '  exclude:\n    - pyhton: "3.11" #<\n',
+        "'pyhton' is not a matrix axis (did you mean 'python'?)",
+    ),
+    "include-computed-key": (
+        HEAD + "matrix:\n" + GOOD_AXES + "  include:\n    - id: x #<\n",
+        "'id' is computed by the factory",
+    ),
+    "include-not-mapping": (
+        HEAD + "matrix:\n" + GOOD_AXES + "  include:\n    - just-a-string #<\n",
+        "matrix.include[0] must be a non-empty mapping",
+    ),
+    "include-env-bool": (
+        HEAD + "matrix:\n" + GOOD_AXES + "  include:\n    - env: {FORCE: true} #<\n",
+        "matrix.include[0].env.FORCE must be a string",
+    ),
+    "package-missing-version": (
+        "package: #<\n  name: flash-attn\nmatrix:\n" + GOOD_AXES,
+        "package: missing required key 'version'",
+    ),
+    "package-local-version": (
+        'package:\n  name: flash-attn\n  version: "2.8.3+cu12" #<\nmatrix:\n' + GOOD_AXES,
+        "must not have a local label",
+    ),
+    "package-bad-version": (
+        'package:\n  name: flash-attn\n  version: "two" #<\nmatrix:\n' + GOOD_AXES,
+        "package.version 'two' is not a PEP 440 version",
+    ),
+    "package-float-version": (
+        "package:\n  name: flash-attn\n  version: 2.80 #<\nmatrix:\n" + GOOD_AXES,
+        'package.version 2.8 must be a quoted string (write "2.80")',
+    ),
+    "source-missing-path": (
+        'package:\n  name: x\n  version: "1.0"\n  source: {path: does-not-exist} #<\nmatrix:\n' + GOOD_AXES,
+        "package.source.path 'does-not-exist': no such directory",
+    ),
+    "source-git-without-ref": (
+        'package:\n  name: x\n  version: "1.0"\n  source:\n    git: https://h.invalid/x.git #<\nmatrix:\n'
+        + GOOD_AXES,
+        "package.source.git needs a ref:",
+    ),
+    "unknown-recipe": (
+        HEAD + "recipe: flash-attention #<\nmatrix:\n" + GOOD_AXES,
+        "unknown recipe 'flash-attention'",
+    ),
+    "recipe-arch-format": (
+        HEAD + "recipe:\n  name: r\n  arch_format: cmake #<\nmatrix:\n" + GOOD_AXES,
+        "recipe.arch_format 'cmake' must be",
+    ),
+    "recipe-missing-patch": (
+        HEAD + "recipe:\n  name: r\n  patches:\n    - nope.diff #<\nmatrix:\n" + GOOD_AXES,
+        "recipe.patches item 'nope.diff': no such file",
+    ),
+    "recipe-bad-env-name": (
+        HEAD + "recipe:\n  name: r\n  arch_env: 1BAD #<\nmatrix:\n" + GOOD_AXES,
+        "recipe.arch_env '1BAD' is not an environment variable name",
+    ),
+    "build-memory": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  memory: lots #<\n",
+        "build.memory: size 'lots' is not a size like 16GiB",
+    ),
+    "build-flavor": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  flavor: conda #<\n",
+        "build.flavor 'conda' must be 'devel' or 'pypi'",
+    ),
+    "build-concurrency": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 0 #<\n",
+        "build.concurrency must be at least 1, not 0",
+    ),
+    "build-images-float-key": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  images:\n    13.0: img #<\n",
+        'CUDA version 13.0 must be a quoted string (write "13.0")',
+    ),
+    "torch-index-url": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'build:\n  torch_index: {"13.0": pytorch} #<\n',
+        "build.torch_index.13.0 'pytorch' must be an http(s)/file URL or 'default'",
+    ),
+    "publish-endpoint": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: ./index\n  endpoint_url: http://x #<\n",
+        "publish.endpoint_url only applies to an s3:// destination",
+    ),
+    "compat-float-torch": (
+        HEAD + 'compat:\n  torch:\n    2.15: {cuda: ["13.0"]} #<\nmatrix:\n' + GOOD_AXES,
+        "compat.torch: 2.15 must be a quoted torch minor version",
+    ),
+    "top-level-list": ("- a #<\n- b\n", "the top level must be a mapping, not a list"),
+    "empty-file": ("#<\n", "the file is empty"),
+    "no-axes": (HEAD + "matrix: {} #<\n", "matrix has no axes and no include entries"),
+}
+
+
+def run_cli(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["factory", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_malformed_input(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, fragment = CASES[case]
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "#<" in t)
+    code, output = run_cli(["matrix", "--matrix", str(path), "--check"], capsys, monkeypatch)
+    assert code == 2, output
+    assert "Traceback" not in output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    assert lines[0].startswith(f"error: {path}:{line}: "), output
+    assert fragment in lines[0], output
+
+
+def test_there_are_at_least_twenty_cases() -> None:
+    assert len(CASES) >= 20
+
+
+def test_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    code, output = run_cli(["matrix", "--matrix", str(missing)], capsys, monkeypatch)
+    assert code == 2
+    assert output.strip() == f"error: {missing}: no such file"
+
+
+def test_the_installed_console_script(tmp_path: Path) -> None:
+    """The same contract through a real process, as a user runs it."""
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(CASES["unquoted-torch-floats"][0]))
+    factory = Path(sys.executable).with_name("factory")
+    cmd = [str(factory)] if factory.exists() else [sys.executable, "-m", "factory.cli"]
+    proc = subprocess.run([*cmd, "matrix", "--matrix", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip() == f'error: {path}:4: torch version 2.1 must be a quoted string (write "2.10")'

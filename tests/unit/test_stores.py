@@ -1,0 +1,90 @@
+"""The local store's compare-and-swap contract (the S3 store is exercised against moto in integration tests)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from factory.errors import ConfigError
+from factory.stores import LocalStore, PreconditionFailed, S3Store, open_store, parse_s3_url
+
+KW = {"content_type": "text/html", "cache_control": "no-cache"}
+
+
+def test_put_get_and_etag_is_sha256(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    etag = store.put("a/b.txt", b"hello", **KW)
+    assert etag == hashlib.sha256(b"hello").hexdigest()
+    blob = store.get("a/b.txt")
+    assert blob is not None and (blob.data, blob.etag) == (b"hello", etag)
+    assert store.get("missing") is None
+    head = store.head("a/b.txt")
+    assert head is not None and head.size == 5 and head.sha256 == etag
+
+
+def test_if_none_match_refuses_existing(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put("k", b"one", if_none_match=True, **KW)
+    with pytest.raises(PreconditionFailed):
+        store.put("k", b"two", if_none_match=True, **KW)
+    assert (tmp_path / "k").read_bytes() == b"one"
+
+
+def test_if_match_needs_current_etag(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    first = store.put("k", b"one", **KW)
+    second = store.put("k", b"two", if_match=first, **KW)
+    with pytest.raises(PreconditionFailed):
+        store.put("k", b"three", if_match=first, **KW)
+    assert store.put("k", b"three", if_match=second, **KW)
+    with pytest.raises(PreconditionFailed):
+        store.put("absent", b"x", if_match=first, **KW)
+
+
+def test_put_from_file_and_no_temporaries_left(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x" * 3_000_000)
+    store = LocalStore(tmp_path / "idx")
+    store.put("files/v/w.whl", src, **KW)
+    with pytest.raises(PreconditionFailed):
+        store.put("files/v/w.whl", src, if_none_match=True, **KW)
+    assert sorted(p.name for p in (tmp_path / "idx/files/v").iterdir()) == ["w.whl"]
+    assert store.sha256_of("files/v/w.whl") == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_directory_key_reads_index_html(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put("simple/index.html", b"<html>", **KW)
+    blob = store.get("simple/")
+    assert blob is not None and blob.data == b"<html>"
+    opened = store.open("simple/")
+    assert opened is not None
+    opened[0].close()
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "a/../b", "./a"])
+def test_bad_keys_rejected(tmp_path: Path, key: str) -> None:
+    with pytest.raises(ValueError):
+        LocalStore(tmp_path).get(key)
+
+
+def test_parse_s3_url() -> None:
+    assert parse_s3_url("s3://bucket/a/b/") == ("bucket", "a/b")
+    assert parse_s3_url("s3://bucket") == ("bucket", "")
+    with pytest.raises(ConfigError):
+        parse_s3_url("s3:///nobucket")
+
+
+def test_open_store_choices(tmp_path: Path) -> None:
+    assert isinstance(open_store(str(tmp_path / "new")), LocalStore)
+    s3 = open_store("s3://b/p", endpoint_url="http://127.0.0.1:1")
+    assert isinstance(s3, S3Store) and s3.description == "s3://b/p"
+    with pytest.raises(ConfigError, match="endpoint-url"):
+        open_store(str(tmp_path), endpoint_url="http://x")
+    with pytest.raises(ConfigError):
+        open_store("https://example.com/idx")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="not a directory"):
+        open_store(str(tmp_path / "file"))

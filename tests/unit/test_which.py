@@ -1,0 +1,151 @@
+"""`factory which`: variant matching (pure) and reading an index's list of variant indexes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from factory import index
+from factory.errors import ConfigError
+from factory.variants import Variant
+from factory.which import (
+    Environment,
+    choose_variant,
+    covers,
+    detect_environment,
+    install_commands,
+    normalize_index_url,
+    parse_nvidia_smi,
+    parse_variant_id,
+    which,
+)
+
+NEW = "cu130-torch2.14-abi1-sm80.90"
+OLD = "cu128-torch2.10-abi1-sm80.90"
+ABI0 = "cu130-torch2.14-abi0-sm80.90"
+
+
+def env(**kw: object) -> Environment:
+    fields: dict[str, object] = {"python": "3.11", "torch": "2.14.1", "cuda": "13.0", "cxx11_abi": True,
+                                 "gpus": ("9.0",)}
+    fields.update(kw)
+    return Environment(**fields)  # type: ignore[arg-type]
+
+
+def test_parse_variant_id_inverts_variant_id() -> None:
+    v = Variant(package="p", version="1", cuda="12.8", torch="2.10", cxx11_abi=False,
+                archs=("8.0", "9.0a", "10.0", "12.0"))
+    key = parse_variant_id(v.id)
+    assert key is not None
+    assert (key.cuda, key.torch, key.cxx11_abi, key.archs) == ("12.8", "2.10", False, v.archs)
+    assert parse_variant_id("pip") is None
+    assert parse_variant_id("cu130-torch2.14-abi1") is None
+
+
+@pytest.mark.parametrize(
+    ("archs", "gpu", "ok"),
+    [
+        (("8.0",), "8.0", True),
+        (("8.0",), "8.6", True),  # SASS runs on later minors of the same major
+        (("8.6",), "8.0", False),
+        (("8.0",), "9.0", False),  # never across majors
+        (("9.0a",), "9.0", True),
+        (("9.0a",), "10.0", False),
+        (("8.0", "10.0"), "10.3", True),
+    ],
+)
+def test_covers(archs: tuple[str, ...], gpu: str, ok: bool) -> None:
+    assert covers(archs, gpu) is ok
+
+
+def test_exact_match_chosen() -> None:
+    choice = choose_variant(env(), [OLD, NEW, ABI0])
+    assert choice.match == NEW and choice.notes == ()
+
+
+def test_abi_decides() -> None:
+    assert choose_variant(env(cxx11_abi=False), [NEW, ABI0]).match == ABI0
+
+
+def test_torch_minor_must_match_and_full_pin_preferred() -> None:
+    pinned = "cu130-torch2.14.1-abi1-sm80.90"
+    assert choose_variant(env(), [NEW, pinned]).match == pinned
+    assert choose_variant(env(torch="2.14.0"), [pinned]).match is None
+    assert choose_variant(env(torch="2.13.0"), [NEW]).match is None
+
+
+def test_cuda_minor_difference_is_a_note_major_difference_blocks() -> None:
+    choice = choose_variant(env(cuda="13.1"), [NEW])
+    assert choice.match == NEW and "CUDA" in choice.notes[0]
+    nearer = choose_variant(env(cuda="13.1"), [NEW, "cu131-torch2.14-abi1-sm80.90"])
+    assert nearer.match == "cu131-torch2.14-abi1-sm80.90"
+    assert choose_variant(env(cuda="12.8"), [NEW]).match is None
+
+
+def test_gpu_without_code_blocks_and_nearest_is_reported() -> None:
+    choice = choose_variant(env(gpus=("12.0",)), [NEW, OLD])
+    assert choice.match is None
+    assert choice.nearest == NEW
+    assert any("12.0" in r for r in choice.reasons)
+
+
+def test_no_gpu_means_any_arch_set() -> None:
+    assert choose_variant(env(gpus=()), [NEW]).match == NEW
+
+
+def test_smaller_arch_set_preferred_among_equals() -> None:
+    wide = "cu130-torch2.14-abi1-sm80.90.100.120"
+    assert choose_variant(env(), [wide, NEW]).match == NEW
+
+
+def test_without_torch_nothing_matches() -> None:
+    choice = choose_variant(env(torch=None, cuda=None, cxx11_abi=None), [NEW])
+    assert choice.match is None and "torch is not installed" in choice.reasons
+
+
+def test_cpu_torch_matches_nothing() -> None:
+    assert choose_variant(env(cuda=None), [NEW]).match is None
+
+
+def test_empty_index() -> None:
+    choice = choose_variant(env(), ["not-a-variant"])
+    assert choice.match is None and choice.nearest is None
+
+
+def test_parse_nvidia_smi() -> None:
+    assert parse_nvidia_smi("9.0\n8.6\n9.0\n") == ("8.6", "9.0")
+    assert parse_nvidia_smi("[N/A]\n") == ()
+
+
+def test_install_commands() -> None:
+    pip, uv = install_commands("http://h/simple/v/", "flash-attn")
+    assert pip == "pip install --index-url http://h/simple/v/ --extra-index-url https://pypi.org/simple flash-attn"
+    assert uv == "uv " + pip
+
+
+def test_normalize_index_url(tmp_path: Path) -> None:
+    assert normalize_index_url("http://h/idx") == "http://h/idx/simple/"
+    assert normalize_index_url("http://h/idx/simple/") == "http://h/idx/simple/"
+    assert normalize_index_url(str(tmp_path)) == tmp_path.resolve().as_uri() + "/simple/"
+    with pytest.raises(ConfigError):
+        normalize_index_url(str(tmp_path / "absent"))
+
+
+def test_detect_environment_of_this_interpreter() -> None:
+    found = detect_environment(sys.executable)
+    assert found.python == f"{sys.version_info.major}.{sys.version_info.minor}"
+    if found.torch is None:
+        assert found.cuda is None and found.cxx11_abi is None
+
+
+def test_which_reads_a_local_index(tmp_path: Path) -> None:
+    (tmp_path / "simple" / NEW).mkdir(parents=True)
+    (tmp_path / "simple" / "index.html").write_text(index.top_root_html([NEW, OLD]))
+    (tmp_path / "simple" / NEW / "index.html").write_text(index.variant_root_html(["flash-attn"]))
+    result = which(str(tmp_path), env=env())
+    assert result.choice.match == NEW
+    url = f"{tmp_path.resolve().as_uri()}/simple/{NEW}/"
+    assert result.commands == (install_commands(url, "flash-attn"),)
+    assert which(str(tmp_path), env=env(torch="2.9.0")).choice.match is None
