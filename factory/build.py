@@ -27,10 +27,10 @@ import psutil
 from packaging.version import Version
 
 from factory import images, wheelcheck, wheelhouse
-from factory.config import MatrixFile
+from factory import parallel as memory
+from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR
 from factory.errors import BuildError, FactoryError
-from factory import parallel as memory
 from factory.plan import Job, Plan, job_env
 from factory.source import prepare_source
 
@@ -43,7 +43,7 @@ WORK_MOUNT = "/var/factory"
 CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
 MARKER = "::factory:: "
-BUILD_REQUIREMENTS = ("setuptools", "wheel", "ninja", "packaging", "psutil")
+BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -138,7 +138,7 @@ def select_jobs(plan: Plan, only: str | None) -> list[Job]:
 
 
 def torch_requirement(torch: str) -> str:
-    """"2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
+    """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
     return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
 
 
@@ -245,8 +245,14 @@ class Runner:
         return self._once(
             "source",
             lambda: prepare_source(
-                kind=src.kind, name=pkg.name, version=pkg.version, cache=self.home, url=src.url, ref=src.ref,
-                path=src.path, patches=self.mf.recipe.patches,
+                kind=src.kind,
+                name=pkg.name,
+                version=pkg.version,
+                cache=self.home,
+                url=src.url,
+                ref=src.ref,
+                path=src.path,
+                patches=self.mf.recipe.patches,
             ),
         )
 
@@ -258,7 +264,11 @@ class Runner:
         return self._once(
             f"image:{job.variant.cuda}:{job.python}",
             lambda: images.ensure_builder_image(
-                self.client, cuda=job.variant.cuda, python=job.python, flavor=b.flavor, base_image=b.base_image,
+                self.client,
+                cuda=job.variant.cuda,
+                python=job.python,
+                flavor=b.flavor,
+                base_image=b.base_image,
                 progress=self.log,
             ),
         )
@@ -273,7 +283,11 @@ class Runner:
         return ref
 
     def requirements(self, job: Job) -> list[str]:
-        reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *self.mf.recipe.extra_build_requires]
+        reqs = [
+            torch_requirement(job.variant.torch),
+            *BUILD_REQUIREMENTS,
+            *self.mf.recipe.extra_build_requires,
+        ]
         return list(dict.fromkeys(reqs))
 
     def wheelhouse_for(self, job: Job) -> Path:
@@ -283,12 +297,13 @@ class Runner:
         key = f"wheelhouse:{job.python}:{reqs}:{extra}"
         return self._once(
             key,
-            lambda: wheelhouse.download_wheelhouse(reqs, self.home / "wheelhouses", python=job.python,
-                                                   extra_index_urls=extra),
+            lambda: wheelhouse.download_wheelhouse(
+                reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra
+            ),
         )
 
     def ensure_work_volume(self, image: str) -> None:
-        """The shared work volume must belong to the unprivileged build user; only a root helper can chown it."""
+        """The shared work volume must belong to the unprivileged build user; only root can chown it."""
 
         def make() -> None:
             self.client.volumes.list()  # surfaces connection errors early
@@ -297,18 +312,35 @@ class Runner:
             except Exception:
                 self.client.volumes.create(WORK_VOLUME, labels={LABEL: "1"})
             self.client.containers.run(
-                image, ["sh", "-c", f"mkdir -p {WORK_MOUNT}/uv-cache {WORK_MOUNT}/jobs && "
-                                    f"chown {CONTAINER_USER} {WORK_MOUNT} {WORK_MOUNT}/uv-cache {WORK_MOUNT}/jobs"],
-                user="0:0", cap_drop=["ALL"], cap_add=["CHOWN"], network_mode="none", remove=True,
-                labels=self.labels, volumes={WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"}},
+                image,
+                [
+                    "sh",
+                    "-c",
+                    f"mkdir -p {WORK_MOUNT}/uv-cache {WORK_MOUNT}/jobs && "
+                    f"chown {CONTAINER_USER} {WORK_MOUNT} {WORK_MOUNT}/uv-cache {WORK_MOUNT}/jobs",
+                ],
+                user="0:0",
+                cap_drop=["ALL"],
+                cap_add=["CHOWN"],
+                network_mode="none",
+                remove=True,
+                labels=self.labels,
+                volumes={WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"}},
             )
 
         self._once(f"volume:{image}", make)
 
     # -- containers ----------------------------------------------------------------------------------
     def run_container(
-        self, *, image: str, command: Sequence[str], env: Mapping[str, str], mounts: Mapping[str, Mapping[str, str]],
-        memory_limit: int, log_path: Path, result: JobResult,
+        self,
+        *,
+        image: str,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        mounts: Mapping[str, Mapping[str, str]],
+        memory_limit: int,
+        log_path: Path,
+        result: JobResult,
     ) -> ContainerOutcome:
         if self.stop.is_set():
             raise Interrupted()
@@ -344,7 +376,7 @@ class Runner:
                         fh.write(line + "\n")
                         if line.startswith(MARKER):
                             with contextlib.suppress(ValueError):
-                                fields = json.loads(line[len(MARKER):])
+                                fields = json.loads(line[len(MARKER) :])
                                 markers.update(fields)
                                 if "phase" in fields:
                                     result.phase = fields["phase"]
@@ -357,9 +389,8 @@ class Runner:
             nonlocal peak
             with contextlib.suppress(Exception):
                 for stats in container.stats(stream=True, decode=True):
-                    mem = stats.get("memory_stats") or {}
-                    usage = int(mem.get("usage") or 0)
-                    peak = max(peak, usage, int(mem.get("max_usage") or 0))
+                    usage = working_set(stats.get("memory_stats") or {})
+                    peak = max(peak, usage)
                     result.mem_now = usage
                     result.peak_bytes = max(result.peak_bytes, peak)
                     self.on_change(result)
@@ -368,8 +399,10 @@ class Runner:
 
         try:
             container.start()
-            threads = [threading.Thread(target=stream_logs, daemon=True),
-                       threading.Thread(target=watch_memory, daemon=True)]
+            threads = [
+                threading.Thread(target=stream_logs, daemon=True),
+                threading.Thread(target=watch_memory, daemon=True),
+            ]
             for t in threads:
                 t.start()
             while True:
@@ -415,8 +448,14 @@ class Runner:
             "MAX_JOBS": str(parallel.max_jobs),
             "NVCC_THREADS": str(parallel.nvcc_threads),
         }
-        env.update(memory.wrapper_env(parallel, recipe=self.mf.recipe, job_dir=env["FACTORY_JOB_DIR"],
-                                      memory_limit=self.memory_limit))
+        env.update(
+            memory.wrapper_env(
+                parallel,
+                recipe=self.mf.recipe,
+                job_dir=env["FACTORY_JOB_DIR"],
+                memory_limit=self.memory_limit,
+            )
+        )
         env.update(job_env(self.mf, job))
         return env
 
@@ -469,33 +508,60 @@ class Runner:
         if image is None:
             return
         self.client.containers.run(
-            image, ["python3", "/opt/factory/driver.py", "clean"],
-            environment={"FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}"}, user=CONTAINER_USER,
-            cap_drop=["ALL"], network_mode="none", remove=True, labels=self.labels,
-            volumes={WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                     str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"}},
+            image,
+            ["python3", "/opt/factory/driver.py", "clean"],
+            environment={"FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}"},
+            user=CONTAINER_USER,
+            cap_drop=["ALL"],
+            network_mode="none",
+            remove=True,
+            labels=self.labels,
+            volumes={
+                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
+            },
         )
 
     def build_with_retries(
-        self, job: Job, result: JobResult, *, image: str, mounts: Mapping[str, Mapping[str, str]], log_path: Path,
+        self,
+        job: Job,
+        result: JobResult,
+        *,
+        image: str,
+        mounts: Mapping[str, Mapping[str, str]],
+        log_path: Path,
     ) -> Path | None:
         parallel = memory.initial_parallelism(
-            recipe=self.mf.recipe, archs=len(job.variant.archs), limit_bytes=self.memory_limit, cpus=self.cpus,
-            package=self.mf.package.name, version=self.mf.package.version,
+            recipe=self.mf.recipe,
+            archs=len(job.variant.archs),
+            limit_bytes=self.memory_limit,
+            cpus=self.cpus,
+            package=self.mf.package.name,
+            version=self.mf.package.version,
         )
         out_dir = Path(mounts_host(mounts, "/out"))
         for number in range(1, self.mf.build.max_attempts + 1):
-            attempt = Attempt(number=number, max_jobs=parallel.max_jobs, nvcc_threads=parallel.nvcc_threads,
-                              memory_limit=self.memory_limit)
+            attempt = Attempt(
+                number=number,
+                max_jobs=parallel.max_jobs,
+                nvcc_threads=parallel.nvcc_threads,
+                memory_limit=self.memory_limit,
+            )
             result.attempts.append(attempt)
             with log_path.open("a") as fh:
-                fh.write(f"::factory:: attempt {number}: MAX_JOBS={parallel.max_jobs} "
-                         f"NVCC_THREADS={parallel.nvcc_threads} memory={self.memory_limit}\n")
+                fh.write(
+                    f"::factory:: attempt {number}: MAX_JOBS={parallel.max_jobs} "
+                    f"NVCC_THREADS={parallel.nvcc_threads} memory={self.memory_limit}\n"
+                )
             t0 = time.monotonic()
             outcome = self.run_container(
-                image=image, command=["python3", "/opt/factory/driver.py", "build"],
-                env=self.job_env(job, parallel), mounts=mounts, memory_limit=self.memory_limit,
-                log_path=log_path, result=result,
+                image=image,
+                command=["python3", "/opt/factory/driver.py", "build"],
+                env=self.job_env(job, parallel),
+                mounts=mounts,
+                memory_limit=self.memory_limit,
+                log_path=log_path,
+                result=result,
             )
             attempt.wall_s = round(time.monotonic() - t0, 1)
             attempt.exit_code = outcome.exit_code
@@ -503,8 +569,12 @@ class Runner:
             attempt.peak_bytes = outcome.peak_bytes
             attempt.objects_kept = outcome.markers.get("objects_kept")
             attempt.objects_total = outcome.markers.get("objects_total")
-            memory.record_profiles(job_dir_host=None, package=self.mf.package.name, version=self.mf.package.version,
-                                   log_path=log_path)
+            memory.record_profiles(
+                job_dir_host=None,
+                package=self.mf.package.name,
+                version=self.mf.package.version,
+                log_path=log_path,
+            )
             if outcome.exit_code == 0 and not outcome.oom_killed:
                 wheel_name = outcome.markers.get("wheel")
                 if not wheel_name or not (out_dir / wheel_name).is_file():
@@ -516,11 +586,14 @@ class Runner:
                 result.reason = f"build exited with code {outcome.exit_code} (attempt {number})"
                 return None
             if number == self.mf.build.max_attempts:
-                attempt.note = f"attempt {number}: OOM at {fmt_bytes(outcome.peak_bytes)}; no attempts left"
+                attempt.note = f"attempt {number}: OOM at {format_size(outcome.peak_bytes)}; no attempts left"
                 break
             nxt = memory.next_attempt(
-                parallel, oom_peak_bytes=outcome.peak_bytes, limit_bytes=self.memory_limit,
-                objects_done=attempt.objects_total or 0, objects_total=None,
+                parallel,
+                oom_peak_bytes=outcome.peak_bytes,
+                limit_bytes=self.memory_limit,
+                objects_done=attempt.objects_total or 0,
+                objects_total=None,
             )
             attempt.note = nxt.reason
             self.log(f"{job.id}: {nxt.reason}")
@@ -529,13 +602,21 @@ class Runner:
             parallel = nxt
         result.result = "oom"
         last = result.attempts[-1]
-        result.reason = (f"OOM-killed at {fmt_bytes(last.peak_bytes)} of a {fmt_bytes(self.memory_limit)} limit "
-                         f"after {len(result.attempts)} attempt(s)")
+        result.reason = (
+            f"OOM-killed at {format_size(last.peak_bytes)} of a {format_size(self.memory_limit)} limit "
+            f"after {len(result.attempts)} attempt(s)"
+        )
         return None
 
     def accept(
-        self, job: Job, result: JobResult, *, wheel: Path, image: str,
-        mounts: Mapping[str, Mapping[str, str]], log_path: Path,
+        self,
+        job: Job,
+        result: JobResult,
+        *,
+        wheel: Path,
+        image: str,
+        mounts: Mapping[str, Mapping[str, str]],
+        log_path: Path,
     ) -> None:
         result.phase = "check"
         self.on_change(result)
@@ -544,8 +625,12 @@ class Runner:
         installed = self._installed_torch(log_path) or job.variant.torch
         wheelcheck.pin_torch_requirement(wheel, installed)
         problems = wheelcheck.check_wheel(
-            wheel, name=self.mf.package.name, version=self.mf.package.version,
-            local_version=job.variant.local_version, python=job.python, torch_version=installed,
+            wheel,
+            name=self.mf.package.name,
+            version=self.mf.package.version,
+            local_version=job.variant.local_version,
+            python=job.python,
+            torch_version=installed,
             archs=job.variant.archs,
         )
         if problems:
@@ -564,8 +649,13 @@ class Runner:
             "UV_NO_CONFIG": "1",
         }
         outcome = self.run_container(
-            image=image, command=["python3", "/opt/factory/driver.py", "check"], env=env, mounts=mounts,
-            memory_limit=self.memory_limit, log_path=log_path, result=result,
+            image=image,
+            command=["python3", "/opt/factory/driver.py", "check"],
+            env=env,
+            mounts=mounts,
+            memory_limit=self.memory_limit,
+            log_path=log_path,
+            result=result,
         )
         if outcome.exit_code != 0:
             result.result = "failed"
@@ -583,16 +673,24 @@ class Runner:
             for line in log_path.read_text(errors="replace").splitlines():
                 if line.startswith(MARKER) and '"torch"' in line:
                     with contextlib.suppress(ValueError):
-                        found = json.loads(line[len(MARKER):]).get("torch", found)
+                        found = json.loads(line[len(MARKER) :]).get("torch", found)
         return found
+
+
+def working_set(mem: Mapping[str, Any]) -> int:
+    """Memory the kernel cannot simply drop, as `docker stats` shows it: usage less inactive page cache.
+
+    Raw cgroup usage counts the page cache of every file the build touched (gigabytes of torch wheels), which
+    says nothing about how close the compiles came to an OOM kill.
+    """
+    usage = int(mem.get("usage") or 0)
+    stats = mem.get("stats") or {}
+    inactive = stats.get("total_inactive_file", stats.get("inactive_file", 0))
+    return max(0, usage - int(inactive or 0))
 
 
 def mounts_host(mounts: Mapping[str, Mapping[str, str]], bind: str) -> str:
     return next(host for host, spec in mounts.items() if spec["bind"] == bind)
-
-
-def fmt_bytes(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 @contextlib.contextmanager
@@ -613,10 +711,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def run_build(
-    client: Any, mf: MatrixFile, jobs: Sequence[Job], settings: BuildSettings, *,
-    on_change: Callable[[JobResult], None] | None = None, log: Callable[[str], None] = lambda _m: None,
+    client: Any,
+    mf: MatrixFile,
+    jobs: Sequence[Job],
+    settings: BuildSettings,
+    *,
+    on_change: Callable[[JobResult], None] | None = None,
+    log: Callable[[str], None] = lambda _m: None,
 ) -> BuildReport:
-    """Build every job; never raises for a failed job (the report says), only for interruption or setup errors."""
+    """Build every job. A failed job is in the report; only interruption or a setup error raises."""
     settings.output.mkdir(parents=True, exist_ok=True)
     report = BuildReport(run_id=settings.run_id, matrix=str(mf.path), started=time.time())
     report.jobs = [JobResult(job_id=j.id, variant_id=j.variant.id, python=j.python) for j in jobs]
@@ -640,7 +743,10 @@ def run_build(
                         runner.stop.set()
                         for other in pending.values():
                             if other.phase == "queued":
-                                other.result, other.reason = "skipped", "an earlier job failed (use --keep-going)"
+                                other.result, other.reason = (
+                                    "skipped",
+                                    "an earlier job failed (use --keep-going)",
+                                )
                         for f in pending:
                             f.cancel()
     except KeyboardInterrupt:
@@ -677,5 +783,7 @@ def check_docker(client_factory: Callable[[], Any] | None = None) -> Any:
         client = (client_factory or (lambda: docker.from_env(timeout=600)))()
         client.ping()
     except Exception as exc:
-        raise BuildError(f"cannot reach the Docker daemon ({exc.__class__.__name__}): is dockerd running?") from exc
+        raise BuildError(
+            f"cannot reach the Docker daemon ({exc.__class__.__name__}): is dockerd running?"
+        ) from exc
     return client

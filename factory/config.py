@@ -157,6 +157,11 @@ def parse_size(value: str | int) -> int:
     return size
 
 
+def format_size(n: int) -> str:
+    """Bytes for people: 8224690176 -> "7.7 GiB", 734003200 -> "700 MiB"."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 def canonical_arch(value: str) -> str:
     """ "9.0;8.0" -> "8.0;9.0" (syntax only; known-ness is checked against compat data by the loader)."""
     return ";".join(parse_arch_set(value))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, ImageError
-from factory.wheelhouse import download_wheelhouse, factory_home, wheel_files
+from factory.wheelhouse import download_wheelhouse, factory_home, link_wheels, wheel_files
 
 Progress = Callable[[str], None]
 
@@ -568,7 +568,7 @@ def ensure_builder_image(
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile)
         (context / "requirements.txt").write_text("\n".join(requirements) + "\n")
-        download_wheelhouse(requirements, context / "wheels", python=python)
+        link_wheels(wheelhouse, context / "wheels")
         stage_ids = _build(
             client,
             context,

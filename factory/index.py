@@ -376,7 +376,13 @@ def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tu
 
 def cells_to_json(cells: Iterable[MatrixCell]) -> str:
     rows = [
-        {"project": c.project, "variant_id": c.variant_id, "python": c.python, "status": c.status, "detail": c.detail}
+        {
+            "project": c.project,
+            "variant_id": c.variant_id,
+            "python": c.python,
+            "status": c.status,
+            "detail": c.detail,
+        }
         for c in cells
     ]
     return json.dumps({"cells": rows}, indent=2) + "\n"
@@ -418,7 +424,7 @@ _HUMAN_SCRIPT = (
 
 
 def human_page(cells: Iterable[MatrixCell]) -> str:
-    """index.html at the index root: per project, a grid of variants x Pythons and each variant's install command."""
+    """index.html at the index root: per project, a grid of variants x Pythons and install commands."""
     by_project: dict[str, list[MatrixCell]] = {}
     for cell in cells:
         by_project.setdefault(cell.project, []).append(cell)
@@ -444,9 +450,7 @@ def human_page(cells: Iterable[MatrixCell]) -> str:
             built = any(c.status == "built" for c in pcells if c.variant_id == vid)
             index = f"simple/{vid}/"
             if built:
-                cmd = (
-                    f"pip install --index-url {index} --extra-index-url https://pypi.org/simple {project}"
-                )
+                cmd = f"pip install --index-url {index} --extra-index-url https://pypi.org/simple {project}"
                 install = f'<code data-index="{html.escape(index)}">{html.escape(cmd)}</code>'
             else:
                 install = ""

@@ -1,13 +1,15 @@
-"""Publishing checked wheels into a per-variant simple index, safe under concurrent and interrupted publishers.
+"""Publishing wheels into per-variant simple indexes, safe under concurrent and interrupted publishers.
 
-Order of writes: wheel -> <wheel>.metadata -> project page -> variant root -> root of variant indexes -> human
-page, so at every instant a page lists only files that exist, and rerunning an interrupted publish completes it.
+Order of writes: wheel -> <wheel>.metadata -> project page -> variant root -> root of variant indexes ->
+human page, so at every instant a page lists only files that exist, and rerunning an interrupted publish
+completes it.
 
 Each page has a JSON "state" object (the PEP 691 page itself for project and variant pages) updated by
-compare-and-swap: read it with its etag, merge the new records in, write it back only if nobody changed it in the
-meantime (If-Match / If-None-Match), otherwise retry. Merges are grow-only unions, so no publisher's files are lost.
-The HTML pages rendered from a state are then brought up to date by `_converge`, which repeats until the state it
-rendered from is still the current one after its write: whoever changed the state last also leaves the HTML right.
+compare-and-swap: read it with its etag, merge the new records in, write it back only if nobody changed it
+in the meantime (If-Match / If-None-Match), otherwise retry. Merges are grow-only unions, so no publisher's
+files are lost. The HTML pages rendered from a state are then brought up to date by `_converge`, which
+repeats until the state it rendered from is still the current one after its write: whoever changed the
+state last also leaves the HTML right.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def _now() -> str:
 
 
 def inspect_wheel(path: Path) -> WheelInfo:
-    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything that is not a factory wheel."""
+    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel."""
     from factory.variants import variant_id_from_local_version
 
     filename = path.name
@@ -88,7 +90,9 @@ def inspect_wheel(path: Path) -> WheelInfo:
     except InvalidWheelFilename as exc:
         raise ConfigError(f"{path}: not a wheel filename ({exc})") from None
     if version.local is None:
-        raise ConfigError(f"{path}: version {version} has no local label naming its variant (like +cu13.0...)")
+        raise ConfigError(
+            f"{path}: version {version} has no local label naming its variant (like +cu13.0...)"
+        )
     try:
         variant_id = variant_id_from_local_version(version.local)
     except ValueError as exc:
@@ -101,9 +105,7 @@ def inspect_wheel(path: Path) -> WheelInfo:
                 digest.update(chunk)
                 size += len(chunk)
         with zipfile.ZipFile(path) as zf:
-            candidates = [
-                n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-            ]
+            candidates = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(candidates) != 1:
                 raise ConfigError(f"{path}: expected one *.dist-info/METADATA, found {len(candidates)}")
             metadata = zf.read(candidates[0])
@@ -136,7 +138,9 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
         raise ConfigError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
     jobs = doc.get("jobs") if isinstance(doc, dict) else doc
     if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
-        raise ConfigError(f"{path}: a build report is a list of jobs (objects with variant_id, python, result)")
+        raise ConfigError(
+            f"{path}: a build report is a list of jobs (objects with variant_id, python, result)"
+        )
     return jobs
 
 
@@ -207,7 +211,7 @@ def _converge(
     content_type: str,
     written: list[str],
 ) -> None:
-    """Make each derived page equal to render(current state), robust against publishers racing to do the same."""
+    """Make each derived page equal render(current state), robust against publishers doing the same."""
     for attempt in range(_ATTEMPTS):
         state = store.get(state_key)
         if state is None:
@@ -311,7 +315,13 @@ def publish_wheels(
     for (variant_id, project), recs in sorted(records.items()):
         directory = index.project_dir(variant_id, project)
 
-        def merge(current: bytes | None, recs: list[FileRecord] = recs, project: str = project) -> bytes | None:
+        def merge(
+            current: bytes | None,
+            recs: list[FileRecord] = recs,
+            project: str = project,
+            variant_id: str = variant_id,
+            directory: str = directory,
+        ) -> bytes | None:
             existing = index.records_from_project_json(current) if current else ()
             try:
                 merged = index.merge_records(existing, recs)
@@ -357,8 +367,10 @@ def publish_wheels(
         _converge(
             store,
             state_key,
-            [(k, lambda s: index.variant_root_html(index.projects_from_root_json(s)).encode())
-             for k in _page_keys(store, directory)],
+            [
+                (k, lambda s: index.variant_root_html(index.projects_from_root_json(s)).encode())
+                for k in _page_keys(store, directory)
+            ],
             content_type=index.HTML_TYPE,
             written=written,
         )
@@ -375,8 +387,10 @@ def publish_wheels(
     _converge(
         store,
         "simple/variants.json",
-        [(k, lambda s: index.top_root_html(index.variant_ids_from_top_root_json(s)).encode())
-         for k in _page_keys(store, "simple/")],
+        [
+            (k, lambda s: index.top_root_html(index.variant_ids_from_top_root_json(s)).encode())
+            for k in _page_keys(store, "simple/")
+        ],
         content_type=index.HTML_TYPE,
         written=written,
     )
@@ -385,7 +399,9 @@ def publish_wheels(
     # 6. The human page: the matrix as the reports and the published files describe it.
     published = [(variant_id, rec) for (variant_id, _p), recs in records.items() for rec in recs]
     projects = {info.project for info in infos.values()}
-    cells = index.matrix_cells(jobs, published, project_hint=next(iter(projects)) if len(projects) == 1 else None)
+    cells = index.matrix_cells(
+        jobs, published, project_hint=next(iter(projects)) if len(projects) == 1 else None
+    )
 
     def merge_matrix(current: bytes | None) -> bytes | None:
         existing = index.cells_from_json(current) if current else ()

@@ -28,7 +28,8 @@ _HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", 
 def negotiate(accept: str | None) -> str:
     """PEP 691 content negotiation: the content type to answer a simple-repository page request with.
 
-    The highest q wins; at equal q, JSON. No Accept header (or nothing we know) gets HTML, which every client reads.
+    The highest q wins; at equal q, JSON. No Accept header (or nothing we know) gets HTML, which every
+    client reads.
     """
     if not accept:
         return index.HTML_TYPE
@@ -118,7 +119,9 @@ def make_server(
                 return False
             return hmac.compare_digest(token.strip().encode(), expected.encode())
 
-        def _reply(self, status: HTTPStatus, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        def _reply(
+            self, status: HTTPStatus, body: bytes = b"", headers: dict[str, str] | None = None
+        ) -> None:
             self.send_response(status)
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -160,7 +163,9 @@ def make_server(
             if opened is None:
                 if not key.endswith("index.html") and store.head(f"{key}/index.html") is not None:
                     self._reply(
-                        HTTPStatus.MOVED_PERMANENTLY, b"", {"Location": raw_path + "/", "Content-Type": "text/plain"}
+                        HTTPStatus.MOVED_PERMANENTLY,
+                        b"",
+                        {"Location": raw_path + "/", "Content-Type": "text/plain"},
                     )
                     return
                 self._reply(HTTPStatus.NOT_FOUND, b"not found\n", {"Content-Type": "text/plain"})

@@ -67,7 +67,9 @@ def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
     for patch in patches:
         proc = subprocess.run(
             ["patch", "-p1", "--forward", "--batch", "-i", str(patch)],
-            cwd=tree, capture_output=True, text=True,
+            cwd=tree,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             detail = (proc.stdout + proc.stderr).strip().splitlines()
@@ -75,8 +77,15 @@ def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
 
 
 def prepare_source(
-    *, kind: str, name: str, version: str, cache: Path, url: str | None = None, ref: str | None = None,
-    path: Path | None = None, patches: Sequence[Path] = (),
+    *,
+    kind: str,
+    name: str,
+    version: str,
+    cache: Path,
+    url: str | None = None,
+    ref: str | None = None,
+    path: Path | None = None,
+    patches: Sequence[Path] = (),
 ) -> Path:
     """Return a directory holding the patched source tree, made once per (source, patches) and reused."""
     patch_hashes = [hashlib.sha256(p.read_bytes()).hexdigest() for p in patches]
@@ -85,8 +94,11 @@ def prepare_source(
         if not path.is_dir():
             raise BuildError(f"source directory {path} does not exist")
         # Local trees change between runs: key on content so an edit is never built from a stale copy.
-        stamp = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
-                 for p in sorted(path.rglob("*")) if p.is_file() and ".git" not in p.parts]
+        stamp = [
+            (str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(path.rglob("*"))
+            if p.is_file() and ".git" not in p.parts
+        ]
         key = _digest(kind, path, stamp, patch_hashes)
     else:
         key = _digest(kind, name, version, url, ref, patch_hashes)
@@ -103,8 +115,11 @@ def prepare_source(
         elif kind == "git":
             assert url is not None
             cmd = ["git", "clone", "--recursive", "--quiet", url, str(tree)]
-            for step in (cmd, ["git", "-C", str(tree), "checkout", "--quiet", ref or "HEAD"],
-                         ["git", "-C", str(tree), "submodule", "update", "--init", "--recursive", "--quiet"]):
+            for step in (
+                cmd,
+                ["git", "-C", str(tree), "checkout", "--quiet", ref or "HEAD"],
+                ["git", "-C", str(tree), "submodule", "update", "--init", "--recursive", "--quiet"],
+            ):
                 proc = subprocess.run(step, capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise BuildError(f"git failed for {url}@{ref}: {proc.stderr.strip().splitlines()[-1:]}")

@@ -1,9 +1,9 @@
-"""Where an index lives: a local directory or an S3 bucket prefix, behind one small compare-and-swap interface.
+"""Where an index lives: a local directory or an S3 bucket prefix, behind one compare-and-swap interface.
 
 Both stores give the same guarantees publish relies on: a write is all-or-nothing, and a conditional write
-(`if_none_match` = "create only", `if_match=etag` = "replace only that version") fails with PreconditionFailed
-when another publisher got there first. Locally that is a lock file (fcntl) around check-then-rename; on S3 the
-server's own If-None-Match / If-Match conditional PUT.
+(`if_none_match` = "create only", `if_match=etag` = "replace only that version") fails with
+PreconditionFailed when another publisher got there first. Locally that is a lock file (fcntl) around
+check-then-rename; on S3 the server's own If-None-Match / If-Match conditional PUT.
 """
 
 from __future__ import annotations
@@ -175,11 +175,13 @@ class LocalStore:
 
 
 class S3Store:
-    """An index under s3://bucket/prefix through boto3 (any S3-compatible endpoint, standard credential chain)."""
+    """An index under s3://bucket/prefix via boto3 (any S3-compatible endpoint, standard credential chain)."""
 
     wants_directory_keys = True
 
-    def __init__(self, bucket: str, prefix: str, *, endpoint_url: str | None = None, client: Any = None) -> None:
+    def __init__(
+        self, bucket: str, prefix: str, *, endpoint_url: str | None = None, client: Any = None
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.description = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
@@ -191,7 +193,9 @@ class S3Store:
             client = boto3.client(
                 "s3",
                 endpoint_url=endpoint_url,
-                config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}),
+                config=Config(
+                    s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}
+                ),
             )
         self.client = client
 
@@ -233,7 +237,9 @@ class S3Store:
         resp = self._call("reading", self.client.head_object, Bucket=self.bucket, Key=self._key(key))
         if resp is None:
             return None
-        return Head(size=resp["ContentLength"], etag=resp["ETag"], sha256=resp.get("Metadata", {}).get("sha256"))
+        return Head(
+            size=resp["ContentLength"], etag=resp["ETag"], sha256=resp.get("Metadata", {}).get("sha256")
+        )
 
     def sha256_of(self, key: str) -> str | None:
         head = self.head(key)
@@ -290,7 +296,7 @@ class S3Store:
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """"s3://bucket/some/prefix" -> ("bucket", "some/prefix")."""
+    """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix")."""
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
         raise ConfigError(f"{url!r} is not an s3://bucket/prefix URL")

@@ -151,10 +151,9 @@ def download_wheelhouse(
 ) -> Path:
     """Download `requirements` (and their dependencies) as wheels for `python` on `platform`.
 
-    The download lands in `factory_home()/wheelhouses/<hash of inputs>`, made atomically (a temporary
-    directory renamed into place), and is reused by later calls with the same inputs. With `dest`, the
-    wheels are also linked (or copied across filesystems) into `dest`, which is returned; otherwise the
-    cache directory is returned.
+    The wheels land in `<dest>/<hash of the inputs>` (dest: the wheelhouse cache root, by default
+    `factory_home()/wheelhouses`), which is returned. That directory is made atomically (a temporary directory
+    renamed into place) and reused by later calls with the same inputs, so it holds exactly one download.
     """
     extra = tuple(extra_index_urls)
     if not requirements:
@@ -167,51 +166,54 @@ def download_wheelhouse(
         extra_index_urls=extra,
         only_binary=only_binary,
     )
-    cache_root = factory_home() / "wheelhouses"
+    cache_root = dest if dest is not None else factory_home() / "wheelhouses"
     cached = cache_root / key
-    if not cached.is_dir():
-        cache_root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
-        try:
-            args = pip_download_args(
-                requirements,
-                tmp,
-                python=python,
-                platform=platform,
-                index_url=index_url,
-                extra_index_urls=extra,
-                only_binary=only_binary,
-            )
-            proc = subprocess.run(
-                [sys.executable, *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise FactoryError(
-                    f"pip download for Python {python} ({platform}) failed: {last_error_line(proc.stdout)}"
-                )
-            (tmp / "inputs.json").write_text(
-                json.dumps(
-                    {"requirements": list(requirements), "python": python, "platform": platform}, indent=1
-                )
-                + "\n"
-            )
-            try:
-                tmp.rename(cached)
-            except OSError:
-                # Another process finished the same download first; its result is as good as ours.
-                if not cached.is_dir():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if dest is None:
+    if cached.is_dir():
+        if cached.stat().st_mode & 0o005 != 0o005:
+            cached.chmod(0o755)  # made by an older version with mkdtemp's 0700
         return cached
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
+    try:
+        args = pip_download_args(
+            requirements,
+            tmp,
+            python=python,
+            platform=platform,
+            index_url=index_url,
+            extra_index_urls=extra,
+            only_binary=only_binary,
+        )
+        proc = subprocess.run(
+            [sys.executable, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise FactoryError(
+                f"pip download for Python {python} ({platform}) failed: {last_error_line(proc.stdout)}"
+            )
+        inputs = {"requirements": list(requirements), "python": python, "platform": platform}
+        (tmp / "inputs.json").write_text(json.dumps(inputs, indent=1) + "\n")
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the wheels from a container's unprivileged user
+        try:
+            tmp.rename(cached)
+        except OSError:
+            # Another process finished the same download first; its result is as good as ours.
+            if not cached.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cached
+
+
+def link_wheels(source: Path, dest: Path) -> Path:
+    """Hard-link (or, across filesystems, copy) the wheels of a wheelhouse into `dest`; returns `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
-    for wheel in wheel_files(cached):
+    for wheel in wheel_files(source):
         target = dest / wheel.name
         if target.exists():
             continue

@@ -23,7 +23,9 @@ from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
 
 EXTRA_INDEX = "https://pypi.org/simple"
-_VARIANT_ID = re.compile(r"^cu(?P<cuda>\d+)-torch(?P<torch>\d+(?:\.\d+)*)-abi(?P<abi>[01])-sm(?P<archs>\d+a?(?:\.\d+a?)*)$")
+_VARIANT_ID = re.compile(
+    r"^cu(?P<cuda>\d+)-torch(?P<torch>\d+(?:\.\d+)*)-abi(?P<abi>[01])-sm(?P<archs>\d+a?(?:\.\d+a?)*)$"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +58,7 @@ class Choice:
 
 
 def parse_variant_id(variant_id: str) -> VariantKey | None:
-    """"cu130-torch2.14-abi1-sm80.90" -> its parts; None for names that are not variant ids."""
+    """ "cu130-torch2.14-abi1-sm80.90" -> its parts; None for names that are not variant ids."""
     m = _VARIANT_ID.match(variant_id)
     if m is None:
         return None
@@ -123,25 +125,29 @@ def mismatches(env: Environment, key: VariantKey) -> tuple[tuple[str, ...], tupl
         have = _release(env.torch)
         if have[: len(want)] != want:
             reasons.append(f"built for torch {key.torch}, this host has torch {env.torch}")
-            distance += 30 + 3 * abs((want + (0, 0))[1] - (have + (0, 0))[1])
+            distance += 30 + 3 * abs((*want, 0, 0)[1] - (*have, 0, 0)[1])
     if env.torch is not None and env.cuda is None:
         reasons.append(f"built for CUDA {key.cuda}, this host's torch is a CPU build")
         distance += 50
     elif env.cuda is not None:
         v_major, v_minor = _release(key.cuda)[:2]
-        e_major, e_minor = (_release(env.cuda) + (0,))[:2]
+        e_major, e_minor = (*_release(env.cuda), 0)[:2]
         if v_major != e_major:
             reasons.append(f"built for CUDA {key.cuda}, torch here uses CUDA {env.cuda}")
             distance += 40
         elif v_minor != e_minor:
-            notes.append(f"built with CUDA {key.cuda}, torch here uses CUDA {env.cuda} (same major: compatible)")
+            notes.append(
+                f"built with CUDA {key.cuda}, torch here uses CUDA {env.cuda} (same major: compatible)"
+            )
             distance += abs(v_minor - e_minor)
     if env.cxx11_abi is not None and env.cxx11_abi != key.cxx11_abi:
         reasons.append(f"built with cxx11 ABI {int(key.cxx11_abi)}, torch here uses {int(env.cxx11_abi)}")
         distance += 20
     for gpu in env.gpus:
         if not covers(key.archs, gpu):
-            reasons.append(f"no code for this GPU (compute capability {gpu}); built for {', '.join(key.archs)}")
+            reasons.append(
+                f"no code for this GPU (compute capability {gpu}); built for {', '.join(key.archs)}"
+            )
             distance += 10
     return tuple(reasons), tuple(notes), distance
 
@@ -176,7 +182,8 @@ def install_commands(index_url: str, project: str) -> tuple[str, str]:
 
 _PROBE = r"""
 import json, sys
-out = {"python": "%d.%d" % sys.version_info[:2], "torch": None, "cuda": None, "abi": None, "gpus": [], "gpu_source": "none"}
+out = {"python": "%d.%d" % sys.version_info[:2], "torch": None, "cuda": None, "abi": None, "gpus": []}
+out["gpu_source"] = "none"
 try:
     import torch
 except Exception:
@@ -311,8 +318,12 @@ def which(index: str, *, env: Environment, project: str | None = None) -> WhichR
 
         wanted = canonicalize_name(project)
         if wanted not in {canonicalize_name(p) for p in listed}:
-            raise FactoryError(f"{project} is not in the matching index {_safe(variant_url)} (it has: "
-                               f"{', '.join(listed) or 'nothing'})")
+            raise FactoryError(
+                f"{project} is not in the matching index {_safe(variant_url)} (it has: "
+                f"{', '.join(listed) or 'nothing'})"
+            )
         projects = (project,)
     commands = tuple(install_commands(variant_url, p) for p in projects)
-    return WhichResult(env=env, choice=choice, variant_url=variant_url, projects=tuple(projects), commands=commands)
+    return WhichResult(
+        env=env, choice=choice, variant_url=variant_url, projects=tuple(projects), commands=commands
+    )

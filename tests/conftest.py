@@ -1,4 +1,4 @@
-"""Shared fixtures. Integration tests need real services; under CI=true a missing one is a failure, never a skip."""
+"""Shared fixtures. Integration tests need real services: under CI=true a missing one fails, never skips."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def require(condition: bool, what: str) -> None:
-    """Skip locally when a real component is missing; fail under CI, where a skip would hide an untested feature."""
+    """Skip locally when a real component is missing; fail under CI, where a skip hides untested features."""
     if condition:
         return
     if IN_CI:
@@ -36,7 +36,9 @@ def docker_client() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def host_nvcc() -> str:
-    path = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    path = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None
+    )
     require(path is not None, "nvcc on the host")
     assert path is not None
     return path

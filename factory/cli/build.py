@@ -14,17 +14,13 @@ from rich.live import Live
 from rich.table import Table
 
 from factory.cli import app
-from factory.config import load_matrix_file, parse_size
+from factory.config import format_size, load_matrix_file, parse_size
 from factory.errors import ConfigError
 
 if TYPE_CHECKING:
     from factory.build import BuildReport, JobResult
 
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
-
-
-def _fmt(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def _progress_table(results: list[JobResult]) -> Table:
@@ -35,8 +31,11 @@ def _progress_table(results: list[JobResult]) -> Table:
     for r in results:
         elapsed = r.wall_s if r.wall_s else (now - r.started if r.started else 0.0)
         table.add_row(
-            r.job_id, f"[{STYLE.get(r.phase, 'cyan')}]{r.phase}[/]", f"{elapsed:.0f}s",
-            _fmt(r.mem_now) if r.mem_now else "-", _fmt(r.peak_bytes) if r.peak_bytes else "-",
+            r.job_id,
+            f"[{STYLE.get(r.phase, 'cyan')}]{r.phase}[/]",
+            f"{elapsed:.0f}s",
+            format_size(r.mem_now) if r.mem_now else "-",
+            format_size(r.peak_bytes) if r.peak_bytes else "-",
         )
     return table
 
@@ -48,8 +47,12 @@ def _summary_table(report: BuildReport) -> Table:
     for r in report.jobs:
         detail = r.wheel or r.reason or ""
         table.add_row(
-            r.job_id, f"[{STYLE.get(r.result, 'white')}]{r.result}[/]", f"{r.wall_s:.0f}s",
-            _fmt(r.peak_bytes) if r.peak_bytes else "-", str(len(r.attempts)), detail,
+            r.job_id,
+            f"[{STYLE.get(r.result, 'white')}]{r.result}[/]",
+            f"{r.wall_s:.0f}s",
+            format_size(r.peak_bytes) if r.peak_bytes else "-",
+            str(len(r.attempts)),
+            detail,
         )
     return table
 
@@ -57,13 +60,21 @@ def _summary_table(report: BuildReport) -> Table:
 @app.command()
 def build(
     matrix: Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")] = Path("matrix.yaml"),
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where accepted wheels go.")] = Path("wheelhouse"),
-    only: Annotated[str | None, typer.Option(help="Only jobs whose id or variant id matches this glob.")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where accepted wheels go.")] = Path(
+        "wheelhouse"
+    ),
+    only: Annotated[
+        str | None, typer.Option(help="Only jobs whose id or variant id matches this glob.")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the jobs, start nothing.")] = False,
-    keep_going: Annotated[bool, typer.Option("--keep-going", help="Build the other jobs after a failure.")] = False,
+    keep_going: Annotated[
+        bool, typer.Option("--keep-going", help="Build the other jobs after a failure.")
+    ] = False,
     memory: Annotated[str | None, typer.Option(help="Memory limit per container, e.g. 16GiB.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per container.")] = None,
-    publish: Annotated[bool, typer.Option("--publish", help="Publish accepted wheels (see `publish:`).")] = False,
+    publish: Annotated[
+        bool, typer.Option("--publish", help="Publish accepted wheels (see `publish:`).")
+    ] = False,
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
@@ -74,8 +85,13 @@ def build(
     mf = load_matrix_file(matrix)
     jobs = select_jobs(plan_matrix(mf), only)
     if not jobs:
-        raise ConfigError(f"no job matches --only {only!r}" if only else "the matrix plans no job", file=str(matrix))
-    mem = parse_size(memory) if memory is not None else None
+        raise ConfigError(
+            f"no job matches --only {only!r}" if only else "the matrix plans no job", file=str(matrix)
+        )
+    try:
+        mem = parse_size(memory) if memory is not None else None
+    except ValueError as exc:
+        raise ConfigError(f"--memory: {exc}") from None
     if cpus is not None and cpus <= 0:
         raise ConfigError(f"--cpus must be positive, not {cpus}")
     if dry_run:
@@ -120,13 +136,24 @@ def build(
             if a.note:
                 console.print(f"{r.job_id}: {a.note}")
         if r.result not in ("ok", "skipped") and r.log_tail:
-            console.print(f"[bold]{r.job_id}[/]: {r.reason}\n  log: {r.log}\n  " + "\n  ".join(r.log_tail[-15:]))
+            console.print(
+                f"[bold]{r.job_id}[/]: {r.reason}\n  log: {r.log}\n  " + "\n  ".join(r.log_tail[-15:])
+            )
     console.print(f"report: {output / 'report.json'}")
-    if publish and report.ok:
+    wheels = [output / r.wheel for r in report.jobs if r.wheel]
+    if publish and wheels:
+        # Failed jobs do not hold back the good wheels; the index's matrix page shows what failed.
         from factory.publish import publish_wheels
 
-        wheels = [output / r.wheel for r in report.jobs if r.wheel]
-        result = publish_wheels(wheels, to=mf.publish.to, endpoint_url=mf.publish.endpoint_url,
-                                report=output / "report.json", progress=log)
-        console.print(f"published to {mf.publish.to}: {result}")
+        result = publish_wheels(
+            wheels,
+            to=mf.publish.to,
+            endpoint_url=mf.publish.endpoint_url,
+            report=output / "report.json",
+            progress=log,
+        )
+        console.print(
+            f"published {len(result.files)} wheel(s) to {result.destination}: "
+            + ", ".join(result.variant_ids)
+        )
     sys.exit(0 if report.ok else 1)

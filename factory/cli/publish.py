@@ -19,7 +19,8 @@ def publish(
         str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (credentials: AWS chain).")
     ] = None,
     report: Annotated[
-        Path | None, typer.Option("--report", help="Build report (default: WHEEL_DIR/report.json if present).")
+        Path | None,
+        typer.Option("--report", help="Build report (default: WHEEL_DIR/report.json if present)."),
     ] = None,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
@@ -44,7 +45,9 @@ def serve(
     from_s3: Annotated[
         str | None, typer.Option("--from", help="Serve s3://bucket/prefix instead of a directory.")
     ] = None,
-    endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint.")] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint.")
+    ] = None,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
     from factory.serve import make_server, parse_basic_auth
@@ -80,7 +83,9 @@ def serve(
 
 @app.command()
 def which(
-    project: Annotated[str | None, typer.Argument(help="Project to install (default: all in the index).")] = None,
+    project: Annotated[
+        str | None, typer.Argument(help="Project to install (default: all in the index).")
+    ] = None,
     index: Annotated[
         str | None, typer.Option("--index", help="Index URL or directory (its root or its simple/ page).")
     ] = None,
@@ -111,7 +116,9 @@ def which(
     if result.choice.match is None:
         if result.choice.nearest:
             why = "; ".join(result.choice.reasons)
-            raise FactoryError(f"no variant index matches this host; nearest: {result.choice.nearest} ({why})")
+            raise FactoryError(
+                f"no variant index matches this host; nearest: {result.choice.nearest} ({why})"
+            )
         raise FactoryError(f"no variant index matches this host: {'; '.join(result.choice.reasons)}")
     typer.echo(f"variant: {result.choice.match}")
     for note in result.choice.notes:

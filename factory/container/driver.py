@@ -39,14 +39,27 @@ def job_dir() -> Path:
 
 
 def uv_install(python: Path, args: list[str]) -> None:
-    run(["uv", "pip", "install", "--python", str(python), "--offline", "--no-index",
-         "--find-links", str(WHEELHOUSE), *args])
+    run(
+        [
+            "uv",
+            "pip",
+            "install",
+            "--python",
+            str(python),
+            "--offline",
+            "--no-index",
+            "--find-links",
+            str(WHEELHOUSE),
+            *args,
+        ]
+    )
 
 
 def make_venv(path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)
-    run(["uv", "venv", "--python", os.environ["FACTORY_PYTHON"], "--seed", str(path)])
+    # No --seed: seeding would fetch pip from the network; pip comes from the wheelhouse when needed.
+    run(["uv", "venv", "--python", os.environ["FACTORY_PYTHON"], str(path)])
     return path / "bin" / "python"
 
 
@@ -59,17 +72,30 @@ def count_objects(root: Path) -> int:
 
 def check_torch_cuda(python: Path) -> None:
     """A toolkit that does not match torch's CUDA is a classic silent failure: stop before compiling."""
-    out = subprocess.run(
-        [str(python), "-c", "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     torch_version, torch_cuda = json.loads(out)
     mark(torch=torch_version, torch_cuda=torch_cuda)
     want = os.environ.get("FACTORY_CUDA", "")
     if torch_cuda is None:
         sys.exit(f"factory: torch {torch_version} is a CPU build; CUDA {want} was expected")
     if want and torch_cuda.split(".")[:2] != want.split(".")[:2]:
-        sys.exit(f"factory: torch {torch_version} was built for CUDA {torch_cuda}, but this job's toolkit is CUDA {want}")
+        sys.exit(
+            f"factory: torch {torch_version} was built for CUDA {torch_cuda}, "
+            f"but this job's toolkit is CUDA {want}"
+        )
 
 
 def build() -> None:
@@ -104,8 +130,23 @@ def build() -> None:
     env = dict(os.environ)
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
-    run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
-         "--wheel-dir", str(dist), "."], cwd=src, env=env)
+    run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-index",
+            "-v",
+            "--wheel-dir",
+            str(dist),
+            ".",
+        ],
+        cwd=src,
+        env=env,
+    )
     mark(objects_total=count_objects(src))
 
     mark(phase="collect")
@@ -134,4 +175,8 @@ def clean() -> None:
 
 
 if __name__ == "__main__":
-    {"build": build, "check": check, "clean": clean}[sys.argv[1]]()
+    try:
+        {"build": build, "check": check, "clean": clean}[sys.argv[1]]()
+    except subprocess.CalledProcessError as exc:
+        print(f"factory: {' '.join(map(str, exc.cmd))!r} failed with exit code {exc.returncode}", flush=True)
+        sys.exit(exc.returncode or 1)

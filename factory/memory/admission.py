@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -70,9 +71,14 @@ def decide(
     committed = untracked + sum(max(r.reserved_bytes, r.rss_bytes) for r in running)
     if not running:
         if head_bytes is None:
-            return Decision(admit=True, reason="nothing else runs", committed_bytes=committed, capacity_bytes=capacity)
+            return Decision(
+                admit=True, reason="nothing else runs", committed_bytes=committed, capacity_bytes=capacity
+            )
         return Decision(
-            admit=False, reason="a higher-priority compile goes first", committed_bytes=committed, capacity_bytes=capacity
+            admit=False,
+            reason="a higher-priority compile goes first",
+            committed_bytes=committed,
+            capacity_bytes=capacity,
         )
     if cpus is not None:
         busy = sum(r.threads for r in running)
@@ -104,24 +110,68 @@ def profile_key(source: str, archs: Sequence[str], nvcc_threads: int) -> str:
     return f"{os.path.basename(source)}|{','.join(sorted(archs))}|{nvcc_threads}"
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """What a compile is expected to take: its peak, and from a profile its time and RSS envelope."""
+
+    peak_bytes: int
+    wall_s: float | None = None
+    envelope: tuple[int, ...] = ()
+
+
 def predict(
-    entries: Mapping[str, Mapping[str, float]],
+    entries: Mapping[str, Mapping[str, Any]],
     key: str,
     *,
     per_arch_bytes: int,
     archs: int,
     nvcc_threads: int,
     base_bytes: int = DEFAULT_BASE_BYTES,
-) -> tuple[int, float | None]:
-    """(peak bytes, seconds or None) of a compile: the learned profile entry, else the recipe's estimate."""
+) -> Prediction:
+    """The learned profile entry of a compile, else the recipe's estimate."""
     entry = entries.get(key)
     if entry is not None and entry.get("peak_bytes"):
         wall = entry.get("wall_s")
-        return int(entry["peak_bytes"]), (float(wall) if wall else None)
+        env = entry.get("envelope") or ()
+        return Prediction(
+            peak_bytes=int(entry["peak_bytes"]),
+            wall_s=float(wall) if wall else None,
+            envelope=tuple(int(v) for v in env),
+        )
     estimate = per_compile_estimate(
         per_arch_bytes=per_arch_bytes, archs=archs, nvcc_threads=nvcc_threads, base_bytes=base_bytes
     )
-    return estimate, None
+    return Prediction(peak_bytes=estimate)
+
+
+ENVELOPE_POINTS = 10
+# A compile may run slower than when it was measured; assuming less progress than the clock says keeps its
+# reservation at the larger, earlier part of its envelope.
+PROGRESS_SLACK = 1.25
+
+
+def envelope(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
+    """Point k: the most RSS seen from k/N of the compile's time to its end (non-increasing)."""
+    points = [0] * ENVELOPE_POINTS
+    for t, rss in samples:
+        k = min(ENVELOPE_POINTS - 1, int(ENVELOPE_POINTS * t / wall_s)) if wall_s > 0 else 0
+        points[k] = max(points[k], rss)
+    for k in range(ENVELOPE_POINTS - 2, -1, -1):
+        points[k] = max(points[k], points[k + 1])
+    return tuple(points)
+
+
+def reservation(prediction: Prediction, elapsed_s: float) -> int:
+    """Memory a running compile may still claim: its peak, or once profiled, what is left of its envelope.
+
+    Compiles peak early (cicc's optimizer) and then hold far less (ptxas, fatbinary), so a profiled compile
+    stops holding its peak once it is past it.
+    """
+    if not prediction.envelope or not prediction.wall_s:
+        return prediction.peak_bytes
+    progress = elapsed_s / (prediction.wall_s * PROGRESS_SLACK)
+    k = min(len(prediction.envelope) - 1, int(len(prediction.envelope) * progress))
+    return prediction.envelope[k]
 
 
 @dataclass(frozen=True)
@@ -174,13 +224,25 @@ def parse_nvcc_args(args: Sequence[str]) -> NvccCall:
             i += 1
         elif arg.startswith("--threads="):
             threads = _threads(arg.split("=", 1)[1])
-        elif arg in ("-o", "-I", "-D", "-x", "-ccbin", "--dependency-output", "-MF", "-Xcompiler", "-include"):
+        elif arg in (
+            "-o",
+            "-I",
+            "-D",
+            "-x",
+            "-ccbin",
+            "--dependency-output",
+            "-MF",
+            "-Xcompiler",
+            "-include",
+        ):
             i += 1
         elif not arg.startswith("-") and arg.endswith(_SOURCE_SUFFIXES):
             source = arg
         i += 1
     unique = tuple(sorted(set(archs))) or ("default",)
-    return NvccCall(is_compile=is_compile and source is not None, source=source, archs=unique, threads=threads)
+    return NvccCall(
+        is_compile=is_compile and source is not None, source=source, archs=unique, threads=threads
+    )
 
 
 def _threads(text: str) -> int:

@@ -103,7 +103,9 @@ def _controller_dir(root: Path, names: list[str], own_path: str | None) -> Path 
     return None
 
 
-def read_cgroup(root: Path | str = "/sys/fs/cgroup", proc_cgroup: Path | str = "/proc/self/cgroup") -> CgroupInfo:
+def read_cgroup(
+    root: Path | str = "/sys/fs/cgroup", proc_cgroup: Path | str = "/proc/self/cgroup"
+) -> CgroupInfo:
     root = Path(root)
     own = parse_proc_cgroup(_read(Path(proc_cgroup)) or "")
     mem_dir = _controller_dir(root, ["memory"], own.get("memory"))

@@ -16,6 +16,7 @@ Environment:
   FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
   FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
   FACTORY_POLL_S               seconds between admission checks (default 0.5)
+  FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
-import admission  # noqa: E402  (found next to this file, also when copied into a container)
-import cgroup  # noqa: E402
+import admission
+import cgroup
 
 DEFAULT_EST_PER_ARCH = 4 << 30
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -46,7 +47,9 @@ def log(message: str) -> None:
 
 
 def real_nvcc() -> str:
-    real = os.environ.get("FACTORY_REAL_NVCC") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    real = os.environ.get("FACTORY_REAL_NVCC") or os.path.join(
+        os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
+    )
     if os.path.realpath(real) == os.path.realpath(__file__):
         sys.exit("factory-nvcc: FACTORY_REAL_NVCC points at the wrapper itself")
     return real
@@ -141,7 +144,7 @@ def env_int(name: str, default: int | None) -> int | None:
         return default
 
 
-def wait_for_admission(state_dir: str, *, prediction: int, predicted_s: float | None, threads: int) -> float:
+def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, threads: int) -> float:
     info = cgroup.read_cgroup()
     limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
     if limit is None:
@@ -153,36 +156,57 @@ def wait_for_admission(state_dir: str, *, prediction: int, predicted_s: float | 
     poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
     me = str(os.getpid())
     t0 = time.monotonic()
+    mine = {
+        "bytes": prediction.peak_bytes,
+        "seconds": prediction.wall_s,
+        "envelope": list(prediction.envelope),
+        "threads": threads,
+    }
     with locked_state(state_dir) as state:
-        state["waiting"][me] = {"ticket": state["next_ticket"], "bytes": prediction, "seconds": predicted_s}
+        state["waiting"][me] = {**mine, "ticket": state["next_ticket"]}
         state["next_ticket"] += 1
     said = ""
     while True:
         used = cgroup.read_cgroup().working_set or 0
         kids = children_map()
+        now = time.time()
         with locked_state(state_dir) as state:
             running = [
                 admission.Running(
-                    pid=int(pid), reserved_bytes=int(r["bytes"]), rss_bytes=tree_rss(int(pid), kids),
+                    pid=int(pid),
+                    reserved_bytes=admission.reservation(
+                        admission.Prediction(
+                            peak_bytes=int(r["bytes"]),
+                            wall_s=r.get("seconds"),
+                            envelope=tuple(r.get("envelope") or ()),
+                        ),
+                        now - float(r["start"]),
+                    ),
+                    rss_bytes=tree_rss(int(pid), kids),
                     threads=int(r.get("threads", 1)),
                 )
                 for pid, r in state["running"].items()
             ]
-            mine = state["waiting"][me]
-            rank = admission.priority(mine["seconds"], mine["ticket"])
+            me_waiting = state["waiting"][me]
+            rank = admission.priority(me_waiting["seconds"], me_waiting["ticket"])
             ahead = sorted(
                 (admission.priority(w["seconds"], w["ticket"]), int(w["bytes"]))
                 for pid, w in state["waiting"].items()
                 if pid != me and admission.priority(w["seconds"], w["ticket"]) < rank
             )
             decision = admission.decide(
-                limit_bytes=limit, headroom_bytes=headroom, used_bytes=used, running=running,
-                prediction_bytes=prediction, threads=threads, cpus=cpus,
+                limit_bytes=limit,
+                headroom_bytes=headroom,
+                used_bytes=used,
+                running=running,
+                prediction_bytes=prediction.peak_bytes,
+                threads=threads,
+                cpus=cpus,
                 head_bytes=ahead[0][1] if ahead else None,
             )
             if decision.admit:
                 del state["waiting"][me]
-                state["running"][me] = {"bytes": prediction, "threads": threads}
+                state["running"][me] = {**mine, "start": time.time()}
                 return time.monotonic() - t0
         if decision.reason != said:
             said = decision.reason
@@ -203,8 +227,8 @@ def append_measurement(path: str, record: dict[str, Any]) -> None:
         fh.write(line)
 
 
-def run_measured(cmd: list[str]) -> tuple[int, int, float]:
-    """(exit code, peak tree RSS, wall seconds) of a child process, forwarding termination signals."""
+def run_measured(cmd: list[str]) -> tuple[int, list[tuple[float, int]], float]:
+    """(exit code, RSS samples of the process tree, wall seconds) of a child, forwarding termination signals."""
     interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
     t0 = time.monotonic()
     child = subprocess.Popen(cmd)
@@ -215,12 +239,20 @@ def run_measured(cmd: list[str]) -> tuple[int, int, float]:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    peak = 0
+    samples: list[tuple[float, int]] = []
     while child.poll() is None:
-        peak = max(peak, tree_rss(child.pid))
+        samples.append((time.monotonic() - t0, tree_rss(child.pid)))
         time.sleep(interval)
     code = child.returncode
-    return (128 - code if code < 0 else code), peak, time.monotonic() - t0
+    return (128 - code if code < 0 else code), samples, time.monotonic() - t0
+
+
+def mem_seconds(samples: list[tuple[float, int]], wall: float) -> float:
+    """Byte-seconds of the compile: each sample's RSS held until the next sample."""
+    total = 0.0
+    for (t, rss), nxt in zip(samples, [*(s[0] for s in samples[1:]), wall], strict=True):
+        total += rss * max(0.0, nxt - t)
+    return total
 
 
 def main(argv: list[str]) -> int:
@@ -231,29 +263,47 @@ def main(argv: list[str]) -> int:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
     key = admission.profile_key(call.source, call.archs, call.threads)
-    prediction, predicted_s = admission.predict(
+    prediction = admission.predict(
         load_profile(os.environ.get("FACTORY_PROFILE_IN")),
         key,
         per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
         archs=len(call.archs),
         nvcc_threads=call.threads,
-        base_bytes=env_int("FACTORY_EST_BASE_BYTES", admission.DEFAULT_BASE_BYTES) or admission.DEFAULT_BASE_BYTES,
+        base_bytes=env_int("FACTORY_EST_BASE_BYTES", admission.DEFAULT_BASE_BYTES)
+        or admission.DEFAULT_BASE_BYTES,
     )
     threads = max(1, min(call.threads, len(call.archs)))
     try:
-        waited = wait_for_admission(state_dir, prediction=prediction, predicted_s=predicted_s, threads=threads)
-        code, peak, wall = run_measured([nvcc, *argv])
+        waited = 0.0
+        if os.environ.get("FACTORY_ADMISSION", "on") != "off":
+            waited = wait_for_admission(state_dir, prediction=prediction, threads=threads)
+        code, samples, wall = run_measured([nvcc, *argv])
     finally:
         release(state_dir)
+    peak = max((rss for _, rss in samples), default=0)
     out = os.environ.get("FACTORY_PROFILE_OUT")
     if out:
-        append_measurement(out, {
-            "key": key, "source": os.path.basename(call.source), "archs": list(call.archs), "threads": call.threads,
-            "peak_bytes": peak, "wall_s": round(wall, 3), "rc": code, "predicted_bytes": prediction,
-            "waited_s": round(waited, 3),
-        })
-    if peak > prediction:
-        log(f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB over its {prediction / 2**30:.2f} GiB estimate")
+        append_measurement(
+            out,
+            {
+                "key": key,
+                "source": os.path.basename(call.source),
+                "archs": list(call.archs),
+                "threads": call.threads,
+                "peak_bytes": peak,
+                "wall_s": round(wall, 3),
+                "rc": code,
+                "predicted_bytes": prediction.peak_bytes,
+                "waited_s": round(waited, 3),
+                "envelope": list(admission.envelope(samples, wall)),
+                "mem_s": round(mem_seconds(samples, wall)),
+            },
+        )
+    if peak > prediction.peak_bytes:
+        log(
+            f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB "
+            f"over its {prediction.peak_bytes / 2**30:.2f} GiB estimate"
+        )
     return code
 
 

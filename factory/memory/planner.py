@@ -13,7 +13,7 @@ DEFAULT_NVCC_THREADS = 4
 DEFAULT_BUDGET_FRACTION = 0.75
 # Waiting wrappers are idle Python processes (~10 MiB each): letting ninja start more of them than there are
 # cores gives admission a choice of which compile to run next, while admission itself bounds CPU and memory.
-ADMISSION_OVERCOMMIT = 2
+ADMISSION_OVERCOMMIT = 4
 
 
 @dataclass(frozen=True, kw_only=True)

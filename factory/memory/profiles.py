@@ -23,6 +23,7 @@ class Measurement:
     peak_bytes: int
     wall_s: float
     rc: int = 0
+    envelope: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +31,7 @@ class ProfileEntry:
     peak_bytes: int
     wall_s: float | None
     samples: int
+    envelope: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +47,12 @@ class Profile:
             "package": self.package,
             "version": self.version,
             "entries": {
-                k: {"peak_bytes": e.peak_bytes, "wall_s": e.wall_s, "samples": e.samples}
+                k: {
+                    "peak_bytes": e.peak_bytes,
+                    "wall_s": e.wall_s,
+                    "samples": e.samples,
+                    "envelope": list(e.envelope),
+                }
                 for k, e in sorted(self.entries.items())
             },
         }
@@ -74,11 +81,14 @@ def profile_from_json(data: object, *, source: str = "profile") -> Profile:
                 peak_bytes=int(raw["peak_bytes"]),
                 wall_s=float(raw["wall_s"]) if raw.get("wall_s") is not None else None,
                 samples=int(raw.get("samples", 1)),
+                envelope=tuple(int(v) for v in raw.get("envelope") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"bad profile entry {key!r}: {exc}", file=source) from None
     return Profile(
-        package=str(data.get("package", "")), version=str(data.get("version", "")), entries=MappingProxyType(entries)
+        package=str(data.get("package", "")),
+        version=str(data.get("version", "")),
+        entries=MappingProxyType(entries),
     )
 
 
@@ -117,8 +127,11 @@ def read_measurements(path: Path) -> list[Measurement]:
             raw = json.loads(line)
             found.append(
                 Measurement(
-                    key=str(raw["key"]), peak_bytes=int(raw["peak_bytes"]), wall_s=float(raw["wall_s"]),
+                    key=str(raw["key"]),
+                    peak_bytes=int(raw["peak_bytes"]),
+                    wall_s=float(raw["wall_s"]),
                     rc=int(raw.get("rc", 0)),
+                    envelope=tuple(int(v) for v in raw.get("envelope") or ()),
                 )
             )
         except (ValueError, KeyError, TypeError):
@@ -136,7 +149,9 @@ def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
         old = entries.get(m.key)
         ok_wall = m.wall_s if m.rc == 0 else None
         if old is None:
-            entries[m.key] = ProfileEntry(peak_bytes=m.peak_bytes, wall_s=ok_wall, samples=1)
+            entries[m.key] = ProfileEntry(
+                peak_bytes=m.peak_bytes, wall_s=ok_wall, samples=1, envelope=m.envelope if m.rc == 0 else ()
+            )
             continue
         wall = old.wall_s
         if ok_wall is not None:
@@ -145,14 +160,27 @@ def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
             peak_bytes=max(old.peak_bytes, m.peak_bytes),
             wall_s=round(wall, 3) if wall is not None else None,
             samples=old.samples + 1,
+            envelope=_max_envelope(old.envelope, m.envelope if m.rc == 0 else ()),
         )
     return replace(profile, entries=MappingProxyType(entries))
+
+
+def _max_envelope(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if not a or not b or len(a) != len(b):
+        return a or b
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
 
 
 def merge_profiles(base: Profile, other: Profile) -> Profile:
     """Import of a profile shipped with published results (e.g. from another CI runner)."""
     measurements = [
-        Measurement(key=k, peak_bytes=e.peak_bytes, wall_s=e.wall_s or 0.0, rc=0 if e.wall_s else 1)
+        Measurement(
+            key=k,
+            peak_bytes=e.peak_bytes,
+            wall_s=e.wall_s or 0.0,
+            rc=0 if e.wall_s else 1,
+            envelope=e.envelope,
+        )
         for k, e in other.entries.items()
     ]
     return merge(base, measurements)
@@ -161,7 +189,9 @@ def merge_profiles(base: Profile, other: Profile) -> Profile:
 def record(package: str, version: str, measurements_file: Path, *, home: Path | None = None) -> Profile:
     """Merge a build's measurements into the stored profile of (package, version) and save it."""
     path = profile_path(package, version, home=home)
-    profile = merge(load_profile(path, package=package, version=version), read_measurements(measurements_file))
+    profile = merge(
+        load_profile(path, package=package, version=version), read_measurements(measurements_file)
+    )
     save_profile(profile, path)
     return profile
 

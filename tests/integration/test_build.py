@@ -30,8 +30,9 @@ FACTORY = [sys.executable, "-m", "factory.cli"]
 
 
 def demo_matrix(tmp: Path, *, arch: list[str], include: str = "", build_extra: str = "") -> Path:
-    text = textwrap.dedent(
-        f"""\
+    text = (
+        textwrap.dedent(
+            f"""\
         package:
           name: factory-demo-ext
           version: "0.1.0"
@@ -50,14 +51,17 @@ def demo_matrix(tmp: Path, *, arch: list[str], include: str = "", build_extra: s
           cxx11_abi: [true]
           arch: {json.dumps(arch)}
         """
-    ) + include + textwrap.dedent(
-        f"""\
+        )
+        + include
+        + textwrap.dedent(
+            f"""\
         build:
           flavor: pypi
           cpus: 2
           torch_index: {{"13.0": default}}
         {build_extra}
         """
+        )
     )
     path = tmp / "matrix.yaml"
     path.write_text(text)
@@ -81,6 +85,7 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
     matrix = demo_matrix(tmp, arch=["8.0", "9.0;12.0", "7.5"], include=include, build_extra="  memory: 8GiB")
     out = tmp / "wheels"
     proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going")
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     return {"proc": proc, "out": out, "report": report, "jobs": {j["job_id"]: j for j in report["jobs"]}}
 
@@ -93,8 +98,10 @@ def test_build_exit_code_reflects_the_failed_job(demo_build: dict[str, Any]) -> 
 
 def test_good_arch_sets_produce_checked_wheels(demo_build: dict[str, Any]) -> None:
     jobs = demo_build["jobs"]
-    for job_id, archs in (("cu130-torch2.14-abi1-sm80-py311", {80}),
-                          ("cu130-torch2.14-abi1-sm90.120-py311", {90, 120})):
+    for job_id, archs in (
+        ("cu130-torch2.14-abi1-sm80-py311", {80}),
+        ("cu130-torch2.14-abi1-sm90.120-py311", {90, 120}),
+    ):
         job = jobs[job_id]
         assert job["result"] == "ok", (job["reason"], job["log_tail"])
         wheel = demo_build["out"] / job["wheel"]
@@ -147,8 +154,13 @@ def _containers_of(client: Any, pid: int) -> list[Any]:
 
 def test_sigterm_leaves_no_container(tmp_path: Path, docker_client: Any) -> None:
     matrix = demo_matrix(tmp_path, arch=["8.0"])
-    proc = subprocess.Popen([*FACTORY, "build", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*FACTORY, "build", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 600
     while not _containers_of(docker_client, proc.pid):
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -167,10 +179,15 @@ def test_containers_of_a_crashed_run_are_removed_by_the_next(tmp_path: Path, doc
     # A process id that is certainly dead on this host: a child that has exited and been reaped.
     dead = subprocess.Popen(["true"])
     dead.wait()
-    labels = {build_mod.LABEL: "1", build_mod.RUN_LABEL: "crashed", build_mod.PID_LABEL: str(dead.pid),
-              build_mod.HOST_LABEL: os.uname().nodename}
-    container = docker_client.containers.run(image[0].id, ["sleep", "600"], detach=True, labels=labels,
-                                             network_mode="none")
+    labels = {
+        build_mod.LABEL: "1",
+        build_mod.RUN_LABEL: "crashed",
+        build_mod.PID_LABEL: str(dead.pid),
+        build_mod.HOST_LABEL: os.uname().nodename,
+    }
+    container = docker_client.containers.run(
+        image[0].id, ["sleep", "600"], detach=True, labels=labels, network_mode="none"
+    )
     try:
         assert build_mod.remove_stale_containers(docker_client) >= 1
         assert _containers_of(docker_client, dead.pid) == []

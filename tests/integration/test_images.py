@@ -21,7 +21,7 @@ from conftest import require
 
 from factory import images
 from factory.errors import FactoryError, ImageError
-from factory.wheelhouse import download_wheelhouse, wheel_files
+from factory.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 
 pytestmark = pytest.mark.integration
 
@@ -197,12 +197,17 @@ def test_wheelhouse_downloads_once_and_links(tmp_path: Path, monkeypatch: pytest
     assert any(n.startswith("ninja-") for n in names)
     assert any(n.startswith("nvidia_cuda_runtime-13.0.") for n in names)
     assert first.parent == tmp_path / "home" / "wheelhouses"
+    assert first.stat().st_mode & 0o777 == 0o755  # readable by a container's unprivileged user
     marker = (first / "inputs.json").stat().st_mtime_ns
-    dest = download_wheelhouse(list(reversed(reqs)), tmp_path / "dest", python=PYTHON)
-    assert dest == tmp_path / "dest"
+    again = download_wheelhouse(list(reversed(reqs)), python=PYTHON)
+    assert again == first
     assert (first / "inputs.json").stat().st_mtime_ns == marker  # the cache answered; pip did not run again
-    assert sorted(p.name for p in wheel_files(dest)) == names
     assert [p.name for p in (tmp_path / "home" / "wheelhouses").iterdir()] == [first.name]  # no temp left
+    linked = link_wheels(first, tmp_path / "context" / "wheels")
+    assert sorted(p.name for p in wheel_files(linked)) == names
+    other_root = download_wheelhouse(["ninja"], tmp_path / "elsewhere", python=PYTHON)
+    assert other_root.parent == tmp_path / "elsewhere"
+    assert [w.name for w in wheel_files(other_root)] == [n for n in names if n.startswith("ninja-")]
 
 
 def test_wheelhouse_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

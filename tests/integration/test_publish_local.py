@@ -1,4 +1,4 @@
-"""Publishing into a local index directory: layout, immutability, incrementality, concurrency, interruption."""
+"""Publishing into a local index directory: layout, immutability, incremental pages, races, interruption."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 FACTORY = str(Path(sys.executable).with_name("factory"))
 
 
-def local_get(root: Path):  # noqa: ANN201 - a small closure factory for the helpers
+def local_get(root: Path) -> Callable[[str], bytes | None]:
     def get(key: str) -> bytes | None:
         path = root / key
         return path.read_bytes() if path.is_file() else None
@@ -86,9 +87,13 @@ def test_different_bytes_refused(tmp_path: Path) -> None:
 
 
 def test_incremental_only_changed_project_pages(tmp_path: Path) -> None:
-    publish_wheels([make_wheel(tmp_path / "a", name="alpha"), make_wheel(tmp_path / "a", name="beta")],
-                   to=str(tmp_path / "idx"))
-    result = publish_wheels([make_wheel(tmp_path / "b", name="alpha", version="0.2.0")], to=str(tmp_path / "idx"))
+    publish_wheels(
+        [make_wheel(tmp_path / "a", name="alpha"), make_wheel(tmp_path / "a", name="beta")],
+        to=str(tmp_path / "idx"),
+    )
+    result = publish_wheels(
+        [make_wheel(tmp_path / "b", name="alpha", version="0.2.0")], to=str(tmp_path / "idx")
+    )
     touched = {k for k in result.pages_written if k.startswith("simple/") and k.count("/") == 3}
     assert touched == {f"simple/{VID_NEW}/alpha/index.json", f"simple/{VID_NEW}/alpha/index.html"}
     assert not any("/beta/" in k for k in result.pages_written)
@@ -97,10 +102,14 @@ def test_incremental_only_changed_project_pages(tmp_path: Path) -> None:
 def test_human_page_uses_report(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / "wh")
     report = tmp_path / "wh" / "report.json"
-    report.write_text(json.dumps([
-        {"job_id": "a", "variant_id": VID_NEW, "python": "py3", "result": "ok", "wheel": wheel.name},
-        {"job_id": "b", "variant_id": VID_OLD, "python": "py3", "result": "oom", "wheel": None},
-    ]))
+    report.write_text(
+        json.dumps(
+            [
+                {"job_id": "a", "variant_id": VID_NEW, "python": "py3", "result": "ok", "wheel": wheel.name},
+                {"job_id": "b", "variant_id": VID_OLD, "python": "py3", "result": "oom", "wheel": None},
+            ]
+        )
+    )
     subprocess.run([FACTORY, "publish", str(tmp_path / "wh"), "--to", str(tmp_path / "idx")], check=True)
     page = (tmp_path / "idx" / "index.html").read_text()
     assert page.count('class="built"') == 1 and page.count('class="failed"') == 1
@@ -136,10 +145,15 @@ def test_wheel_without_variant_label_refused(tmp_path: Path) -> None:
 def test_refused_publish_exits_1_one_line(tmp_path: Path) -> None:
     publish_wheels([make_wheel(tmp_path / "a")], to=str(tmp_path / "idx"))
     make_wheel(tmp_path / "b", payload="x")
-    proc = subprocess.run([FACTORY, "publish", str(tmp_path / "b"), "--to", str(tmp_path / "idx")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [FACTORY, "publish", str(tmp_path / "b"), "--to", str(tmp_path / "idx")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: refusing to overwrite") and len(proc.stderr.strip().splitlines()) == 1
+    assert (
+        proc.stderr.startswith("error: refusing to overwrite") and len(proc.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_interrupted_publish_is_consistent_and_rerun_completes(tmp_path: Path) -> None:
@@ -164,12 +178,16 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
     workers, rounds = 4, 20
     to = str(tmp_path / "idx")
     procs = [
-        subprocess.Popen([sys.executable, "-c", publisher_script(HERE, to, None, tmp_path / "wheels", w, rounds)],
-                         env={**os.environ, "PYTHONPATH": str(HERE)})
+        subprocess.Popen(
+            [sys.executable, "-c", publisher_script(HERE, to, None, tmp_path / "wheels", w, rounds)],
+            env={**os.environ, "PYTHONPATH": str(HERE)},
+        )
         for w in range(workers)
     ]
     assert [p.wait() for p in procs] == [0] * workers
-    expected = {f"tinyvar-1.{w}.{r}+{LABEL_NEW}-py3-none-any.whl" for w in range(workers) for r in range(rounds)}
+    expected = {
+        f"tinyvar-1.{w}.{r}+{LABEL_NEW}-py3-none-any.whl" for w in range(workers) for r in range(rounds)
+    }
     listed = page_files(local_get(tmp_path / "idx"), VID_NEW, "tinyvar")
     assert set(listed) == {f"simple/{VID_NEW}/tinyvar/index.json", f"simple/{VID_NEW}/tinyvar/index.html"}
     for names in listed.values():

@@ -31,7 +31,7 @@ def make_wheel(
     requires_python: str = ">=3.8",
     payload: str = "",
 ) -> Path:
-    """A pure-Python wheel whose module records its variant label, so the installed file shows which one won."""
+    """A pure-Python wheel whose module records its variant label: the installed file shows which won."""
     module = name.replace("-", "_")
     full = f"{version}+{label}"
     dist_info = f"{module}-{full}.dist-info"
@@ -41,7 +41,9 @@ def make_wheel(
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {full}\nRequires-Python: {requires_python}\n"
             "Summary: test wheel\n\n"
         ).encode(),
-        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist_info}/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist_info}/RECORD,,"]
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
@@ -69,7 +71,7 @@ def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str
 
 
 def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -> None:
-    """Every project page lists only files (and .metadata files) that exist, and every link's hash is right."""
+    """Every project page lists only files (and their .metadata) that exist, each link's hash right."""
     from factory import index
 
     keys = set(keys)
@@ -87,7 +89,9 @@ def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -
                 assert a.href.endswith("#sha256=" + hashlib.sha256(data).hexdigest())
 
 
-def publisher_script(helpers: Path, to: str, endpoint: str | None, workdir: Path, worker: int, rounds: int) -> str:
+def publisher_script(
+    helpers: Path, to: str, endpoint: str | None, workdir: Path, worker: int, rounds: int
+) -> str:
     """Python source of one concurrent publisher: `rounds` publishes of new versions of the same project."""
     return (
         "import sys\n"
@@ -130,23 +134,51 @@ def fresh_venv(path: Path, *, tool: str) -> Path:
 def pip_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Real pip, isolated from this host's pip configuration so only the given indexes are used."""
     extra = ["--extra-index-url", NORMAL_INDEX] if NORMAL_INDEX else []
-    cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-cache-dir",
-           "--disable-pip-version-check", "-v", "--index-url", index_url, *extra, *args]
+    cmd = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--isolated",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "-v",
+        "--index-url",
+        index_url,
+        *extra,
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
 def uv_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     extra = ["--extra-index-url", NORMAL_INDEX] if NORMAL_INDEX else []
-    cmd = [UV, "pip", "install", "--no-config", "--no-cache", "-v", "--python", str(venv / "bin" / "python"),
-           "--index-url", index_url, *extra, *args]
+    cmd = [
+        UV,
+        "pip",
+        "install",
+        "--no-config",
+        "--no-cache",
+        "-v",
+        "--python",
+        str(venv / "bin" / "python"),
+        "--index-url",
+        index_url,
+        *extra,
+        *args,
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def installed_label(venv: Path) -> str:
     """The variant label of the tinyvar module that got installed."""
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", "import tinyvar; print(tinyvar.LABEL)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import tinyvar; print(tinyvar.LABEL)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 

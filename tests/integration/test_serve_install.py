@@ -214,21 +214,31 @@ def python_with_stub_torch(tmp_path: Path, source: str) -> Path:
 
 def test_which_prints_the_matching_install_commands(served: Served, tmp_path: Path) -> None:
     python = python_with_stub_torch(tmp_path, STUB_TORCH)
-    proc = subprocess.run([FACTORY, "which", "--index", served.url, "--python", str(python)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [FACTORY, "which", "--index", served.url, "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "python 3.11, torch 2.14.1, CUDA 13.0, cxx11 ABI 1, GPUs 8.6, 9.0 (from torch)"
     assert f"variant: {VID_NEW}" in lines
     variant_url = f"{served.url}simple/{VID_NEW}/"
     assert f"pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
-    assert f"uv pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
+    assert (
+        f"uv pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
+    )
 
 
 def test_which_says_none_matches_and_names_the_nearest(served: Served, tmp_path: Path) -> None:
     python = python_with_stub_torch(tmp_path, STUB_TORCH.replace("(9, 0) if i == 0 else (8, 6)", "(12, 0)"))
-    proc = subprocess.run([FACTORY, "which", "--index", f"{served.url}simple/", "--python", str(python)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [FACTORY, "which", "--index", f"{served.url}simple/", "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"error: no variant index matches this host; nearest: {VID_NEW} (")
     assert "compute capability 12.0" in proc.stderr
@@ -237,7 +247,11 @@ def test_which_says_none_matches_and_names_the_nearest(served: Served, tmp_path:
 
 def test_which_without_torch(served: Served, tmp_path: Path) -> None:
     python = python_with_stub_torch(tmp_path, "raise ImportError('no torch here')")
-    proc = subprocess.run([FACTORY, "which", "--index", served.url, "--python", str(python)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [FACTORY, "which", "--index", served.url, "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "torch not installed" in proc.stdout and "torch is not installed" in proc.stderr

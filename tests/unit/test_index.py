@@ -34,7 +34,7 @@ def test_href_percent_encodes_plus_and_points_at_files() -> None:
     (a,) = anchors_of(index.project_html("flash-attn", [rec()], variant_id=VID))
     url, _, frag = a.href.partition("#")
     assert "+" not in url
-    assert url == f"../../../files/{VID}/flash_attn-2.8.3%2Bcu13.0.torch2.14.abi1.sm80.90-cp311-cp311-linux_x86_64.whl"
+    assert url == f"../../../files/{VID}/" + FN.replace("+", "%2B")
     assert frag == "sha256=" + "a" * 64
     assert a.text == FN
 
@@ -76,8 +76,11 @@ def test_json_api_version_and_pep700_fields() -> None:
 
 
 def test_json_has_core_metadata_never_dist_info_metadata() -> None:
-    text = index.project_json("x", [rec(), rec("x-1.0+cu13.0.torch2.14.abi1.sm80-py3-none-any.whl",
-                                               metadata_sha256=None)], variant_id=VID)
+    text = index.project_json(
+        "x",
+        [rec(), rec("x-1.0+cu13.0.torch2.14.abi1.sm80-py3-none-any.whl", metadata_sha256=None)],
+        variant_id=VID,
+    )
     assert "dist-info-metadata" not in text
     files = json.loads(text)["files"]
     assert [f["core-metadata"] for f in files] == [{"sha256": "b" * 64}, False]
@@ -94,13 +97,19 @@ def test_json_versions_sorted_by_pep440_and_unique() -> None:
 
 
 def test_json_round_trips_records() -> None:
-    recs = (rec(), rec("flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-cp312-cp312-linux_x86_64.whl", sha="d" * 64))
+    recs = (
+        rec(),
+        rec("flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-cp312-cp312-linux_x86_64.whl", sha="d" * 64),
+    )
     back = index.records_from_project_json(index.project_json("flash-attn", recs, variant_id=VID))
     assert sorted(back) == sorted(recs)
 
 
 def test_merge_records_union_and_noop() -> None:
-    a, b = rec(), rec("flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-cp312-cp312-linux_x86_64.whl", sha="d" * 64)
+    a, b = (
+        rec(),
+        rec("flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-cp312-cp312-linux_x86_64.whl", sha="d" * 64),
+    )
     assert index.merge_records([a], [b]) == (a, b)
     assert index.merge_records([a, b], [b]) is None
     # the published record keeps its upload time
@@ -149,14 +158,20 @@ def test_matrix_cells_statuses() -> None:
     jobs = [
         {"job_id": f"{VID}-py311", "variant_id": VID, "python": "3.11", "result": "ok", "wheel": FN},
         {"job_id": "j2", "variant_id": VID, "python": "3.12", "result": "oom", "wheel": None},
-        {"job_id": "j3", "variant_id": "cu128-torch2.10-abi1-sm80", "python": "3.11", "result": "skipped",
-         "wheel": None},
+        {
+            "job_id": "j3",
+            "variant_id": "cu128-torch2.10-abi1-sm80",
+            "python": "3.11",
+            "result": "skipped",
+            "wheel": None,
+        },
     ]
     cells = index.matrix_cells(jobs, [(VID, rec())])
     by = {(c.variant_id, c.python): c for c in cells}
     assert by[(VID, "3.11")].status == "built"
-    assert by[(VID, "3.12")] == MatrixCell(project="flash-attn", variant_id=VID, python="3.12", status="failed",
-                                           detail="oom")
+    assert by[(VID, "3.12")] == MatrixCell(
+        project="flash-attn", variant_id=VID, python="3.12", status="failed", detail="oom"
+    )
     assert by[("cu128-torch2.10-abi1-sm80", "3.11")].status == "not built"
 
 
@@ -180,13 +195,20 @@ def test_human_page_grid_and_install_commands() -> None:
     cells = [
         MatrixCell(project="flash-attn", variant_id=VID, python="3.11", status="built", detail=FN),
         MatrixCell(project="flash-attn", variant_id=VID, python="3.12", status="failed", detail="oom"),
-        MatrixCell(project="flash-attn", variant_id="cu128-torch2.10-abi1-sm80", python="3.12",
-                   status="failed", detail="failed"),
+        MatrixCell(
+            project="flash-attn",
+            variant_id="cu128-torch2.10-abi1-sm80",
+            python="3.12",
+            status="failed",
+            detail="failed",
+        ),
     ]
     page = index.human_page(cells)
     assert page.count('class="built"') == 1
     assert page.count('class="failed"') == 2
     assert page.count('class="not-built"') == 1  # cu128 x 3.11: in the grid, never built
-    assert f"pip install --index-url simple/{VID}/ --extra-index-url https://pypi.org/simple flash-attn" in page
+    assert (
+        f"pip install --index-url simple/{VID}/ --extra-index-url https://pypi.org/simple flash-attn" in page
+    )
     # a variant with nothing built gets no install command
     assert "--index-url simple/cu128-torch2.10-abi1-sm80/" not in page

@@ -39,11 +39,21 @@ PAGES = {
     "top_root.html": lambda: index.top_root_html([VID, "cu128-torch2.10-abi0-sm80.90.100.120"]),
     "human.html": lambda: index.human_page(
         [
-            MatrixCell(project="flash-attn", variant_id=VID, python="3.11", status="built",
-                       detail=RECORDS[0].filename),
+            MatrixCell(
+                project="flash-attn",
+                variant_id=VID,
+                python="3.11",
+                status="built",
+                detail=RECORDS[0].filename,
+            ),
             MatrixCell(project="flash-attn", variant_id=VID, python="3.12", status="failed", detail="oom"),
-            MatrixCell(project="flash-attn", variant_id="cu128-torch2.10-abi0-sm80.90.100.120", python="3.11",
-                       status="not built", detail="skipped"),
+            MatrixCell(
+                project="flash-attn",
+                variant_id="cu128-torch2.10-abi0-sm80.90.100.120",
+                python="3.11",
+                status="not built",
+                detail="skipped",
+            ),
         ]
     ),
 }

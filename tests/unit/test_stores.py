@@ -1,4 +1,4 @@
-"""The local store's compare-and-swap contract (the S3 store is exercised against moto in integration tests)."""
+"""The local store's compare-and-swap contract (the S3 store is tested against moto in integration tests)."""
 
 from __future__ import annotations
 

@@ -28,15 +28,26 @@ ABI0 = "cu130-torch2.14-abi0-sm80.90"
 
 
 def env(**kw: object) -> Environment:
-    fields: dict[str, object] = {"python": "3.11", "torch": "2.14.1", "cuda": "13.0", "cxx11_abi": True,
-                                 "gpus": ("9.0",)}
+    fields: dict[str, object] = {
+        "python": "3.11",
+        "torch": "2.14.1",
+        "cuda": "13.0",
+        "cxx11_abi": True,
+        "gpus": ("9.0",),
+    }
     fields.update(kw)
     return Environment(**fields)  # type: ignore[arg-type]
 
 
 def test_parse_variant_id_inverts_variant_id() -> None:
-    v = Variant(package="p", version="1", cuda="12.8", torch="2.10", cxx11_abi=False,
-                archs=("8.0", "9.0a", "10.0", "12.0"))
+    v = Variant(
+        package="p",
+        version="1",
+        cuda="12.8",
+        torch="2.10",
+        cxx11_abi=False,
+        archs=("8.0", "9.0a", "10.0", "12.0"),
+    )
     key = parse_variant_id(v.id)
     assert key is not None
     assert (key.cuda, key.torch, key.cxx11_abi, key.archs) == ("12.8", "2.10", False, v.archs)
@@ -121,7 +132,10 @@ def test_parse_nvidia_smi() -> None:
 
 def test_install_commands() -> None:
     pip, uv = install_commands("http://h/simple/v/", "flash-attn")
-    assert pip == "pip install --index-url http://h/simple/v/ --extra-index-url https://pypi.org/simple flash-attn"
+    assert (
+        pip
+        == "pip install --index-url http://h/simple/v/ --extra-index-url https://pypi.org/simple flash-attn"
+    )
     assert uv == "uv " + pip
 
 

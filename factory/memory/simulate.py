@@ -1,0 +1,322 @@
+"""Deterministic discrete-event simulation of a ninja build of compile tasks under a memory limit.
+
+Each task is a sequence of phases (seconds at full speed, resident bytes, busy threads); the tasks' memory adds
+up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same admission
+decision (`factory.memory.admission.decide`) the nvcc wrapper runs in a build container.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from factory.memory import admission
+from factory.memory.admission import Prediction
+from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
+
+EPS = 1e-9
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    name: str
+    phases: tuple[tuple[float, int, int], ...]  # (seconds at full speed, bytes, threads)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(m for _, m, _ in self.phases)
+
+    @property
+    def time_s(self) -> float:
+        return sum(d for d, _, _ in self.phases)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(d * t for d, _, t in self.phases)
+
+    def envelope(self) -> tuple[int, ...]:
+        """What the wrapper would record: the RSS envelope over this task's run at full speed."""
+        samples: list[tuple[float, int]] = []
+        t = 0.0
+        for d, m, _ in self.phases:
+            steps = max(1, math.ceil(d))
+            samples.extend((t + d * i / steps, m) for i in range(steps))
+            t += d
+        return admission.envelope(samples, self.time_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptResult:
+    makespan_s: float
+    oom: bool
+    completed: frozenset[str]
+    peak_bytes: int
+    compiled: int  # tasks finished in this attempt
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyResult:
+    makespan_s: float
+    oom_kills: int
+    failed: bool
+    peak_bytes: int
+    attempts: tuple[str, ...] = ()
+    jobs: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "makespan_s": round(self.makespan_s, 1),
+            "oom_kills": self.oom_kills,
+            "failed": self.failed,
+            "peak_bytes": self.peak_bytes,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionModel:
+    """What the wrappers know in one attempt: the limit they read, and a prediction per task."""
+
+    limit_bytes: int
+    headroom_bytes: int
+    cpus: float
+    predictions: Mapping[str, Prediction] = field(default_factory=lambda: MappingProxyType({}))
+    default: Prediction = Prediction(peak_bytes=1)
+
+
+@dataclass
+class _Run:
+    task: Task
+    phase: int
+    left: float
+    started: float
+    prediction: Prediction
+
+
+def run_attempt(
+    tasks: Sequence[Task],
+    *,
+    limit_bytes: int,
+    cores: float,
+    jobs: int,
+    base_bytes: int = 0,
+    admit: AdmissionModel | None = None,
+    done: frozenset[str] = frozenset(),
+) -> AttemptResult:
+    """One ninja run with -j `jobs`; with `admit`, started tasks wait for admission like wrapped nvcc calls."""
+    pending = [t for t in tasks if t.name not in done]
+    pending.reverse()  # pop() takes the next in ninja's order
+    waiting: list[tuple[tuple[float, int], Task, Prediction]] = []
+    running: list[_Run] = []
+    finished = set(done)
+    now = 0.0
+    peak = base_bytes
+    ticket = 0
+    while True:
+        while pending and len(waiting) + len(running) < jobs:
+            task = pending.pop()
+            if admit is None:
+                running.append(_Run(task=task, phase=0, left=task.phases[0][0], started=now, prediction=Prediction(0)))
+            else:
+                pred = admit.predictions.get(task.name, admit.default)
+                waiting.append((admission.priority(pred.wall_s, ticket), task, pred))
+                ticket += 1
+        if admit is not None:
+            _admit(waiting, running, admit, now=now, base_bytes=base_bytes)
+        used = base_bytes + sum(r.task.phases[r.phase][1] for r in running)
+        peak = max(peak, used)
+        if used > limit_bytes:
+            return AttemptResult(
+                makespan_s=now, oom=True, completed=frozenset(finished), peak_bytes=peak,
+                compiled=len(finished) - len(done),
+            )
+        if not running:
+            if waiting:  # cannot happen: admission always admits when nothing runs
+                raise AssertionError("admission deadlock")
+            return AttemptResult(
+                makespan_s=now, oom=False, completed=frozenset(finished), peak_bytes=peak,
+                compiled=len(finished) - len(done),
+            )
+        busy = sum(r.task.phases[r.phase][2] for r in running)
+        speed = min(1.0, cores / busy) if busy else 1.0
+        step = min(r.left for r in running) / speed
+        now += step
+        still: list[_Run] = []
+        for r in running:
+            r.left -= step * speed
+            while r.left <= EPS:
+                r.phase += 1
+                if r.phase == len(r.task.phases):
+                    break
+                r.left += r.task.phases[r.phase][0]
+            if r.phase == len(r.task.phases):
+                finished.add(r.task.name)
+            else:
+                still.append(r)
+        running = still
+
+
+def _admit(
+    waiting: list[tuple[tuple[float, int], Task, Prediction]],
+    running: list[_Run],
+    admit: AdmissionModel,
+    *,
+    now: float,
+    base_bytes: int,
+) -> None:
+    waiting.sort(key=lambda w: w[0])
+    i = 0
+    while i < len(waiting):
+        _, task, pred = waiting[i]
+        state = [
+            admission.Running(
+                pid=n,
+                reserved_bytes=admission.reservation(r.prediction, now - r.started),
+                rss_bytes=r.task.phases[r.phase][1],
+                threads=max(t for _, _, t in r.task.phases),
+            )
+            for n, r in enumerate(running)
+        ]
+        used = base_bytes + sum(s.rss_bytes for s in state)
+        decision = admission.decide(
+            limit_bytes=admit.limit_bytes,
+            headroom_bytes=admit.headroom_bytes,
+            used_bytes=used,
+            running=state,
+            prediction_bytes=pred.peak_bytes,
+            threads=max(t for _, _, t in task.phases),
+            cpus=admit.cpus,
+            head_bytes=waiting[0][2].peak_bytes if i > 0 else None,
+        )
+        if decision.admit:
+            waiting.pop(i)
+            running.append(_Run(task=task, phase=0, left=task.phases[0][0], started=now, prediction=pred))
+            i = 0  # the head may have changed: re-check from the top
+        else:
+            i += 1
+
+
+def simulate_fixed(
+    tasks: Sequence[Task], *, limit_bytes: int, cores: float, jobs: int, base_bytes: int = 0
+) -> StrategyResult:
+    r = run_attempt(tasks, limit_bytes=limit_bytes, cores=cores, jobs=jobs, base_bytes=base_bytes)
+    return StrategyResult(
+        makespan_s=r.makespan_s, oom_kills=int(r.oom), failed=r.oom, peak_bytes=r.peak_bytes,
+        attempts=(f"MAX_JOBS={jobs}: {'OOM' if r.oom else 'ok'} at {r.makespan_s:.0f} s",), jobs=jobs,
+    )
+
+
+def simulate_best_fixed(
+    tasks: Sequence[Task], *, limit_bytes: int, cores: float, base_bytes: int = 0, max_jobs: int | None = None
+) -> StrategyResult:
+    """The MAX_JOBS with the shortest successful build, known only in hindsight."""
+    best: StrategyResult | None = None
+    for jobs in range(1, (max_jobs or max(1, math.floor(cores))) + 1):
+        r = simulate_fixed(tasks, limit_bytes=limit_bytes, cores=cores, jobs=jobs, base_bytes=base_bytes)
+        if not r.failed and (best is None or r.makespan_s < best.makespan_s - EPS):
+            best = r
+    if best is None:
+        return simulate_fixed(tasks, limit_bytes=limit_bytes, cores=cores, jobs=1, base_bytes=base_bytes)
+    return best
+
+
+def simulate_seed_halving(
+    tasks: Sequence[Task], *, limit_bytes: int, cores: float, start_jobs: int | None = None, base_bytes: int = 0
+) -> StrategyResult:
+    """The seed's loop: MAX_JOBS = cores, and after each OOM kill half of it, restarting from scratch."""
+    jobs = start_jobs or max(1, math.floor(cores))
+    total = 0.0
+    kills = 0
+    peak = 0
+    lines: list[str] = []
+    while True:
+        r = run_attempt(tasks, limit_bytes=limit_bytes, cores=cores, jobs=jobs, base_bytes=base_bytes)
+        total += r.makespan_s
+        peak = max(peak, r.peak_bytes)
+        lines.append(f"MAX_JOBS={jobs}: {'OOM' if r.oom else 'ok'} after {r.makespan_s:.0f} s")
+        if not r.oom:
+            return StrategyResult(
+                makespan_s=total, oom_kills=kills, failed=False, peak_bytes=peak, attempts=tuple(lines), jobs=jobs
+            )
+        kills += 1
+        if jobs == 1:
+            return StrategyResult(
+                makespan_s=total, oom_kills=kills, failed=True, peak_bytes=peak, attempts=tuple(lines), jobs=jobs
+            )
+        jobs = max(1, jobs // 2)
+
+
+def flash_attn_heuristic_jobs(*, cores: int, free_bytes: int) -> int:
+    """flash-attn's setup.py default: min(cores/2, free GB/9), from the host's free memory."""
+    return max(1, min(max(1, cores // 2), int(free_bytes / 2**30 / 9)))
+
+
+def simulate_factory(
+    tasks: Sequence[Task],
+    *,
+    limit_bytes: int,
+    cores: float,
+    archs: int,
+    nvcc_threads: int,
+    per_arch_bytes: int,
+    est_base_bytes: int = admission.DEFAULT_BASE_BYTES,
+    base_bytes: int = 0,
+    profile: Mapping[str, Prediction] | None = None,
+    max_attempts: int = 5,
+) -> tuple[StrategyResult, dict[str, Prediction]]:
+    """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned."""
+    par: Parallelism = plan_parallelism(
+        limit_bytes=limit_bytes, cpus=cores, archs=archs, per_arch_bytes=per_arch_bytes,
+        nvcc_threads=nvcc_threads, base_bytes=est_base_bytes,
+    )
+    headroom = admission.default_headroom(limit_bytes)
+    learned: dict[str, Prediction] = dict(profile or {})
+    done: frozenset[str] = frozenset()
+    total = 0.0
+    kills = 0
+    peak = 0
+    lines: list[str] = []
+    by_name = {t.name: t for t in tasks}
+    for number in range(1, max_attempts + 1):
+        estimate = admission.per_compile_estimate(
+            per_arch_bytes=par.per_arch_bytes, archs=archs, nvcc_threads=par.nvcc_threads, base_bytes=est_base_bytes
+        )
+        model = AdmissionModel(
+            limit_bytes=limit_bytes, headroom_bytes=headroom, cpus=cores,
+            predictions=MappingProxyType(learned), default=Prediction(peak_bytes=estimate),
+        )
+        r = run_attempt(
+            tasks, limit_bytes=limit_bytes, cores=cores, jobs=par.ninja_jobs, base_bytes=base_bytes,
+            admit=model, done=done,
+        )
+        total += r.makespan_s
+        peak = max(peak, r.peak_bytes)
+        for name in r.completed - done:
+            t = by_name[name]
+            learned[name] = Prediction(peak_bytes=t.peak_bytes, wall_s=t.time_s, envelope=t.envelope())
+        if not r.oom:
+            lines.append(f"attempt {number}: ok after {r.makespan_s:.0f} s, {r.compiled} objects compiled")
+            return StrategyResult(
+                makespan_s=total, oom_kills=kills, failed=False, peak_bytes=peak, attempts=tuple(lines),
+                jobs=par.ninja_jobs,
+            ), learned
+        kills += 1
+        done = r.completed
+        par = next_attempt(
+            par, oom_peak_bytes=r.peak_bytes, limit_bytes=limit_bytes, objects_done=len(done),
+            objects_total=len(tasks), attempt=number + 1, archs=archs, base_bytes=est_base_bytes,
+        )
+        lines.append(par.reason)
+    return StrategyResult(
+        makespan_s=total, oom_kills=kills, failed=True, peak_bytes=peak, attempts=tuple(lines), jobs=par.ninja_jobs
+    ), learned
+
+
+def lower_bound(tasks: Sequence[Task], *, limit_bytes: int, cores: float) -> float:
+    """max(Σcpu/cores, longest compile, Σ∫mem dt / limit): no schedule that stays under the limit is faster."""
+    return max(
+        sum(t.cpu_s for t in tasks) / cores,
+        max(t.time_s for t in tasks),
+        sum(d * m for t in tasks for d, m, _ in t.phases) / limit_bytes,
+    )
