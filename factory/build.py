@@ -79,6 +79,8 @@ class JobResult:
     job_id: str
     variant_id: str
     python: str
+    package: str = ""
+    version: str = ""
     result: str = "pending"  # ok | failed | oom | interrupted
     wheel: str | None = None
     wall_s: float = 0.0
@@ -722,7 +724,16 @@ def run_build(
     """Build every job. A failed job is in the report; only interruption or a setup error raises."""
     settings.output.mkdir(parents=True, exist_ok=True)
     report = BuildReport(run_id=settings.run_id, matrix=str(mf.path), started=time.time())
-    report.jobs = [JobResult(job_id=j.id, variant_id=j.variant.id, python=j.python) for j in jobs]
+    report.jobs = [
+        JobResult(
+            job_id=j.id,
+            variant_id=j.variant.id,
+            python=j.python,
+            package=mf.package.name,
+            version=mf.package.version,
+        )
+        for j in jobs
+    ]
     runner = Runner(client, mf, settings, on_change=on_change, log=log)
     stale = remove_stale_containers(client)
     if stale:

@@ -36,7 +36,7 @@ _register()
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        sys.exit(app(standalone_mode=False) or 0)
     except FactoryError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)

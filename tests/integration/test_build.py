@@ -75,13 +75,7 @@ def run_factory(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("demo-build")
-    include = textwrap.dedent(
-        """\
-          include:
-            - arch: "7.5"
-              env: {DEMO_FAIL_COMPILE: "1"}
-        """
-    )
+    include = '  include:\n    - arch: "7.5"\n      env: {DEMO_FAIL_COMPILE: "1"}\n'
     matrix = demo_matrix(tmp, arch=["8.0", "9.0;12.0", "7.5"], include=include, build_extra="  memory: 8GiB")
     out = tmp / "wheels"
     proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going")

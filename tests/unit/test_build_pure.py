@@ -1,0 +1,95 @@
+"""Pure parts of the build runner: job selection, requirements, environment, memory readings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from factory import build
+from factory.config import load_matrix_file
+from factory.plan import plan_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> build.Runner:
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    return build.Runner(None, mf, build.BuildSettings(output=tmp_path, run_id="r1"))
+
+
+def test_select_jobs_by_job_or_variant_glob() -> None:
+    plan = plan_matrix(load_matrix_file(ROOT / "examples" / "demo.yaml"))
+    assert [j.id for j in build.select_jobs(plan, "*sm80-py311")] == ["cu130-torch2.14-abi1-sm80-py311"]
+    assert [j.variant.id for j in build.select_jobs(plan, "*sm90.120")] == ["cu130-torch2.14-abi1-sm90.120"]
+    assert len(build.select_jobs(plan, None)) == 2
+    assert build.select_jobs(plan, "cu128-*") == []
+
+
+@pytest.mark.parametrize(
+    ("torch", "req"), [("2.14", "torch==2.14.*"), ("2.10", "torch==2.10.*"), ("2.14.1", "torch==2.14.1")]
+)
+def test_torch_requirement(torch: str, req: str) -> None:
+    assert build.torch_requirement(torch) == req
+
+
+@pytest.mark.parametrize(("installed", "pin"), [("2.14.1+cu130", "2.14"), ("2.10.0", "2.10"), ("2.9.1", "2.9")])
+def test_torch_pin_is_the_minor_release(installed: str, pin: str) -> None:
+    assert build.torch_pin(installed) == pin
+
+
+def test_working_set_excludes_inactive_page_cache() -> None:
+    v1 = {"usage": 8_000, "max_usage": 9_000, "stats": {"total_inactive_file": 6_000}}
+    v2 = {"usage": 5_000, "stats": {"inactive_file": 1_000}}
+    assert build.working_set(v1) == 2_000
+    assert build.working_set(v2) == 4_000
+    assert build.working_set({}) == 0
+
+
+def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
+    demo: build.Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    job = plan_matrix(demo.mf).jobs[1]
+    parallel = build.memory.initial_parallelism(
+        recipe=demo.mf.recipe, archs=2, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
+    )
+    env = demo.job_env(job, parallel)
+    assert env["DEMO_CUDA_ARCHS"] == "9.0;12.0"
+    assert env["DEMO_LOCAL_VERSION"] == "cu13.0.torch2.14.abi1.sm90.120"
+    assert env["MAX_JOBS"] == str(parallel.max_jobs)
+    assert env["FACTORY_REQUIREMENTS"].splitlines()[0] == "torch==2.14.*"
+    assert not any(k.startswith("AWS") for k in env)
+    assert "do-not-leak" not in "".join(env.values())
+
+
+def test_requirements_are_deduplicated_and_start_with_torch(demo: build.Runner) -> None:
+    job = plan_matrix(demo.mf).jobs[0]
+    reqs = demo.requirements(job)
+    assert reqs[0] == "torch==2.14.*"
+    assert len(reqs) == len(set(reqs))
+    assert "ninja" in reqs and "pip" in reqs
+
+
+def test_container_memory_prefers_cli_then_file(demo: build.Runner, tmp_path: Path) -> None:
+    assert build.container_memory(demo.mf, build.BuildSettings(output=tmp_path)) == 8 * 2**30
+    assert build.container_memory(demo.mf, build.BuildSettings(output=tmp_path, memory=2**30)) == 2**30
+
+
+def test_log_tail_skips_factory_markers(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)) + '::factory:: {"phase": "build"}\n')
+    tail = build.log_tail(log, lines=3)
+    assert tail == ["line 97", "line 98", "line 99"]
+    assert build.log_tail(tmp_path / "missing.log") == []
+
+
+def test_report_json_has_no_live_only_fields() -> None:
+    r = build.JobResult(job_id="j", variant_id="v", python="3.11", result="ok")
+    r.phase, r.mem_now = "build", 5
+    data = build.BuildReport(run_id="x", matrix="m.yaml", started=0.0, jobs=[r]).to_json()
+    assert data["ok"] is True
+    assert set(data["jobs"][0]) >= {"job_id", "variant_id", "python", "result", "wheel", "attempts", "log_tail"}
+    assert "phase" not in data["jobs"][0] and "mem_now" not in data["jobs"][0]
