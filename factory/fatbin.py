@@ -32,7 +32,7 @@ FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTION = ".nv_fatbin"
 KIND_PTX = 1
 KIND_CUBIN = 2
-FLAG_COMPRESSED = 0x2000 | 0x8000  # LZ4 before CUDA 12.8, ZSTD since
+FLAG_COMPRESSED = 0x2000 | 0x8000  # 0x2000: older fatbinary_section.h; 0x8000: seen in nvcc 13.0 output
 FLAG_ARCH_SPECIFIC = 1 << 20
 FLAG_FAMILY_SPECIFIC = 1 << 21
 

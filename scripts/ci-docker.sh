@@ -33,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "ci-docker: installing ${pkgs[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
         || fail "apt-get update failed"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null \
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null \
         || fail "apt-get install ${pkgs[*]} failed"
 fi
 
@@ -47,6 +47,11 @@ if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     as_root systemctl start docker || true
 fi
 if ! docker info >/dev/null 2>&1; then
+    # A dockerd killed without cleanup (the end of a session, a crash) leaves its pid file behind,
+    # and a new dockerd refuses to start while it exists.
+    if ! pgrep -x dockerd >/dev/null 2>&1; then
+        as_root rm -f /var/run/docker.pid
+    fi
     as_root sh -c "nohup dockerd >'$log' 2>&1 &" || fail "could not launch dockerd"
 fi
 

@@ -1,7 +1,8 @@
 """Build script for factory-demo-ext, shaped like flash-attn's: CUDAExtension + BuildExtension (ninja).
 
 Environment (all optional):
-  DEMO_CUDA_ARCHS     "8.0;9.0" (torch format; falls back to TORCH_CUDA_ARCH_LIST, then "8.0"). Cubins only, no PTX.
+  DEMO_CUDA_ARCHS     "8.0;9.0" (torch format; falls back to TORCH_CUDA_ARCH_LIST, then "8.0"). Cubins only,
+                      no PTX: the extension holds device code for exactly these archs.
   DEMO_LOCAL_VERSION  PEP 440 local label: the version becomes 0.1.0+<label>.
   MAX_JOBS            parallel ninja compile jobs (read by torch's BuildExtension).
   NVCC_THREADS        nvcc --threads N (parallel per-arch compilation inside one nvcc).
@@ -26,7 +27,7 @@ def fail(message: str) -> None:
 
 
 def parse_archs(text: str, source: str) -> list[str]:
-    """Normalise "8.0;9.0a" to ["8.0", "9.0a"]; PTX is refused because the wheel must hold cubins for exactly these."""
+    """Normalise "8.0;9.0a" to ["8.0", "9.0a"]; +PTX is refused: the wheel holds cubins for exactly these."""
     archs: list[str] = []
     for item in re.split(r"[;,\s]+", text.strip()):
         if not item:
@@ -51,8 +52,8 @@ def selected_archs() -> list[str]:
 
 
 ARCHS = selected_archs()
-# torch reads TORCH_CUDA_ARCH_LIST itself (adding +PTX defaults without it); keep it in step with our list even
-# though the explicit -gencode flags below already make torch skip its own arch flags.
+# torch reads TORCH_CUDA_ARCH_LIST itself (adding +PTX defaults without it); keep it in step with our list,
+# even though the explicit -gencode flags below already make torch skip its own arch flags.
 os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(ARCHS)
 
 import torch  # noqa: E402  # must follow the TORCH_CUDA_ARCH_LIST assignment

@@ -166,7 +166,7 @@ def check() -> None:
     python = make_venv(jd / "check-venv")
     uv_install(python, [str(wheel)])
     script = os.environ["FACTORY_IMPORT_CHECK"]
-    run([str(python), "-c", script], cwd="/")
+    run([str(python), "-I", "-c", script], cwd="/")
     mark(phase="done")
 
 

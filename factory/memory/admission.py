@@ -27,6 +27,7 @@ class Running:
     reserved_bytes: int
     rss_bytes: int
     threads: int = 1
+    remaining_s: float | None = None  # predicted time left, from a profile
 
 
 @dataclass(frozen=True)
@@ -57,47 +58,54 @@ def decide(
     threads: int = 1,
     cpus: float | None = None,
     head_bytes: int | None = None,
+    own_s: float | None = None,
 ) -> Decision:
     """Whether a compile predicted to peak at `prediction_bytes` may start now.
 
-    `used_bytes` is the cgroup's working set, which already holds the running compiles' current RSS; each running
-    compile is counted at the larger of its reservation and its RSS, the rest of the usage as untracked.
-    `head_bytes` is the prediction of a higher-priority waiter: a compile may pass it only if both fit, so a large
+    `used_bytes` is the cgroup's working set, which already holds the running compiles' current RSS; each
+    running compile is counted at the larger of its reservation and its RSS, the rest of the usage as untracked.
+    `head_bytes` is the prediction of a higher-priority waiter. A compile may pass it only when both fit, or
+    when it is predicted (`own_s`) to finish before the head could start anyway (EASY backfilling), so a large
     compile is never starved by a stream of small ones.
     """
     capacity = max(0, limit_bytes - headroom_bytes)
     tracked_rss = sum(r.rss_bytes for r in running)
     untracked = max(0, used_bytes - tracked_rss)
     committed = untracked + sum(max(r.reserved_bytes, r.rss_bytes) for r in running)
+
+    def verdict(admit: bool, reason: str) -> Decision:
+        return Decision(admit=admit, reason=reason, committed_bytes=committed, capacity_bytes=capacity)
+
     if not running:
         if head_bytes is None:
-            return Decision(
-                admit=True, reason="nothing else runs", committed_bytes=committed, capacity_bytes=capacity
-            )
-        return Decision(
-            admit=False,
-            reason="a higher-priority compile goes first",
-            committed_bytes=committed,
-            capacity_bytes=capacity,
-        )
+            return verdict(True, "nothing else runs")
+        return verdict(False, "a higher-priority compile goes first")
     if cpus is not None:
         busy = sum(r.threads for r in running)
         if busy + threads > max(1.0, cpus):
-            return Decision(
-                admit=False,
-                reason=f"cpu: {busy}+{threads} threads > {cpus:g}",
-                committed_bytes=committed,
-                capacity_bytes=capacity,
-            )
-    need = committed + prediction_bytes + (head_bytes or 0)
-    if need <= capacity:
-        return Decision(admit=True, reason="fits", committed_bytes=committed, capacity_bytes=capacity)
-    return Decision(
-        admit=False,
-        reason=f"memory: {need / GIB:.2f} GiB > {capacity / GIB:.2f} GiB",
-        committed_bytes=committed,
-        capacity_bytes=capacity,
-    )
+            return verdict(False, f"cpu: {busy}+{threads} threads > {cpus:g}")
+    if committed + prediction_bytes > capacity:
+        return verdict(
+            False, f"memory: {(committed + prediction_bytes) / GIB:.2f} GiB > {capacity / GIB:.2f} GiB"
+        )
+    if head_bytes is None or committed + prediction_bytes + head_bytes <= capacity:
+        return verdict(True, "fits")
+    shadow = head_start_s(running, committed=committed, head_bytes=head_bytes, capacity=capacity)
+    if own_s is not None and own_s <= shadow:
+        return verdict(True, f"backfill: done in {own_s:.0f} s, before the head can start in {shadow:.0f} s")
+    return verdict(False, "memory: kept for a higher-priority compile")
+
+
+def head_start_s(running: Sequence[Running], *, committed: int, head_bytes: int, capacity: int) -> float:
+    """Earliest time the head waiter fits, as running compiles finish; a compile of unknown time may end now."""
+    free = capacity - committed
+    for r in sorted(running, key=lambda r: r.remaining_s or 0.0):
+        if free >= head_bytes:
+            break
+        free += max(r.reserved_bytes, r.rss_bytes)
+        if free >= head_bytes:
+            return max(0.0, r.remaining_s or 0.0)
+    return 0.0
 
 
 def priority(predicted_s: float | None, ticket: int) -> tuple[float, int]:

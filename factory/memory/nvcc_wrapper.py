@@ -9,6 +9,7 @@ Environment:
   FACTORY_REAL_NVCC            the real nvcc (default $CUDA_HOME/bin/nvcc)
   FACTORY_STATE_DIR            directory shared by all compiles of one build; without it nvcc runs unadmitted
   FACTORY_PROFILE_IN           learned profile JSON ({"entries": {key: {"peak_bytes", "wall_s"}}})
+  FACTORY_PROFILE_JSON         the same profile inline (wins over FACTORY_PROFILE_IN)
   FACTORY_PROFILE_OUT          JSON lines file the measurements are appended to
   FACTORY_MEM_LIMIT            bytes (default: the cgroup's limit)
   FACTORY_EST_PER_ARCH_BYTES   estimate per arch per nvcc thread for files without a profile entry
@@ -38,6 +39,7 @@ import admission
 import cgroup
 
 DEFAULT_EST_PER_ARCH = 4 << 30
+MARKER = "::factory-compile::"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -122,12 +124,15 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
         os.replace(tmp, path)
 
 
-def load_profile(path: str | None) -> dict[str, dict[str, float]]:
-    if not path:
-        return {}
+def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[str, Any]]:
     try:
-        with open(path) as fh:
-            data = json.load(fh)
+        if inline:
+            data = json.loads(inline)
+        elif path:
+            with open(path) as fh:
+                data = json.load(fh)
+        else:
+            return {}
     except (OSError, ValueError):
         return {}
     entries = data.get("entries", {}) if isinstance(data, dict) else {}
@@ -184,6 +189,9 @@ def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, thre
                     ),
                     rss_bytes=tree_rss(int(pid), kids),
                     threads=int(r.get("threads", 1)),
+                    remaining_s=(float(r["seconds"]) - (now - float(r["start"])))
+                    if r.get("seconds")
+                    else None,
                 )
                 for pid, r in state["running"].items()
             ]
@@ -203,6 +211,7 @@ def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, thre
                 threads=threads,
                 cpus=cpus,
                 head_bytes=ahead[0][1] if ahead else None,
+                own_s=prediction.wall_s,
             )
             if decision.admit:
                 del state["waiting"][me]
@@ -264,7 +273,7 @@ def main(argv: list[str]) -> int:
     assert call.source is not None
     key = admission.profile_key(call.source, call.archs, call.threads)
     prediction = admission.predict(
-        load_profile(os.environ.get("FACTORY_PROFILE_IN")),
+        load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
         key,
         per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
         archs=len(call.archs),
@@ -282,23 +291,23 @@ def main(argv: list[str]) -> int:
         release(state_dir)
     peak = max((rss for _, rss in samples), default=0)
     out = os.environ.get("FACTORY_PROFILE_OUT")
+    record = {
+        "key": key,
+        "source": os.path.basename(call.source),
+        "archs": list(call.archs),
+        "threads": call.threads,
+        "peak_bytes": peak,
+        "wall_s": round(wall, 3),
+        "rc": code,
+        "predicted_bytes": prediction.peak_bytes,
+        "waited_s": round(waited, 3),
+        "envelope": list(admission.envelope(samples, wall)),
+        "mem_s": round(mem_seconds(samples, wall)),
+    }
     if out:
-        append_measurement(
-            out,
-            {
-                "key": key,
-                "source": os.path.basename(call.source),
-                "archs": list(call.archs),
-                "threads": call.threads,
-                "peak_bytes": peak,
-                "wall_s": round(wall, 3),
-                "rc": code,
-                "predicted_bytes": prediction.peak_bytes,
-                "waited_s": round(waited, 3),
-                "envelope": list(admission.envelope(samples, wall)),
-                "mem_s": round(mem_seconds(samples, wall)),
-            },
-        )
+        append_measurement(out, record)
+    # the build log carries the measurement too: the host reads it from there when the state dir is out of reach
+    print(f"{MARKER} {json.dumps(record, sort_keys=True)}", file=sys.stderr, flush=True)
     if peak > prediction.peak_bytes:
         log(
             f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB "

@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 from factory.errors import ConfigError
 
 FORMAT = 1
+MARKER = "::factory-compile::"  # the nvcc wrapper's measurement lines in a build log
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,13 +117,17 @@ def save_profile(profile: Profile, path: Path) -> None:
 
 
 def read_measurements(path: Path) -> list[Measurement]:
-    """The wrapper's JSON lines; a line cut short by a kill is skipped."""
+    """The wrapper's JSON lines, or its marker lines in a build log; a line cut short by a kill is skipped."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         return []
     found: list[Measurement] = []
     for line in lines:
+        if MARKER in line:
+            line = line.split(MARKER, 1)[1]
+        elif not line.startswith("{"):
+            continue
         try:
             raw = json.loads(line)
             found.append(

@@ -117,7 +117,9 @@ def run_attempt(
         while pending and len(waiting) + len(running) < jobs:
             task = pending.pop()
             if admit is None:
-                running.append(_Run(task=task, phase=0, left=task.phases[0][0], started=now, prediction=Prediction(0)))
+                running.append(
+                    _Run(task=task, phase=0, left=task.phases[0][0], started=now, prediction=Prediction(0))
+                )
             else:
                 pred = admit.predictions.get(task.name, admit.default)
                 waiting.append((admission.priority(pred.wall_s, ticket), task, pred))
@@ -128,14 +130,20 @@ def run_attempt(
         peak = max(peak, used)
         if used > limit_bytes:
             return AttemptResult(
-                makespan_s=now, oom=True, completed=frozenset(finished), peak_bytes=peak,
+                makespan_s=now,
+                oom=True,
+                completed=frozenset(finished),
+                peak_bytes=peak,
                 compiled=len(finished) - len(done),
             )
         if not running:
             if waiting:  # cannot happen: admission always admits when nothing runs
                 raise AssertionError("admission deadlock")
             return AttemptResult(
-                makespan_s=now, oom=False, completed=frozenset(finished), peak_bytes=peak,
+                makespan_s=now,
+                oom=False,
+                completed=frozenset(finished),
+                peak_bytes=peak,
                 compiled=len(finished) - len(done),
             )
         busy = sum(r.task.phases[r.phase][2] for r in running)
@@ -175,6 +183,7 @@ def _admit(
                 reserved_bytes=admission.reservation(r.prediction, now - r.started),
                 rss_bytes=r.task.phases[r.phase][1],
                 threads=max(t for _, _, t in r.task.phases),
+                remaining_s=(r.prediction.wall_s - (now - r.started)) if r.prediction.wall_s else None,
             )
             for n, r in enumerate(running)
         ]
@@ -188,6 +197,7 @@ def _admit(
             threads=max(t for _, _, t in task.phases),
             cpus=admit.cpus,
             head_bytes=waiting[0][2].peak_bytes if i > 0 else None,
+            own_s=pred.wall_s,
         )
         if decision.admit:
             waiting.pop(i)
@@ -202,8 +212,12 @@ def simulate_fixed(
 ) -> StrategyResult:
     r = run_attempt(tasks, limit_bytes=limit_bytes, cores=cores, jobs=jobs, base_bytes=base_bytes)
     return StrategyResult(
-        makespan_s=r.makespan_s, oom_kills=int(r.oom), failed=r.oom, peak_bytes=r.peak_bytes,
-        attempts=(f"MAX_JOBS={jobs}: {'OOM' if r.oom else 'ok'} at {r.makespan_s:.0f} s",), jobs=jobs,
+        makespan_s=r.makespan_s,
+        oom_kills=int(r.oom),
+        failed=r.oom,
+        peak_bytes=r.peak_bytes,
+        attempts=(f"MAX_JOBS={jobs}: {'OOM' if r.oom else 'ok'} at {r.makespan_s:.0f} s",),
+        jobs=jobs,
     )
 
 
@@ -222,7 +236,12 @@ def simulate_best_fixed(
 
 
 def simulate_seed_halving(
-    tasks: Sequence[Task], *, limit_bytes: int, cores: float, start_jobs: int | None = None, base_bytes: int = 0
+    tasks: Sequence[Task],
+    *,
+    limit_bytes: int,
+    cores: float,
+    start_jobs: int | None = None,
+    base_bytes: int = 0,
 ) -> StrategyResult:
     """The seed's loop: MAX_JOBS = cores, and after each OOM kill half of it, restarting from scratch."""
     jobs = start_jobs or max(1, math.floor(cores))
@@ -237,12 +256,22 @@ def simulate_seed_halving(
         lines.append(f"MAX_JOBS={jobs}: {'OOM' if r.oom else 'ok'} after {r.makespan_s:.0f} s")
         if not r.oom:
             return StrategyResult(
-                makespan_s=total, oom_kills=kills, failed=False, peak_bytes=peak, attempts=tuple(lines), jobs=jobs
+                makespan_s=total,
+                oom_kills=kills,
+                failed=False,
+                peak_bytes=peak,
+                attempts=tuple(lines),
+                jobs=jobs,
             )
         kills += 1
         if jobs == 1:
             return StrategyResult(
-                makespan_s=total, oom_kills=kills, failed=True, peak_bytes=peak, attempts=tuple(lines), jobs=jobs
+                makespan_s=total,
+                oom_kills=kills,
+                failed=True,
+                peak_bytes=peak,
+                attempts=tuple(lines),
+                jobs=jobs,
             )
         jobs = max(1, jobs // 2)
 
@@ -267,8 +296,12 @@ def simulate_factory(
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
     """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned."""
     par: Parallelism = plan_parallelism(
-        limit_bytes=limit_bytes, cpus=cores, archs=archs, per_arch_bytes=per_arch_bytes,
-        nvcc_threads=nvcc_threads, base_bytes=est_base_bytes,
+        limit_bytes=limit_bytes,
+        cpus=cores,
+        archs=archs,
+        per_arch_bytes=per_arch_bytes,
+        nvcc_threads=nvcc_threads,
+        base_bytes=est_base_bytes,
     )
     headroom = admission.default_headroom(limit_bytes)
     learned: dict[str, Prediction] = dict(profile or {})
@@ -280,15 +313,26 @@ def simulate_factory(
     by_name = {t.name: t for t in tasks}
     for number in range(1, max_attempts + 1):
         estimate = admission.per_compile_estimate(
-            per_arch_bytes=par.per_arch_bytes, archs=archs, nvcc_threads=par.nvcc_threads, base_bytes=est_base_bytes
+            per_arch_bytes=par.per_arch_bytes,
+            archs=archs,
+            nvcc_threads=par.nvcc_threads,
+            base_bytes=est_base_bytes,
         )
         model = AdmissionModel(
-            limit_bytes=limit_bytes, headroom_bytes=headroom, cpus=cores,
-            predictions=MappingProxyType(learned), default=Prediction(peak_bytes=estimate),
+            limit_bytes=limit_bytes,
+            headroom_bytes=headroom,
+            cpus=cores,
+            predictions=MappingProxyType(learned),
+            default=Prediction(peak_bytes=estimate),
         )
         r = run_attempt(
-            tasks, limit_bytes=limit_bytes, cores=cores, jobs=par.ninja_jobs, base_bytes=base_bytes,
-            admit=model, done=done,
+            tasks,
+            limit_bytes=limit_bytes,
+            cores=cores,
+            jobs=par.ninja_jobs,
+            base_bytes=base_bytes,
+            admit=model,
+            done=done,
         )
         total += r.makespan_s
         peak = max(peak, r.peak_bytes)
@@ -298,18 +342,33 @@ def simulate_factory(
         if not r.oom:
             lines.append(f"attempt {number}: ok after {r.makespan_s:.0f} s, {r.compiled} objects compiled")
             return StrategyResult(
-                makespan_s=total, oom_kills=kills, failed=False, peak_bytes=peak, attempts=tuple(lines),
+                makespan_s=total,
+                oom_kills=kills,
+                failed=False,
+                peak_bytes=peak,
+                attempts=tuple(lines),
                 jobs=par.ninja_jobs,
             ), learned
         kills += 1
         done = r.completed
         par = next_attempt(
-            par, oom_peak_bytes=r.peak_bytes, limit_bytes=limit_bytes, objects_done=len(done),
-            objects_total=len(tasks), attempt=number + 1, archs=archs, base_bytes=est_base_bytes,
+            par,
+            oom_peak_bytes=r.peak_bytes,
+            limit_bytes=limit_bytes,
+            objects_done=len(done),
+            objects_total=len(tasks),
+            attempt=number + 1,
+            archs=archs,
+            base_bytes=est_base_bytes,
         )
         lines.append(par.reason)
     return StrategyResult(
-        makespan_s=total, oom_kills=kills, failed=True, peak_bytes=peak, attempts=tuple(lines), jobs=par.ninja_jobs
+        makespan_s=total,
+        oom_kills=kills,
+        failed=True,
+        peak_bytes=peak,
+        attempts=tuple(lines),
+        jobs=par.ninja_jobs,
     ), learned
 
 

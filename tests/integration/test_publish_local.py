@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_publish_wheels import (
+from publish_helpers import (
     KILL_AFTER_METADATA,
     LABEL_NEW,
     LABEL_OLD,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_publish_wheels import (
+from publish_helpers import (
     KILL_AFTER_METADATA,
     LABEL_NEW,
     LABEL_OLD,

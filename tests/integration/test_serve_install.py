@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_publish_wheels import (
+from publish_helpers import (
     LABEL_NEW,
     LABEL_OLD,
     VID_NEW,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -14,8 +16,23 @@ from factory.wheelcheck import check_wheel, pin_torch_requirement, record_hash
 
 pytestmark = pytest.mark.integration
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_wheelcheck import JOB, TAG, VERSION, members, metadata_text, write_wheel  # noqa: E402
+
+def _load_sibling(path: Path) -> ModuleType:
+    """Import a helper test module by path: works whatever pytest's import mode."""
+    name = f"_factory_test_helpers_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is being made
+    spec.loader.exec_module(module)
+    return module
+
+
+_helpers = _load_sibling(Path(__file__).resolve().parents[1] / "unit" / "test_wheelcheck.py")
+JOB, TAG, VERSION = _helpers.JOB, _helpers.TAG, _helpers.VERSION
+members, metadata_text, write_wheel = _helpers.members, _helpers.metadata_text, _helpers.write_wheel
 
 NAME = "factory-demo-ext"
 WHEEL = f"factory_demo_ext-{VERSION}-{TAG}.whl"

@@ -1,7 +1,6 @@
 """factory.fatbin on hand-built ELF files; tests/integration/test_fatbin_nvcc.py checks real nvcc output.
 
-The builders below are also used by test_wheelcheck.py (imported by module name: pytest's default import
-mode puts this directory on sys.path).
+The builders below are also used by test_wheelcheck.py, which loads this file by path.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""factory.wheelcheck on small wheels zipped by hand (device code from test_fatbin's ELF builder)."""
+"""factory.wheelcheck on small wheels zipped by hand (device code from test_fatbin.py's ELF builder)."""
 
 from __future__ import annotations
 
 import base64
 import csv
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -13,10 +14,10 @@ import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
-from test_fatbin import fake_so, make_elf
 
 from factory.errors import CheckError
 from factory.wheelcheck import (
@@ -34,6 +35,24 @@ from factory.wheelcheck import (
     torch_pin,
     torch_requirements,
 )
+
+
+def _load_sibling(path: Path) -> ModuleType:
+    """Import a helper test module by path: works whatever pytest's import mode."""
+    name = f"_factory_test_helpers_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is being made
+    spec.loader.exec_module(module)
+    return module
+
+
+_fatbin_helpers = _load_sibling(Path(__file__).with_name("test_fatbin.py"))
+fake_so = _fatbin_helpers.fake_so
+make_elf = _fatbin_helpers.make_elf
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
 VERSION = f"0.1.0+{LABEL}"

@@ -1,4 +1,4 @@
-"""factory-demo-ext: a tiny torch CUDA extension shaped like flash-attn, used to exercise the wheel factory."""
+"""factory-demo-ext: a tiny torch CUDA extension shaped like flash-attn, for exercising the wheel factory."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def publisher_script(
         "import sys\n"
         f"sys.path.insert(0, {str(helpers)!r})\n"
         "from pathlib import Path\n"
-        "from test_publish_wheels import make_wheel\n"
+        "from publish_helpers import make_wheel\n"
         "from factory.publish import publish_wheels\n"
         f"for r in range({rounds}):\n"
         f"    w = make_wheel(Path({str(workdir)!r}) / f'w{worker}-{{r}}', version=f'1.{worker}.{{r}}')\n"

@@ -1,0 +1,287 @@
+"""The real benchmark: the memext fixture compiled by the real nvcc under a real cgroup v1 memory limit.
+
+Each build runs in a fresh memory cgroup (`/sys/fs/cgroup/memory/factory-memext-*`, root needed) with the host's
+nvcc, so a limit overrun is a real kernel OOM kill. Every strategy compiles through the nvcc wrapper, which
+measures each compile; only the factory's runs let it admit (FACTORY_ADMISSION=off for the others).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from factory.memory import admission, profiles
+from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
+from factory.memory.simulate import StrategyResult
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "memext"
+WRAPPER = ROOT / "factory" / "memory" / "nvcc_wrapper.py"
+CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
+MIB = 1 << 20
+GIB = 1 << 30
+# Two heavy TUs (~1.3 GiB each) together overrun it; one heavy with a light one fits.
+DEFAULT_LIMIT = 2 * GIB
+# what the memext "recipe" assumes per arch before anything was measured: the heaviest TU, rounded up
+EST_PER_ARCH = int(1.5 * GIB)
+OBJECTS = 8
+
+
+def host_nvcc() -> str | None:
+    for candidate in (os.environ.get("FACTORY_REAL_NVCC"), "/usr/local/cuda-13.0/bin/nvcc", shutil.which("nvcc")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def cgroup_v1_available() -> bool:
+    return (CGROUP_ROOT / "memory.limit_in_bytes").exists() and os.access(CGROUP_ROOT, os.W_OK)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RealRun:
+    wall_s: float
+    rc: int
+    oom_kills: int
+    peak_bytes: int
+    objects_kept: int
+    objects_total: int
+    measurements: tuple[profiles.Measurement, ...] = ()
+    mem_s: tuple[float, ...] = field(default=())
+
+    @property
+    def compiled(self) -> int:
+        return self.objects_total - self.objects_kept
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and self.oom_kills == 0
+
+
+def _marker(text: str, name: str) -> int:
+    value = 0
+    for line in text.splitlines():
+        if line.startswith("::memext::"):
+            for part in line.split()[1:]:
+                key, _, val = part.partition("=")
+                if key == name:
+                    value = int(val)
+    return value
+
+
+def run_build(
+    build_dir: Path,
+    *,
+    limit_bytes: int,
+    max_jobs: int,
+    work: Path,
+    admission_on: bool,
+    est_per_arch: int = EST_PER_ARCH,
+    profile: profiles.Profile | None = None,
+    order: str = "",
+    log: Path | None = None,
+) -> RealRun:
+    """One `ninja -j max_jobs` of the fixture inside a new memory cgroup of `limit_bytes`."""
+    nvcc = host_nvcc()
+    if nvcc is None:
+        raise RuntimeError("no nvcc on this host")
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / f"measure-{time.monotonic_ns()}.jsonl"
+    state = work / f"state-{time.monotonic_ns()}"
+    group = CGROUP_ROOT / f"factory-memext-{os.getpid()}-{time.monotonic_ns()}"
+    group.mkdir()
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        memsw = group / "memory.memsw.limit_in_bytes"
+        if memsw.exists():
+            memsw.write_text(str(limit_bytes))  # no swap: an overrun is an OOM kill, not a slowdown
+        env = dict(os.environ)
+        env.update(
+            PYTORCH_NVCC=str(WRAPPER), FACTORY_REAL_NVCC=nvcc, FACTORY_STATE_DIR=str(state),
+            FACTORY_PROFILE_OUT=str(out), FACTORY_EST_PER_ARCH_BYTES=str(est_per_arch),
+            FACTORY_ADMISSION="on" if admission_on else "off", MAX_JOBS=str(max_jobs), FACTORY_POLL_S="0.25",
+            CUDA_HOME=str(Path(nvcc).parent.parent), MEMEXT_ORDER=order,
+        )  # fmt: skip
+        env.pop("FACTORY_MEM_LIMIT", None)  # the wrapper must find the limit in its cgroup
+        if profile is not None and profile.entries:
+            env["FACTORY_PROFILE_JSON"] = json.dumps(profile.to_json())
+        else:
+            env.pop("FACTORY_PROFILE_JSON", None)
+        procs = str(group / "cgroup.procs")
+
+        def enter() -> None:
+            with open(procs, "w") as fh:
+                fh.write(str(os.getpid()))
+
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, str(FIXTURE / "build.py"), str(build_dir)],
+            env=env, preexec_fn=enter, capture_output=True, text=True,
+        )  # fmt: skip
+        wall = time.monotonic() - t0
+        text = proc.stdout + proc.stderr
+        if log is not None:
+            with log.open("a") as fh:
+                fh.write(text)
+        oom = 0
+        for line in (group / "memory.oom_control").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                oom = int(line.split()[1])
+        peak = int((group / "memory.max_usage_in_bytes").read_text())
+    finally:
+        _remove_group(group)
+    measured = profiles.read_measurements(out)
+    mem_s = []
+    if out.exists():
+        for line in out.read_text().splitlines():
+            mem_s.append(float(json.loads(line).get("mem_s", 0)))
+    return RealRun(
+        wall_s=wall, rc=proc.returncode, oom_kills=oom, peak_bytes=peak,
+        objects_kept=_marker(text, "objects_kept"), objects_total=_marker(text, "objects_total"),
+        measurements=tuple(measured), mem_s=tuple(mem_s),
+    )  # fmt: skip
+
+
+def _remove_group(group: Path) -> None:
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)  # the last killed processes are still leaving it
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactoryBuild:
+    result: StrategyResult
+    runs: tuple[RealRun, ...]
+    profile: profiles.Profile
+    lines: tuple[str, ...]
+
+
+def factory_build(
+    build_dir: Path,
+    *,
+    limit_bytes: int,
+    cpus: float,
+    work: Path,
+    est_per_arch: int = EST_PER_ARCH,
+    profile: profiles.Profile | None = None,
+    max_attempts: int = 4,
+    order: str = "",
+    log: Path | None = None,
+) -> FactoryBuild:
+    """Planner + admission + resume: what the runner does for a job, against a cgroup instead of a container."""
+    learned = profile or profiles.Profile(package="memext", version="0")
+    par: Parallelism = plan_parallelism(
+        limit_bytes=limit_bytes, cpus=cpus, archs=1, per_arch_bytes=est_per_arch, nvcc_threads=1
+    )
+    runs: list[RealRun] = []
+    lines: list[str] = [f"attempt 1: {par.reason}"]
+    for number in range(1, max_attempts + 1):
+        run = run_build(
+            build_dir, limit_bytes=limit_bytes, max_jobs=par.ninja_jobs, work=work, admission_on=True,
+            est_per_arch=par.per_arch_bytes, profile=learned, order=order, log=log,
+        )  # fmt: skip
+        runs.append(run)
+        learned = profiles.merge(learned, run.measurements)
+        if run.ok or not run.oom_kills or number == max_attempts:
+            break
+        par = next_attempt(
+            par, oom_peak_bytes=run.peak_bytes, limit_bytes=limit_bytes, objects_done=run.objects_total,
+            objects_total=OBJECTS, attempt=number + 1, archs=1,
+        )  # fmt: skip
+        lines.append(par.reason)
+    last = runs[-1]
+    result = StrategyResult(
+        makespan_s=sum(r.wall_s for r in runs), oom_kills=sum(1 for r in runs if r.oom_kills),
+        failed=not last.ok, peak_bytes=max(r.peak_bytes for r in runs), attempts=tuple(lines),
+        jobs=par.ninja_jobs,
+    )  # fmt: skip
+    return FactoryBuild(result=result, runs=tuple(runs), profile=learned, lines=tuple(lines))
+
+
+def _fixed(run: RealRun, jobs: int) -> StrategyResult:
+    return StrategyResult(
+        makespan_s=run.wall_s, oom_kills=int(run.oom_kills > 0), failed=not run.ok, peak_bytes=run.peak_bytes,
+        attempts=(f"MAX_JOBS={jobs}: {'ok' if run.ok else 'OOM' if run.oom_kills else f'rc {run.rc}'}",),
+        jobs=jobs,
+    )  # fmt: skip
+
+
+def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, object]:
+    """All strategies on the fixture; runs of the same fixed MAX_JOBS are shared between strategies."""
+    import psutil
+
+    from factory.memory.simulate import flash_attn_heuristic_jobs
+
+    cores = max(1, len(os.sched_getaffinity(0)))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    log = work / "build.log"
+    fixed: dict[int, RealRun] = {}
+
+    def fixed_run(jobs: int) -> RealRun:
+        if jobs not in fixed:
+            build = work / f"fixed-{jobs}"
+            fixed[jobs] = run_build(build, limit_bytes=limit_bytes, max_jobs=jobs, work=work, admission_on=False,
+                                    log=log)  # fmt: skip
+        return fixed[jobs]
+
+    strategies: dict[str, dict[str, object]] = {}
+    notes: dict[str, object] = {}
+    strategies["fixed_cores"] = _fixed(fixed_run(cores), cores).to_json()
+    best: StrategyResult | None = None
+    for jobs in range(1, cores + 1):
+        r = _fixed(fixed_run(jobs), jobs)
+        if not r.failed and (best is None or r.makespan_s < best.makespan_s):
+            best = r
+    assert best is not None  # MAX_JOBS=1 runs one compile at a time, the heaviest TU fits alone
+    strategies["best_fixed"] = best.to_json()
+    notes["best_fixed_jobs"] = best.jobs
+    # the seed's loop: cores, then halve after each OOM kill, each attempt from scratch
+    total, kills, peak, jobs, seq = 0.0, 0, 0, cores, []
+    while True:
+        run = fixed_run(jobs)
+        total += run.wall_s
+        peak = max(peak, run.peak_bytes)
+        seq.append(jobs)
+        if run.ok or jobs == 1:
+            break
+        kills += 1
+        jobs //= 2
+    strategies["seed_halving"] = {"makespan_s": round(total, 1), "oom_kills": kills, "failed": not run.ok,
+                                  "peak_bytes": peak}  # fmt: skip
+    notes["seed_halving_jobs"] = seq
+    heuristic = flash_attn_heuristic_jobs(cores=cores, free_bytes=int(psutil.virtual_memory().available))
+    strategies["flash_attn_heuristic"] = _fixed(fixed_run(heuristic), heuristic).to_json()
+    notes["flash_attn_heuristic_jobs"] = heuristic
+
+    cold = factory_build(work / "factory-cold", limit_bytes=limit_bytes, cpus=cores, work=work, log=log)
+    warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
+                         profile=cold.profile, log=log)  # fmt: skip
+    strategies["factory"] = warm.result.to_json()
+    strategies["factory_cold"] = cold.result.to_json()
+    notes["factory_attempts"] = list(warm.lines)
+    notes["factory_cold_attempts"] = list(cold.lines)
+
+    # the lower bound from compiles measured one at a time (MAX_JOBS=1: no contention)
+    serial = fixed_run(1)
+    walls = [m.wall_s for m in serial.measurements]
+    lower = max(sum(walls) / cores, max(walls), sum(serial.mem_s) / limit_bytes)
+    per_tu = {m.key.split("|")[0]: {"peak_bytes": m.peak_bytes, "wall_s": m.wall_s} for m in serial.measurements}
+    return {
+        "limit_bytes": limit_bytes,
+        "lower_bound_s": round(lower, 1),
+        "strategies": strategies,
+        "cores": cores,
+        "notes": notes,
+        "compiles": per_tu,
+        "nvcc": host_nvcc(),
+    }

@@ -1,0 +1,103 @@
+"""The build runner's view of memory: a job's parallelism, the wrapper's environment, profiles, OOM retries.
+
+Matches the interface `factory/build.py` uses (`initial_parallelism`, `wrapper_env`, `next_attempt`,
+`record_profiles`, `container_limits`), so the runner can import this module in place of its stub.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from factory.config import Recipe
+from factory.memory import profiles
+from factory.memory.admission import DEFAULT_BASE_BYTES, GIB
+from factory.memory.planner import Parallelism, container_limits, plan_parallelism
+from factory.memory.planner import next_attempt as _next_attempt
+
+__all__ = [
+    "WRAPPER_DIR",
+    "Parallelism",
+    "container_limits",
+    "initial_parallelism",
+    "next_attempt",
+    "record_profiles",
+    "wrapper_env",
+    "wrapper_host_dir",
+]
+
+# Where the runner mounts `wrapper_host_dir()` (read-only) in a build container.
+WRAPPER_DIR = "/opt/factory-memory"
+# Above this, the inline profile would press against the kernel's 128 KiB limit on one environment string.
+INLINE_PROFILE_MAX = 100_000
+
+
+def wrapper_host_dir() -> Path:
+    """The directory holding nvcc_wrapper.py with the admission.py and cgroup.py it imports."""
+    return Path(__file__).resolve().parent
+
+
+def initial_parallelism(
+    *, recipe: Recipe, archs: int, limit_bytes: int, cpus: float, package: str, version: str,
+    nvcc_threads: int | None = None, home: Path | None = None,
+) -> Parallelism:  # fmt: skip
+    """The plan for attempt 1: the recipe's estimate, raised to the worst per-arch peak learned so far."""
+    per_arch = int(recipe.compile_gib_per_arch * GIB)
+    learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
+    per_arch = profiles.raised_per_arch(per_arch, learned, base_bytes=DEFAULT_BASE_BYTES)
+    return plan_parallelism(
+        limit_bytes=limit_bytes, cpus=cpus, archs=archs, per_arch_bytes=per_arch, nvcc_threads=nvcc_threads
+    )
+
+
+def wrapper_env(
+    parallel: Parallelism, *, recipe: Recipe, job_dir: str, memory_limit: int,
+    package: str | None = None, version: str | None = None, home: Path | None = None,
+    wrapper_dir: str = WRAPPER_DIR,
+) -> dict[str, str]:  # fmt: skip
+    """Environment of the build container that routes every nvcc call through the admission wrapper.
+
+    MAX_JOBS becomes `parallel.ninja_jobs`: admission, not ninja, bounds how many compiles run. The real nvcc
+    is found by the wrapper as $CUDA_HOME/bin/nvcc (or FACTORY_REAL_NVCC when the runner sets it).
+    """
+    per_arch = parallel.per_arch_bytes or int(recipe.compile_gib_per_arch * GIB)
+    env = {
+        "PYTORCH_NVCC": f"{wrapper_dir}/nvcc_wrapper.py",
+        "FACTORY_STATE_DIR": f"{job_dir}/memory-state",
+        "FACTORY_PROFILE_OUT": f"{job_dir}/compile-measurements.jsonl",
+        "FACTORY_MEM_LIMIT": str(memory_limit),
+        "FACTORY_EST_PER_ARCH_BYTES": str(per_arch),
+        "MAX_JOBS": str(parallel.ninja_jobs or parallel.max_jobs),
+        "NVCC_THREADS": str(parallel.nvcc_threads),
+    }
+    if package and version:
+        learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
+        text = json.dumps(learned.to_json(), separators=(",", ":"))
+        if learned.entries and len(text) <= INLINE_PROFILE_MAX:
+            env["FACTORY_PROFILE_JSON"] = text
+    return env
+
+
+def next_attempt(
+    prev: Parallelism, *, oom_peak_bytes: int, limit_bytes: int, objects_done: int, objects_total: int | None,
+    attempt: int = 2, archs: int = 1,
+) -> Parallelism:  # fmt: skip
+    return _next_attempt(
+        prev, oom_peak_bytes=oom_peak_bytes, limit_bytes=limit_bytes, objects_done=objects_done,
+        objects_total=objects_total if objects_total is not None else objects_done, attempt=attempt, archs=archs,
+    )  # fmt: skip
+
+
+def record_profiles(
+    *, package: str, version: str, log_path: Path | None = None, job_dir_host: Path | None = None,
+    home: Path | None = None,
+) -> profiles.Profile | None:  # fmt: skip
+    """Merge the compiles measured by one attempt (from the measurements file, else the build log)."""
+    source: Path | None = None
+    if job_dir_host is not None and (Path(job_dir_host) / "compile-measurements.jsonl").exists():
+        source = Path(job_dir_host) / "compile-measurements.jsonl"
+    elif log_path is not None and Path(log_path).exists():
+        source = Path(log_path)
+    if source is None:
+        return None
+    return profiles.record(package, version, source, home=home)
