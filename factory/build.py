@@ -11,6 +11,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -163,12 +164,23 @@ def container_memory(mf: MatrixFile, settings: BuildSettings) -> int:
     return memory.container_limits(budget_bytes=budget, concurrency=mf.build.concurrency)[0]
 
 
+ERROR_LINE = re.compile(r"(\berror\b|^FAILED:|#error|Killed|out of memory)", re.IGNORECASE)
+MAX_ERROR_LINES = 12
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The end of a job's log, led by its first compiler errors when those scrolled out of the end.
+
+    A failed ninja build ends in a Python traceback from setuptools; the line a person needs (nvcc's
+    `error:`, ninja's `FAILED:`) is usually far above it.
+    """
     try:
-        text = path.read_text(errors="replace").splitlines()
+        text = [line for line in path.read_text(errors="replace").splitlines() if not line.startswith(MARKER)]
     except OSError:
         return []
-    return [line for line in text if not line.startswith(MARKER)][-lines:]
+    tail = text[-lines:]
+    errors = [line for line in text[: len(text) - len(tail)] if ERROR_LINE.search(line)][:MAX_ERROR_LINES]
+    return [*errors, *(["..."] if errors else []), *tail]
 
 
 def remove_containers(client: Any, *, filters: Mapping[str, Any]) -> int:

@@ -22,13 +22,27 @@ class CgroupInfo:
     memory_peak: int | None
     cpus: float | None  # CPU quota in cores; None = unlimited
     inactive_file: int = 0
+    active_file: int = 0
+    mapped_file: int = 0
 
     @property
     def working_set(self) -> int | None:
-        """Usage less reclaimable page cache, as docker stats and the kubelet count it."""
+        """Usage less inactive page cache, as docker stats and the kubelet count it."""
         if self.memory_usage is None:
             return None
         return max(0, self.memory_usage - self.inactive_file)
+
+    @property
+    def in_use(self) -> int | None:
+        """Usage less all page cache no process maps: what the kernel cannot reclaim before an OOM kill.
+
+        Compiles read the same headers over and over, so active page cache is large but gives way under the
+        limit; counting it would keep compiles waiting for memory that is in fact free.
+        """
+        if self.memory_usage is None:
+            return None
+        cache = self.inactive_file + self.active_file - self.mapped_file
+        return max(0, self.memory_usage - max(0, cache))
 
 
 def parse_memory_value(text: str) -> int | None:
@@ -137,6 +151,8 @@ def _read_v1(root: Path, mem_dir: Path, own: dict[str, str]) -> CgroupInfo:
         memory_peak=_value(mem_dir / "memory.max_usage_in_bytes"),
         cpus=cpus,
         inactive_file=stat.get("total_inactive_file", stat.get("inactive_file", 0)),
+        active_file=stat.get("total_active_file", stat.get("active_file", 0)),
+        mapped_file=stat.get("total_mapped_file", stat.get("mapped_file", 0)),
     )
 
 
@@ -155,6 +171,8 @@ def _read_v2(root: Path, own_path: str | None) -> CgroupInfo:
         memory_peak=_value(base / "memory.peak"),
         cpus=parse_cpu_max(cpu_text) if cpu_text is not None else None,
         inactive_file=stat.get("inactive_file", 0),
+        active_file=stat.get("active_file", 0),
+        mapped_file=stat.get("file_mapped", 0),
     )
 
 

@@ -172,7 +172,7 @@ def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, thre
         state["next_ticket"] += 1
     said = ""
     while True:
-        used = cgroup.read_cgroup().working_set or 0
+        used = cgroup.read_cgroup().in_use or 0
         kids = children_map()
         now = time.time()
         with locked_state(state_dir) as state:

@@ -29,7 +29,9 @@ DEMO_SRC = ROOT / "examples" / "demo-ext"
 FACTORY = [sys.executable, "-m", "factory.cli"]
 
 
-def demo_matrix(tmp: Path, *, arch: list[str], include: str = "", build_extra: str = "") -> Path:
+def demo_matrix(
+    tmp: Path, *, arch: list[str], include: str = "", build_extra: str = "", publish_to: Path | None = None
+) -> Path:
     text = (
         textwrap.dedent(
             f"""\
@@ -63,6 +65,8 @@ def demo_matrix(tmp: Path, *, arch: list[str], include: str = "", build_extra: s
         """
         )
     )
+    if publish_to is not None:
+        text += f"publish:\n  to: {publish_to}\n"
     path = tmp / "matrix.yaml"
     path.write_text(text)
     return path
@@ -76,12 +80,25 @@ def run_factory(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
 def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("demo-build")
     include = '  include:\n    - arch: "7.5"\n      env: {DEMO_FAIL_COMPILE: "1"}\n'
-    matrix = demo_matrix(tmp, arch=["8.0", "9.0;12.0", "7.5"], include=include, build_extra="  memory: 8GiB")
+    matrix = demo_matrix(
+        tmp,
+        arch=["8.0", "9.0;12.0", "7.5"],
+        include=include,
+        build_extra="  memory: 8GiB",
+        publish_to=tmp / "index",
+    )
     out = tmp / "wheels"
-    proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going")
+    proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going", "--publish")
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
-    return {"proc": proc, "out": out, "report": report, "jobs": {j["job_id"]: j for j in report["jobs"]}}
+    return {
+        "proc": proc,
+        "out": out,
+        "report": report,
+        "jobs": {j["job_id"]: j for j in report["jobs"]},
+        "index": tmp / "index",
+        "matrix": matrix,
+    }
 
 
 def test_build_exit_code_reflects_the_failed_job(demo_build: dict[str, Any]) -> None:
@@ -121,7 +138,7 @@ def test_compile_error_is_a_failed_job_with_log_tail(demo_build: dict[str, Any])
     job = demo_build["jobs"]["cu130-torch2.14-abi1-sm75-py311"]
     assert job["result"] == "failed"
     assert "exit" in job["reason"]
-    assert any("DEMO_FAIL_COMPILE" in line for line in job["log_tail"]), job["log_tail"]
+    assert any("error" in line and "DEMO_FAIL_COMPILE" in line for line in job["log_tail"]), job["log_tail"]
     assert job["wheel"] is None
 
 
@@ -188,3 +205,56 @@ def test_containers_of_a_crashed_run_are_removed_by_the_next(tmp_path: Path, doc
     finally:
         with pytest.raises(Exception):  # noqa: B017 - already removed: any docker error is fine here
             container.remove(force=True)
+
+
+def test_published_index_has_good_variants_and_shows_the_failure(demo_build: dict[str, Any]) -> None:
+    index = demo_build["index"]
+    for vid in ("cu130-torch2.14-abi1-sm80", "cu130-torch2.14-abi1-sm90.120"):
+        page = (index / "simple" / vid / "factory-demo-ext" / "index.html").read_text()
+        assert "factory_demo_ext-0.1.0%2B" in page and "#sha256=" in page
+    assert not (index / "simple" / "cu130-torch2.14-abi1-sm75").exists()
+    human = (index / "index.html").read_text()
+    assert "failed" in human and "cu130-torch2.14-abi1-sm75" in human
+
+
+@pytest.mark.parametrize("tool", ["pip", "uv"])
+def test_consumer_installs_the_real_wheel_from_the_served_index(
+    demo_build: dict[str, Any], tmp_path: Path, tool: str
+) -> None:
+    """pip/uv in a fresh venv pick the variant index's wheel and torch==2.14.* from the normal index."""
+    from publish_helpers import fresh_venv, pip_install, uv_install
+    from test_serve_install import start_server
+
+    from factory.config import load_matrix_file
+    from factory.plan import plan_matrix
+
+    mf = load_matrix_file(demo_build["matrix"])
+    job = plan_matrix(mf).jobs[0]
+    normal = build_mod.Runner(None, mf, build_mod.BuildSettings(output=tmp_path)).wheelhouse_for(job)
+    server, url = start_server(demo_build["index"], tmp_path / "access.log")
+    try:
+        venv = fresh_venv(tmp_path / "venv", tool=tool)
+        install = pip_install if tool == "pip" else uv_install
+        vid = "cu130-torch2.14-abi1-sm90.120"
+        proc = install(venv, f"{url}simple/{vid}/", "--find-links", str(normal), "factory-demo-ext")
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    probe = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-I",
+            "-c",
+            "import importlib.metadata as m, torch, factory_demo_ext as d; "
+            "print(m.version('factory-demo-ext'), torch.__version__, d.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    version, torch_version, where = probe.stdout.split()
+    assert version == "0.1.0+cu13.0.torch2.14.abi1.sm90.120"
+    assert torch_version.startswith("2.14.")
+    assert str(venv) in where

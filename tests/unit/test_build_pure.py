@@ -93,3 +93,14 @@ def test_report_json_has_no_live_only_fields() -> None:
     assert data["ok"] is True
     assert set(data["jobs"][0]) >= {"job_id", "variant_id", "python", "result", "wheel", "attempts", "log_tail"}
     assert "phase" not in data["jobs"][0] and "mem_now" not in data["jobs"][0]
+
+
+def test_log_tail_leads_with_errors_that_scrolled_out(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    lines = ["[1/5] nvcc a.cu", "csrc/scale.cu(3): error: #error DEMO_FAIL_COMPILE", "FAILED: scale.o"]
+    lines += [f"  File traceback {i}" for i in range(60)]
+    log.write_text("\n".join(lines) + "\n")
+    tail = build.log_tail(log, lines=5)
+    assert tail[:2] == ["csrc/scale.cu(3): error: #error DEMO_FAIL_COMPILE", "FAILED: scale.o"]
+    assert tail[2] == "..."
+    assert tail[-1] == "  File traceback 59"
