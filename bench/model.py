@@ -1,9 +1,13 @@
 """flash-attn 2.8.3 at the seed's scale: 72 kernel files x 4 archs, NVCC_THREADS=4, a 432 GiB / 128-core host.
 
-Per-file memory and time come from the measured compiles in factory/data/flash-attn-compiles.csv (one arch, one
-nvcc thread): forward hdim64 peaks at 3.68 GiB in 445 s, backward hdim256 at 6.64 GiB in ~800 s. Other files are
-interpolated linearly in the head dimension with the same slope for forward and backward; split-KV forward files
-are taken as forward files. Times are then scaled by one factor so that MAX_JOBS=20 takes the seed's 9m46s (the
+Per-file memory and time come from the measured compiles in factory/data/flash-attn-compiles.csv (one arch,
+one
+nvcc thread): forward hdim64 peaks at 3.68 GiB in 445 s, backward hdim256 at 6.64 GiB in ~800 s. Other
+files are
+interpolated linearly in the head dimension with the same slope for forward and backward; split-KV forward
+files
+are taken as forward files. Times are then scaled by one factor so that MAX_JOBS=20 takes the seed's 9m46s
+(the
 seed's 128-core machine is faster per core than the 2-vCPU machine that measured the CSV).
 
 The shape of one compile (per-arch work happens in nvcc threads, one arch per thread):
@@ -52,7 +56,8 @@ def calibration_from_csv() -> Calibration:
     mine = [r for r in rows if r["flash_attn_version"] == "2.8.3" and r["nvcc_threads"] == "1"]
     fwd = next(r for r in mine if r["tu"].startswith("flash_fwd_hdim64"))
     bwd = next(r for r in mine if r["tu"].startswith("flash_bwd_hdim256"))
-    # the 2.8.3 backward row shared its 2 cores with another compile: take the CPU time of the same file measured
+    # the 2.8.3 backward row shared its 2 cores with another compile: take the CPU time of the same file
+    # measured
     # alone with a sibling version, scaled by the forward files' ratio of wall to CPU time
     alone = [r for r in rows if r["tu"] == bwd["tu"] and r["cpu_s"] and "shared" not in r["note"]]
     fwd_alone = [r for r in rows if r["tu"] == fwd["tu"] and r["cpu_s"]]
@@ -114,11 +119,16 @@ def time_scale() -> float:
     from factory.memory.simulate import simulate_fixed
 
     r = simulate_fixed(
-        flash_attn_tasks(scale=1.0), limit_bytes=HOST_BYTES, cores=CORES, jobs=SEED_PASS_JOBS, base_bytes=BASE_BYTES
+        flash_attn_tasks(scale=1.0),
+        limit_bytes=HOST_BYTES,
+        cores=CORES,
+        jobs=SEED_PASS_JOBS,
+        base_bytes=BASE_BYTES,
     )
     return SEED_MAKESPAN_S / r.makespan_s if r.makespan_s > 0 else 1.0
 
 
 def per_arch_estimate_bytes() -> int:
-    """The flash-attn recipe's estimate: the worst measured per-arch peak (what the factory knows before profiling)."""
+    """The flash-attn recipe's estimate: the worst measured per-arch peak (what the factory knows before
+    profiling)."""
     return math.ceil(calibration_from_csv().bwd_hdim256_gib * GIB)

@@ -1,6 +1,7 @@
 """The real benchmark: the memext fixture compiled by the real nvcc under a real cgroup v1 memory limit.
 
-Each build runs in a fresh memory cgroup (`/sys/fs/cgroup/memory/factory-memext-*`, root needed) with the host's
+Each build runs in a fresh memory cgroup (`/sys/fs/cgroup/memory/factory-memext-*`, root needed) with the
+host's
 nvcc, so a limit overrun is a real kernel OOM kill. Every strategy compiles through the nvcc wrapper, which
 measures each compile; only the factory's runs let it admit (FACTORY_ADMISSION=off for the others).
 """
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from factory.memory import admission, profiles
+from factory.memory import profiles
 from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
 from factory.memory.simulate import StrategyResult
 
@@ -26,15 +27,19 @@ WRAPPER = ROOT / "factory" / "memory" / "nvcc_wrapper.py"
 CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
 MIB = 1 << 20
 GIB = 1 << 30
-# Two heavy TUs (~1.3 GiB each) together overrun it; one heavy with a light one fits.
-DEFAULT_LIMIT = 2 * GIB
+# Two heavy TUs (~1.3 GiB each) together overrun it; one heavy with a light one fits beside the headroom.
+DEFAULT_LIMIT = 2 * GIB + 256 * MIB
 # what the memext "recipe" assumes per arch before anything was measured: the heaviest TU, rounded up
 EST_PER_ARCH = int(1.5 * GIB)
 OBJECTS = 8
 
 
 def host_nvcc() -> str | None:
-    for candidate in (os.environ.get("FACTORY_REAL_NVCC"), "/usr/local/cuda-13.0/bin/nvcc", shutil.which("nvcc")):
+    for candidate in (
+        os.environ.get("FACTORY_REAL_NVCC"),
+        "/usr/local/cuda-13.0/bin/nvcc",
+        shutil.which("nvcc"),
+    ):
         if candidate and os.path.exists(candidate):
             return candidate
     return None
@@ -86,6 +91,7 @@ def run_build(
     profile: profiles.Profile | None = None,
     order: str = "",
     log: Path | None = None,
+    cpus: float | None = None,
 ) -> RealRun:
     """One `ninja -j max_jobs` of the fixture inside a new memory cgroup of `limit_bytes`."""
     nvcc = host_nvcc()
@@ -109,6 +115,9 @@ def run_build(
             CUDA_HOME=str(Path(nvcc).parent.parent), MEMEXT_ORDER=order,
         )  # fmt: skip
         env.pop("FACTORY_MEM_LIMIT", None)  # the wrapper must find the limit in its cgroup
+        env.pop("FACTORY_CPUS", None)
+        if cpus is not None:
+            env["FACTORY_CPUS"] = str(cpus)
         if profile is not None and profile.entries:
             env["FACTORY_PROFILE_JSON"] = json.dumps(profile.to_json())
         else:
@@ -177,7 +186,8 @@ def factory_build(
     order: str = "",
     log: Path | None = None,
 ) -> FactoryBuild:
-    """Planner + admission + resume: what the runner does for a job, against a cgroup instead of a container."""
+    """Planner + admission + resume: what the runner does for a job, against a cgroup instead of a
+    container."""
     learned = profile or profiles.Profile(package="memext", version="0")
     par: Parallelism = plan_parallelism(
         limit_bytes=limit_bytes, cpus=cpus, archs=1, per_arch_bytes=est_per_arch, nvcc_threads=1
@@ -187,7 +197,7 @@ def factory_build(
     for number in range(1, max_attempts + 1):
         run = run_build(
             build_dir, limit_bytes=limit_bytes, max_jobs=par.ninja_jobs, work=work, admission_on=True,
-            est_per_arch=par.per_arch_bytes, profile=learned, order=order, log=log,
+            est_per_arch=par.per_arch_bytes, profile=learned, order=order, log=log, cpus=cpus,
         )  # fmt: skip
         runs.append(run)
         learned = profiles.merge(learned, run.measurements)
@@ -230,8 +240,9 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     def fixed_run(jobs: int) -> RealRun:
         if jobs not in fixed:
             build = work / f"fixed-{jobs}"
-            fixed[jobs] = run_build(build, limit_bytes=limit_bytes, max_jobs=jobs, work=work, admission_on=False,
-                                    log=log)  # fmt: skip
+            fixed[jobs] = run_build(
+                build, limit_bytes=limit_bytes, max_jobs=jobs, work=work, admission_on=False, log=log
+            )
         return fixed[jobs]
 
     strategies: dict[str, dict[str, object]] = {}
@@ -275,7 +286,9 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     serial = fixed_run(1)
     walls = [m.wall_s for m in serial.measurements]
     lower = max(sum(walls) / cores, max(walls), sum(serial.mem_s) / limit_bytes)
-    per_tu = {m.key.split("|")[0]: {"peak_bytes": m.peak_bytes, "wall_s": m.wall_s} for m in serial.measurements}
+    per_tu = {
+        m.key.split("|")[0]: {"peak_bytes": m.peak_bytes, "wall_s": m.wall_s} for m in serial.measurements
+    }
     return {
         "limit_bytes": limit_bytes,
         "lower_bound_s": round(lower, 1),

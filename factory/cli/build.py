@@ -143,17 +143,11 @@ def build(
     wheels = [output / r.wheel for r in report.jobs if r.wheel]
     if publish and wheels:
         # Failed jobs do not hold back the good wheels; the index's matrix page shows what failed.
-        from factory.publish import publish_wheels
+        from factory.publish import describe, publish_wheels
 
         result = publish_wheels(
-            wheels,
-            to=mf.publish.to,
-            endpoint_url=mf.publish.endpoint_url,
-            report=output / "report.json",
-            progress=log,
+            wheels, to=mf.publish.to, endpoint_url=mf.publish.endpoint_url, report=output / "report.json"
         )
-        console.print(
-            f"published {len(result.files)} wheel(s) to {result.destination}: "
-            + ", ".join(result.variant_ids)
-        )
+        for line in describe(result):
+            console.print(line)
     sys.exit(0 if report.ok else 1)

@@ -1,6 +1,8 @@
-"""The admission decision for one nvcc compile: the single implementation used by the wrapper and the simulator.
+"""The admission decision for one nvcc compile: the single implementation used by the wrapper and the
+simulator.
 
-Standard library only: this file is copied into build containers next to the nvcc wrapper, whose Python may not
+Standard library only: this file is copied into build containers next to the nvcc wrapper, whose Python may
+not
 have the factory installed.
 """
 
@@ -15,7 +17,8 @@ from typing import Any
 GIB = 1 << 30
 MIB = 1 << 20
 
-# nvcc's own front end (cudafe++, the host preprocessor) before any cicc starts; measured ~180 MiB on small TUs.
+# nvcc's own front end (cudafe++, the host preprocessor) before any cicc starts; measured ~180 MiB on small
+# TUs.
 DEFAULT_BASE_BYTES = 256 * MIB
 
 
@@ -39,7 +42,8 @@ class Decision:
 
 
 def default_headroom(limit_bytes: int) -> int:
-    """Memory kept free for the link step, setup.py's Python and ninja: 1/16 of the limit, 256 MiB to 2 GiB."""
+    """Memory kept free for the link step, setup.py's Python and ninja: 1/16 of the limit, 256 MiB to 2
+    GiB."""
     return max(256 * MIB, min(2 * GIB, limit_bytes // 16))
 
 
@@ -63,7 +67,8 @@ def decide(
     """Whether a compile predicted to peak at `prediction_bytes` may start now.
 
     `used_bytes` is the cgroup's working set, which already holds the running compiles' current RSS; each
-    running compile is counted at the larger of its reservation and its RSS, the rest of the usage as untracked.
+    running compile is counted at the larger of its reservation and its RSS, the rest of the usage as
+    untracked.
     `head_bytes` is the prediction of a higher-priority waiter. A compile may pass it only when both fit, or
     when it is predicted (`own_s`) to finish before the head could start anyway (EASY backfilling), so a large
     compile is never starved by a stream of small ones.
@@ -97,7 +102,8 @@ def decide(
 
 
 def head_start_s(running: Sequence[Running], *, committed: int, head_bytes: int, capacity: int) -> float:
-    """Earliest time the head waiter fits, as running compiles finish; a compile of unknown time may end now."""
+    """Earliest time the head waiter fits, as running compiles finish; a compile of unknown time may end
+    now."""
     free = capacity - committed
     for r in sorted(running, key=lambda r: r.remaining_s or 0.0):
         if free >= head_bytes:

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-# The kernel writes PAGE_COUNTER_MAX * page size (9223372036854771712) for "no limit" in v1; anything this large is
+# The kernel writes PAGE_COUNTER_MAX * page size (9223372036854771712) for "no limit" in v1; anything this
+# large is
 # more memory than any machine has.
 _UNLIMITED_AT = 1 << 60
 
@@ -102,7 +103,8 @@ def _read(path: Path) -> str | None:
 def _controller_dir(root: Path, names: list[str], own_path: str | None) -> Path | None:
     """The directory of this process's cgroup for a v1 controller.
 
-    Inside a container the mount shows only the container's own cgroup, while /proc/self/cgroup names the path on
+    Inside a container the mount shows only the container's own cgroup, while /proc/self/cgroup names the
+    path on
     the host, so the named path is tried first and the mount point itself second.
     """
     for name in names:

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""nvcc admission wrapper: every nvcc call of a build passes through here (PYTORCH_NVCC, or `nvcc` first on PATH).
+"""nvcc admission wrapper: every nvcc call of a build passes through here (PYTORCH_NVCC, or `nvcc` first on
+PATH).
 
-A compile starts only when its predicted peak fits the cgroup's remaining memory; its real peak RSS and wall time
-are measured and appended to a profile. Standard library only: it runs with the build container's Python, next to
+A compile starts only when its predicted peak fits the cgroup's remaining memory; its real peak RSS and
+wall time
+are measured and appended to a profile. Standard library only: it runs with the build container's Python,
+next to
 admission.py and cgroup.py (copied alongside it), which hold the decision and the cgroup reading.
 
 Environment:
@@ -237,7 +240,8 @@ def append_measurement(path: str, record: dict[str, Any]) -> None:
 
 
 def run_measured(cmd: list[str]) -> tuple[int, list[tuple[float, int]], float]:
-    """(exit code, RSS samples of the process tree, wall seconds) of a child, forwarding termination signals."""
+    """(exit code, RSS samples of the process tree, wall seconds) of a child, forwarding termination
+    signals."""
     interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
     t0 = time.monotonic()
     child = subprocess.Popen(cmd)
@@ -306,7 +310,8 @@ def main(argv: list[str]) -> int:
     }
     if out:
         append_measurement(out, record)
-    # the build log carries the measurement too: the host reads it from there when the state dir is out of reach
+    # the build log carries the measurement too: the host reads it from there when the state dir is out of
+    # reach
     print(f"{MARKER} {json.dumps(record, sort_keys=True)}", file=sys.stderr, flush=True)
     if peak > prediction.peak_bytes:
         log(

@@ -1,4 +1,5 @@
-"""Parallelism that fits a container: MAX_JOBS and NVCC_THREADS from its limits, and retries after an OOM kill."""
+"""Parallelism that fits a container: MAX_JOBS and NVCC_THREADS from its limits, and retries after an OOM
+kill."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def plan_parallelism(
     headroom = default_headroom(limit_bytes) if headroom_bytes is None else headroom_bytes
     capacity = max(0, limit_bytes - headroom)
     cores = max(1, math.floor(cpus))
-    # cicc processes that fit at once, bounded by memory and by cores (more than one per core only adds memory)
+    # cicc processes that fit at once, bounded by memory and by cores (more than one per core only adds
+    # memory)
     slots = max(1, min(cores, (capacity - base_bytes) // per_arch_bytes if capacity > base_bytes else 1))
     if nvcc_threads is None:
         threads = max(1, min(archs, DEFAULT_NVCC_THREADS, slots))
@@ -60,7 +62,8 @@ def plan_parallelism(
     bound = "memory" if by_memory < by_cpu else "cpu"
     reason = (
         f"limit {gib(limit_bytes)} - headroom {gib(headroom)}; one compile ~{gib(per_compile)} "
-        f"({min(threads, archs)} x {gib(per_arch_bytes)} + {gib(base_bytes)}): {jobs} jobs x {threads} nvcc threads "
+        f"({min(threads, archs)} x {gib(per_arch_bytes)} + {gib(base_bytes)}): "
+        f"{jobs} jobs x {threads} nvcc threads "
         f"({bound}-bound{', even one compile may not fit' if by_memory < 1 else ''})"
     )
     return Parallelism(
@@ -94,7 +97,8 @@ def container_limits(
         return [budget_bytes // concurrency] * concurrency
     if per_job_bytes * concurrency > budget_bytes:
         raise ConfigError(
-            f"{concurrency} containers x {gib(per_job_bytes)} exceed the memory budget of {gib(budget_bytes)}; "
+            f"{concurrency} containers x {gib(per_job_bytes)} exceed "
+            f"the memory budget of {gib(budget_bytes)}; "
             "lower the memory per container or the concurrency"
         )
     return [per_job_bytes] * concurrency
@@ -117,7 +121,8 @@ def next_attempt(
     headroom_bytes: int | None = None,
     base_bytes: int = DEFAULT_BASE_BYTES,
 ) -> Parallelism:
-    """Less parallelism and a raised estimate after an OOM kill; `reason` is the report line of the attempt."""
+    """Less parallelism and a raised estimate after an OOM kill; `reason` is the report line of the
+    attempt."""
     headroom = default_headroom(limit_bytes) if headroom_bytes is None else headroom_bytes
     seen_per_job = oom_peak_bytes / max(1, prev.max_jobs)
     per_compile = math.ceil(max(prev.per_compile_bytes, seen_per_job) * OOM_MARGIN)

@@ -1,4 +1,5 @@
-"""Learned compile profiles per (package, version): peak memory and time of each (source file, archs, threads)."""
+"""Learned compile profiles per (package, version): peak memory and time of each (source file, archs,
+threads)."""
 
 from __future__ import annotations
 

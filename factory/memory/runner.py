@@ -84,7 +84,8 @@ def next_attempt(
 ) -> Parallelism:  # fmt: skip
     return _next_attempt(
         prev, oom_peak_bytes=oom_peak_bytes, limit_bytes=limit_bytes, objects_done=objects_done,
-        objects_total=objects_total if objects_total is not None else objects_done, attempt=attempt, archs=archs,
+        objects_total=objects_total if objects_total is not None else objects_done,
+        attempt=attempt, archs=archs,
     )  # fmt: skip
 
 

@@ -1,7 +1,9 @@
 """Deterministic discrete-event simulation of a ninja build of compile tasks under a memory limit.
 
-Each task is a sequence of phases (seconds at full speed, resident bytes, busy threads); the tasks' memory adds
-up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same admission
+Each task is a sequence of phases (seconds at full speed, resident bytes, busy threads); the tasks' memory
+adds
+up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same
+admission
 decision (`factory.memory.admission.decide`) the nvcc wrapper runs in a build container.
 """
 
@@ -82,7 +84,7 @@ class AdmissionModel:
     headroom_bytes: int
     cpus: float
     predictions: Mapping[str, Prediction] = field(default_factory=lambda: MappingProxyType({}))
-    default: Prediction = Prediction(peak_bytes=1)
+    default: Prediction = field(default_factory=lambda: Prediction(peak_bytes=1))
 
 
 @dataclass
@@ -104,7 +106,8 @@ def run_attempt(
     admit: AdmissionModel | None = None,
     done: frozenset[str] = frozenset(),
 ) -> AttemptResult:
-    """One ninja run with -j `jobs`; with `admit`, started tasks wait for admission like wrapped nvcc calls."""
+    """One ninja run with -j `jobs`; with `admit`, started tasks wait for admission like wrapped nvcc
+    calls."""
     pending = [t for t in tasks if t.name not in done]
     pending.reverse()  # pop() takes the next in ninja's order
     waiting: list[tuple[tuple[float, int], Task, Prediction]] = []
@@ -373,7 +376,8 @@ def simulate_factory(
 
 
 def lower_bound(tasks: Sequence[Task], *, limit_bytes: int, cores: float) -> float:
-    """max(Σcpu/cores, longest compile, Σ∫mem dt / limit): no schedule that stays under the limit is faster."""
+    """max(Σcpu/cores, longest compile, Σ∫mem dt / limit): no schedule that stays under the limit is
+    faster."""
     return max(
         sum(t.cpu_s for t in tasks) / cores,
         max(t.time_s for t in tasks),

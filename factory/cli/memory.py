@@ -1,0 +1,105 @@
+"""`factory memory`: plan parallelism for a container, and show or move learned compile profiles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from factory.cli import app
+from factory.config import format_size, parse_size
+from factory.errors import ConfigError
+from factory.memory import cgroup, profiles
+from factory.memory.admission import GIB
+from factory.memory.planner import plan_parallelism
+
+memory_app = typer.Typer(help="Memory planning and learned compile profiles.", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+
+
+def _size(value: str, option: str) -> int:
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+
+
+@memory_app.command("plan")
+def plan_cmd(
+    memory: Annotated[
+        str | None, typer.Option(help="Memory limit, e.g. 16GiB (default: this cgroup's).")
+    ] = None,
+    cpus: Annotated[
+        float | None, typer.Option(help="CPUs (default: this cgroup's quota or affinity).")
+    ] = None,
+    archs: Annotated[int, typer.Option(help="Number of CUDA archs compiled per file.")] = 1,
+    recipe: Annotated[
+        str, typer.Option(help="Built-in recipe whose per-arch estimate to use.")
+    ] = "flash-attn",
+    per_arch: Annotated[
+        str | None, typer.Option(help="Per-arch compile memory, overrides the recipe's.")
+    ] = None,
+    nvcc_threads: Annotated[int | None, typer.Option(help="NVCC_THREADS (default: planned).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """MAX_JOBS and NVCC_THREADS that fit a memory limit."""
+    from factory.recipes import BUILTIN_RECIPES
+
+    info = cgroup.read_cgroup()
+    limit = _size(memory, "--memory") if memory else info.memory_limit
+    if limit is None:
+        raise ConfigError("--memory: no cgroup memory limit here; give one, e.g. --memory 16GiB")
+    if per_arch is not None:
+        per_arch_bytes = _size(per_arch, "--per-arch")
+    elif recipe in BUILTIN_RECIPES:
+        per_arch_bytes = int(BUILTIN_RECIPES[recipe].compile_gib_per_arch * GIB)
+    else:
+        raise ConfigError(
+            f"--recipe: unknown recipe {recipe!r} (known: {', '.join(sorted(BUILTIN_RECIPES))})"
+        )
+    if archs < 1:
+        raise ConfigError("--archs must be at least 1")
+    p = plan_parallelism(
+        limit_bytes=limit, cpus=cpus or cgroup.effective_cpus(info), archs=archs,
+        per_arch_bytes=per_arch_bytes, nvcc_threads=nvcc_threads,
+    )  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps({"max_jobs": p.max_jobs, "nvcc_threads": p.nvcc_threads,
+                               "per_compile_bytes": p.per_compile_bytes, "ninja_jobs": p.ninja_jobs,
+                               "reason": p.reason}))  # fmt: skip
+        return
+    typer.echo(f"MAX_JOBS={p.max_jobs} NVCC_THREADS={p.nvcc_threads}")
+    typer.echo(f"  {p.reason}")
+    typer.echo(f"  with the admission wrapper: MAX_JOBS={p.ninja_jobs}, memory bounded per compile")
+
+
+@memory_app.command("profiles")
+def profiles_cmd(
+    package: Annotated[str | None, typer.Argument(help="Show only this package.")] = None,
+) -> None:
+    """List the learned compile profiles in the state directory."""
+    root = profiles.factory_home() / "profiles"
+    paths = sorted(root.glob("*/*.json")) if root.is_dir() else []
+    shown = 0
+    for path in paths:
+        if package and path.parent.name != profiles.canonicalize_name(package):
+            continue
+        p = profiles.load_profile(path)
+        worst = max((e.peak_bytes for e in p.entries.values()), default=0)
+        typer.echo(
+            f"{path.parent.name} {path.stem}: {len(p.entries)} compiles, worst peak {format_size(worst)}"
+        )
+        shown += 1
+    if not shown:
+        typer.echo(f"no profiles in {root}")
+
+
+@memory_app.command("import")
+def import_cmd(path: Annotated[Path, typer.Argument(help="A shipped *.compile-profile.json.")]) -> None:
+    """Merge a profile shipped with published results into the local state directory."""
+    if not path.is_file():
+        raise ConfigError("no such file", file=str(path))
+    p = profiles.import_profile(path)
+    typer.echo(f"{p.package} {p.version}: {len(p.entries)} compiles")

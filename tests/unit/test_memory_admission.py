@@ -1,0 +1,123 @@
+"""Admission decisions, nvcc command-line parsing and predictions (the code the wrapper and simulator
+share)."""
+
+from __future__ import annotations
+
+from factory.memory import admission
+from factory.memory.admission import Prediction, Running, decide
+
+GIB = 2**30
+LIMIT = 16 * GIB
+HEAD = GIB  # headroom
+
+
+def run(reserved: float, rss: float = 0, remaining: float | None = None, threads: int = 1) -> Running:
+    return Running(pid=1, reserved_bytes=int(reserved * GIB), rss_bytes=int(rss * GIB), threads=threads,
+                   remaining_s=remaining)  # fmt: skip
+
+
+def test_always_admits_when_nothing_runs() -> None:
+    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[], prediction_bytes=100 * GIB)
+    assert d.admit and d.reason == "nothing else runs"
+
+
+def test_fits_and_does_not_fit() -> None:
+    running = [run(6, 2), run(6, 7)]  # counted at max(reservation, rss): 6 + 7
+    yes = decide(
+        limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=9 * GIB, running=running, prediction_bytes=2 * GIB
+    )
+    assert yes.admit and yes.committed_bytes == 13 * GIB
+    no = decide(
+        limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=9 * GIB, running=running, prediction_bytes=3 * GIB
+    )
+    assert not no.admit and no.reason.startswith("memory")
+
+
+def test_untracked_usage_counts() -> None:
+    # 5 GiB used by something no wrapper tracks (the linker, Python): it reduces what compiles may take
+    d = decide(
+        limit_bytes=LIMIT,
+        headroom_bytes=HEAD,
+        used_bytes=6 * GIB,
+        running=[run(4, 1)],
+        prediction_bytes=7 * GIB,
+    )
+    assert d.committed_bytes == 5 * GIB + 4 * GIB
+    assert not d.admit  # 9 + 7 > 15, while without the untracked 5 GiB it would fit
+
+
+def test_cpu_bound() -> None:
+    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(1, threads=4)],
+               prediction_bytes=GIB, threads=4, cpus=6)  # fmt: skip
+    assert not d.admit and d.reason.startswith("cpu")
+
+
+def test_head_of_queue_is_not_starved() -> None:
+    # a small compile may not take the room a waiting large one needs...
+    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(8, remaining=100)],
+               prediction_bytes=2 * GIB, head_bytes=int(7.5 * GIB), own_s=300)  # fmt: skip
+    assert not d.admit
+    # ...unless it is done before the large one could start anyway (backfilling)
+    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(8, remaining=100)],
+               prediction_bytes=2 * GIB, head_bytes=int(7.5 * GIB), own_s=50)  # fmt: skip
+    assert d.admit and d.reason.startswith("backfill")
+    # a compile of unknown time never backfills
+    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(8, remaining=100)],
+               prediction_bytes=2 * GIB, head_bytes=int(7.5 * GIB), own_s=None)  # fmt: skip
+    assert not d.admit
+    # when nothing runs only the head goes
+    d = decide(
+        limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[], prediction_bytes=GIB, head_bytes=GIB
+    )
+    assert not d.admit
+
+
+def test_priority_longest_first_then_arrival() -> None:
+    order = sorted([(admission.priority(None, 0), "a"), (admission.priority(50, 2), "b"),
+                    (admission.priority(90, 3), "c"), (admission.priority(None, 1), "d")])  # fmt: skip
+    assert [n for _, n in order] == ["c", "b", "a", "d"]
+
+
+def test_reservation_follows_envelope() -> None:
+    env = (10, 10, 10, 4, 4, 4, 2, 2, 2, 1)
+    p = Prediction(peak_bytes=10, wall_s=100.0, envelope=env)
+    assert admission.reservation(p, 0) == 10
+    assert admission.reservation(p, 60) == 4  # 60 s of 100 counts as 48% done (slack 1.25)
+    assert admission.reservation(p, 1000) == 1
+    assert admission.reservation(Prediction(peak_bytes=10), 1000) == 10  # no profile: the peak until the end
+
+
+def test_envelope_is_max_from_here_on() -> None:
+    samples = [(0.0, 1), (1.0, 5), (5.0, 3), (9.5, 2)]
+    assert admission.envelope(samples, 10.0) == (5, 5, 3, 3, 3, 3, 2, 2, 2, 2)
+
+
+def test_parse_torch_style_nvcc_call() -> None:
+    args = ["--generate-dependencies-with-compile", "--dependency-output", "x.o.d", "-I/inc", "-c",
+            "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu", "-o", "x.o", "-O3",
+            "-gencode", "arch=compute_80,code=sm_80",
+            "-gencode=arch=compute_90,code=sm_90", "--threads", "4", "--use_fast_math"]  # fmt: skip
+    call = admission.parse_nvcc_args(args)
+    assert call.is_compile
+    assert call.source == "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu"
+    assert call.archs == ("compute_80", "compute_90")
+    assert call.threads == 4
+    key = admission.profile_key(call.source, call.archs, call.threads)
+    assert key == "flash_fwd_hdim64_fp16_sm80.cu|compute_80,compute_90|4"
+
+
+def test_parse_non_compiles() -> None:
+    assert not admission.parse_nvcc_args(["--version"]).is_compile
+    assert not admission.parse_nvcc_args(["a.o", "b.o", "-dlink", "-o", "dlink.o"]).is_compile
+    call = admission.parse_nvcc_args(["-c", "k.cu", "-arch=sm_80", "-t", "2", "-o", "k.o"])
+    assert call.is_compile and call.archs == ("compute_80",) and call.threads == 2
+
+
+def test_predict_profile_then_estimate() -> None:
+    entries = {"k.cu|compute_80|1": {"peak_bytes": 123, "wall_s": 4.5, "envelope": [123, 50]}}
+    p = admission.predict(entries, "k.cu|compute_80|1", per_arch_bytes=GIB, archs=1, nvcc_threads=1)
+    assert p == Prediction(peak_bytes=123, wall_s=4.5, envelope=(123, 50))
+    q = admission.predict(
+        entries, "other.cu|compute_80|1", per_arch_bytes=GIB, archs=2, nvcc_threads=4, base_bytes=5
+    )
+    assert q == Prediction(peak_bytes=2 * GIB + 5)

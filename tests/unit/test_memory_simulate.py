@@ -1,0 +1,103 @@
+"""The discrete-event simulation: OOM accounting, determinism, the factory strategy, and the seed's
+outcome."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # bench/ is not an installed package
+
+from bench import model as M  # noqa: E402
+from factory.memory import simulate as S  # noqa: E402
+from factory.memory.simulate import Task  # noqa: E402
+
+GIB = 2**30
+
+
+def task(name: str, gib: float, seconds: float) -> Task:
+    return Task(name=name, phases=((seconds, int(gib * GIB), 1),))
+
+
+TASKS = [task("h1", 6, 100), task("h2", 6, 100), task("m1", 3, 50), task("l1", 1, 20), task("l2", 1, 20)]
+
+
+def test_fixed_oom_when_running_peaks_exceed_limit() -> None:
+    r = S.simulate_fixed(TASKS, limit_bytes=10 * GIB, cores=8, jobs=2)
+    assert r.failed and r.oom_kills == 1 and r.makespan_s == 0.0
+    ok = S.simulate_fixed(TASKS, limit_bytes=10 * GIB, cores=8, jobs=1)
+    assert not ok.failed and ok.makespan_s == 290.0 and ok.peak_bytes == 6 * GIB
+
+
+def test_cpu_sharing_stretches_time() -> None:
+    r = S.simulate_fixed([task("a", 1, 10), task("b", 1, 10)], limit_bytes=10 * GIB, cores=1, jobs=2)
+    assert r.makespan_s == 20.0
+
+
+def test_seed_halving_restarts_from_scratch() -> None:
+    r = S.simulate_seed_halving(TASKS, limit_bytes=10 * GIB, cores=4)
+    assert not r.failed
+    assert r.oom_kills == 2  # 4 and 2 jobs OOM, 1 passes
+    assert r.attempts[-1].startswith("MAX_JOBS=1: ok")
+
+
+def test_factory_never_ooms_and_beats_serial() -> None:
+    kw = {"limit_bytes": 10 * GIB, "cores": 4, "archs": 1, "nvcc_threads": 1, "est_base_bytes": 0}
+    cold, learned = S.simulate_factory(TASKS, per_arch_bytes=6 * GIB, **kw)
+    assert not cold.failed and cold.oom_kills == 0
+    warm, _ = S.simulate_factory(TASKS, per_arch_bytes=6 * GIB, profile=learned, **kw)
+    assert not warm.failed and warm.oom_kills == 0
+    assert warm.makespan_s < 290.0  # pairs a heavy compile with the light ones
+    assert warm.peak_bytes <= 10 * GIB
+
+
+def test_factory_recovers_from_a_low_estimate_with_resume() -> None:
+    kw = {"limit_bytes": 10 * GIB, "cores": 2, "archs": 1, "nvcc_threads": 1, "est_base_bytes": 0}
+    order = [task("l1", 1, 20), task("l2", 1, 20), task("h1", 6, 100), task("h2", 6, 100)]
+    r, _ = S.simulate_factory(order, per_arch_bytes=GIB // 2, **kw)
+    assert r.oom_kills == 1 and not r.failed
+    assert "attempt 2: OOM" in r.attempts[0]
+    assert "2 of 4 objects kept" in r.attempts[0]
+    assert r.attempts[1] == "attempt 2: ok after 200 s, 2 objects compiled"  # resumed: only the heavy two
+
+
+def test_simulation_is_deterministic() -> None:
+    tasks = M.flash_attn_tasks(scale=0.3)
+    kw = {"limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES}
+    a = S.simulate_factory(tasks, archs=4, nvcc_threads=4, per_arch_bytes=M.per_arch_estimate_bytes(), **kw)
+    b = S.simulate_factory(tasks, archs=4, nvcc_threads=4, per_arch_bytes=M.per_arch_estimate_bytes(), **kw)
+    assert a == b
+    assert S.simulate_fixed(tasks, jobs=24, **kw) == S.simulate_fixed(tasks, jobs=24, **kw)
+
+
+def test_model_reproduces_the_seed() -> None:
+    tasks = M.flash_attn_tasks(scale=M.time_scale())
+    assert len(tasks) == 72
+    kw = {"limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES}
+    for jobs in (128, 64, 48, 32):
+        assert S.simulate_fixed(tasks, jobs=jobs, **kw).failed, jobs
+    passed = S.simulate_fixed(tasks, jobs=20, **kw)
+    assert not passed.failed
+    assert abs(passed.makespan_s - M.SEED_MAKESPAN_S) < 1.0
+
+
+def test_model_calibration_matches_csv() -> None:
+    cal = M.calibration_from_csv()
+    assert (cal.fwd_hdim64_gib, cal.bwd_hdim256_gib) == (3.68, 6.64)
+    gib, _ = M.per_arch("fwd", 64, cal)
+    assert gib == 3.68
+    # one job of 4 threads over 4 archs reaches roughly 15-27 GiB, as measured
+    peaks = [t.peak_bytes / GIB for t in M.flash_attn_tasks()]
+    assert 13 < min(peaks) < 16 and 25 < max(peaks) < 28
+
+
+def test_flash_attn_heuristic() -> None:
+    assert S.flash_attn_heuristic_jobs(cores=128, free_bytes=420 * GIB) == 46
+    assert S.flash_attn_heuristic_jobs(cores=2, free_bytes=20 * GIB) == 1
+
+
+def test_lower_bound() -> None:
+    assert S.lower_bound(TASKS, limit_bytes=10 * GIB, cores=1) == 290.0
+    assert S.lower_bound(TASKS, limit_bytes=10 * GIB, cores=100) == (600 + 600 + 150 + 20 + 20) / 10
