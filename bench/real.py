@@ -92,6 +92,7 @@ def run_build(
     order: str = "",
     log: Path | None = None,
     cpus: float | None = None,
+    keep_going: bool = False,
 ) -> RealRun:
     """One `ninja -j max_jobs` of the fixture inside a new memory cgroup of `limit_bytes`."""
     nvcc = host_nvcc()
@@ -113,6 +114,7 @@ def run_build(
             FACTORY_PROFILE_OUT=str(out), FACTORY_EST_PER_ARCH_BYTES=str(est_per_arch),
             FACTORY_ADMISSION="on" if admission_on else "off", MAX_JOBS=str(max_jobs), FACTORY_POLL_S="0.25",
             CUDA_HOME=str(Path(nvcc).parent.parent), MEMEXT_ORDER=order,
+            MEMEXT_KEEP_GOING="1" if keep_going else "0",
         )  # fmt: skip
         env.pop("FACTORY_MEM_LIMIT", None)  # the wrapper must find the limit in its cgroup
         env.pop("FACTORY_CPUS", None)
@@ -185,6 +187,8 @@ def factory_build(
     max_attempts: int = 4,
     order: str = "",
     log: Path | None = None,
+    keep_going: bool = False,
+    ninja_jobs: int | None = None,
 ) -> FactoryBuild:
     """Planner + admission + resume: what the runner does for a job, against a cgroup instead of a
     container."""
@@ -196,8 +200,10 @@ def factory_build(
     lines: list[str] = [f"attempt 1: {par.reason}"]
     for number in range(1, max_attempts + 1):
         run = run_build(
-            build_dir, limit_bytes=limit_bytes, max_jobs=par.ninja_jobs, work=work, admission_on=True,
+            build_dir, limit_bytes=limit_bytes, max_jobs=ninja_jobs or par.ninja_jobs, work=work,
+            admission_on=True,
             est_per_arch=par.per_arch_bytes, profile=learned, order=order, log=log, cpus=cpus,
+            keep_going=keep_going,
         )  # fmt: skip
         runs.append(run)
         learned = profiles.merge(learned, run.measurements)

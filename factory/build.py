@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -25,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from packaging.version import Version
 
 from factory import images, wheelcheck, wheelhouse
-from factory import parallel as memory
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR
 from factory.errors import BuildError, FactoryError
+from factory.memory import runner as memory
 from factory.plan import Job, Plan, job_env
 from factory.source import prepare_source
 
@@ -70,8 +70,10 @@ class Attempt:
     oom_killed: bool = False
     peak_bytes: int = 0
     wall_s: float = 0.0
-    objects_kept: int | None = None
-    objects_total: int | None = None
+    objects_kept: int | None = None  # objects found from an earlier attempt when this one started
+    objects_compiled: int | None = None  # compiles ninja finished in this attempt
+    objects_planned: int | None = None  # compiles ninja had to run in this attempt
+    objects_total: int | None = None  # objects present when the build finished
     note: str = ""
 
 
@@ -143,12 +145,6 @@ def select_jobs(plan: Plan, only: str | None) -> list[Job]:
 def torch_requirement(torch: str) -> str:
     """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
     return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
-
-
-def torch_pin(installed_torch: str) -> str:
-    """The build's torch as the wheel's minor-release pin: "2.14.1+cu130" -> "2.14"."""
-    release = Version(installed_torch).release
-    return f"{release[0]}.{release[1]}"
 
 
 def host_memory() -> int:
@@ -468,6 +464,8 @@ class Runner:
                 recipe=self.mf.recipe,
                 job_dir=env["FACTORY_JOB_DIR"],
                 memory_limit=self.memory_limit,
+                package=self.mf.package.name,
+                version=self.mf.package.version,
             )
         )
         env.update(job_env(self.mf, job))
@@ -495,6 +493,7 @@ class Runner:
                 str(wh): {"bind": "/wheelhouse", "mode": "ro"},
                 str(out_tmp): {"bind": "/out", "mode": "rw"},
                 str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
+                str(memory.wrapper_host_dir()): {"bind": memory.WRAPPER_DIR, "mode": "ro"},
             }
             wheel = self.build_with_retries(job, result, image=image, mounts=mounts, log_path=log_path)
             if wheel is None:
@@ -533,62 +532,48 @@ class Runner:
             volumes={
                 WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
                 str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
+                str(memory.wrapper_host_dir()): {"bind": memory.WRAPPER_DIR, "mode": "ro"},
             },
         )
 
     def build_with_retries(
-        self,
-        job: Job,
-        result: JobResult,
-        *,
-        image: str,
-        mounts: Mapping[str, Mapping[str, str]],
+        self, job: Job, result: JobResult, *, image: str, mounts: Mapping[str, Mapping[str, str]],
         log_path: Path,
-    ) -> Path | None:
+    ) -> Path | None:  # fmt: skip
+        """Attempts until a wheel, a non-OOM failure or the last attempt. The build directory outlives an OOM
+        kill, so each retry resumes from the objects already compiled."""
+        archs = len(job.variant.archs)
         parallel = memory.initial_parallelism(
-            recipe=self.mf.recipe,
-            archs=len(job.variant.archs),
-            limit_bytes=self.memory_limit,
-            cpus=self.cpus,
-            package=self.mf.package.name,
-            version=self.mf.package.version,
-        )
+            recipe=self.mf.recipe, archs=archs, limit_bytes=self.memory_limit, cpus=self.cpus,
+            package=self.mf.package.name, version=self.mf.package.version,
+        )  # fmt: skip
         out_dir = Path(mounts_host(mounts, "/out"))
         for number in range(1, self.mf.build.max_attempts + 1):
             attempt = Attempt(
-                number=number,
-                max_jobs=parallel.max_jobs,
-                nvcc_threads=parallel.nvcc_threads,
+                number=number, max_jobs=parallel.max_jobs, nvcc_threads=parallel.nvcc_threads,
                 memory_limit=self.memory_limit,
-            )
+            )  # fmt: skip
             result.attempts.append(attempt)
+            start = log_path.stat().st_size if log_path.exists() else 0
             with log_path.open("a") as fh:
-                fh.write(
-                    f"::factory:: attempt {number}: MAX_JOBS={parallel.max_jobs} "
-                    f"NVCC_THREADS={parallel.nvcc_threads} memory={self.memory_limit}\n"
-                )
+                fh.write(f"{MARKER}attempt {number}: {parallel.reason}\n")
             t0 = time.monotonic()
             outcome = self.run_container(
-                image=image,
-                command=["python3", "/opt/factory/driver.py", "build"],
-                env=self.job_env(job, parallel),
-                mounts=mounts,
-                memory_limit=self.memory_limit,
-                log_path=log_path,
-                result=result,
-            )
+                image=image, command=["python3", "/opt/factory/driver.py", "build"],
+                env=self.job_env(job, parallel), mounts=mounts, memory_limit=self.memory_limit,
+                log_path=log_path, result=result,
+            )  # fmt: skip
+            segment = read_from(log_path, start)
             attempt.wall_s = round(time.monotonic() - t0, 1)
             attempt.exit_code = outcome.exit_code
             attempt.oom_killed = outcome.oom_killed
             attempt.peak_bytes = outcome.peak_bytes
             attempt.objects_kept = outcome.markers.get("objects_kept")
+            progress = ninja_progress(segment)
+            attempt.objects_compiled = progress[0] if progress else None
+            attempt.objects_planned = progress[1] if progress else None
             attempt.objects_total = outcome.markers.get("objects_total")
-            memory.record_profiles(
-                job_dir_host=None,
-                package=self.mf.package.name,
-                version=self.mf.package.version,
-                log_path=log_path,
-            )
+            self.learn(segment)
             if outcome.exit_code == 0 and not outcome.oom_killed:
                 wheel_name = outcome.markers.get("wheel")
                 if not wheel_name or not (out_dir / wheel_name).is_file():
@@ -602,17 +587,20 @@ class Runner:
             if number == self.mf.build.max_attempts:
                 attempt.note = f"attempt {number}: OOM at {format_size(outcome.peak_bytes)}; no attempts left"
                 break
+            kept = (attempt.objects_kept or 0) + (attempt.objects_compiled or 0)
+            total = (attempt.objects_kept or 0) + (attempt.objects_planned or 0)
             nxt = memory.next_attempt(
-                parallel,
-                oom_peak_bytes=outcome.peak_bytes,
-                limit_bytes=self.memory_limit,
-                objects_done=attempt.objects_total or 0,
-                objects_total=None,
-            )
+                parallel, oom_peak_bytes=outcome.peak_bytes, limit_bytes=self.memory_limit, objects_done=kept,
+                objects_total=total or None, attempt=number + 1, archs=archs,
+            )  # fmt: skip
             attempt.note = nxt.reason
             self.log(f"{job.id}: {nxt.reason}")
-            if nxt.max_jobs == parallel.max_jobs and nxt.nvcc_threads == parallel.nvcc_threads:
-                break  # nothing left to reduce: retrying would repeat the same OOM
+            if (nxt.max_jobs, nxt.nvcc_threads, nxt.per_compile_bytes) == (
+                parallel.max_jobs,
+                parallel.nvcc_threads,
+                parallel.per_compile_bytes,
+            ):
+                break  # nothing left to change: a retry would repeat the same OOM
             parallel = nxt
         result.result = "oom"
         last = result.attempts[-1]
@@ -621,6 +609,15 @@ class Runner:
             f"after {len(result.attempts)} attempt(s)"
         )
         return None
+
+    def learn(self, segment: str) -> None:
+        """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
+            fh.write(segment)
+            fh.flush()
+            memory.record_profiles(
+                package=self.mf.package.name, version=self.mf.package.version, log_path=Path(fh.name)
+            )
 
     def accept(
         self,
@@ -689,6 +686,30 @@ class Runner:
                     with contextlib.suppress(ValueError):
                         found = json.loads(line[len(MARKER) :]).get("torch", found)
         return found
+
+
+NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+
+def ninja_progress(log_text: str) -> tuple[int, int] | None:
+    """(compiled, total) edges of a ninja run in a log: how far an attempt got before it died.
+
+    Without a terminal ninja prints `[finished/total]` as each edge ends, failed ones too (with `FAILED:`).
+    """
+    finished = total = failed = 0
+    for line in log_text.splitlines():
+        match = NINJA_STATUS.match(line)
+        if match:
+            finished, total = max(finished, int(match.group(1))), int(match.group(2))
+        elif line.lstrip().startswith("FAILED:"):
+            failed += 1
+    return (max(0, finished - failed), total) if total else None
+
+
+def read_from(path: Path, offset: int) -> str:
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        return fh.read().decode("utf-8", "replace")
 
 
 def working_set(mem: Mapping[str, Any]) -> int:

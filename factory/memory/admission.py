@@ -143,18 +143,20 @@ def predict(
     base_bytes: int = DEFAULT_BASE_BYTES,
 ) -> Prediction:
     """The learned profile entry of a compile, else the recipe's estimate."""
-    entry = entries.get(key)
-    if entry is not None and entry.get("peak_bytes"):
-        wall = entry.get("wall_s")
-        env = entry.get("envelope") or ()
-        return Prediction(
-            peak_bytes=int(entry["peak_bytes"]),
-            wall_s=float(wall) if wall else None,
-            envelope=tuple(int(v) for v in env),
-        )
     estimate = per_compile_estimate(
         per_arch_bytes=per_arch_bytes, archs=archs, nvcc_threads=nvcc_threads, base_bytes=base_bytes
     )
+    entry = entries.get(key)
+    if entry is not None and entry.get("peak_bytes"):
+        wall = entry.get("wall_s")
+        if not wall:
+            # only ever seen killed: its peak is a lower bound, never below the estimate
+            return Prediction(peak_bytes=max(int(entry["peak_bytes"]), estimate))
+        return Prediction(
+            peak_bytes=int(entry["peak_bytes"]),
+            wall_s=float(wall),
+            envelope=tuple(int(v) for v in entry.get("envelope") or ()),
+        )
     return Prediction(peak_bytes=estimate)
 
 

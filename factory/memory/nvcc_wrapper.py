@@ -276,14 +276,14 @@ def main(argv: list[str]) -> int:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
     key = admission.profile_key(call.source, call.archs, call.threads)
+    base = env_int("FACTORY_EST_BASE_BYTES", None)
     prediction = admission.predict(
         load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
         key,
         per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
         archs=len(call.archs),
         nvcc_threads=call.threads,
-        base_bytes=env_int("FACTORY_EST_BASE_BYTES", admission.DEFAULT_BASE_BYTES)
-        or admission.DEFAULT_BASE_BYTES,
+        base_bytes=admission.DEFAULT_BASE_BYTES if base is None else base,
     )
     threads = max(1, min(call.threads, len(call.archs)))
     try:

@@ -34,11 +34,6 @@ def test_torch_requirement(torch: str, req: str) -> None:
     assert build.torch_requirement(torch) == req
 
 
-@pytest.mark.parametrize(("installed", "pin"), [("2.14.1+cu130", "2.14"), ("2.10.0", "2.10"), ("2.9.1", "2.9")])
-def test_torch_pin_is_the_minor_release(installed: str, pin: str) -> None:
-    assert build.torch_pin(installed) == pin
-
-
 def test_working_set_excludes_inactive_page_cache() -> None:
     v1 = {"usage": 8_000, "max_usage": 9_000, "stats": {"total_inactive_file": 6_000}}
     v2 = {"usage": 5_000, "stats": {"inactive_file": 1_000}}
@@ -59,7 +54,10 @@ def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
     env = demo.job_env(job, parallel)
     assert env["DEMO_CUDA_ARCHS"] == "9.0;12.0"
     assert env["DEMO_LOCAL_VERSION"] == "cu13.0.torch2.14.abi1.sm90.120"
-    assert env["MAX_JOBS"] == str(parallel.max_jobs)
+    # The admission wrapper bounds memory per compile, so ninja may run more jobs than fit by estimate alone.
+    assert env["MAX_JOBS"] == str(parallel.ninja_jobs) and parallel.ninja_jobs >= parallel.max_jobs
+    assert env["PYTORCH_NVCC"] == f"{build.memory.WRAPPER_DIR}/nvcc_wrapper.py"
+    assert env["FACTORY_MEM_LIMIT"] == str(demo.memory_limit)
     assert env["FACTORY_REQUIREMENTS"].splitlines()[0] == "torch==2.14.*"
     assert not any(k.startswith("AWS") for k in env)
     assert "do-not-leak" not in "".join(env.values())
@@ -91,7 +89,8 @@ def test_report_json_has_no_live_only_fields() -> None:
     r.phase, r.mem_now = "build", 5
     data = build.BuildReport(run_id="x", matrix="m.yaml", started=0.0, jobs=[r]).to_json()
     assert data["ok"] is True
-    assert set(data["jobs"][0]) >= {"job_id", "variant_id", "python", "result", "wheel", "attempts", "log_tail"}
+    keys = {"job_id", "variant_id", "python", "result", "wheel", "attempts", "log_tail"}
+    assert set(data["jobs"][0]) >= keys
     assert "phase" not in data["jobs"][0] and "mem_now" not in data["jobs"][0]
 
 
@@ -104,3 +103,12 @@ def test_log_tail_leads_with_errors_that_scrolled_out(tmp_path: Path) -> None:
     assert tail[:2] == ["csrc/scale.cu(3): error: #error DEMO_FAIL_COMPILE", "FAILED: scale.o"]
     assert tail[2] == "..."
     assert tail[-1] == "  File traceback 59"
+
+
+def test_ninja_progress_counts_finished_edges_and_not_failed_ones() -> None:
+    log = "\n".join([
+        "  [1/9] nvcc light1.cu", "  [2/9] nvcc light2.cu", "  [3/9] nvcc heavy1.cu", "  FAILED: heavy1.o",
+        "  Killed", "irrelevant [7/8] text",
+    ])  # fmt: skip
+    assert build.ninja_progress(log) == (2, 9)
+    assert build.ninja_progress("no ninja here") is None

@@ -121,3 +121,11 @@ def test_predict_profile_then_estimate() -> None:
         entries, "other.cu|compute_80|1", per_arch_bytes=GIB, archs=2, nvcc_threads=4, base_bytes=5
     )
     assert q == Prediction(peak_bytes=2 * GIB + 5)
+
+
+def test_predict_killed_only_entry_is_a_lower_bound() -> None:
+    entries = {"k.cu|compute_80|1": {"peak_bytes": 100, "wall_s": None}}
+    p = admission.predict(
+        entries, "k.cu|compute_80|1", per_arch_bytes=GIB, archs=1, nvcc_threads=1, base_bytes=0
+    )
+    assert p == Prediction(peak_bytes=GIB)

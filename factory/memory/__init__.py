@@ -1,0 +1,1 @@
+"""Memory: cgroup limits, parallelism planning, per-compile admission (nvcc wrapper), profiles, simulation."""

@@ -1,0 +1,131 @@
+"""Memory control through the real factory: container, cgroup limit, nvcc admission wrapper, OOM resume.
+
+The memext fixture has two heavy translation units (~1.3 GiB of cicc each), two medium (~0.7 GiB) and four
+light ones (~0.3 GiB). Under a 2.25 GiB container limit the two heavy ones cannot compile side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory.fatbin import device_code
+from factory.memory import profiles
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "memext"
+LIMIT = "2.25GiB"
+
+
+def memext_matrix(tmp: Path, *, gib_per_arch: float, env: dict[str, str], max_attempts: int) -> Path:
+    env_yaml = json.dumps(env)
+    text = textwrap.dedent(
+        f"""\
+        package:
+          name: factory-memext
+          version: "0.1.0"
+          source: {{path: {FIXTURE}}}
+        recipe:
+          name: memext
+          arch_env: MEMEXT_CUDA_ARCHS
+          arch_format: torch
+          local_version_env: MEMEXT_LOCAL_VERSION
+          import_name: factory_memext
+          compile_gib_per_arch: {gib_per_arch}
+        matrix:
+          cuda: ["13.0"]
+          torch: ["2.14"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: ["8.0"]
+          include:
+            - arch: "8.0"
+              env: {env_yaml}
+        build:
+          flavor: pypi
+          cpus: 2
+          memory: {LIMIT}
+          max_attempts: {max_attempts}
+          torch_index: {{"13.0": default}}
+        """
+    )
+    path = tmp / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+def build(tmp: Path, matrix: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    out = tmp / "wheels"
+    proc = subprocess.run(
+        [sys.executable, "-m", "factory.cli", "build", "--matrix", str(matrix), "--output", str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    (job,) = json.loads((out / "report.json").read_text())["jobs"]
+    return proc, job
+
+
+@pytest.fixture
+def no_learned_profile() -> None:
+    """Each test starts from the recipe's estimate, not from what an earlier test's compiles taught."""
+    profiles.profile_path("factory-memext", "0.1.0").unlink(missing_ok=True)
+
+
+def test_uncontrolled_parallel_build_is_oom_killed(
+    tmp_path: Path, docker_client: Any, no_learned_profile: None
+) -> None:
+    """MAX_JOBS = cores with admission off: what a plain build does under this limit."""
+    env = {"FACTORY_ADMISSION": "off", "MAX_JOBS": "2"}
+    proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=1.4, env=env, max_attempts=1))
+    assert proc.returncode == 1
+    assert job["result"] == "oom", (job["reason"], job["log_tail"])
+    assert job["attempts"][0]["oom_killed"] is True
+
+
+def test_factory_admission_builds_under_the_same_limit_without_oom(
+    tmp_path: Path, docker_client: Any, no_learned_profile: None
+) -> None:
+    proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=1.4, env={}, max_attempts=1))
+    assert proc.returncode == 0, (job["reason"], job["log_tail"])
+    assert job["result"] == "ok"
+    (attempt,) = job["attempts"]
+    assert attempt["oom_killed"] is False
+    log = Path(job["log"]).read_text()
+    # Every nvcc call went through the wrapper and was measured; the learned profile now knows them all.
+    assert log.count("::factory-compile::") == 8
+    learned = profiles.load_profile(profiles.profile_path("factory-memext", "0.1.0"))
+    assert len(learned.entries) == 8
+    heavy = max(e.peak_bytes for e in learned.entries.values())
+    light = min(e.peak_bytes for e in learned.entries.values())
+    assert heavy > 3 * light  # the fixture really has TUs of different compile memory
+
+
+def test_injected_oom_is_recovered_by_resuming(
+    tmp_path: Path, docker_client: Any, no_learned_profile: None
+) -> None:
+    """An estimate far too low lets both heavy compiles start together: OOM, then a resumed, narrower retry."""
+    env = {"MEMEXT_ORDER": "light-first"}
+    proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=0.05, env=env, max_attempts=3))
+    assert proc.returncode == 0, (job["reason"], job["log_tail"])
+    first, second, *rest = job["attempts"]
+    assert first["oom_killed"] is True
+    assert rest == [] and second["oom_killed"] is False
+    assert second["max_jobs"] < first["max_jobs"] or second["nvcc_threads"] < first["nvcc_threads"]
+    assert "OOM at" in first["note"] and "objects kept" in first["note"]
+    # Resume: objects compiled before the kill were kept, so the retry compiled fewer.
+    assert second["objects_kept"] > 0
+    assert second["objects_planned"] < first["objects_planned"]
+    assert "attempt 2: OOM at" in proc.stderr
+    wheel = tmp_path / "wheels" / job["wheel"]
+    with zipfile.ZipFile(wheel) as zf:
+        (so,) = [n for n in zf.namelist() if n.endswith(".so")]
+        assert device_code(zf.read(so)).cubin_archs == frozenset({80})
