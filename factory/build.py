@@ -556,7 +556,9 @@ class Runner:
             result.attempts.append(attempt)
             start = log_path.stat().st_size if log_path.exists() else 0
             with log_path.open("a") as fh:
-                fh.write(f"{MARKER}attempt {number}: {parallel.reason}\n")
+                # After an OOM the plan's reason is already the attempt's report line.
+                line = parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}"
+                fh.write(f"{MARKER}{line}\n")
             t0 = time.monotonic()
             outcome = self.run_container(
                 image=image, command=["python3", "/opt/factory/driver.py", "build"],

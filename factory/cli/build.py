@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from factory.cli import app
-from factory.config import format_size, load_matrix_file, parse_size
+from factory.config import MatrixFile, format_size, load_matrix_file, parse_size
 from factory.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -55,6 +55,25 @@ def _summary_table(report: BuildReport) -> Table:
             detail,
         )
     return table
+
+
+def _sync_profile(mf: MatrixFile, console: Console, *, pull: bool) -> None:
+    """Compile profiles travel with the published results; an unreachable store only costs a head start."""
+    from factory.errors import FactoryError
+    from factory.memory.shipping import pull_profile, push_profile
+    from factory.stores import open_store
+
+    name, version = mf.package.name, mf.package.version
+    try:
+        store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
+        count = (pull_profile if pull else push_profile)(store, package=name, version=version)
+    except (FactoryError, OSError, ValueError) as exc:
+        console.print(f"compile profile not {'fetched' if pull else 'shipped'}: {exc}")
+        return
+    if count:
+        console.print(
+            f"compile profile {'fetched from' if pull else 'shipped to'} {mf.publish.to}: {count} compiles"
+        )
 
 
 @app.command()
@@ -99,6 +118,8 @@ def build(
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
     client = check_docker()
+    if publish:
+        _sync_profile(mf, console, pull=True)
     settings = BuildSettings(output=output, keep_going=keep_going, memory=mem, cpus=cpus)
     lock = threading.Lock()
     results: list[JobResult] = []
@@ -150,4 +171,5 @@ def build(
         )
         for line in describe(result):
             console.print(line)
+        _sync_profile(mf, console, pull=False)
     sys.exit(0 if report.ok else 1)

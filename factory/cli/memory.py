@@ -14,6 +14,7 @@ from factory.errors import ConfigError
 from factory.memory import cgroup, profiles
 from factory.memory.admission import GIB
 from factory.memory.planner import plan_parallelism
+from factory.wheelhouse import factory_home
 
 memory_app = typer.Typer(help="Memory planning and learned compile profiles.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
@@ -80,7 +81,7 @@ def profiles_cmd(
     package: Annotated[str | None, typer.Argument(help="Show only this package.")] = None,
 ) -> None:
     """List the learned compile profiles in the state directory."""
-    root = profiles.factory_home() / "profiles"
+    root = factory_home() / "profiles"
     paths = sorted(root.glob("*/*.json")) if root.is_dir() else []
     shown = 0
     for path in paths:

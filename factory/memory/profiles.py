@@ -14,6 +14,7 @@ from types import MappingProxyType
 from packaging.utils import canonicalize_name
 
 from factory.errors import ConfigError
+from factory.wheelhouse import factory_home
 
 FORMAT = 1
 MARKER = "::factory-compile::"  # the nvcc wrapper's measurement lines in a build log
@@ -58,15 +59,6 @@ class Profile:
                 for k, e in sorted(self.entries.items())
             },
         }
-
-
-def factory_home() -> Path:
-    try:
-        from factory.wheelhouse import factory_home as home
-    except ImportError:
-        env = os.environ.get("FACTORY_HOME")
-        return Path(env).expanduser() if env else Path.home() / ".cache" / "wheel-factory"
-    return home()
 
 
 def profile_path(package: str, version: str, *, home: Path | None = None) -> Path:

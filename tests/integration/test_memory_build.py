@@ -112,7 +112,7 @@ def test_factory_admission_builds_under_the_same_limit_without_oom(
 def test_injected_oom_is_recovered_by_resuming(
     tmp_path: Path, docker_client: Any, no_learned_profile: None
 ) -> None:
-    """An estimate far too low lets both heavy compiles start together: OOM, then a resumed, narrower retry."""
+    """An estimate far too low lets both heavy compiles start together: OOM, then a narrower resumed retry."""
     env = {"MEMEXT_ORDER": "light-first"}
     proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=0.05, env=env, max_attempts=3))
     assert proc.returncode == 0, (job["reason"], job["log_tail"])
