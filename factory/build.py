@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import psutil
 
 from factory import images, wheelcheck, wheelhouse
@@ -44,6 +45,7 @@ WORK_MOUNT = "/var/factory"
 CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
 MARKER = "::factory:: "
+BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 
@@ -152,12 +154,13 @@ def host_memory() -> int:
 
 
 def container_memory(mf: MatrixFile, settings: BuildSettings) -> int:
-    if settings.memory is not None:
-        return settings.memory
-    if mf.build.memory is not None:
-        return mf.build.memory
-    budget = mf.build.memory_budget or int(host_memory() * 0.75)
-    return memory.container_limits(budget_bytes=budget, concurrency=mf.build.concurrency)[0]
+    """Each container's limit; all `concurrency` containers together stay within the host budget."""
+    budget = mf.build.memory_budget or int(host_memory() * BUDGET_FRACTION)
+    per_job = settings.memory if settings.memory is not None else mf.build.memory
+    limits = memory.container_limits(
+        budget_bytes=budget, concurrency=mf.build.concurrency, per_job_bytes=per_job
+    )
+    return limits[0]
 
 
 ERROR_LINE = re.compile(r"(\berror\b|^FAILED:|#error|Killed|out of memory)", re.IGNORECASE)
@@ -284,8 +287,6 @@ class Runner:
         )
 
     def _explicit_image(self, ref: str) -> str:
-        import docker.errors
-
         try:
             self.client.images.get(ref)
         except docker.errors.ImageNotFound:
@@ -316,10 +317,9 @@ class Runner:
         """The shared work volume must belong to the unprivileged build user; only root can chown it."""
 
         def make() -> None:
-            self.client.volumes.list()  # surfaces connection errors early
             try:
                 self.client.volumes.get(WORK_VOLUME)
-            except Exception:
+            except docker.errors.NotFound:
                 self.client.volumes.create(WORK_VOLUME, labels={LABEL: "1"})
             self.client.containers.run(
                 image,
@@ -385,8 +385,10 @@ class Runner:
                         line = raw.decode("utf-8", "replace")
                         fh.write(line + "\n")
                         if line.startswith(MARKER):
+                            fields = None
                             with contextlib.suppress(ValueError):
                                 fields = json.loads(line[len(MARKER) :])
+                            if isinstance(fields, dict):
                                 markers.update(fields)
                                 if "phase" in fields:
                                     result.phase = fields["phase"]
@@ -441,10 +443,14 @@ class Runner:
                 container.remove(force=True)
 
     # -- one job -------------------------------------------------------------------------------------
+    def job_dir(self, job: Job) -> str:
+        """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
+        return f"{WORK_MOUNT}/jobs/{job.id}-{self.settings.run_id}"
+
     def job_env(self, job: Job, parallel: memory.Parallelism) -> dict[str, str]:
         env = {
             "HOME": "/home/factory",
-            "FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}",
+            "FACTORY_JOB_DIR": self.job_dir(job),
             "FACTORY_PYTHON": f"python{job.python}",
             "FACTORY_CUDA": job.variant.cuda,
             "FACTORY_REQUIREMENTS": "\n".join(self.requirements(job)),
@@ -478,6 +484,7 @@ class Runner:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         result.log = str(log_path)
         out_tmp = self.settings.output / f".tmp-{job.id}-{self.settings.run_id}"
+        image: str | None = None
         try:
             result.phase = "prepare"
             self.on_change(result)
@@ -515,7 +522,7 @@ class Runner:
             self.on_change(result)
             if not self.stop.is_set():
                 with contextlib.suppress(Exception):
-                    self.clean_job_dir(job, image=self._cache.get(f"image:{job.variant.cuda}:{job.python}"))
+                    self.clean_job_dir(job, image=image)
 
     def clean_job_dir(self, job: Job, *, image: str | None) -> None:
         if image is None:
@@ -523,7 +530,7 @@ class Runner:
         self.client.containers.run(
             image,
             ["python3", "/opt/factory/driver.py", "clean"],
-            environment={"FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}"},
+            environment={"FACTORY_JOB_DIR": self.job_dir(job)},
             user=CONTAINER_USER,
             cap_drop=["ALL"],
             network_mode="none",
@@ -532,7 +539,6 @@ class Runner:
             volumes={
                 WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
                 str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
-                str(memory.wrapper_host_dir()): {"bind": memory.WRAPPER_DIR, "mode": "ro"},
             },
         )
 
@@ -559,10 +565,12 @@ class Runner:
                 # After an OOM the plan's reason is already the attempt's report line.
                 line = parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}"
                 fh.write(f"{MARKER}{line}\n")
+                env = self.job_env(job, parallel)
+                fh.write(f"{MARKER}MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS={env['NVCC_THREADS']}\n")
             t0 = time.monotonic()
             outcome = self.run_container(
                 image=image, command=["python3", "/opt/factory/driver.py", "build"],
-                env=self.job_env(job, parallel), mounts=mounts, memory_limit=self.memory_limit,
+                env=env, mounts=mounts, memory_limit=self.memory_limit,
                 log_path=log_path, result=result,
             )  # fmt: skip
             segment = read_from(log_path, start)
@@ -652,7 +660,7 @@ class Runner:
             return
         env = {
             "HOME": "/home/factory",
-            "FACTORY_JOB_DIR": f"{WORK_MOUNT}/jobs/{job.id}",
+            "FACTORY_JOB_DIR": self.job_dir(job),
             "FACTORY_PYTHON": f"python{job.python}",
             "FACTORY_WHEEL": wheel.name,
             "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),

@@ -8,6 +8,7 @@ have the factory installed.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,7 @@ class Running:
     pid: int
     reserved_bytes: int
     rss_bytes: int
-    threads: int = 1
+    threads: int = 1  # busy threads now (cicc/ptxas running side by side), not the most it may use
     remaining_s: float | None = None  # predicted time left, from a profile
 
 
@@ -131,6 +132,8 @@ class Prediction:
     peak_bytes: int
     wall_s: float | None = None
     envelope: tuple[int, ...] = ()
+    # from the recipe's estimate and the time course of measured siblings, not from this file's own profile
+    inferred: bool = False
 
 
 def predict(
@@ -142,28 +145,96 @@ def predict(
     nvcc_threads: int,
     base_bytes: int = DEFAULT_BASE_BYTES,
 ) -> Prediction:
-    """The learned profile entry of a compile, else the recipe's estimate."""
+    """The learned profile entry of a compile, else the recipe's estimate, shaped by measured siblings."""
     estimate = per_compile_estimate(
         per_arch_bytes=per_arch_bytes, archs=archs, nvcc_threads=nvcc_threads, base_bytes=base_bytes
     )
+    return predict_from(entries, key, estimate_bytes=estimate)
+
+
+def predict_from(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimate_bytes: int) -> Prediction:
+    """`predict` once the estimate of an unmeasured compile is known; `entries` may hold this build's own
+    measurements, so the predictions of files still waiting tighten as their siblings finish."""
     entry = entries.get(key)
     if entry is not None and entry.get("peak_bytes"):
         wall = entry.get("wall_s")
         if not wall:
             # only ever seen killed: its peak is a lower bound, never below the estimate
-            return Prediction(peak_bytes=max(int(entry["peak_bytes"]), estimate))
+            return Prediction(peak_bytes=max(int(entry["peak_bytes"]), estimate_bytes))
         return Prediction(
-            peak_bytes=int(entry["peak_bytes"]),
+            peak_bytes=with_margin(int(entry["peak_bytes"])),
             wall_s=float(wall),
-            envelope=tuple(int(v) for v in entry.get("envelope") or ()),
+            envelope=tuple(with_margin(int(v)) for v in entry.get("envelope") or ()),
         )
-    return Prediction(peak_bytes=estimate)
+    return from_siblings(entries, key, estimate_bytes=estimate_bytes)
+
+
+# A profile is kept per package version, not per torch version or host compiler, and its peaks are sampled
+# (every 0.2 s): the same file measured 6.34 GiB with torch 2.13's headers and 6.64 GiB with 2.14's. Dozens
+# of compiles at their peaks together share one headroom, so each profiled peak carries this margin.
+PROFILE_MARGIN = 1.1
+
+
+def with_margin(n: int) -> int:
+    return math.ceil(round(n * PROFILE_MARGIN, 3))
+
+
+# An unmeasured file may take longer than its measured siblings (a larger template instance). Its predicted
+# time, which decides when its reservation may drop below the peak, is the longest sibling's times this;
+# PROGRESS_SLACK already covers a file up to 1.25x longer, and one still at its peak is counted at its RSS.
+SIBLING_TIME_MARGIN = 1.0
+
+
+def family(key: str) -> str:
+    """Files that differ only in numbers (head dimension, arch, tile size) are one family; so are the arch
+    set and nvcc threads, which shape the compile."""
+    name, _, rest = key.partition("|")
+    return f"{re.sub(r'[0-9]+', '#', name)}|{rest}"
+
+
+def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimate_bytes: int) -> Prediction:
+    """An unmeasured compile: the estimate as its peak (measured siblings never lower it: a larger file of the
+    family may peak higher than any seen), but the time course of its siblings (same arch set and nvcc
+    threads; of its own family when any was measured), so that its reservation drops once its peak is
+    behind it, as a profiled compile's does.
+    """
+    group = key.partition("|")[2]
+    measured = [
+        (k, e)
+        for k, e in entries.items()
+        if k.partition("|")[2] == group and e.get("wall_s") and e.get("peak_bytes") and e.get("envelope")
+    ]
+    if not measured:
+        return Prediction(peak_bytes=estimate_bytes)
+    mine = family(key)
+    walls = [float(e["wall_s"]) for k, e in measured if family(k) == mine] or [
+        float(e["wall_s"]) for _, e in measured
+    ]
+    shape = [0.0] * ENVELOPE_POINTS
+    for _, e in measured:
+        env = [int(v) for v in e["envelope"]]
+        if len(env) != ENVELOPE_POINTS or max(env) <= 0:
+            continue
+        for i, v in enumerate(env):
+            shape[i] = max(shape[i], v / max(env))
+    if not any(shape):
+        return Prediction(peak_bytes=estimate_bytes)
+    return Prediction(
+        peak_bytes=estimate_bytes,
+        wall_s=max(walls) * SIBLING_TIME_MARGIN,
+        envelope=tuple(min(estimate_bytes, math.ceil(estimate_bytes * f)) for f in shape),
+        inferred=True,
+    )
 
 
 ENVELOPE_POINTS = 10
 # A compile may run slower than when it was measured; assuming less progress than the clock says keeps its
 # reservation at the larger, earlier part of its envelope.
 PROGRESS_SLACK = 1.25
+# A compile whose RSS was already seen this close to its predicted peak (which carries PROFILE_MARGIN) has
+# had its peak: the clock may then be read without slack (a slower compile still at its peak is counted at its
+# RSS, which `decide` takes when larger).
+PEAK_SEEN_FRACTION = 0.85
 
 
 def envelope(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
@@ -177,17 +248,44 @@ def envelope(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, 
     return tuple(points)
 
 
-def reservation(prediction: Prediction, elapsed_s: float) -> int:
+# An inferred compile's RSS must have fallen this far below the most it was seen at before that most is
+# taken as its peak: a compile still before its peak (slower than its siblings) has not fallen at all.
+PAST_PEAK_DROP = 0.75
+
+
+def reservation(
+    prediction: Prediction,
+    elapsed_s: float,
+    seen_bytes: int = 0,
+    rss_bytes: int | None = None,
+    *,
+    waves: int = 1,
+) -> int:
     """Memory a running compile may still claim: its peak, or once profiled, what is left of its envelope.
 
     Compiles peak early (cicc's optimizer) and then hold far less (ptxas, fatbinary), so a profiled compile
-    stops holding its peak once it is past it.
+    stops holding its peak once it is past it. `seen_bytes` is the most RSS seen of this run so far: once a
+    compile of one wave of archs (`waves`: ceil(archs / nvcc threads)) reached its predicted peak, that peak
+    is behind it (or now), and the clock is trusted as it is; with several waves the seen peak may be an
+    earlier one. `rss_bytes` is its RSS now.
     """
     if not prediction.envelope or not prediction.wall_s:
         return prediction.peak_bytes
-    progress = elapsed_s / (prediction.wall_s * PROGRESS_SLACK)
+    had_peak = waves <= 1 and seen_bytes >= PEAK_SEEN_FRACTION * prediction.peak_bytes
+    slack = 1.0 if had_peak else PROGRESS_SLACK
+    progress = elapsed_s / (prediction.wall_s * slack)
     k = min(len(prediction.envelope) - 1, int(len(prediction.envelope) * progress))
-    return prediction.envelope[k]
+    left = prediction.envelope[k]
+    if (
+        prediction.inferred
+        and left < prediction.peak_bytes
+        and rss_bytes is not None
+        and 0 < rss_bytes <= PAST_PEAK_DROP * seen_bytes
+    ):
+        # past its peak by the clock and by its own RSS: the estimate was for the worst file of the recipe,
+        # this one's peak is what it was seen at, and the rest of its course scales with it
+        return min(left, math.ceil(left * seen_bytes / prediction.peak_bytes))
+    return left
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
@@ -92,6 +92,21 @@ def tree_rss(pid: int, kids: dict[int, list[int]] | None = None) -> int:
     return total
 
 
+def tree_workers(pid: int, kids: dict[int, list[int]], most: int) -> int:
+    """Busy threads of a compile now: the leaves of its process tree (nvcc runs one cicc or ptxas per arch
+    side by side), at least 1 and at most the threads it was admitted with."""
+    leaves = 0
+    stack = list(kids.get(pid, ()))
+    while stack:
+        p = stack.pop()
+        below = kids.get(p, ())
+        if below:
+            stack.extend(below)
+        else:
+            leaves += 1
+    return max(1, min(most, leaves))
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -142,6 +157,57 @@ def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[
     return entries if isinstance(entries, dict) else {}
 
 
+def load_measurements(path: str | None) -> dict[str, dict[str, Any]]:
+    """This build's successful compiles so far (FACTORY_PROFILE_OUT), as profile entries."""
+    found: dict[str, dict[str, Any]] = {}
+    if not path:
+        return found
+    try:
+        with open(path) as fh:
+            lines = fh.readlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            raw = json.loads(line)
+            if int(raw.get("rc", 1)) == 0 and raw.get("wall_s"):
+                found[str(raw["key"])] = {
+                    "peak_bytes": int(raw["peak_bytes"]),
+                    "wall_s": float(raw["wall_s"]),
+                    "envelope": [int(v) for v in raw.get("envelope") or ()],
+                }
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a line cut short by a kill
+    return found
+
+
+class Predictor:
+    """The prediction of this compile, refreshed while it waits: the compiles of its build that finish in the
+    meantime (FACTORY_PROFILE_OUT) shape the prediction of a file the profile does not know."""
+
+    def __init__(self, profile: dict[str, dict[str, Any]], key: str, *, estimate_bytes: int) -> None:
+        self.profile = profile
+        self.key = key
+        self.estimate_bytes = estimate_bytes
+        self.out = os.environ.get("FACTORY_PROFILE_OUT")
+        self.stamp: tuple[int, int] | None = None
+        self.current = admission.predict_from(profile, key, estimate_bytes=estimate_bytes)
+
+    def refresh(self) -> admission.Prediction:
+        if self.key in self.profile or not self.out:
+            return self.current
+        try:
+            st = os.stat(self.out)
+        except OSError:
+            return self.current
+        stamp = (st.st_size, st.st_mtime_ns)
+        if stamp != self.stamp:
+            self.stamp = stamp
+            entries = {**load_measurements(self.out), **self.profile}
+            self.current = admission.predict_from(entries, self.key, estimate_bytes=self.estimate_bytes)
+        return self.current
+
+
 def env_int(name: str, default: int | None) -> int | None:
     value = os.environ.get(name)
     if not value:
@@ -152,11 +218,19 @@ def env_int(name: str, default: int | None) -> int | None:
         return default
 
 
-def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, threads: int) -> float:
+def wait_for_admission(
+    state_dir: str,
+    *,
+    prediction: admission.Prediction,
+    threads: int,
+    waves: int = 1,
+    refresh: Callable[[], admission.Prediction] | None = None,
+) -> tuple[float, admission.Prediction]:
+    """Seconds waited, and the prediction the compile was admitted with."""
     info = cgroup.read_cgroup()
     limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
     if limit is None:
-        return 0.0  # no limit anywhere: nothing to protect
+        return 0.0, prediction  # no limit anywhere: nothing to protect
     headroom = env_int("FACTORY_HEADROOM_BYTES", None)
     headroom = admission.default_headroom(limit) if headroom is None else headroom
     cpus_env = os.environ.get("FACTORY_CPUS")
@@ -164,41 +238,59 @@ def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, thre
     poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
     me = str(os.getpid())
     t0 = time.monotonic()
-    mine = {
-        "bytes": prediction.peak_bytes,
-        "seconds": prediction.wall_s,
-        "envelope": list(prediction.envelope),
-        "threads": threads,
-    }
+
+    def entry(p: admission.Prediction) -> dict[str, Any]:
+        return {
+            "bytes": p.peak_bytes,
+            "seconds": p.wall_s,
+            "envelope": list(p.envelope),
+            "inferred": p.inferred,
+            "threads": threads,
+            "waves": waves,
+        }
+
+    mine = entry(prediction)
     with locked_state(state_dir) as state:
         state["waiting"][me] = {**mine, "ticket": state["next_ticket"]}
         state["next_ticket"] += 1
     said = ""
     while True:
+        if refresh is not None:
+            prediction = refresh()
+            mine = entry(prediction)
         used = cgroup.read_cgroup().in_use or 0
         kids = children_map()
         now = time.time()
         with locked_state(state_dir) as state:
-            running = [
-                admission.Running(
-                    pid=int(pid),
-                    reserved_bytes=admission.reservation(
-                        admission.Prediction(
-                            peak_bytes=int(r["bytes"]),
-                            wall_s=r.get("seconds"),
-                            envelope=tuple(r.get("envelope") or ()),
+            running = []
+            for pid, r in state["running"].items():
+                rss = tree_rss(int(pid), kids)
+                # the most RSS seen of a running compile tells whether its peak is behind it
+                r["seen"] = max(int(r.get("seen", 0)), rss)
+                running.append(
+                    admission.Running(
+                        pid=int(pid),
+                        reserved_bytes=admission.reservation(
+                            admission.Prediction(
+                                peak_bytes=int(r["bytes"]),
+                                wall_s=r.get("seconds"),
+                                envelope=tuple(r.get("envelope") or ()),
+                                inferred=bool(r.get("inferred")),
+                            ),
+                            now - float(r["start"]),
+                            r["seen"],
+                            rss,
+                            waves=int(r.get("waves", 2)),
                         ),
-                        now - float(r["start"]),
-                    ),
-                    rss_bytes=tree_rss(int(pid), kids),
-                    threads=int(r.get("threads", 1)),
-                    remaining_s=(float(r["seconds"]) - (now - float(r["start"])))
-                    if r.get("seconds")
-                    else None,
+                        rss_bytes=rss,
+                        threads=tree_workers(int(pid), kids, int(r.get("threads", 1))),
+                        remaining_s=(float(r["seconds"]) - (now - float(r["start"])))
+                        if r.get("seconds")
+                        else None,
+                    )
                 )
-                for pid, r in state["running"].items()
-            ]
-            me_waiting = state["waiting"][me]
+            me_waiting = {**state["waiting"][me], **mine}
+            state["waiting"][me] = me_waiting
             rank = admission.priority(me_waiting["seconds"], me_waiting["ticket"])
             ahead = sorted(
                 (admission.priority(w["seconds"], w["ticket"]), int(w["bytes"]))
@@ -219,7 +311,7 @@ def wait_for_admission(state_dir: str, *, prediction: admission.Prediction, thre
             if decision.admit:
                 del state["waiting"][me]
                 state["running"][me] = {**mine, "start": time.time()}
-                return time.monotonic() - t0
+                return time.monotonic() - t0, prediction
         if decision.reason != said:
             said = decision.reason
             log(f"waiting ({decision.reason})")
@@ -239,9 +331,23 @@ def append_measurement(path: str, record: dict[str, Any]) -> None:
         fh.write(line)
 
 
-def run_measured(cmd: list[str]) -> tuple[int, list[tuple[float, int]], float]:
+# A new peak is published to the other wrappers once it is this much above the last one published.
+PUBLISH_STEP = 1.05
+
+
+def publish_seen(state_dir: str, seen_bytes: int) -> None:
+    """The most RSS this compile reached so far: waiting wrappers read from it whether its peak is behind."""
+    with locked_state(state_dir) as state:
+        mine = state["running"].get(str(os.getpid()))
+        if mine is not None:
+            mine["seen"] = max(int(mine.get("seen", 0)), seen_bytes)
+
+
+def run_measured(
+    cmd: list[str], on_peak: Callable[[int], None] | None = None
+) -> tuple[int, list[tuple[float, int]], float]:
     """(exit code, RSS samples of the process tree, wall seconds) of a child, forwarding termination
-    signals."""
+    signals; `on_peak` hears of each new peak of the tree's RSS."""
     interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
     t0 = time.monotonic()
     child = subprocess.Popen(cmd)
@@ -253,8 +359,13 @@ def run_measured(cmd: list[str]) -> tuple[int, list[tuple[float, int]], float]:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     samples: list[tuple[float, int]] = []
+    published = 0
     while child.poll() is None:
-        samples.append((time.monotonic() - t0, tree_rss(child.pid)))
+        rss = tree_rss(child.pid)
+        samples.append((time.monotonic() - t0, rss))
+        if on_peak is not None and rss > published * PUBLISH_STEP:
+            published = rss
+            on_peak(rss)
         time.sleep(interval)
     code = child.returncode
     return (128 - code if code < 0 else code), samples, time.monotonic() - t0
@@ -277,20 +388,33 @@ def main(argv: list[str]) -> int:
     assert call.source is not None
     key = admission.profile_key(call.source, call.archs, call.threads)
     base = env_int("FACTORY_EST_BASE_BYTES", None)
-    prediction = admission.predict(
-        load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
-        key,
+    estimate = admission.per_compile_estimate(
         per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
         archs=len(call.archs),
         nvcc_threads=call.threads,
         base_bytes=admission.DEFAULT_BASE_BYTES if base is None else base,
     )
+    predictor = Predictor(
+        load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
+        key,
+        estimate_bytes=estimate,
+    )
+    prediction = predictor.current
     threads = max(1, min(call.threads, len(call.archs)))
     try:
         waited = 0.0
         if os.environ.get("FACTORY_ADMISSION", "on") != "off":
-            waited = wait_for_admission(state_dir, prediction=prediction, threads=threads)
-        code, samples, wall = run_measured([nvcc, *argv])
+            waited, prediction = wait_for_admission(
+                state_dir,
+                prediction=prediction,
+                threads=threads,
+                waves=-(-len(call.archs) // threads),
+                refresh=predictor.refresh,
+            )
+        admitted = os.environ.get("FACTORY_ADMISSION", "on") != "off"
+        code, samples, wall = run_measured(
+            [nvcc, *argv], on_peak=(lambda b: publish_seen(state_dir, b)) if admitted else None
+        )
     finally:
         release(state_dir)
     peak = max((rss for _, rss in samples), default=0)
@@ -304,6 +428,7 @@ def main(argv: list[str]) -> int:
         "wall_s": round(wall, 3),
         "rc": code,
         "predicted_bytes": prediction.peak_bytes,
+        "predicted_s": prediction.wall_s,
         "waited_s": round(waited, 3),
         "envelope": list(admission.envelope(samples, wall)),
         "mem_s": round(mem_seconds(samples, wall)),

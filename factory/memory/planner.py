@@ -145,5 +145,7 @@ def next_attempt(
         per_compile_bytes=per_compile,
         per_arch_bytes=per_arch,
         reason=line,
-        ninja_jobs=max(jobs, prev.ninja_jobs),
+        # admission let this attempt be killed (a profile or estimate below what the compiles took): the retry
+        # also bounds the compiles by count, or it would admit the same ones again and be killed the same way
+        ninja_jobs=jobs,
     )

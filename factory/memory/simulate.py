@@ -85,6 +85,20 @@ class AdmissionModel:
     cpus: float
     predictions: Mapping[str, Prediction] = field(default_factory=lambda: MappingProxyType({}))
     default: Prediction = field(default_factory=lambda: Prediction(peak_bytes=1))
+    # the wrappers read the measurements of the compiles already finished in this build (online learning)
+    online: bool = True
+    waves: int = 1  # ceil(archs / nvcc threads): cicc runs per compile one after the other
+
+    def predict(self, name: str, measured: Mapping[str, Mapping[str, object]]) -> Prediction:
+        """What the wrapper of `name` predicts from the profile (`predictions`, also in `measured`) and, when
+        online, the compiles of this build measured so far."""
+        known = measured if self.online else {k: v for k, v in measured.items() if k in self.predictions}
+        return admission.predict_from(known, name, estimate_bytes=self.default.peak_bytes)
+
+
+def _entry(peak_bytes: int, wall_s: float | None, envelope: tuple[int, ...]) -> dict[str, object]:
+    """A prediction in the profile file's form, as the wrapper reads it."""
+    return {"peak_bytes": peak_bytes, "wall_s": wall_s, "envelope": list(envelope)}
 
 
 @dataclass
@@ -94,6 +108,7 @@ class _Run:
     left: float
     started: float
     prediction: Prediction
+    seen: int = 0  # the most RSS of this run so far, as the wrapper samples it
 
 
 def run_attempt(
@@ -116,6 +131,9 @@ def run_attempt(
     now = 0.0
     peak = base_bytes
     ticket = 0
+    measured: dict[str, dict[str, object]] = {}
+    if admit is not None:
+        measured = {n: _entry(p.peak_bytes, p.wall_s, p.envelope) for n, p in admit.predictions.items()}
     while True:
         while pending and len(waiting) + len(running) < jobs:
             task = pending.pop()
@@ -124,7 +142,7 @@ def run_attempt(
                     _Run(task=task, phase=0, left=task.phases[0][0], started=now, prediction=Prediction(0))
                 )
             else:
-                pred = admit.predictions.get(task.name, admit.default)
+                pred = admit.predict(task.name, measured)
                 waiting.append((admission.priority(pred.wall_s, ticket), task, pred))
                 ticket += 1
         if admit is not None:
@@ -161,10 +179,18 @@ def run_attempt(
                 if r.phase == len(r.task.phases):
                     break
                 r.left += r.task.phases[r.phase][0]
+                r.seen = max(r.seen, r.task.phases[r.phase][1])
             if r.phase == len(r.task.phases):
                 finished.add(r.task.name)
+                if admit is not None and admit.online:
+                    measured[r.task.name] = _entry(r.task.peak_bytes, r.task.time_s, r.task.envelope())
             else:
                 still.append(r)
+        if admit is not None and admit.online and len(still) < len(running):
+            # waiting wrappers re-read the measurements and predict again
+            for i, (key, task, _) in enumerate(waiting):
+                pred = admit.predict(task.name, measured)
+                waiting[i] = (admission.priority(pred.wall_s, key[1]), task, pred)
         running = still
 
 
@@ -183,9 +209,11 @@ def _admit(
         state = [
             admission.Running(
                 pid=n,
-                reserved_bytes=admission.reservation(r.prediction, now - r.started),
+                reserved_bytes=admission.reservation(
+                    r.prediction, now - r.started, r.seen, r.task.phases[r.phase][1], waves=admit.waves
+                ),
                 rss_bytes=r.task.phases[r.phase][1],
-                threads=max(t for _, _, t in r.task.phases),
+                threads=r.task.phases[r.phase][2],
                 remaining_s=(r.prediction.wall_s - (now - r.started)) if r.prediction.wall_s else None,
             )
             for n, r in enumerate(running)
@@ -204,7 +232,16 @@ def _admit(
         )
         if decision.admit:
             waiting.pop(i)
-            running.append(_Run(task=task, phase=0, left=task.phases[0][0], started=now, prediction=pred))
+            running.append(
+                _Run(
+                    task=task,
+                    phase=0,
+                    left=task.phases[0][0],
+                    started=now,
+                    prediction=pred,
+                    seen=task.phases[0][1],
+                )
+            )
             i = 0  # the head may have changed: re-check from the top
         else:
             i += 1
@@ -327,6 +364,7 @@ def simulate_factory(
             cpus=cores,
             predictions=MappingProxyType(learned),
             default=Prediction(peak_bytes=estimate),
+            waves=-(-max(1, archs) // max(1, min(par.nvcc_threads, archs))),
         )
         r = run_attempt(
             tasks,

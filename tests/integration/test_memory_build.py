@@ -113,13 +113,18 @@ def test_injected_oom_is_recovered_by_resuming(
     tmp_path: Path, docker_client: Any, no_learned_profile: None
 ) -> None:
     """An estimate far too low lets both heavy compiles start together: OOM, then a narrower resumed retry."""
-    env = {"MEMEXT_ORDER": "light-first"}
+    # MAX_JOBS=2 with the light files first makes ninja start the two heavy ones side by side, and the low
+    # estimate lets admission take both: a deterministic OOM once objects exist.
+    env = {"MEMEXT_ORDER": "light-first", "MAX_JOBS": "2"}
     proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=0.05, env=env, max_attempts=3))
     assert proc.returncode == 0, (job["reason"], job["log_tail"])
     first, second, *rest = job["attempts"]
     assert first["oom_killed"] is True
     assert rest == [] and second["oom_killed"] is False
     assert second["max_jobs"] < first["max_jobs"] or second["nvcc_threads"] < first["nvcc_threads"]
+    log = Path(job["log"]).read_text()
+    plans = [line for line in log.splitlines() if line.startswith("::factory:: attempt ")]
+    assert len(plans) == 2 and "OOM at" in plans[1]
     assert "OOM at" in first["note"] and "objects kept" in first["note"]
     # Resume: objects compiled before the kill were kept, so the retry compiled fewer.
     assert second["objects_kept"] > 0

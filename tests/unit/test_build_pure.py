@@ -76,6 +76,18 @@ def test_container_memory_prefers_cli_then_file(demo: build.Runner, tmp_path: Pa
     assert build.container_memory(demo.mf, build.BuildSettings(output=tmp_path, memory=2**30)) == 2**30
 
 
+def test_container_limits_never_sum_past_the_budget(demo: build.Runner, tmp_path: Path) -> None:
+    import dataclasses
+
+    from factory.errors import ConfigError
+
+    opts = dataclasses.replace(demo.mf.build, concurrency=3, memory=None, memory_budget=12 * 2**30)
+    mf = dataclasses.replace(demo.mf, build=opts)
+    assert build.container_memory(mf, build.BuildSettings(output=tmp_path)) == 4 * 2**30
+    with pytest.raises(ConfigError, match="exceed the memory budget"):
+        build.container_memory(mf, build.BuildSettings(output=tmp_path, memory=5 * 2**30))
+
+
 def test_log_tail_skips_factory_markers(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)) + '::factory:: {"phase": "build"}\n')

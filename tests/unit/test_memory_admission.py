@@ -3,6 +3,8 @@ share)."""
 
 from __future__ import annotations
 
+import math
+
 from factory.memory import admission
 from factory.memory.admission import Prediction, Running, decide
 
@@ -116,7 +118,8 @@ def test_parse_non_compiles() -> None:
 def test_predict_profile_then_estimate() -> None:
     entries = {"k.cu|compute_80|1": {"peak_bytes": 123, "wall_s": 4.5, "envelope": [123, 50]}}
     p = admission.predict(entries, "k.cu|compute_80|1", per_arch_bytes=GIB, archs=1, nvcc_threads=1)
-    assert p == Prediction(peak_bytes=123, wall_s=4.5, envelope=(123, 50))
+    # a profiled peak carries a margin: the profile may come from other torch headers or another host
+    assert p == Prediction(peak_bytes=136, wall_s=4.5, envelope=(136, 55))
     q = admission.predict(
         entries, "other.cu|compute_80|1", per_arch_bytes=GIB, archs=2, nvcc_threads=4, base_bytes=5
     )
@@ -129,3 +132,54 @@ def test_predict_killed_only_entry_is_a_lower_bound() -> None:
         entries, "k.cu|compute_80|1", per_arch_bytes=GIB, archs=1, nvcc_threads=1, base_bytes=0
     )
     assert p == Prediction(peak_bytes=GIB)
+
+
+def test_reservation_trusts_the_clock_once_the_peak_was_seen() -> None:
+    env = (10, 10, 10, 10, 4, 4, 4, 4, 4, 1)
+    p = Prediction(peak_bytes=10, wall_s=100.0, envelope=env)
+    assert admission.reservation(p, 45) == 10  # 45 s counts as 36% done: the peak may be ahead
+    assert admission.reservation(p, 45, seen_bytes=9) == 4  # it was seen at its peak: past it now
+    assert admission.reservation(p, 45, seen_bytes=8) == 10  # not near its peak yet: slack stays
+    # with two waves of archs, the peak seen may be the first of two: the slack stays
+    assert admission.reservation(p, 45, seen_bytes=10, waves=2) == 10
+
+
+def test_inferred_reservation_scales_with_the_peak_seen_once_past_it() -> None:
+    env = (100, 100, 100, 100, 40, 40, 40, 40, 40, 10)
+    p = Prediction(peak_bytes=100, wall_s=100.0, envelope=env, inferred=True)
+    assert admission.reservation(p, 10, seen_bytes=50, rss_bytes=50) == 100  # before its peak by the clock
+    # past its peak by the clock (slack 1.25) and its RSS fell from 50 to 20: the rest scales with 50 of 100
+    assert admission.reservation(p, 55, seen_bytes=50, rss_bytes=20) == 20
+    # its RSS has not fallen: it may be a slow compile still rising to a higher peak
+    assert admission.reservation(p, 55, seen_bytes=50, rss_bytes=50) == 40
+    # a profiled compile's envelope is its own: never scaled
+    q = Prediction(peak_bytes=100, wall_s=100.0, envelope=env)
+    assert admission.reservation(q, 55, seen_bytes=50, rss_bytes=20) == 40
+
+
+def test_family_ignores_numbers_keeps_archs_and_threads() -> None:
+    a = admission.family("flash_bwd_hdim64_fp16_sm80.cu|compute_80,compute_90|4")
+    assert a == admission.family("flash_bwd_hdim256_fp16_sm80.cu|compute_80,compute_90|4")
+    assert a != admission.family("flash_fwd_hdim64_fp16_sm80.cu|compute_80,compute_90|4")
+    assert a != admission.family("flash_bwd_hdim64_fp16_sm80.cu|compute_80|4")
+
+
+def test_unmeasured_file_takes_its_siblings_time_course_not_their_peak() -> None:
+    env = [8 * GIB] * 4 + [2 * GIB] * 5 + [GIB]
+    entries = {
+        "bwd_h64.cu|compute_80|1": {"peak_bytes": 8 * GIB, "wall_s": 100.0, "envelope": env},
+        "fwd_h64.cu|compute_80|1": {"peak_bytes": 4 * GIB, "wall_s": 50.0, "envelope": [v // 2 for v in env]},
+        "bwd_h64.cu|compute_90|1": {"peak_bytes": 9 * GIB, "wall_s": 900.0, "envelope": env},  # other archs
+    }
+    p = admission.predict_from(entries, "bwd_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
+    assert p.inferred and p.peak_bytes == 16 * GIB  # a larger file of the family may peak higher
+    assert p.wall_s == 100.0 * admission.SIBLING_TIME_MARGIN  # its own family's time, not fwd's nor sm_90's
+    assert p.envelope[0] == 16 * GIB and p.envelope[5] == 4 * GIB  # the siblings' shape, at the estimate
+    q = admission.predict_from(entries, "other.cu|compute_80|1", estimate_bytes=16 * GIB)
+    assert q.wall_s == 100.0 * admission.SIBLING_TIME_MARGIN  # no family measured: the longest of the group
+    assert admission.predict_from(entries, "x.cu|compute_86|1", estimate_bytes=GIB) == Prediction(
+        peak_bytes=GIB
+    )
+    # the file's own entry wins
+    own = admission.predict_from(entries, "fwd_h64.cu|compute_80|1", estimate_bytes=16 * GIB)
+    assert own.peak_bytes == math.ceil(4 * GIB * admission.PROFILE_MARGIN) and not own.inferred

@@ -78,6 +78,20 @@ def test_next_attempt_reduces_jobs_and_raises_estimate() -> None:
     assert nxt.reason == f"attempt 2: OOM at 23.8 GiB, jobs 8 -> {nxt.max_jobs}, 41 of 73 objects kept"
 
 
+def test_next_attempt_bounds_ninja_too() -> None:
+    # admission let attempt 1 be killed: with ninja still at -j 32 the retry would admit the same compiles
+    prev = Parallelism(
+        max_jobs=8,
+        nvcc_threads=4,
+        per_compile_bytes=2 * GIB,
+        reason="",
+        per_arch_bytes=GIB // 2,
+        ninja_jobs=32,
+    )
+    nxt = next_attempt(prev, oom_peak_bytes=24 * GIB, limit_bytes=24 * GIB, objects_done=0, objects_total=9)
+    assert nxt.ninja_jobs == nxt.max_jobs < 8
+
+
 def test_next_attempt_at_one_job_halves_threads() -> None:
     prev = Parallelism(max_jobs=1, nvcc_threads=4, per_compile_bytes=10 * GIB, reason="", per_arch_bytes=GIB)
     nxt = next_attempt(prev, oom_peak_bytes=16 * GIB, limit_bytes=16 * GIB, objects_done=0, objects_total=9,

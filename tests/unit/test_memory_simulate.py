@@ -12,6 +12,7 @@ if str(ROOT) not in sys.path:
 
 from bench import model as M  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
+from factory.memory.admission import Prediction  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
 
 GIB = 2**30
@@ -101,3 +102,65 @@ def test_flash_attn_heuristic() -> None:
 def test_lower_bound() -> None:
     assert S.lower_bound(TASKS, limit_bytes=10 * GIB, cores=1) == 290.0
     assert S.lower_bound(TASKS, limit_bytes=10 * GIB, cores=100) == (600 + 600 + 150 + 20 + 20) / 10
+
+
+def phased(name: str, peak_gib: float, seconds: float) -> Task:
+    """Front end, the peak (cicc), a long tail at a third of it (ptxas)."""
+    return Task(
+        name=name,
+        phases=(
+            (0.1 * seconds, GIB, 1),
+            (0.3 * seconds, int(peak_gib * GIB), 1),
+            (0.6 * seconds, int(peak_gib * GIB / 3), 1),
+        ),
+    )
+
+
+def test_cold_build_learns_the_time_course_of_finished_compiles() -> None:
+    tasks = [phased(f"k_h{i}", 6, 100) for i in range(8)]
+    kw = {"limit_bytes": 16 * GIB, "cores": 8, "jobs": 8}
+
+    def model(online: bool) -> S.AdmissionModel:
+        return S.AdmissionModel(
+            limit_bytes=16 * GIB,
+            headroom_bytes=0,
+            cpus=8,
+            default=Prediction(peak_bytes=6 * GIB),
+            online=online,
+        )
+
+    offline = S.run_attempt(tasks, admit=model(False), **kw)
+    online = S.run_attempt(tasks, admit=model(True), **kw)
+    assert not offline.oom and not online.oom
+    # without learning, 2 compiles at a time for their whole run; with it, the third starts once the first two
+    # are known to be past their peaks
+    assert offline.makespan_s == 400.0
+    assert online.makespan_s < offline.makespan_s
+
+
+def test_cpu_admission_counts_busy_threads_not_the_most_a_compile_may_use() -> None:
+    # each compile uses 2 threads for half its time: on 4 cores a third starts while two are single-threaded
+    two = Task(name="a", phases=((50.0, GIB, 1), (50.0, GIB, 2)))
+    tasks = [two, Task(name="b", phases=two.phases), Task(name="c", phases=two.phases)]
+    admit = S.AdmissionModel(
+        limit_bytes=64 * GIB, headroom_bytes=0, cpus=4, default=Prediction(peak_bytes=GIB)
+    )
+    r = S.run_attempt(tasks, limit_bytes=64 * GIB, cores=4, jobs=3, admit=admit)
+    assert r.makespan_s < 200.0  # counting 2 threads each, c would wait for a or b to finish
+
+
+def test_model_factory_meets_the_seed_targets() -> None:
+    tasks = M.flash_attn_tasks(scale=M.time_scale())
+    kw = {"limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES}
+    fkw = {
+        "archs": M.ARCHS,
+        "nvcc_threads": M.NVCC_THREADS,
+        "per_arch_bytes": M.per_arch_estimate_bytes(),
+        **kw,
+    }
+    cold, learned = S.simulate_factory(tasks, **fkw)
+    warm, _ = S.simulate_factory(tasks, profile=learned, **fkw)
+    assert cold.oom_kills == 0 and warm.oom_kills == 0
+    assert warm.makespan_s < S.simulate_best_fixed(tasks, **kw).makespan_s
+    assert S.simulate_seed_halving(tasks, **kw).makespan_s >= 2 * warm.makespan_s
+    assert warm.makespan_s >= S.lower_bound(tasks, limit_bytes=M.HOST_BYTES, cores=M.CORES)

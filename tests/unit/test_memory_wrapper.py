@@ -15,6 +15,12 @@ import time
 from pathlib import Path
 
 WRAPPER = Path(__file__).resolve().parents[2] / "factory" / "memory" / "nvcc_wrapper.py"
+sys.path.insert(0, str(WRAPPER.parent))  # the wrapper imports its neighbours as top-level modules
+
+import nvcc_wrapper  # noqa: E402
+
+from factory.memory import admission  # noqa: E402
+
 MIB = 2**20
 
 FAKE = textwrap.dedent("""\
@@ -105,3 +111,31 @@ def test_admission_runs_together_what_fits(tmp_path: Path) -> None:
     events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
     times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
     assert times[("start", "b")] < times[("end", "a")]
+
+
+def test_waiting_compiles_learn_from_their_finished_siblings(tmp_path: Path) -> None:
+    env = setup(tmp_path, FAKE_S="0.4")
+    assert subprocess.run(compile_cmd(tmp_path, "k_hdim64"), env=env).returncode == 0
+    assert subprocess.run(compile_cmd(tmp_path, "k_hdim128"), env=env).returncode == 0
+    first, second = (json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines())
+    assert first["predicted_s"] is None  # nothing measured yet: the estimate alone
+    # the second file of the family is predicted with the first one's time course, its peak still estimated
+    assert second["predicted_s"] == first["wall_s"] * admission.SIBLING_TIME_MARGIN
+    assert second["predicted_bytes"] == 100 * MIB
+
+
+def test_busy_threads_are_the_leaves_of_a_process_tree() -> None:
+    kids = {1: [2], 2: [3, 4, 5], 5: [6]}  # wrapper -> nvcc -> 2 cicc + a shell running ptxas
+    assert nvcc_wrapper.tree_workers(1, kids, 4) == 3
+    assert nvcc_wrapper.tree_workers(1, kids, 2) == 2  # never more than it was admitted with
+    assert nvcc_wrapper.tree_workers(7, kids, 4) == 1  # between processes: still one thread
+
+
+def test_measurements_of_the_build_skip_failed_and_cut_lines(tmp_path: Path) -> None:
+    out = tmp_path / "m.jsonl"
+    ok = {"key": "a.cu|compute_80|1", "peak_bytes": 5, "wall_s": 2.0, "rc": 0, "envelope": [5, 1]}
+    bad = {"key": "b.cu|compute_80|1", "peak_bytes": 7, "wall_s": 1.0, "rc": 137}
+    out.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n" + '{"key": "c.cu|comp')
+    assert nvcc_wrapper.load_measurements(str(out)) == {
+        "a.cu|compute_80|1": {"peak_bytes": 5, "wall_s": 2.0, "envelope": [5, 1]}
+    }
