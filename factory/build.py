@@ -8,6 +8,7 @@ one, found by the next run) never leaves containers behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import json
 import os
@@ -478,6 +479,12 @@ class Runner:
         return env
 
     def run_job(self, job: Job, result: JobResult) -> None:
+        if self.stop.is_set():  # an earlier job failed without --keep-going, or the run is being stopped
+            result.result, result.reason = (
+                "skipped",
+                "not started: the build stopped after an earlier failure",
+            )
+            return
         t0 = time.monotonic()
         result.started = t0
         log_path = self.run_dir / "logs" / f"{job.id}.log"
@@ -765,6 +772,8 @@ def run_build(
     log: Callable[[str], None] = lambda _m: None,
 ) -> BuildReport:
     """Build every job. A failed job is in the report; only interruption or a setup error raises."""
+    # Docker binds only absolute host paths; a relative --output would be taken for a volume name.
+    settings = dataclasses.replace(settings, output=settings.output.resolve())
     settings.output.mkdir(parents=True, exist_ok=True)
     report = BuildReport(run_id=settings.run_id, matrix=str(mf.path), started=time.time())
     report.jobs = [
@@ -795,12 +804,6 @@ def run_build(
                     fut.result()
                     if result.result != "ok" and not settings.keep_going:
                         runner.stop.set()
-                        for other in pending.values():
-                            if other.phase == "queued":
-                                other.result, other.reason = (
-                                    "skipped",
-                                    "an earlier job failed (use --keep-going)",
-                                )
                         for f in pending:
                             f.cancel()
     except KeyboardInterrupt:
@@ -817,7 +820,7 @@ def run_build(
         remove_containers(client, filters={"label": f"{RUN_LABEL}={settings.run_id}"})
         for r in report.jobs:
             if r.result == "pending":
-                r.result, r.reason = "skipped", r.reason or "not run"
+                r.result, r.reason = "skipped", r.reason or "not started: the build stopped before this job"
         report.finished = time.time()
         write_report(report, settings.output / "report.json")
     return report
