@@ -35,8 +35,11 @@ def run_model() -> dict[str, object]:
         )
     per_arch = M.per_arch_estimate_bytes()
     fkw = {"archs": M.ARCHS, "nvcc_threads": M.NVCC_THREADS, "per_arch_bytes": per_arch, **kw}
-    cold, learned = S.simulate_factory(tasks, **fkw)
+    # the first build knows the recipe's per-file table; the steady state, the profile learned by it
+    cold, learned = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **fkw)
     warm, _ = S.simulate_factory(tasks, profile=learned, **fkw)
+    # the first build with only the recipe's single per-arch figure (before per-file estimates)
+    cold_single, _ = S.simulate_factory(tasks, **fkw)
     heuristic_jobs = S.flash_attn_heuristic_jobs(cores=M.CORES, free_bytes=M.HOST_BYTES - M.BASE_BYTES)
     best = S.simulate_best_fixed(tasks, **kw)
     seed = S.simulate_seed_halving(tasks, **kw)
@@ -62,6 +65,7 @@ def run_model() -> dict[str, object]:
             "seed_halving": list(seed.attempts),
             "factory_attempts": list(warm.attempts),
             "factory_cold_attempts": list(cold.attempts),
+            "factory_cold_single_estimate": cold_single.to_json(),
         },
     }
 

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
+from factory.memory import admission
 from factory.memory.simulate import Task
 
 GIB = 1 << 30
@@ -132,3 +133,15 @@ def per_arch_estimate_bytes() -> int:
     """The flash-attn recipe's estimate: the worst measured per-arch peak (what the factory knows before
     profiling)."""
     return math.ceil(calibration_from_csv().bwd_hdim256_gib * GIB)
+
+
+def per_file_estimate_bytes() -> tuple[tuple[str, int], ...]:
+    """The built-in flash-attn recipe's per-file table in bytes (what a first build knows per file)."""
+    from factory.recipes import FLASH_ATTN
+
+    return admission.raised_by_file(
+        FLASH_ATTN.compile_gib_by_file,
+        per_arch_bytes=per_arch_estimate_bytes(),
+        fallback_bytes=per_arch_estimate_bytes(),
+        unit=GIB,
+    )

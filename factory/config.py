@@ -70,6 +70,10 @@ class Recipe:
     import_name: str = ""
     min_arch: str | None = None
     compile_gib_per_arch: float = 4.0
+    # Per-file estimates, (glob on the source file's base name, GiB per arch per nvcc thread) in order: the
+    # first match wins, files matching none take compile_gib_per_arch. Kernel files of one package differ by
+    # nearly 2x (flash-attn: forward 3.7, backward 6.6 GiB), so one worst-case figure starves a first build.
+    compile_gib_by_file: tuple[tuple[str, float], ...] = ()
     # Packages the build needs beyond torch (installed into the build env from the wheelhouse).
     extra_build_requires: tuple[str, ...] = ("setuptools", "wheel", "ninja", "packaging")
     # The C++ standard the package compiles as, when it hard-codes one (flash-attn 2.x: "17"); None: torch's.
@@ -444,6 +448,7 @@ class _Loader:
             "import_name",
             "min_arch",
             "compile_gib_per_arch",
+            "compile_gib_by_file",
             "extra_build_requires",
             "cxx_std",
         )
@@ -504,6 +509,8 @@ class _Loader:
             changes["compile_gib_per_arch"] = self.number(
                 value, "compile_gib_per_arch", "recipe.compile_gib_per_arch"
             )
+        if "compile_gib_by_file" in value:
+            changes["compile_gib_by_file"] = self.gib_by_file(value, "compile_gib_by_file")
         if "extra_build_requires" in value:
             changes["extra_build_requires"] = self.str_list(
                 value, "extra_build_requires", "recipe.extra_build_requires"
@@ -518,6 +525,30 @@ class _Loader:
                 raise self.fail(f"recipe.cxx_std {std!r} must be one of 14, 17, 20, 23", value, "cxx_std")
             changes["cxx_std"] = std
         return _with_import_name(replace(base, **changes), package)
+
+    def gib_by_file(self, node: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
+        """Ordered glob -> GiB table; it replaces the base recipe's table (an empty mapping clears it)."""
+        what = f"recipe.{key}"
+        table = self.mapping(node, key, what)
+        out: list[tuple[str, float]] = []
+        for pattern in table:
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise self.fail(
+                    f"{what}: a pattern must be a non-empty string (a glob on the file name), "
+                    f"not {_kind(pattern)} {pattern!r}",
+                    table,
+                    pattern,
+                    at_key=True,
+                )
+            if "/" in pattern:
+                raise self.fail(
+                    f"{what}: pattern {pattern!r} matches base names only; drop the directory",
+                    table,
+                    pattern,
+                    at_key=True,
+                )
+            out.append((str(pattern), self.number(table, pattern, f"{what}[{pattern!r}]")))
+        return tuple(out)
 
     def matrix(self, root: Mapping[str, Any], compat: CompatData) -> MatrixSpec:
         node = self.mapping(root, "matrix", "matrix")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import replace
 from importlib import resources
 from types import MappingProxyType
@@ -29,6 +30,48 @@ def measured_compile_gib(package: str = "flash-attn", *, arch_count: int = 1) ->
     return round(max(peaks) * arch_count, 2) if peaks else 4.0 * arch_count
 
 
+def _csv_rows() -> list[dict[str, str]]:
+    text = resources.files("factory").joinpath("data/flash-attn-compiles.csv").read_text(encoding="utf-8")
+    return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
+def _row_gib(rows: list[dict[str, str]], tu: str) -> float:
+    """Per-arch peak of one measured file: the worst of its rows, each divided by its number of archs."""
+    return max(float(r["peak_gib"]) / max(1, len(r["gencodes"].split("+"))) for r in rows if r["tu"] == tu)
+
+
+# Safety on top of a measured peak: the same file measured 6.34 GiB with torch 2.13's headers and 6.64 with
+# 2.14's (+5%); the admission wrapper counts a running compile at its RSS when that is larger, so a few
+# percent suffice here and the learned profile replaces these figures after the first build.
+ESTIMATE_MARGIN = 1.03
+FLASH_ATTN_HDIMS = (32, 64, 96, 128, 192, 256)
+
+
+def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
+    """flash-attn 2.8.3's per-file table from factory/data/flash-attn-compiles.csv.
+
+    Two files are measured: flash_fwd_hdim64_fp16_sm80.cu (3.68 GiB) and flash_bwd_hdim256_fp16_sm80.cu (6.64
+    GiB, the worst of its rows, each per arch). Backward files get the hdim256 figure (the largest head
+    dimension, so a bound for the others). Forward files (split-KV ones included: the same kernel template
+    with a split loop) scale with the head dimension: a straight line from the measured forward hdim64 to
+    the backward hdim256 figure, which a forward kernel of that head dimension does not exceed; hdim32 is
+    taken as hdim64. Each figure carries ESTIMATE_MARGIN, rounded up to 0.1 GiB.
+    """
+    rows = [r for r in _csv_rows() if r.get("peak_gib")]
+    fwd = _row_gib(rows, "flash_fwd_hdim64_fp16_sm80.cu")
+    bwd = _row_gib(rows, "flash_bwd_hdim256_fp16_sm80.cu")
+
+    def safe(gib: float) -> float:
+        return math.ceil(round(gib * ESTIMATE_MARGIN * 10, 6)) / 10
+
+    table: list[tuple[str, float]] = []
+    for hdim in FLASH_ATTN_HDIMS:
+        gib = safe(fwd + (bwd - fwd) * max(0, hdim - 64) / (256 - 64))
+        table += [(f"flash_fwd_hdim{hdim}_*", gib), (f"flash_fwd_split_hdim{hdim}_*", gib)]
+    table.append(("flash_bwd_*", safe(bwd)))
+    return tuple(table)
+
+
 # flash-attn 2.8.3's setup.py: FLASH_ATTN_CUDA_ARCHS="80;90;100;120" selects the gencodes,
 # FLASH_ATTN_LOCAL_VERSION becomes the +local label, FLASH_ATTENTION_FORCE_BUILD stops it from downloading a
 # prebuilt wheel from GitHub (which also would need network). Its flags hard-code -std=c++17.
@@ -42,6 +85,7 @@ FLASH_ATTN = Recipe(
     min_arch="8.0",
     # Measured: the heaviest kernel file (flash_bwd_hdim256) peaks at ~6.6 GiB per arch per nvcc thread.
     compile_gib_per_arch=measured_compile_gib("flash-attn"),
+    compile_gib_by_file=flash_attn_file_estimates(),
     extra_build_requires=("setuptools", "wheel", "ninja", "packaging", "psutil", "einops"),
     cxx_std="17",
 )

@@ -8,6 +8,8 @@ have the factory installed.
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import math
 import os
 import re
@@ -136,6 +138,70 @@ class Prediction:
     inferred: bool = False
 
 
+def file_per_arch_bytes(source: str, by_file: Sequence[tuple[str, int]], default_bytes: int) -> int:
+    """The recipe's per-arch estimate of one source file (a path or a profile key): the first glob pattern
+    of `by_file` matching its base name, else `default_bytes`."""
+    name = os.path.basename(source.partition("|")[0])
+    for pattern, value in by_file:
+        if fnmatch.fnmatchcase(name, pattern):
+            return value
+    return default_bytes
+
+
+def compile_estimate(
+    source: str,
+    *,
+    per_arch_bytes: int,
+    archs: int,
+    nvcc_threads: int,
+    base_bytes: int = DEFAULT_BASE_BYTES,
+    by_file: Sequence[tuple[str, int]] = (),
+) -> int:
+    """Peak of one unprofiled nvcc call of `source` by the recipe: its per-file estimate, else
+    `per_arch_bytes`."""
+    return per_compile_estimate(
+        per_arch_bytes=file_per_arch_bytes(source, by_file, per_arch_bytes),
+        archs=archs,
+        nvcc_threads=nvcc_threads,
+        base_bytes=base_bytes,
+    )
+
+
+def raised_by_file(
+    by_file: Sequence[tuple[str, float]], *, per_arch_bytes: int, fallback_bytes: int, unit: int = 1
+) -> tuple[tuple[str, int], ...]:
+    """The per-file table in bytes (`unit`: bytes per table unit, GIB for a recipe's GiB), raised by the
+    factor the plan's per-arch figure has over the recipe's fallback: a learned peak or an OOM retry showed
+    the recipe's figures too low, and the files behind that need not be profiled yet."""
+    factor = max(1.0, per_arch_bytes / fallback_bytes) if fallback_bytes > 0 else 1.0
+    return tuple((pattern, math.ceil(round(value * unit * factor, 3))) for pattern, value in by_file)
+
+
+def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
+    """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
+    falls back to the per-arch estimate instead of breaking every compile of the build."""
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(value, list):
+        return ()
+    table: list[tuple[str, int]] = []
+    for item in value:
+        if (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], int | float)
+            and not isinstance(item[1], bool)
+            and item[1] > 0
+        ):
+            table.append((item[0], int(item[1])))
+    return tuple(table)
+
+
 def predict(
     entries: Mapping[str, Mapping[str, Any]],
     key: str,
@@ -144,10 +210,17 @@ def predict(
     archs: int,
     nvcc_threads: int,
     base_bytes: int = DEFAULT_BASE_BYTES,
+    by_file: Sequence[tuple[str, int]] = (),
 ) -> Prediction:
-    """The learned profile entry of a compile, else the recipe's estimate, shaped by measured siblings."""
-    estimate = per_compile_estimate(
-        per_arch_bytes=per_arch_bytes, archs=archs, nvcc_threads=nvcc_threads, base_bytes=base_bytes
+    """The learned profile entry of a compile, else the recipe's estimate for its file (`by_file`, else
+    `per_arch_bytes`), shaped by measured siblings."""
+    estimate = compile_estimate(
+        key,
+        per_arch_bytes=per_arch_bytes,
+        archs=archs,
+        nvcc_threads=nvcc_threads,
+        base_bytes=base_bytes,
+        by_file=by_file,
     )
     return predict_from(entries, key, estimate_bytes=estimate)
 

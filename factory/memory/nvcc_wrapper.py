@@ -16,6 +16,8 @@ Environment:
   FACTORY_PROFILE_OUT          JSON lines file the measurements are appended to
   FACTORY_MEM_LIMIT            bytes (default: the cgroup's limit)
   FACTORY_EST_PER_ARCH_BYTES   estimate per arch per nvcc thread for files without a profile entry
+  FACTORY_EST_BY_FILE          per-file estimates before that one: JSON [[glob on the base name, bytes], ...],
+                               the first match wins
   FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
   FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
   FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
@@ -388,11 +390,13 @@ def main(argv: list[str]) -> int:
     assert call.source is not None
     key = admission.profile_key(call.source, call.archs, call.threads)
     base = env_int("FACTORY_EST_BASE_BYTES", None)
-    estimate = admission.per_compile_estimate(
+    estimate = admission.compile_estimate(
+        call.source,
         per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
         archs=len(call.archs),
         nvcc_threads=call.threads,
         base_bytes=admission.DEFAULT_BASE_BYTES if base is None else base,
+        by_file=admission.parse_by_file(os.environ.get("FACTORY_EST_BY_FILE")),
     )
     predictor = Predictor(
         load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from factory.config import Recipe
 from factory.memory import profiles
-from factory.memory.admission import DEFAULT_BASE_BYTES, GIB
+from factory.memory.admission import DEFAULT_BASE_BYTES, GIB, raised_by_file
 from factory.memory.planner import Parallelism, container_limits, plan_parallelism
 from factory.memory.planner import next_attempt as _next_attempt
 
@@ -19,6 +19,7 @@ __all__ = [
     "WRAPPER_DIR",
     "Parallelism",
     "container_limits",
+    "file_estimate_bytes",
     "initial_parallelism",
     "next_attempt",
     "record_profiles",
@@ -70,12 +71,27 @@ def wrapper_env(
         "MAX_JOBS": str(parallel.ninja_jobs or parallel.max_jobs),
         "NVCC_THREADS": str(parallel.nvcc_threads),
     }
+    by_file = file_estimate_bytes(recipe, per_arch_bytes=per_arch)
+    if by_file:
+        env["FACTORY_EST_BY_FILE"] = json.dumps([list(item) for item in by_file], separators=(",", ":"))
     if package and version:
         learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
         text = json.dumps(learned.to_json(), separators=(",", ":"))
         if learned.entries and len(text) <= INLINE_PROFILE_MAX:
             env["FACTORY_PROFILE_JSON"] = text
     return env
+
+
+def file_estimate_bytes(recipe: Recipe, *, per_arch_bytes: int | None = None) -> tuple[tuple[str, int], ...]:
+    """The recipe's per-file table in bytes, raised with the plan's per-arch figure
+    (`admission.raised_by_file`)."""
+    fallback = int(recipe.compile_gib_per_arch * GIB)
+    return raised_by_file(
+        recipe.compile_gib_by_file,
+        per_arch_bytes=per_arch_bytes or fallback,
+        fallback_bytes=fallback,
+        unit=GIB,
+    )
 
 
 def next_attempt(

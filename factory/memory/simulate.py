@@ -88,12 +88,16 @@ class AdmissionModel:
     # the wrappers read the measurements of the compiles already finished in this build (online learning)
     online: bool = True
     waves: int = 1  # ceil(archs / nvcc threads): cicc runs per compile one after the other
+    # the recipe's estimate of each unprofiled task, as the wrapper computes it (admission.compile_estimate);
+    # a task not named here takes `default`
+    estimates: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def predict(self, name: str, measured: Mapping[str, Mapping[str, object]]) -> Prediction:
         """What the wrapper of `name` predicts from the profile (`predictions`, also in `measured`) and, when
         online, the compiles of this build measured so far."""
         known = measured if self.online else {k: v for k, v in measured.items() if k in self.predictions}
-        return admission.predict_from(known, name, estimate_bytes=self.default.peak_bytes)
+        estimate = self.estimates.get(name, self.default.peak_bytes)
+        return admission.predict_from(known, name, estimate_bytes=estimate)
 
 
 def _entry(peak_bytes: int, wall_s: float | None, envelope: tuple[int, ...]) -> dict[str, object]:
@@ -333,8 +337,12 @@ def simulate_factory(
     base_bytes: int = 0,
     profile: Mapping[str, Prediction] | None = None,
     max_attempts: int = 5,
+    by_file: Sequence[tuple[str, int]] = (),
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
-    """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned."""
+    """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned.
+
+    `by_file` is the recipe's per-file table in bytes (runner.file_estimate_bytes), raised with the plan's
+    per-arch figure after an OOM as the runner raises it."""
     par: Parallelism = plan_parallelism(
         limit_bytes=limit_bytes,
         cpus=cores,
@@ -358,12 +366,27 @@ def simulate_factory(
             nvcc_threads=par.nvcc_threads,
             base_bytes=est_base_bytes,
         )
+        table = admission.raised_by_file(
+            by_file, per_arch_bytes=par.per_arch_bytes, fallback_bytes=per_arch_bytes
+        )
+        estimates = {
+            t.name: admission.compile_estimate(
+                t.name,
+                per_arch_bytes=par.per_arch_bytes,
+                archs=archs,
+                nvcc_threads=par.nvcc_threads,
+                base_bytes=est_base_bytes,
+                by_file=table,
+            )
+            for t in tasks
+        }
         model = AdmissionModel(
             limit_bytes=limit_bytes,
             headroom_bytes=headroom,
             cpus=cores,
             predictions=MappingProxyType(learned),
             default=Prediction(peak_bytes=estimate),
+            estimates=MappingProxyType(estimates),
             waves=-(-max(1, archs) // max(1, min(par.nvcc_threads, archs))),
         )
         r = run_attempt(

@@ -226,3 +226,47 @@ def test_arch_sets_in_include_and_exclude_match_in_any_order(tmp_path: Path) -> 
     assert mf.matrix.exclude[0].values == {"arch": "12.0"}
     (job,) = plan_matrix(mf).jobs
     assert job.variant.archs == ("8.0", "9.0") and dict(job.env) == {"A": "1"}
+
+
+def test_recipe_compile_gib_by_file_keeps_its_order(tmp_path: Path) -> None:
+    mf = load(
+        tmp_path,
+        'package: {name: x, version: "1.0"}\n'
+        'recipe: {name: r, compile_gib_by_file: {"flash_bwd_*": 6.7, "flash_fwd_*": 3.8, "z*": 1}}\n',
+        AXES,
+    )
+    assert mf.recipe.compile_gib_by_file == (("flash_bwd_*", 6.7), ("flash_fwd_*", 3.8), ("z*", 1.0))
+    assert mf.recipe.compile_gib_per_arch == 4.0  # the fallback stays
+
+
+def test_recipe_compile_gib_by_file_replaces_the_base_table(tmp_path: Path) -> None:
+    base = load(tmp_path, 'package: {name: x, version: "1.0"}\nrecipe: {name: r, base: flash-attn}\n', AXES)
+    assert base.recipe.compile_gib_by_file == BUILTIN_RECIPES["flash-attn"].compile_gib_by_file
+    mine = load(
+        tmp_path,
+        'package: {name: x, version: "1.0"}\nrecipe: {name: r, base: flash-attn, compile_gib_by_file: {}}\n',
+        AXES,
+    )
+    assert mine.recipe.compile_gib_by_file == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[1, 2]", "recipe.compile_gib_by_file must be a mapping, not a list"),
+        ('{"a*": -1.5}', "recipe.compile_gib_by_file['a*'] must be positive, not -1.5"),
+        ('{"a*": 0}', "recipe.compile_gib_by_file['a*'] must be positive, not 0"),
+        ('{"a*": "6GiB"}', "recipe.compile_gib_by_file['a*'] must be a number, not a string '6GiB'"),
+        ('{"a*": true}', "must be a number, not a boolean"),
+        ("{1: 2.0}", "a pattern must be a non-empty string (a glob on the file name), not an integer 1"),
+        ('{"csrc/a*": 2.0}', "pattern 'csrc/a*' matches base names only"),
+    ],
+)
+def test_recipe_compile_gib_by_file_errors(tmp_path: Path, value: str, message: str) -> None:
+    from factory.errors import ConfigError
+
+    text = 'package: {name: x, version: "1.0"}\nrecipe:\n  name: r\n  compile_gib_by_file: ' + value + "\n"
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text, AXES)
+    assert str(info.value).startswith(f"{tmp_path / 'm.yaml'}:4: ")
+    assert message in str(info.value)

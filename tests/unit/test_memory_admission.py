@@ -183,3 +183,57 @@ def test_unmeasured_file_takes_its_siblings_time_course_not_their_peak() -> None
     # the file's own entry wins
     own = admission.predict_from(entries, "fwd_h64.cu|compute_80|1", estimate_bytes=16 * GIB)
     assert own.peak_bytes == math.ceil(4 * GIB * admission.PROFILE_MARGIN) and not own.inferred
+
+
+BY_FILE = (("flash_fwd_split_*", 3 * GIB), ("flash_fwd_*", 4 * GIB), ("flash_bwd_*", 7 * GIB))
+
+
+def test_per_file_estimate_first_matching_pattern_on_the_base_name() -> None:
+    assert admission.file_per_arch_bytes("/src/csrc/flash_fwd_split_hdim64.cu", BY_FILE, GIB) == 3 * GIB
+    assert admission.file_per_arch_bytes("flash_fwd_hdim64.cu|compute_80|4", BY_FILE, GIB) == 4 * GIB
+    assert admission.file_per_arch_bytes("/x/flash_bwd_hdim256.cu", BY_FILE, GIB) == 7 * GIB
+    # the pattern is on the base name, not the path; unmatched files take the fallback
+    assert admission.file_per_arch_bytes("/flash_fwd_/other.cu", BY_FILE, GIB) == GIB
+    assert admission.file_per_arch_bytes("flash_bwd.cu", (), 5 * GIB) == 5 * GIB
+
+
+def test_predict_uses_the_pattern_for_unprofiled_files_and_the_profile_when_present() -> None:
+    kw = {"per_arch_bytes": 6 * GIB, "archs": 4, "nvcc_threads": 4, "base_bytes": 0, "by_file": BY_FILE}
+    key = admission.profile_key("/a/flash_fwd_hdim64.cu", ["compute_80"], 4)
+    assert admission.predict({}, key, **kw).peak_bytes == 4 * 4 * GIB
+    other = admission.profile_key("/a/other.cu", ["compute_80"], 4)
+    assert admission.predict({}, other, **kw).peak_bytes == 4 * 6 * GIB
+    learned = {key: {"peak_bytes": 10 * GIB, "wall_s": 50.0, "envelope": [10 * GIB] * 10}}
+    assert admission.predict(learned, key, **kw).peak_bytes == admission.with_margin(10 * GIB)
+
+
+def test_compile_estimate_is_what_predict_uses() -> None:
+    est = admission.compile_estimate(
+        "/s/flash_bwd_x.cu", per_arch_bytes=GIB, archs=2, nvcc_threads=4, base_bytes=5, by_file=BY_FILE
+    )
+    assert est == 2 * 7 * GIB + 5
+
+
+def test_parse_by_file_drops_what_is_malformed() -> None:
+    assert admission.parse_by_file('[["a*", 5], ["b*", 2.5]]') == (("a*", 5), ("b*", 2))
+    assert admission.parse_by_file('[["a*", -1], ["b*"], [3, 4], ["c*", true], ["d*", 7]]') == (("d*", 7),)
+    assert admission.parse_by_file("not json") == ()
+    assert admission.parse_by_file('{"a*": 5}') == ()
+    assert admission.parse_by_file(None) == ()
+
+
+def test_raised_by_file_follows_a_raised_per_arch_figure() -> None:
+    table = (("a*", 2.0), ("b*", 3.0))
+    assert admission.raised_by_file(table, per_arch_bytes=4, fallback_bytes=4, unit=GIB) == (
+        ("a*", 2 * GIB),
+        ("b*", 3 * GIB),
+    )
+    # an OOM retry raised the fallback by 1.5x: every per-file figure rises with it, never falls
+    assert admission.raised_by_file(table, per_arch_bytes=6, fallback_bytes=4, unit=GIB) == (
+        ("a*", 3 * GIB),
+        ("b*", math.ceil(4.5 * GIB)),
+    )
+    assert admission.raised_by_file(table, per_arch_bytes=2, fallback_bytes=4, unit=1) == (
+        ("a*", 2),
+        ("b*", 3),
+    )

@@ -11,6 +11,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # bench/ is not an installed package
 
 from bench import model as M  # noqa: E402
+from factory.memory import admission  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
 from factory.memory.admission import Prediction  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
@@ -164,3 +165,34 @@ def test_model_factory_meets_the_seed_targets() -> None:
     assert warm.makespan_s < S.simulate_best_fixed(tasks, **kw).makespan_s
     assert S.simulate_seed_halving(tasks, **kw).makespan_s >= 2 * warm.makespan_s
     assert warm.makespan_s >= S.lower_bound(tasks, limit_bytes=M.HOST_BYTES, cores=M.CORES)
+
+
+def test_per_file_estimates_speed_up_the_first_build_of_the_model() -> None:
+    from bench import model as M
+
+    tasks = M.flash_attn_tasks(scale=M.time_scale())
+    kw = {
+        "limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES, "archs": M.ARCHS,
+        "nvcc_threads": M.NVCC_THREADS, "per_arch_bytes": M.per_arch_estimate_bytes(),
+    }  # fmt: skip
+    single, _ = S.simulate_factory(tasks, **kw)
+    per_file, _ = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **kw)
+    assert single.oom_kills == 0 and per_file.oom_kills == 0 and not per_file.failed
+    assert per_file.makespan_s < single.makespan_s
+    # the table is the built-in recipe's, not a copy: a forward file gets less than the worst-file fallback
+    table = M.per_file_estimate_bytes()
+    fwd = admission.file_per_arch_bytes("flash_fwd_hdim64_fp16_sm80.cu", table, 0)
+    assert 0 < fwd < M.per_arch_estimate_bytes()
+
+
+def test_an_estimate_below_the_real_peaks_is_caught_by_the_oom_retry() -> None:
+    # per-file figures too low (every file at 40% of its real peak) must not fail the build: the OOM retry
+    # raises the plan, and the table with it
+    tasks = [
+        Task(name=f"k{i}.cu", phases=((2.0, GIB, 1), (10.0, 10 * GIB, 1), (5.0, GIB, 1))) for i in range(8)
+    ]
+    r, _ = S.simulate_factory(
+        tasks, limit_bytes=40 * GIB, cores=8, archs=1, nvcc_threads=1, per_arch_bytes=10 * GIB,
+        est_base_bytes=0, by_file=(("k*", 4 * GIB),),
+    )  # fmt: skip
+    assert not r.failed and r.oom_kills >= 1

@@ -139,3 +139,19 @@ def test_measurements_of_the_build_skip_failed_and_cut_lines(tmp_path: Path) -> 
     assert nvcc_wrapper.load_measurements(str(out)) == {
         "a.cu|compute_80|1": {"peak_bytes": 5, "wall_s": 2.0, "envelope": [5, 1]}
     }
+
+
+def test_per_file_estimates_from_the_environment(tmp_path: Path) -> None:
+    # the first matching pattern of FACTORY_EST_BY_FILE sets the estimate; an unmatched file keeps the
+    # per-arch one
+    table = json.dumps([["heavy_*", 300 * MIB], ["*_light.cu", 50 * MIB]])
+    env = setup(tmp_path, FAKE_MIB="8", FACTORY_EST_BY_FILE=table)
+    for name in ("heavy_k", "k_light", "plain"):
+        out = subprocess.run(compile_cmd(tmp_path, name), env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+    recs = {
+        r["key"].split("|")[0]: r for r in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines())
+    }
+    assert recs["heavy_k.cu"]["predicted_bytes"] == 300 * MIB
+    assert recs["k_light.cu"]["predicted_bytes"] == 50 * MIB
+    assert recs["plain.cu"]["predicted_bytes"] == 100 * MIB

@@ -1,0 +1,62 @@
+"""The runner's view of memory: the wrapper environment carries the recipe's per-file estimates."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from factory.config import Recipe
+from factory.memory import admission, runner
+from factory.recipes import FLASH_ATTN
+
+GIB = 2**30
+
+
+def plan(recipe: Recipe, tmp_path: Path) -> runner.Parallelism:
+    return runner.initial_parallelism(
+        recipe=recipe, archs=4, limit_bytes=256 * GIB, cpus=32, package="p", version="1", home=tmp_path
+    )
+
+
+def test_wrapper_env_carries_the_per_file_table_in_bytes(tmp_path: Path) -> None:
+    recipe = Recipe(name="r", compile_gib_per_arch=6.0, compile_gib_by_file=(("fwd_*", 3.5), ("bwd_*", 6.5)))
+    env = runner.wrapper_env(plan(recipe, tmp_path), recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
+    assert env["FACTORY_EST_PER_ARCH_BYTES"] == str(6 * GIB)
+    assert json.loads(env["FACTORY_EST_BY_FILE"]) == [["fwd_*", int(3.5 * GIB)], ["bwd_*", int(6.5 * GIB)]]
+    # what the wrapper reads back is the table the runner wrote
+    assert admission.parse_by_file(env["FACTORY_EST_BY_FILE"]) == (
+        ("fwd_*", int(3.5 * GIB)),
+        ("bwd_*", int(6.5 * GIB)),
+    )
+
+
+def test_wrapper_env_without_a_table_sets_none(tmp_path: Path) -> None:
+    recipe = Recipe(name="r", compile_gib_per_arch=2.0)
+    env = runner.wrapper_env(plan(recipe, tmp_path), recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
+    assert "FACTORY_EST_BY_FILE" not in env
+
+
+def test_a_raised_plan_raises_the_per_file_table(tmp_path: Path) -> None:
+    recipe = Recipe(name="r", compile_gib_per_arch=4.0, compile_gib_by_file=(("a*", 2.0),))
+    raised = replace(plan(recipe, tmp_path), per_arch_bytes=6 * GIB)  # e.g. after an OOM retry
+    env = runner.wrapper_env(raised, recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
+    assert json.loads(env["FACTORY_EST_BY_FILE"]) == [["a*", 3 * GIB]]
+
+
+def test_flash_attn_recipe_table_from_the_measured_compiles() -> None:
+    table = dict(FLASH_ATTN.compile_gib_by_file)
+    # measured: forward hdim64 3.68 GiB, backward hdim256 6.64 GiB per arch; each with a few percent on top
+    assert 3.68 < table["flash_fwd_hdim64_*"] <= 3.68 * 1.06
+    assert 6.64 < table["flash_bwd_*"] <= 6.64 * 1.06
+    assert table["flash_fwd_hdim32_*"] == table["flash_fwd_hdim64_*"]
+    fwd = [table[f"flash_fwd_hdim{h}_*"] for h in (64, 96, 128, 192, 256)]
+    assert fwd == sorted(fwd) and fwd[-1] == table["flash_bwd_*"]
+    assert table["flash_fwd_split_hdim128_*"] == table["flash_fwd_hdim128_*"]
+    assert FLASH_ATTN.compile_gib_per_arch == 6.64  # the fallback for any other file
+    by_file = runner.file_estimate_bytes(FLASH_ATTN)
+    assert admission.file_per_arch_bytes("/x/flash_fwd_hdim64_fp16_causal_sm80.cu", by_file, 0) == (
+        math.ceil(round(table["flash_fwd_hdim64_*"] * GIB, 3))
+    )
+    assert admission.file_per_arch_bytes("/x/flash_api.cpp", by_file, 1) == 1
