@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+# The S3-protocol server fixture (moto in server mode) of the publish tests, reused for the real demo wheel.
+from test_publish_s3 import moto  # noqa: F401
+
 from factory import build as build_mod
 from factory.fatbin import device_code
 
@@ -258,3 +261,34 @@ def test_consumer_installs_the_real_wheel_from_the_served_index(
     assert version == "0.1.0+cu13.0.torch2.14.abi1.sm90.120"
     assert torch_version.startswith("2.14.")
     assert str(venv) in where
+
+
+def test_consumer_installs_the_real_wheel_straight_from_an_s3_bucket(
+    demo_build: dict[str, Any],
+    tmp_path: Path,
+    moto: Any,  # noqa: F811
+) -> None:
+    """The same wheels published to an S3-protocol server (moto, over HTTP); pip reads the bucket URL."""
+    from publish_helpers import fresh_venv, pip_install
+
+    from factory.config import load_matrix_file
+    from factory.plan import plan_matrix
+    from factory.publish import publish_wheels
+
+    out = demo_build["out"]
+    wheels = [out / j["wheel"] for j in demo_build["report"]["jobs"] if j["wheel"]]
+    moto.bucket("demo-wheels")
+    publish_wheels(wheels, to="s3://demo-wheels/ci", endpoint_url=moto.endpoint, report=out / "report.json")
+    mf = load_matrix_file(demo_build["matrix"])
+    normal = build_mod.Runner(None, mf, build_mod.BuildSettings(output=tmp_path)).wheelhouse_for(
+        plan_matrix(mf).jobs[0]
+    )
+    venv = fresh_venv(tmp_path / "venv", tool="pip")
+    index_url = f"{moto.endpoint}/demo-wheels/ci/simple/cu130-torch2.14-abi1-sm80/"
+    proc = pip_install(venv, index_url, "--find-links", str(normal), "factory-demo-ext")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    probe = "import importlib.metadata as m; print(m.version('factory-demo-ext'))"
+    version = subprocess.run(
+        [str(venv / "bin" / "python"), "-I", "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert version == "0.1.0+cu13.0.torch2.14.abi1.sm80"
