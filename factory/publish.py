@@ -175,7 +175,7 @@ def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *,
     raise PublishError(f"could not write {key} in {store.description}: too many conflicting writers")
 
 
-def _cas(
+def compare_and_swap(
     store: Store,
     key: str,
     update: Callable[[bytes | None], bytes | None],
@@ -332,7 +332,7 @@ def publish_wheels(
             return index.project_json(project, merged, variant_id=variant_id).encode()
 
         state_key = f"{directory}index.json"
-        changed = _cas(store, state_key, merge, content_type=index.PYPI_JSON_TYPE)
+        changed = compare_and_swap(store, state_key, merge, content_type=index.PYPI_JSON_TYPE)
         notify("page" if changed else "skip", state_key)
         if changed:
             written.append(state_key)
@@ -362,7 +362,7 @@ def publish_wheels(
             merged = index.merge_names(existing, projects)
             return None if merged is None else index.variant_root_json(merged).encode()
 
-        if _cas(store, state_key, merge_projects, content_type=index.PYPI_JSON_TYPE):
+        if compare_and_swap(store, state_key, merge_projects, content_type=index.PYPI_JSON_TYPE):
             written.append(state_key)
         _converge(
             store,
@@ -382,7 +382,7 @@ def publish_wheels(
         merged = index.merge_names(existing, projects_by_variant)
         return None if merged is None else index.top_root_json(merged).encode()
 
-    if _cas(store, "simple/variants.json", merge_variants, content_type="application/json"):
+    if compare_and_swap(store, "simple/variants.json", merge_variants, content_type="application/json"):
         written.append("simple/variants.json")
     _converge(
         store,
@@ -408,7 +408,7 @@ def publish_wheels(
         merged = index.merge_cells(existing, cells)
         return None if merged is None else index.cells_to_json(merged).encode()
 
-    if _cas(store, "matrix.json", merge_matrix, content_type="application/json"):
+    if compare_and_swap(store, "matrix.json", merge_matrix, content_type="application/json"):
         written.append("matrix.json")
     _converge(
         store,
