@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from factory.cli import app
@@ -45,7 +46,7 @@ def _summary_table(report: BuildReport) -> Table:
     for col in ("job", "result", "wall", "peak", "attempts", "wheel / reason"):
         table.add_column(col, overflow="fold")
     for r in report.jobs:
-        detail = r.wheel or r.reason or ""
+        detail = escape(r.wheel or r.reason or "")
         table.add_row(
             r.job_id,
             f"[{STYLE.get(r.result, 'white')}]{r.result}[/]",
@@ -142,7 +143,7 @@ def build(
             console.print(f"{r.job_id}: {r.phase}")
 
     def log(msg: str) -> None:
-        console.print(msg)
+        console.print(msg, markup=False, highlight=False)
 
     if interactive:
         live.start()
@@ -157,9 +158,11 @@ def build(
             if a.note:
                 console.print(f"{r.job_id}: {a.note}")
         if r.result not in ("ok", "skipped") and r.log_tail:
-            console.print(
-                f"[bold]{r.job_id}[/]: {r.reason}\n  log: {r.log}\n  " + "\n  ".join(r.log_tail[-15:])
-            )
+            # Compiler errors lead the tail (see build.log_tail); then the last lines of the log.
+            errors = r.log_tail[: r.log_tail.index("...") + 1] if "..." in r.log_tail else []
+            shown = [*errors, *r.log_tail[len(errors) :][-15:]]
+            console.print(f"[bold]{escape(r.job_id)}[/]: {escape(r.reason or '')}\n  log: {r.log}")
+            console.print("\n".join(f"  {line}" for line in shown), markup=False, highlight=False)
     console.print(f"report: {output / 'report.json'}")
     wheels = [output / r.wheel for r in report.jobs if r.wheel]
     if publish and wheels:
