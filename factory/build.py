@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR
 from factory.errors import BuildError, FactoryError
 from factory.memory import runner as memory
-from factory.plan import Job, Plan, job_env
+from factory.plan import Job, job_env
 from factory.source import prepare_source
 
 LABEL = "io.wheel-factory"
@@ -136,13 +135,6 @@ class ContainerOutcome:
     oom_killed: bool
     peak_bytes: int
     markers: Mapping[str, Any]
-
-
-def select_jobs(plan: Plan, only: str | None) -> list[Job]:
-    """Jobs whose job id or variant id matches the glob."""
-    if not only:
-        return list(plan.jobs)
-    return [j for j in plan.jobs if fnmatch.fnmatch(j.id, only) or fnmatch.fnmatch(j.variant.id, only)]
 
 
 def torch_requirement(torch: str) -> str:
@@ -448,17 +440,24 @@ class Runner:
         """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
         return f"{WORK_MOUNT}/jobs/{job.id}-{self.settings.run_id}"
 
-    def job_env(self, job: Job, parallel: memory.Parallelism) -> dict[str, str]:
-        env = {
+    def driver_env(self, job: Job) -> dict[str, str]:
+        """What every driver phase needs, built from scratch: nothing of the host environment leaks in."""
+        return {
             "HOME": "/home/factory",
             "FACTORY_JOB_DIR": self.job_dir(job),
             "FACTORY_PYTHON": f"python{job.python}",
-            "FACTORY_CUDA": job.variant.cuda,
-            "FACTORY_REQUIREMENTS": "\n".join(self.requirements(job)),
+            # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
             "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
             "UV_LINK_MODE": "hardlink",
             "UV_PYTHON_DOWNLOADS": "never",
             "UV_NO_CONFIG": "1",
+        }
+
+    def job_env(self, job: Job, parallel: memory.Parallelism) -> dict[str, str]:
+        env = {
+            **self.driver_env(job),
+            "FACTORY_CUDA": job.variant.cuda,
+            "FACTORY_REQUIREMENTS": "\n".join(self.requirements(job)),
             "PIP_NO_INDEX": "1",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "PYTHONUNBUFFERED": "1",
@@ -509,10 +508,15 @@ class Runner:
                 str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
                 str(memory.wrapper_host_dir()): {"bind": memory.WRAPPER_DIR, "mode": "ro"},
             }
-            wheel = self.build_with_retries(job, result, image=image, mounts=mounts, log_path=log_path)
-            if wheel is None:
+            built = self.build_with_retries(
+                job, result, image=image, mounts=mounts, out_dir=out_tmp, log_path=log_path
+            )
+            if built is None:
                 return
-            self.accept(job, result, wheel=wheel, image=image, mounts=mounts, log_path=log_path)
+            wheel, installed_torch = built
+            self.accept(
+                job, result, wheel=wheel, torch=installed_torch, image=image, mounts=mounts, log_path=log_path
+            )
         except Interrupted:
             # The main thread owns signal handling; a worker only records why it stopped.
             result.result, result.reason = "interrupted", "the build was stopped"
@@ -537,7 +541,7 @@ class Runner:
         self.client.containers.run(
             image,
             ["python3", "/opt/factory/driver.py", "clean"],
-            environment={"FACTORY_JOB_DIR": self.job_dir(job)},
+            environment=self.driver_env(job),
             user=CONTAINER_USER,
             cap_drop=["ALL"],
             network_mode="none",
@@ -551,8 +555,8 @@ class Runner:
 
     def build_with_retries(
         self, job: Job, result: JobResult, *, image: str, mounts: Mapping[str, Mapping[str, str]],
-        log_path: Path,
-    ) -> Path | None:  # fmt: skip
+        out_dir: Path, log_path: Path,
+    ) -> tuple[Path, str] | None:  # fmt: skip
         """Attempts until a wheel, a non-OOM failure or the last attempt. The build directory outlives an OOM
         kill, so each retry resumes from the objects already compiled."""
         archs = len(job.variant.archs)
@@ -560,7 +564,6 @@ class Runner:
             recipe=self.mf.recipe, archs=archs, limit_bytes=self.memory_limit, cpus=self.cpus,
             package=self.mf.package.name, version=self.mf.package.version,
         )  # fmt: skip
-        out_dir = Path(mounts_host(mounts, "/out"))
         for number in range(1, self.mf.build.max_attempts + 1):
             attempt = Attempt(
                 number=number, max_jobs=parallel.max_jobs, nvcc_threads=parallel.nvcc_threads,
@@ -596,7 +599,8 @@ class Runner:
                 if not wheel_name or not (out_dir / wheel_name).is_file():
                     result.result, result.reason = "failed", "the build finished without a wheel"
                     return None
-                return out_dir / str(wheel_name)
+                # The driver reports the torch it built against; the wheel is pinned to that release.
+                return out_dir / str(wheel_name), str(outcome.markers.get("torch") or job.variant.torch)
             if not outcome.oom_killed:
                 result.result = "failed"
                 result.reason = f"build exited with code {outcome.exit_code} (attempt {number})"
@@ -642,6 +646,7 @@ class Runner:
         result: JobResult,
         *,
         wheel: Path,
+        torch: str,
         image: str,
         mounts: Mapping[str, Mapping[str, str]],
         log_path: Path,
@@ -650,15 +655,14 @@ class Runner:
         self.on_change(result)
         with log_path.open("a") as fh:
             fh.write("::factory:: checking the wheel\n")
-        installed = self._installed_torch(log_path) or job.variant.torch
-        wheelcheck.pin_torch_requirement(wheel, installed)
+        wheelcheck.pin_torch_requirement(wheel, torch)
         problems = wheelcheck.check_wheel(
             wheel,
             name=self.mf.package.name,
             version=self.mf.package.version,
             local_version=job.variant.local_version,
             python=job.python,
-            torch_version=installed,
+            torch_version=torch,
             archs=job.variant.archs,
         )
         if problems:
@@ -666,15 +670,9 @@ class Runner:
             result.reason = "wheel check failed: " + "; ".join(problems)
             return
         env = {
-            "HOME": "/home/factory",
-            "FACTORY_JOB_DIR": self.job_dir(job),
-            "FACTORY_PYTHON": f"python{job.python}",
+            **self.driver_env(job),
             "FACTORY_WHEEL": wheel.name,
             "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
-            "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
-            "UV_LINK_MODE": "hardlink",
-            "UV_PYTHON_DOWNLOADS": "never",
-            "UV_NO_CONFIG": "1",
         }
         outcome = self.run_container(
             image=image,
@@ -694,15 +692,6 @@ class Runner:
         final.chmod(0o644)
         result.wheel = final.name
         result.result = "ok"
-
-    def _installed_torch(self, log_path: Path) -> str | None:
-        found = None
-        with contextlib.suppress(OSError):
-            for line in log_path.read_text(errors="replace").splitlines():
-                if line.startswith(MARKER) and '"torch"' in line:
-                    with contextlib.suppress(ValueError):
-                        found = json.loads(line[len(MARKER) :]).get("torch", found)
-        return found
 
 
 NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
@@ -739,10 +728,6 @@ def working_set(mem: Mapping[str, Any]) -> int:
     stats = mem.get("stats") or {}
     inactive = stats.get("total_inactive_file", stats.get("inactive_file", 0))
     return max(0, usage - int(inactive or 0))
-
-
-def mounts_host(mounts: Mapping[str, Mapping[str, str]], bind: str) -> str:
-    return next(host for host, spec in mounts.items() if spec["bind"] == bind)
 
 
 @contextlib.contextmanager

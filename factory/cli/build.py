@@ -98,12 +98,12 @@ def build(
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
-    from factory.build import BuildSettings, check_docker, run_build, select_jobs
+    from factory.build import BuildSettings, check_docker, run_build
     from factory.plan import plan_matrix
 
     console = Console(stderr=True)
     mf = load_matrix_file(matrix)
-    jobs = select_jobs(plan_matrix(mf), only)
+    jobs = list(plan_matrix(mf).only(only).jobs)
     if not jobs:
         raise ConfigError(
             f"no job matches --only {only!r}" if only else "the matrix plans no job", file=str(matrix)

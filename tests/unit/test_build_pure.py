@@ -19,12 +19,13 @@ def demo(tmp_path: Path) -> build.Runner:
     return build.Runner(None, mf, build.BuildSettings(output=tmp_path, run_id="r1"))
 
 
-def test_select_jobs_by_job_or_variant_glob() -> None:
+def test_only_selects_by_job_or_variant_glob() -> None:
+    """`factory build --only` selects with Plan.only, the same filter `factory matrix --only` uses."""
     plan = plan_matrix(load_matrix_file(ROOT / "examples" / "demo.yaml"))
-    assert [j.id for j in build.select_jobs(plan, "*sm80-py311")] == ["cu130-torch2.14-abi1-sm80-py311"]
-    assert [j.variant.id for j in build.select_jobs(plan, "*sm90.120")] == ["cu130-torch2.14-abi1-sm90.120"]
-    assert len(build.select_jobs(plan, None)) == 2
-    assert build.select_jobs(plan, "cu128-*") == []
+    assert [j.id for j in plan.only("*sm80-py311").jobs] == ["cu130-torch2.14-abi1-sm80-py311"]
+    assert [j.variant.id for j in plan.only("*sm90.120").jobs] == ["cu130-torch2.14-abi1-sm90.120"]
+    assert len(plan.only(None).jobs) == 2
+    assert plan.only("cu128-*").jobs == ()
 
 
 @pytest.mark.parametrize(
