@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,28 @@ class Running:
     reserved_bytes: int
     rss_bytes: int
     threads: int = 1  # busy threads now (cicc/ptxas running side by side), not the most it may use
-    remaining_s: float | None = None  # predicted time left, from a profile
+    # what it was admitted with and how far it is, so that `decide` can see its reservation fall later
+    prediction: Prediction | None = None
+    elapsed_s: float = 0.0
+    seen_bytes: int = 0
+    waves: int = 1
+
+    def reserved_after(self, seconds: float) -> int:
+        """Its reservation `seconds` from now (never more than now: envelopes only fall)."""
+        if seconds <= 0 or self.prediction is None:
+            return self.reserved_bytes
+        # later is read on the slow clock even past its peak: a compile slower than its profile (a longer
+        # file than its siblings, a busier machine) still holds its peak then, and `decide` cannot see it
+        # yet (trusting the clock here got the model OOM-killed on a machine 15% slower than its profile)
+        later = reservation(
+            self.prediction,
+            self.elapsed_s + seconds,
+            self.seen_bytes,
+            self.rss_bytes,
+            waves=self.waves,
+            trust_clock=False,
+        )
+        return min(self.reserved_bytes, later)
 
 
 @dataclass(frozen=True)
@@ -64,17 +85,17 @@ def decide(
     prediction_bytes: int,
     threads: int = 1,
     cpus: float | None = None,
-    head_bytes: int | None = None,
-    own_s: float | None = None,
+    steps: Sequence[tuple[float, int]] = (),
 ) -> Decision:
     """Whether a compile predicted to peak at `prediction_bytes` may start now.
 
     `used_bytes` is the cgroup's working set, which already holds the running compiles' current RSS; each
     running compile is counted at the larger of its reservation and its RSS, the rest of the usage as
     untracked.
-    `head_bytes` is the prediction of a higher-priority waiter. A compile may pass it only when both fit, or
-    when it is predicted (`own_s`) to finish before the head could start anyway (EASY backfilling), so a large
-    compile is never starved by a stream of small ones.
+    `steps` is the candidate's demand over time (`timeline`, default: `prediction_bytes` from the start): a
+    compile spends its first seconds in nvcc's front end far below its peak, so it may start while the
+    running compiles' reservations are still too high for its peak, when their envelopes say they will have
+    fallen by the time its peak comes.
     """
     capacity = max(0, limit_bytes - headroom_bytes)
     tracked_rss = sum(r.rss_bytes for r in running)
@@ -85,36 +106,88 @@ def decide(
         return Decision(admit=admit, reason=reason, committed_bytes=committed, capacity_bytes=capacity)
 
     if not running:
-        if head_bytes is None:
-            return verdict(True, "nothing else runs")
-        return verdict(False, "a higher-priority compile goes first")
+        return verdict(True, "nothing else runs")
     if cpus is not None:
         busy = sum(r.threads for r in running)
         if busy + threads > max(1.0, cpus):
             return verdict(False, f"cpu: {busy}+{threads} threads > {cpus:g}")
-    if committed + prediction_bytes > capacity:
-        return verdict(
-            False, f"memory: {(committed + prediction_bytes) / GIB:.2f} GiB > {capacity / GIB:.2f} GiB"
+    steps = list(steps) or [(0.0, prediction_bytes)]
+
+    def held(r: Running, at: float) -> int:
+        # a compile above its reservation is behind its course: it is not trusted to fall
+        return r.rss_bytes if r.rss_bytes > r.reserved_bytes else r.reserved_after(at)
+
+    need = max(untracked + sum(held(r, at) for r in running) + demand for at, demand in steps)
+    if need > capacity:
+        return verdict(False, f"memory: {need / GIB:.2f} GiB > {capacity / GIB:.2f} GiB")
+    return verdict(True, "fits" if len(steps) == 1 else "fits as the running compiles' peaks pass")
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A compile waiting for admission: `key` names it (a wrapper's pid, a simulated task)."""
+
+    key: str
+    prediction: Prediction
+    threads: int
+    ticket: int  # arrival order
+
+
+def choose(
+    waiting: Sequence[Waiting],
+    *,
+    limit_bytes: int,
+    headroom_bytes: int,
+    used_bytes: int,
+    running: Sequence[Running],
+    cpus: float | None = None,
+    use_rise: bool = True,
+) -> tuple[Waiting | None, Decision | None]:
+    """The compile to start now: the first waiter in priority order that `decide` admits, with its decision;
+    else None and the decision of the first in order (why it waits).
+
+    Greedy in priority order: a higher-priority compile that does not fit yet does not hold back one that
+    does (measured: holding memory for it, with backfilling for compiles of known time, was slower in every
+    configuration of the flash-attn model, cold builds most, as an unprofiled compile never backfills).
+    """
+    first: Decision | None = None
+    for w in sorted(waiting, key=lambda w: priority(w.prediction.wall_s, w.ticket)):
+        d = decide(
+            limit_bytes=limit_bytes,
+            headroom_bytes=headroom_bytes,
+            used_bytes=used_bytes,
+            running=running,
+            prediction_bytes=w.prediction.peak_bytes,
+            threads=w.threads,
+            cpus=cpus,
+            steps=timeline(w.prediction) if use_rise else (),
         )
-    if head_bytes is None or committed + prediction_bytes + head_bytes <= capacity:
-        return verdict(True, "fits")
-    shadow = head_start_s(running, committed=committed, head_bytes=head_bytes, capacity=capacity)
-    if own_s is not None and own_s <= shadow:
-        return verdict(True, f"backfill: done in {own_s:.0f} s, before the head can start in {shadow:.0f} s")
-    return verdict(False, "memory: kept for a higher-priority compile")
+        if d.admit:
+            return w, d
+        first = first or d
+    return None, first
 
 
-def head_start_s(running: Sequence[Running], *, committed: int, head_bytes: int, capacity: int) -> float:
-    """Earliest time the head waiter fits, as running compiles finish; a compile of unknown time may end
-    now."""
-    free = capacity - committed
-    for r in sorted(running, key=lambda r: r.remaining_s or 0.0):
-        if free >= head_bytes:
-            break
-        free += max(r.reserved_bytes, r.rss_bytes)
-        if free >= head_bytes:
-            return max(0.0, r.remaining_s or 0.0)
-    return 0.0
+# A compile may run faster than when it was measured (less load on the machine): its rise is read on a clock
+# this much faster, so its peak is never expected later than it can come.
+EARLY_SLACK = 0.8
+
+
+def timeline(prediction: Prediction) -> list[tuple[float, int]]:
+    """(seconds from its start, the most it may hold from then on until its peak): a compile's demand as
+    steps, its rise read on the early clock; without a rise, its peak from the start."""
+    peak = prediction.peak_bytes
+    if not prediction.rise or not prediction.rise_s or max(prediction.rise) <= 0:
+        return [(0.0, peak)]
+    tick = prediction.rise_s * EARLY_SLACK / len(prediction.rise)
+    steps: list[tuple[float, int]] = []
+    for k, value in enumerate(prediction.rise):
+        top = max(min(int(value), peak), steps[-1][1] if steps else 0)
+        if not steps or top > steps[-1][1]:
+            steps.append((k * tick, top))
+    if steps[-1][1] < peak:
+        steps.append((len(prediction.rise) * tick, peak))
+    return steps
 
 
 def priority(predicted_s: float | None, ticket: int) -> tuple[float, int]:
@@ -136,6 +209,9 @@ class Prediction:
     envelope: tuple[int, ...] = ()
     # from the recipe's estimate and the time course of measured siblings, not from this file's own profile
     inferred: bool = False
+    # the most it holds by the end of each tenth of `rise_s` seconds from its start (`admission.rise`)
+    rise: tuple[int, ...] = ()
+    rise_s: float | None = None
 
 
 def file_per_arch_bytes(source: str, by_file: Sequence[tuple[str, int]], default_bytes: int) -> int:
@@ -238,6 +314,8 @@ def predict_from(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimate
             peak_bytes=with_margin(int(entry["peak_bytes"])),
             wall_s=float(wall),
             envelope=tuple(with_margin(int(v)) for v in entry.get("envelope") or ()),
+            rise=tuple(with_margin(int(v)) for v in entry.get("rise") or ()),
+            rise_s=float(wall) if entry.get("rise") else None,
         )
     return from_siblings(entries, key, estimate_bytes=estimate_bytes)
 
@@ -283,21 +361,37 @@ def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimat
     walls = [float(e["wall_s"]) for k, e in measured if family(k) == mine] or [
         float(e["wall_s"]) for _, e in measured
     ]
-    shape = [0.0] * ENVELOPE_POINTS
-    for _, e in measured:
-        env = [int(v) for v in e["envelope"]]
-        if len(env) != ENVELOPE_POINTS or max(env) <= 0:
-            continue
-        for i, v in enumerate(env):
-            shape[i] = max(shape[i], v / max(env))
+    shape = _shape((e.get("envelope") for _, e in measured), ENVELOPE_POINTS)
     if not any(shape):
         return Prediction(peak_bytes=estimate_bytes)
+    # the rise only counts when every sibling has one: it is read as the earliest each level may come
+    rises = [e.get("rise") for _, e in measured]
+    rising = _shape(rises, RISE_POINTS) if all(rises) else []
+
+    def scaled(fractions: Sequence[float]) -> tuple[int, ...]:
+        return tuple(min(estimate_bytes, math.ceil(estimate_bytes * f)) for f in fractions)
+
     return Prediction(
         peak_bytes=estimate_bytes,
         wall_s=max(walls) * SIBLING_TIME_MARGIN,
-        envelope=tuple(min(estimate_bytes, math.ceil(estimate_bytes * f)) for f in shape),
+        envelope=scaled(shape),
         inferred=True,
+        rise=scaled(rising) if any(rising) else (),
+        # a smaller file of the family may be faster than any sibling: the earliest its peak can come
+        rise_s=min(walls) if any(rising) else None,
     )
+
+
+def _shape(courses: Iterable[Any], points: int) -> list[float]:
+    """The most, at each point, of several courses each scaled to its own peak (1.0)."""
+    shape = [0.0] * points
+    for course in courses:
+        values = [int(v) for v in course or ()]
+        if len(values) != points or max(values) <= 0:
+            continue
+        for i, v in enumerate(values):
+            shape[i] = max(shape[i], v / max(values))
+    return shape
 
 
 ENVELOPE_POINTS = 10
@@ -308,6 +402,22 @@ PROGRESS_SLACK = 1.25
 # had its peak: the clock may then be read without slack (a slower compile still at its peak is counted at its
 # RSS, which `decide` takes when larger).
 PEAK_SEEN_FRACTION = 0.85
+
+
+# The rise is finer than the envelope: what it buys is the front end, a few percent of a compile's time.
+RISE_POINTS = 20
+
+
+def rise(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
+    """Point k: the most RSS seen from the compile's start to the end of the (k+1)-th twentieth of its time
+    (non-decreasing)."""
+    points = [0] * RISE_POINTS
+    for t, rss in samples:
+        k = min(RISE_POINTS - 1, int(RISE_POINTS * t / wall_s)) if wall_s > 0 else 0
+        points[k] = max(points[k], rss)
+    for k in range(1, RISE_POINTS):
+        points[k] = max(points[k], points[k - 1])
+    return tuple(points)
 
 
 def envelope(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
@@ -333,6 +443,7 @@ def reservation(
     rss_bytes: int | None = None,
     *,
     waves: int = 1,
+    trust_clock: bool = True,
 ) -> int:
     """Memory a running compile may still claim: its peak, or once profiled, what is left of its envelope.
 
@@ -340,11 +451,11 @@ def reservation(
     stops holding its peak once it is past it. `seen_bytes` is the most RSS seen of this run so far: once a
     compile of one wave of archs (`waves`: ceil(archs / nvcc threads)) reached its predicted peak, that peak
     is behind it (or now), and the clock is trusted as it is; with several waves the seen peak may be an
-    earlier one. `rss_bytes` is its RSS now.
+    earlier one. `rss_bytes` is its RSS now. Without `trust_clock` the slack always applies.
     """
     if not prediction.envelope or not prediction.wall_s:
         return prediction.peak_bytes
-    had_peak = waves <= 1 and seen_bytes >= PEAK_SEEN_FRACTION * prediction.peak_bytes
+    had_peak = trust_clock and waves <= 1 and seen_bytes >= PEAK_SEEN_FRACTION * prediction.peak_bytes
     slack = 1.0 if had_peak else PROGRESS_SLACK
     progress = elapsed_s / (prediction.wall_s * slack)
     k = min(len(prediction.envelope) - 1, int(len(prediction.envelope) * progress))

@@ -177,6 +177,7 @@ def load_measurements(path: str | None) -> dict[str, dict[str, Any]]:
                     "peak_bytes": int(raw["peak_bytes"]),
                     "wall_s": float(raw["wall_s"]),
                     "envelope": [int(v) for v in raw.get("envelope") or ()],
+                    "rise": [int(v) for v in raw.get("rise") or ()],
                 }
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a line cut short by a kill
@@ -220,6 +221,30 @@ def env_int(name: str, default: int | None) -> int | None:
         return default
 
 
+def prediction_entry(p: admission.Prediction) -> dict[str, Any]:
+    """A prediction as the state file holds it, for waiting and running compiles alike."""
+    return {
+        "bytes": p.peak_bytes,
+        "seconds": p.wall_s,
+        "envelope": list(p.envelope),
+        "inferred": p.inferred,
+        "rise": list(p.rise),
+        "rise_s": p.rise_s,
+    }
+
+
+def prediction_of(entry: dict[str, Any]) -> admission.Prediction:
+    """The prediction a state file entry holds (`prediction_entry`)."""
+    return admission.Prediction(
+        peak_bytes=int(entry["bytes"]),
+        wall_s=entry.get("seconds"),
+        envelope=tuple(int(v) for v in entry.get("envelope") or ()),
+        inferred=bool(entry.get("inferred")),
+        rise=tuple(int(v) for v in entry.get("rise") or ()),
+        rise_s=entry.get("rise_s"),
+    )
+
+
 def wait_for_admission(
     state_dir: str,
     *,
@@ -242,14 +267,7 @@ def wait_for_admission(
     t0 = time.monotonic()
 
     def entry(p: admission.Prediction) -> dict[str, Any]:
-        return {
-            "bytes": p.peak_bytes,
-            "seconds": p.wall_s,
-            "envelope": list(p.envelope),
-            "inferred": p.inferred,
-            "threads": threads,
-            "waves": waves,
-        }
+        return {**prediction_entry(p), "threads": threads, "waves": waves}
 
     mine = entry(prediction)
     with locked_state(state_dir) as state:
@@ -269,54 +287,52 @@ def wait_for_admission(
                 rss = tree_rss(int(pid), kids)
                 # the most RSS seen of a running compile tells whether its peak is behind it
                 r["seen"] = max(int(r.get("seen", 0)), rss)
+                promised = prediction_of(r)
+                elapsed = now - float(r["start"])
+                waves_r = int(r.get("waves", 2))
                 running.append(
                     admission.Running(
                         pid=int(pid),
                         reserved_bytes=admission.reservation(
-                            admission.Prediction(
-                                peak_bytes=int(r["bytes"]),
-                                wall_s=r.get("seconds"),
-                                envelope=tuple(r.get("envelope") or ()),
-                                inferred=bool(r.get("inferred")),
-                            ),
-                            now - float(r["start"]),
-                            r["seen"],
-                            rss,
-                            waves=int(r.get("waves", 2)),
+                            promised, elapsed, r["seen"], rss, waves=waves_r
                         ),
                         rss_bytes=rss,
                         threads=tree_workers(int(pid), kids, int(r.get("threads", 1))),
-                        remaining_s=(float(r["seconds"]) - (now - float(r["start"])))
-                        if r.get("seconds")
-                        else None,
+                        prediction=promised,
+                        elapsed_s=elapsed,
+                        seen_bytes=r["seen"],
+                        waves=waves_r,
                     )
                 )
-            me_waiting = {**state["waiting"][me], **mine}
-            state["waiting"][me] = me_waiting
-            rank = admission.priority(me_waiting["seconds"], me_waiting["ticket"])
-            ahead = sorted(
-                (admission.priority(w["seconds"], w["ticket"]), int(w["bytes"]))
-                for pid, w in state["waiting"].items()
-                if pid != me and admission.priority(w["seconds"], w["ticket"]) < rank
-            )
-            decision = admission.decide(
+            state["waiting"][me] = {**state["waiting"][me], **mine}
+            chosen, decision = admission.choose(
+                [
+                    admission.Waiting(
+                        key=pid,
+                        prediction=prediction_of(w),
+                        threads=int(w.get("threads", 1)),
+                        ticket=int(w["ticket"]),
+                    )
+                    for pid, w in state["waiting"].items()
+                ],
                 limit_bytes=limit,
                 headroom_bytes=headroom,
                 used_bytes=used,
                 running=running,
-                prediction_bytes=prediction.peak_bytes,
-                threads=threads,
                 cpus=cpus,
-                head_bytes=ahead[0][1] if ahead else None,
-                own_s=prediction.wall_s,
             )
-            if decision.admit:
+            if chosen is not None and chosen.key == me:
                 del state["waiting"][me]
                 state["running"][me] = {**mine, "start": time.time()}
                 return time.monotonic() - t0, prediction
-        if decision.reason != said:
-            said = decision.reason
-            log(f"waiting ({decision.reason})")
+        if chosen is not None:
+            # the first in priority order that fits starts at its own next poll; until then the others wait
+            reason = "a higher-priority compile fits first"
+        else:
+            reason = decision.reason if decision is not None else "no compile fits"
+        if reason != said:
+            said = reason
+            log(f"waiting ({reason})")
         time.sleep(poll)
 
 
@@ -345,11 +361,22 @@ def publish_seen(state_dir: str, seen_bytes: int) -> None:
             mine["seen"] = max(int(mine.get("seen", 0)), seen_bytes)
 
 
+def publish_prediction(state_dir: str, prediction: admission.Prediction) -> None:
+    """A running compile's refreshed prediction: the compiles of this build that finished since it started
+    give an unprofiled one a time course, so its reservation can fall once its peak is behind it."""
+    with locked_state(state_dir) as state:
+        mine = state["running"].get(str(os.getpid()))
+        if mine is not None:
+            mine.update(prediction_entry(prediction))
+
+
 def run_measured(
-    cmd: list[str], on_peak: Callable[[int], None] | None = None
+    cmd: list[str],
+    on_peak: Callable[[int], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> tuple[int, list[tuple[float, int]], float]:
     """(exit code, RSS samples of the process tree, wall seconds) of a child, forwarding termination
-    signals; `on_peak` hears of each new peak of the tree's RSS."""
+    signals; `on_peak` hears of each new peak of the tree's RSS, `on_tick` is called after every sample."""
     interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
     t0 = time.monotonic()
     child = subprocess.Popen(cmd)
@@ -368,6 +395,8 @@ def run_measured(
         if on_peak is not None and rss > published * PUBLISH_STEP:
             published = rss
             on_peak(rss)
+        if on_tick is not None:
+            on_tick()
         time.sleep(interval)
     code = child.returncode
     return (128 - code if code < 0 else code), samples, time.monotonic() - t0
@@ -416,8 +445,19 @@ def main(argv: list[str]) -> int:
                 refresh=predictor.refresh,
             )
         admitted = os.environ.get("FACTORY_ADMISSION", "on") != "off"
+        promised = prediction
+
+        def refresh_running() -> None:
+            nonlocal promised
+            latest = predictor.refresh()  # the same object until a sibling's measurement changes it
+            if latest is not promised:
+                promised = latest
+                publish_prediction(state_dir, latest)
+
         code, samples, wall = run_measured(
-            [nvcc, *argv], on_peak=(lambda b: publish_seen(state_dir, b)) if admitted else None
+            [nvcc, *argv],
+            on_peak=(lambda b: publish_seen(state_dir, b)) if admitted else None,
+            on_tick=refresh_running if admitted else None,
         )
     finally:
         release(state_dir)
@@ -435,6 +475,7 @@ def main(argv: list[str]) -> int:
         "predicted_s": prediction.wall_s,
         "waited_s": round(waited, 3),
         "envelope": list(admission.envelope(samples, wall)),
+        "rise": list(admission.rise(samples, wall)),
         "mem_s": round(mem_seconds(samples, wall)),
     }
     if out:

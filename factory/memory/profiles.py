@@ -27,6 +27,7 @@ class Measurement:
     wall_s: float
     rc: int = 0
     envelope: tuple[int, ...] = ()
+    rise: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +36,7 @@ class ProfileEntry:
     wall_s: float | None
     samples: int
     envelope: tuple[int, ...] = ()
+    rise: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +57,7 @@ class Profile:
                     "wall_s": e.wall_s,
                     "samples": e.samples,
                     "envelope": list(e.envelope),
+                    "rise": list(e.rise),
                 }
                 for k, e in sorted(self.entries.items())
             },
@@ -75,7 +78,8 @@ def profile_from_json(data: object, *, source: str = "profile") -> Profile:
                 peak_bytes=int(raw["peak_bytes"]),
                 wall_s=float(raw["wall_s"]) if raw.get("wall_s") is not None else None,
                 samples=int(raw.get("samples", 1)),
-                envelope=tuple(int(v) for v in raw.get("envelope") or ()),
+                envelope=_ints(raw.get("envelope")),
+                rise=_ints(raw.get("rise")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"bad profile entry {key!r}: {exc}", file=source) from None
@@ -129,7 +133,8 @@ def read_measurements(path: Path) -> list[Measurement]:
                     peak_bytes=int(raw["peak_bytes"]),
                     wall_s=float(raw["wall_s"]),
                     rc=int(raw.get("rc", 0)),
-                    envelope=tuple(int(v) for v in raw.get("envelope") or ()),
+                    envelope=_ints(raw.get("envelope")),
+                    rise=_ints(raw.get("rise")),
                 )
             )
         except (ValueError, KeyError, TypeError):
@@ -148,7 +153,11 @@ def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
         ok_wall = m.wall_s if m.rc == 0 else None
         if old is None:
             entries[m.key] = ProfileEntry(
-                peak_bytes=m.peak_bytes, wall_s=ok_wall, samples=1, envelope=m.envelope if m.rc == 0 else ()
+                peak_bytes=m.peak_bytes,
+                wall_s=ok_wall,
+                samples=1,
+                envelope=m.envelope if m.rc == 0 else (),
+                rise=m.rise if m.rc == 0 else (),
             )
             continue
         wall = old.wall_s
@@ -158,12 +167,18 @@ def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
             peak_bytes=max(old.peak_bytes, m.peak_bytes),
             wall_s=round(wall, 3) if wall is not None else None,
             samples=old.samples + 1,
-            envelope=_max_envelope(old.envelope, m.envelope if m.rc == 0 else ()),
+            envelope=_pointwise_max(old.envelope, m.envelope if m.rc == 0 else ()),
+            rise=_pointwise_max(old.rise, m.rise if m.rc == 0 else ()),
         )
     return replace(profile, entries=MappingProxyType(entries))
 
 
-def _max_envelope(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+def _ints(value: object) -> tuple[int, ...]:
+    return tuple(int(v) for v in value or ())  # type: ignore[attr-defined]
+
+
+def _pointwise_max(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Courses of several runs of one compile: the most at each point is the safe one to plan with."""
     if not a or not b or len(a) != len(b):
         return a or b
     return tuple(max(x, y) for x, y in zip(a, b, strict=True))
@@ -178,6 +193,7 @@ def merge_profiles(base: Profile, other: Profile) -> Profile:
             wall_s=e.wall_s or 0.0,
             rc=0 if e.wall_s else 1,
             envelope=e.envelope,
+            rise=e.rise,
         )
         for k, e in other.entries.items()
     ]

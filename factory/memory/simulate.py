@@ -38,15 +38,26 @@ class Task:
     def cpu_s(self) -> float:
         return sum(d * t for d, _, t in self.phases)
 
-    def envelope(self) -> tuple[int, ...]:
-        """What the wrapper would record: the RSS envelope over this task's run at full speed."""
+    def samples(self) -> list[tuple[float, int]]:
+        """What the wrapper would sample of this task's RSS over a run at full speed."""
         samples: list[tuple[float, int]] = []
         t = 0.0
         for d, m, _ in self.phases:
             steps = max(1, math.ceil(d))
-            samples.extend((t + d * i / steps, m) for i in range(steps))
+            # mid-step, as a sampler at an arbitrary phase sees it: never exactly on a phase boundary
+            samples.extend((t + d * (i + 0.5) / steps, m) for i in range(steps))
             t += d
-        return admission.envelope(samples, self.time_s)
+        return samples
+
+    def measured(self) -> Prediction:
+        """The profile entry the wrapper would record of a run at full speed (before any margin)."""
+        samples = self.samples()
+        return Prediction(
+            peak_bytes=self.peak_bytes,
+            wall_s=self.time_s,
+            envelope=admission.envelope(samples, self.time_s),
+            rise=admission.rise(samples, self.time_s),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +102,8 @@ class AdmissionModel:
     # the recipe's estimate of each unprofiled task, as the wrapper computes it (admission.compile_estimate);
     # a task not named here takes `default`
     estimates: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    timeline: bool = True  # a compile's rise lets it start before the running compiles' peaks are past
+    poll_s: float = 1.0  # how often a waiting wrapper asks again (FACTORY_POLL_S is 0.5 s)
 
     def predict(self, name: str, measured: Mapping[str, Mapping[str, object]]) -> Prediction:
         """What the wrapper of `name` predicts from the profile (`predictions`, also in `measured`) and, when
@@ -100,9 +113,14 @@ class AdmissionModel:
         return admission.predict_from(known, name, estimate_bytes=estimate)
 
 
-def _entry(peak_bytes: int, wall_s: float | None, envelope: tuple[int, ...]) -> dict[str, object]:
-    """A prediction in the profile file's form, as the wrapper reads it."""
-    return {"peak_bytes": peak_bytes, "wall_s": wall_s, "envelope": list(envelope)}
+def _entry(p: Prediction) -> dict[str, object]:
+    """A measurement in the profile file's form, as the wrapper reads it."""
+    return {
+        "peak_bytes": p.peak_bytes,
+        "wall_s": p.wall_s,
+        "envelope": list(p.envelope),
+        "rise": list(p.rise),
+    }
 
 
 @dataclass
@@ -129,7 +147,7 @@ def run_attempt(
     calls."""
     pending = [t for t in tasks if t.name not in done]
     pending.reverse()  # pop() takes the next in ninja's order
-    waiting: list[tuple[tuple[float, int], Task, Prediction]] = []
+    waiting: list[tuple[int, Task, Prediction]] = []  # (ticket, task, prediction)
     running: list[_Run] = []
     finished = set(done)
     now = 0.0
@@ -137,7 +155,7 @@ def run_attempt(
     ticket = 0
     measured: dict[str, dict[str, object]] = {}
     if admit is not None:
-        measured = {n: _entry(p.peak_bytes, p.wall_s, p.envelope) for n, p in admit.predictions.items()}
+        measured = {n: _entry(p) for n, p in admit.predictions.items()}
     while True:
         while pending and len(waiting) + len(running) < jobs:
             task = pending.pop()
@@ -147,7 +165,7 @@ def run_attempt(
                 )
             else:
                 pred = admit.predict(task.name, measured)
-                waiting.append((admission.priority(pred.wall_s, ticket), task, pred))
+                waiting.append((ticket, task, pred))
                 ticket += 1
         if admit is not None:
             _admit(waiting, running, admit, now=now, base_bytes=base_bytes)
@@ -174,6 +192,9 @@ def run_attempt(
         busy = sum(r.task.phases[r.phase][2] for r in running)
         speed = min(1.0, cores / busy) if busy else 1.0
         step = min(r.left for r in running) / speed
+        if waiting and admit is not None:
+            # reservations fall with the clock, not only at phase changes: waiting wrappers poll
+            step = min(step, admit.poll_s)
         now += step
         still: list[_Run] = []
         for r in running:
@@ -187,29 +208,30 @@ def run_attempt(
             if r.phase == len(r.task.phases):
                 finished.add(r.task.name)
                 if admit is not None and admit.online:
-                    measured[r.task.name] = _entry(r.task.peak_bytes, r.task.time_s, r.task.envelope())
+                    measured[r.task.name] = _entry(r.task.measured())
             else:
                 still.append(r)
         if admit is not None and admit.online and len(still) < len(running):
-            # waiting wrappers re-read the measurements and predict again
-            for i, (key, task, _) in enumerate(waiting):
-                pred = admit.predict(task.name, measured)
-                waiting[i] = (admission.priority(pred.wall_s, key[1]), task, pred)
+            # waiting wrappers re-read the measurements and predict again; so do running ones the profile
+            # does not know (nvcc_wrapper.publish_prediction)
+            for i, (arrival, task, _) in enumerate(waiting):
+                waiting[i] = (arrival, task, admit.predict(task.name, measured))
+            for r in still:
+                if r.task.name not in admit.predictions:
+                    r.prediction = admit.predict(r.task.name, measured)
         running = still
 
 
 def _admit(
-    waiting: list[tuple[tuple[float, int], Task, Prediction]],
+    waiting: list[tuple[int, Task, Prediction]],
     running: list[_Run],
     admit: AdmissionModel,
     *,
     now: float,
     base_bytes: int,
 ) -> None:
-    waiting.sort(key=lambda w: w[0])
-    i = 0
-    while i < len(waiting):
-        _, task, pred = waiting[i]
+    """Start waiting tasks as the wrappers would: `admission.choose`, until it chooses none."""
+    while waiting:
         state = [
             admission.Running(
                 pid=n,
@@ -218,37 +240,40 @@ def _admit(
                 ),
                 rss_bytes=r.task.phases[r.phase][1],
                 threads=r.task.phases[r.phase][2],
-                remaining_s=(r.prediction.wall_s - (now - r.started)) if r.prediction.wall_s else None,
+                prediction=r.prediction,
+                elapsed_s=now - r.started,
+                seen_bytes=r.seen,
+                waves=admit.waves,
             )
             for n, r in enumerate(running)
         ]
-        used = base_bytes + sum(s.rss_bytes for s in state)
-        decision = admission.decide(
+        chosen, _ = admission.choose(
+            [
+                admission.Waiting(
+                    key=str(i), prediction=pred, threads=max(t for _, _, t in task.phases), ticket=ticket
+                )
+                for i, (ticket, task, pred) in enumerate(waiting)
+            ],
             limit_bytes=admit.limit_bytes,
             headroom_bytes=admit.headroom_bytes,
-            used_bytes=used,
+            used_bytes=base_bytes + sum(s.rss_bytes for s in state),
             running=state,
-            prediction_bytes=pred.peak_bytes,
-            threads=max(t for _, _, t in task.phases),
             cpus=admit.cpus,
-            head_bytes=waiting[0][2].peak_bytes if i > 0 else None,
-            own_s=pred.wall_s,
+            use_rise=admit.timeline,
         )
-        if decision.admit:
-            waiting.pop(i)
-            running.append(
-                _Run(
-                    task=task,
-                    phase=0,
-                    left=task.phases[0][0],
-                    started=now,
-                    prediction=pred,
-                    seen=task.phases[0][1],
-                )
+        if chosen is None:
+            return
+        _, task, pred = waiting.pop(int(chosen.key))
+        running.append(
+            _Run(
+                task=task,
+                phase=0,
+                left=task.phases[0][0],
+                started=now,
+                prediction=pred,
+                seen=task.phases[0][1],
             )
-            i = 0  # the head may have changed: re-check from the top
-        else:
-            i += 1
+        )
 
 
 def simulate_fixed(
@@ -401,8 +426,7 @@ def simulate_factory(
         total += r.makespan_s
         peak = max(peak, r.peak_bytes)
         for name in r.completed - done:
-            t = by_name[name]
-            learned[name] = Prediction(peak_bytes=t.peak_bytes, wall_s=t.time_s, envelope=t.envelope())
+            learned[name] = by_name[name].measured()
         if not r.oom:
             lines.append(f"attempt {number}: ok after {r.makespan_s:.0f} s, {r.compiled} objects compiled")
             return StrategyResult(

@@ -13,9 +13,8 @@ LIMIT = 16 * GIB
 HEAD = GIB  # headroom
 
 
-def run(reserved: float, rss: float = 0, remaining: float | None = None, threads: int = 1) -> Running:
-    return Running(pid=1, reserved_bytes=int(reserved * GIB), rss_bytes=int(rss * GIB), threads=threads,
-                   remaining_s=remaining)  # fmt: skip
+def run(reserved: float, rss: float = 0, threads: int = 1) -> Running:
+    return Running(pid=1, reserved_bytes=int(reserved * GIB), rss_bytes=int(rss * GIB), threads=threads)
 
 
 def test_always_admits_when_nothing_runs() -> None:
@@ -54,24 +53,33 @@ def test_cpu_bound() -> None:
     assert not d.admit and d.reason.startswith("cpu")
 
 
-def test_head_of_queue_is_not_starved() -> None:
-    # a small compile may not take the room a waiting large one needs...
-    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(8, remaining=100)],
-               prediction_bytes=2 * GIB, head_bytes=int(7.5 * GIB), own_s=300)  # fmt: skip
-    assert not d.admit
-    # ...unless it is done before the large one could start anyway (backfilling)
-    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(8, remaining=100)],
-               prediction_bytes=2 * GIB, head_bytes=int(7.5 * GIB), own_s=50)  # fmt: skip
-    assert d.admit and d.reason.startswith("backfill")
-    # a compile of unknown time never backfills
-    d = decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[run(8, remaining=100)],
-               prediction_bytes=2 * GIB, head_bytes=int(7.5 * GIB), own_s=None)  # fmt: skip
-    assert not d.admit
-    # when nothing runs only the head goes
-    d = decide(
-        limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=[], prediction_bytes=GIB, head_bytes=GIB
+def waiter(key: str, gib: float, seconds: float | None, ticket: int, threads: int = 1) -> admission.Waiting:
+    return admission.Waiting(
+        key=key,
+        prediction=Prediction(peak_bytes=int(gib * GIB), wall_s=seconds),
+        threads=threads,
+        ticket=ticket,
     )
-    assert not d.admit
+
+
+def test_choose_takes_the_first_in_priority_order_that_fits() -> None:
+    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD, "used_bytes": 0, "running": [run(8)]}  # 7 GiB free
+    long_big = waiter("a", 9, 300.0, ticket=2)
+    long_small = waiter("b", 6, 200.0, ticket=3)
+    short_small = waiter("c", 2, 50.0, ticket=0)
+    chosen, d = admission.choose([short_small, long_small, long_big], **kw)
+    # the longest does not fit; the next longest that does goes first, not the one that came first
+    assert chosen == long_small and d is not None and d.admit
+    # nothing fits: no choice, and the reason is the first in order's
+    chosen, d = admission.choose([long_big], **kw)
+    assert chosen is None and d is not None and d.reason.startswith("memory")
+    # when nothing runs, the first in order starts whatever its size
+    chosen, _ = admission.choose([short_small, long_big], **{**kw, "running": []})
+    assert chosen == long_big
+    # CPU counts too: a 4-thread compile on 4 busy cores of 6 waits, a 1-thread one passes it
+    busy = {**kw, "running": [run(1, threads=4)], "cpus": 6}
+    chosen, _ = admission.choose([waiter("d", 1, 90.0, 0, threads=4), waiter("e", 1, 10.0, 1)], **busy)
+    assert chosen is not None and chosen.key == "e"
 
 
 def test_priority_longest_first_then_arrival() -> None:
@@ -237,3 +245,76 @@ def test_raised_by_file_follows_a_raised_per_arch_figure() -> None:
         ("a*", 2),
         ("b*", 3),
     )
+
+
+def test_rise_is_the_most_held_so_far() -> None:
+    samples = [(0.2, 1), (1.0, 2), (3.0, 9), (9.0, 4)]  # 20 steps of 0.5 s
+    r = admission.rise(samples, 10.0)
+    assert len(r) == admission.RISE_POINTS
+    assert (r[0], r[1], r[2], r[5], r[6], r[-1]) == (1, 1, 2, 2, 9, 9)  # each: up to the end of its step
+    assert list(r) == sorted(r)
+
+
+def test_timeline_reads_the_rise_on_the_early_clock() -> None:
+    rise = (1,) * 4 + (8,) * 16  # front end for the first 20% of 100 s, then its peak
+    p = Prediction(peak_bytes=10, wall_s=100.0, rise=rise, rise_s=100.0)
+    tick = 100.0 * admission.EARLY_SLACK / admission.RISE_POINTS
+    # the peak may come as early as 4 ticks in; the margin above what was seen holds once the rise is over
+    assert admission.timeline(p) == [(0.0, 1), (4 * tick, 8), (20 * tick, 10)]
+    assert admission.timeline(Prediction(peak_bytes=10, wall_s=100.0)) == [(0.0, 10)]
+
+
+def _running(*, peak: float, elapsed: float, wall: float = 100.0, rss: float | None = None) -> Running:
+    env = tuple(int(peak * GIB) if k < 4 else int(peak * GIB) // 4 for k in range(10))
+    p = Prediction(peak_bytes=int(peak * GIB), wall_s=wall, envelope=env)
+    rss_bytes = int((peak if rss is None else rss) * GIB)
+    return Running(
+        pid=1, reserved_bytes=admission.reservation(p, elapsed, rss_bytes, rss_bytes), rss_bytes=rss_bytes,
+        threads=1, prediction=p, elapsed_s=elapsed, seen_bytes=rss_bytes,
+    )  # fmt: skip
+
+
+def test_reserved_after_follows_the_envelope_and_never_rises() -> None:
+    r = _running(peak=8, elapsed=30)  # at its peak until 40% of its 100 s
+    assert r.reserved_bytes == 8 * GIB
+    assert r.reserved_after(5) == 8 * GIB
+    # later is read on the slow clock (PROGRESS_SLACK): 45 s counts as 36% done, 55 s as 44%
+    assert r.reserved_after(15) == 8 * GIB
+    assert r.reserved_after(25) == 2 * GIB
+    assert Running(pid=1, reserved_bytes=5, rss_bytes=5).reserved_after(1000) == 5  # nothing to go by
+
+
+def test_a_compile_starts_in_its_front_end_while_a_running_peak_passes() -> None:
+    # 15 GiB for compiles: the running one holds 8 GiB for 10 s more; the candidate (8 GiB) reaches its peak
+    # no earlier than 20 s in (EARLY_SLACK of its 25 s front end)
+    rise = (GIB,) * 5 + (8 * GIB,) * 15
+    steps = admission.timeline(Prediction(peak_bytes=8 * GIB, wall_s=100.0, rise=rise, rise_s=100.0))
+    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD, "used_bytes": 8 * GIB, "prediction_bytes": 8 * GIB}
+    late = decide(running=[_running(peak=8, elapsed=30)], steps=steps, **kw)
+    assert late.admit and "peaks pass" in late.reason
+    # without its rise it waits for the peak to pass
+    assert not decide(running=[_running(peak=8, elapsed=30)], **kw).admit
+    # a running compile that holds its peak for 30 s more keeps it out
+    assert not decide(running=[_running(peak=8, elapsed=10)], steps=steps, **kw).admit
+    # one above its reservation (slower than its profile) is not trusted to fall
+    slow = _running(peak=8, elapsed=45, rss=8)
+    assert slow.reserved_bytes < slow.rss_bytes
+    assert not decide(running=[slow], steps=steps, **kw).admit
+
+
+def test_unmeasured_file_takes_its_siblings_rise_at_the_fastest_siblings_pace() -> None:
+    env = [8 * GIB] * 4 + [2 * GIB] * 6
+    rise = [GIB] * 2 + [8 * GIB] * 18
+    entries = {
+        "k_h64.cu|compute_80|1": {"peak_bytes": 8 * GIB, "wall_s": 100.0, "envelope": env, "rise": rise},
+        "k_h32.cu|compute_80|1": {"peak_bytes": 8 * GIB, "wall_s": 60.0, "envelope": env, "rise": rise},
+    }
+    p = admission.predict_from(entries, "k_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
+    assert p.inferred and p.rise[0] == 2 * GIB and p.rise[-1] == 16 * GIB
+    assert (
+        p.wall_s == 100.0 and p.rise_s == 60.0
+    )  # held as long as the slowest, peaking as early as the fastest
+    # a sibling without a rise (an older profile) leaves the compile at its peak from the start
+    del entries["k_h32.cu|compute_80|1"]["rise"]
+    q = admission.predict_from(entries, "k_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
+    assert q.rise == () and admission.timeline(q) == [(0.0, 16 * GIB)]

@@ -70,3 +70,13 @@ def test_raised_per_arch() -> None:
                                                                        peak_bytes=20, wall_s=1)])  # fmt: skip
     assert profiles.raised_per_arch(3, p, base_bytes=0) == 10
     assert profiles.raised_per_arch(30, p, base_bytes=0) == 30
+
+
+def test_rise_is_kept_merged_and_read_back(tmp_path: Path) -> None:
+    a = Measurement(key="k", peak_bytes=9, wall_s=10.0, envelope=(9, 2), rise=(1, 9))
+    b = Measurement(key="k", peak_bytes=8, wall_s=12.0, envelope=(8, 3), rise=(8, 8))
+    p = profiles.merge(Profile(package="x", version="1"), [a, b])
+    assert p.entries["k"].rise == (8, 9)  # the earliest each level was seen: the safe course to plan with
+    path = tmp_path / "p.json"
+    profiles.save_profile(p, path)
+    assert profiles.load_profile(path).entries["k"].rise == (8, 9)

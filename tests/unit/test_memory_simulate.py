@@ -196,3 +196,39 @@ def test_an_estimate_below_the_real_peaks_is_caught_by_the_oom_retry() -> None:
         est_base_bytes=0, by_file=(("k*", 4 * GIB),),
     )  # fmt: skip
     assert not r.failed and r.oom_kills >= 1
+
+
+def test_timeline_admission_starts_a_front_end_while_a_peak_passes() -> None:
+    # 40 s front end at 1 GiB, 30 s at 8 GiB, 30 s at 2 GiB: two peaks (each planned with its 10% margin)
+    # never fit under 14 GiB
+    shape = ((40.0, GIB, 1), (30.0, 8 * GIB, 1), (30.0, 2 * GIB, 1))
+    tasks = [Task(name=f"k{i}", phases=shape) for i in range(4)]
+    profile = {t.name: t.measured() for t in tasks}
+
+    def attempt(timeline: bool) -> S.AttemptResult:
+        admit = S.AdmissionModel(
+            limit_bytes=14 * GIB, headroom_bytes=0, cpus=8, predictions=profile, timeline=timeline,
+            default=Prediction(peak_bytes=8 * GIB),
+        )  # fmt: skip
+        return S.run_attempt(tasks, limit_bytes=14 * GIB, cores=8, jobs=4, admit=admit)
+
+    without, with_rise = attempt(False), attempt(True)
+    assert not without.oom and not with_rise.oom
+    assert with_rise.peak_bytes <= 14 * GIB
+    # without its rise each next compile waits for the running peak to pass (70 s in); with it, it starts so
+    # that its peak (32 s in on the early clock) comes after the running one's (87.5 s on the slow clock)
+    assert without.makespan_s == 310.0
+    assert with_rise.makespan_s < 280.0
+
+
+def test_a_machine_slower_than_the_profile_is_not_oom_killed() -> None:
+    # the profile was learned on a faster machine (or a quieter one): every compile now takes 1.3x as long,
+    # so running compiles hold their peaks past the time their profiles say
+    tasks = M.flash_attn_tasks(scale=M.time_scale())
+    profile = {t.name: t.measured() for t in tasks}
+    slow = [Task(name=t.name, phases=tuple((d * 1.3, m, n) for d, m, n in t.phases)) for t in tasks]
+    r, _ = S.simulate_factory(
+        slow, limit_bytes=128 * GIB, cores=64, base_bytes=M.BASE_BYTES, archs=M.ARCHS,
+        nvcc_threads=M.NVCC_THREADS, per_arch_bytes=M.per_arch_estimate_bytes(), profile=profile,
+    )  # fmt: skip
+    assert r.oom_kills == 0 and not r.failed

@@ -133,11 +133,18 @@ def test_busy_threads_are_the_leaves_of_a_process_tree() -> None:
 
 def test_measurements_of_the_build_skip_failed_and_cut_lines(tmp_path: Path) -> None:
     out = tmp_path / "m.jsonl"
-    ok = {"key": "a.cu|compute_80|1", "peak_bytes": 5, "wall_s": 2.0, "rc": 0, "envelope": [5, 1]}
+    ok = {
+        "key": "a.cu|compute_80|1",
+        "peak_bytes": 5,
+        "wall_s": 2.0,
+        "rc": 0,
+        "envelope": [5, 1],
+        "rise": [1, 5],
+    }
     bad = {"key": "b.cu|compute_80|1", "peak_bytes": 7, "wall_s": 1.0, "rc": 137}
     out.write_text(json.dumps(ok) + "\n" + json.dumps(bad) + "\n" + '{"key": "c.cu|comp')
     assert nvcc_wrapper.load_measurements(str(out)) == {
-        "a.cu|compute_80|1": {"peak_bytes": 5, "wall_s": 2.0, "envelope": [5, 1]}
+        "a.cu|compute_80|1": {"peak_bytes": 5, "wall_s": 2.0, "envelope": [5, 1], "rise": [1, 5]}
     }
 
 
