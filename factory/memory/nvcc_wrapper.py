@@ -2,9 +2,10 @@
 """nvcc admission wrapper: every nvcc call of a build passes through here (PYTORCH_NVCC, or `nvcc` first on
 PATH).
 
-A compile starts only when its predicted peak fits the cgroup's remaining memory; its real peak RSS and
-wall time
-are measured and appended to a profile. Standard library only: it runs with the build container's Python,
+A compile starts only when its predicted peak fits the cgroup's remaining memory, or, when its profile shows
+a low front end (preprocessing, parsing), when that fits: it is then stopped (SIGSTOP of its process group)
+as it rises past it, until its peak fits. Its real peak RSS, time and course are measured and appended to a
+profile. Standard library only: it runs with the build container's Python,
 next to
 admission.py and cgroup.py (copied alongside it), which hold the decision and the cgroup reading.
 
@@ -21,6 +22,7 @@ Environment:
   FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
   FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
   FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
+  FACTORY_CGROUP_ROOT          where the cgroup file system is mounted (default /sys/fs/cgroup)
   FACTORY_POLL_S               seconds between admission checks (default 0.5)
   FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
 """
@@ -211,6 +213,12 @@ class Predictor:
         return self.current
 
 
+def read_cgroup() -> cgroup.CgroupInfo:
+    """The limits and usage of the cgroup this compile runs in (FACTORY_CGROUP_ROOT: where the cgroup file
+    system is, when not at /sys/fs/cgroup)."""
+    return cgroup.read_cgroup(os.environ.get("FACTORY_CGROUP_ROOT") or "/sys/fs/cgroup")
+
+
 def env_int(name: str, default: int | None) -> int | None:
     value = os.environ.get(name)
     if not value:
@@ -229,7 +237,6 @@ def prediction_entry(p: admission.Prediction) -> dict[str, Any]:
         "envelope": list(p.envelope),
         "inferred": p.inferred,
         "rise": list(p.rise),
-        "rise_s": p.rise_s,
     }
 
 
@@ -241,105 +248,213 @@ def prediction_of(entry: dict[str, Any]) -> admission.Prediction:
         envelope=tuple(int(v) for v in entry.get("envelope") or ()),
         inferred=bool(entry.get("inferred")),
         rise=tuple(int(v) for v in entry.get("rise") or ()),
-        rise_s=entry.get("rise_s"),
     )
 
 
-def wait_for_admission(
-    state_dir: str,
-    *,
-    prediction: admission.Prediction,
-    threads: int,
-    waves: int = 1,
-    refresh: Callable[[], admission.Prediction] | None = None,
-) -> tuple[float, admission.Prediction]:
-    """Seconds waited, and the prediction the compile was admitted with."""
-    info = cgroup.read_cgroup()
-    limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
-    if limit is None:
-        return 0.0, prediction  # no limit anywhere: nothing to protect
-    headroom = env_int("FACTORY_HEADROOM_BYTES", None)
-    headroom = admission.default_headroom(limit) if headroom is None else headroom
-    cpus_env = os.environ.get("FACTORY_CPUS")
-    cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(info)
-    poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
-    me = str(os.getpid())
-    t0 = time.monotonic()
-
-    def entry(p: admission.Prediction) -> dict[str, Any]:
-        return {**prediction_entry(p), "threads": threads, "waves": waves}
-
-    mine = entry(prediction)
-    with locked_state(state_dir) as state:
-        state["waiting"][me] = {**mine, "ticket": state["next_ticket"]}
-        state["next_ticket"] += 1
-    said = ""
-    while True:
-        if refresh is not None:
-            prediction = refresh()
-            mine = entry(prediction)
-        used = cgroup.read_cgroup().in_use or 0
-        kids = children_map()
-        now = time.time()
-        with locked_state(state_dir) as state:
-            running = []
-            for pid, r in state["running"].items():
-                rss = tree_rss(int(pid), kids)
-                # the most RSS seen of a running compile tells whether its peak is behind it
-                r["seen"] = max(int(r.get("seen", 0)), rss)
-                promised = prediction_of(r)
-                elapsed = now - float(r["start"])
-                waves_r = int(r.get("waves", 2))
-                running.append(
-                    admission.Running(
-                        pid=int(pid),
-                        reserved_bytes=admission.reservation(
-                            promised, elapsed, r["seen"], rss, waves=waves_r
-                        ),
-                        rss_bytes=rss,
-                        threads=tree_workers(int(pid), kids, int(r.get("threads", 1))),
-                        prediction=promised,
-                        elapsed_s=elapsed,
-                        seen_bytes=r["seen"],
-                        waves=waves_r,
-                    )
-                )
-            state["waiting"][me] = {**state["waiting"][me], **mine}
-            chosen, decision = admission.choose(
-                [
-                    admission.Waiting(
-                        key=pid,
-                        prediction=prediction_of(w),
-                        threads=int(w.get("threads", 1)),
-                        ticket=int(w["ticket"]),
-                    )
-                    for pid, w in state["waiting"].items()
-                ],
-                limit_bytes=limit,
-                headroom_bytes=headroom,
-                used_bytes=used,
-                running=running,
-                cpus=cpus,
-            )
-            if chosen is not None and chosen.key == me:
-                del state["waiting"][me]
-                state["running"][me] = {**mine, "start": time.time()}
-                return time.monotonic() - t0, prediction
-        if chosen is not None:
-            # the first in priority order that fits starts at its own next poll; until then the others wait
-            reason = "a higher-priority compile fits first"
+def running_states(
+    state: dict[str, Any], kids: dict[int, list[int]], now: float
+) -> dict[str, admission.Running]:
+    """What admission sees of each running compile; records the most RSS seen of each in `state`."""
+    found: dict[str, admission.Running] = {}
+    for pid, r in state["running"].items():
+        rss = tree_rss(int(pid), kids)
+        # the most RSS seen of a running compile tells whether its peak is behind it
+        r["seen"] = max(int(r.get("seen", 0)), rss)
+        promised = prediction_of(r)
+        front = r.get("front")
+        if front is not None:
+            reserved = int(front)
         else:
-            reason = decision.reason if decision is not None else "no compile fits"
-        if reason != said:
-            said = reason
-            log(f"waiting ({reason})")
-        time.sleep(poll)
+            elapsed = now - float(r["start"]) - float(r.get("paused_s", 0.0))
+            reserved = admission.reservation(promised, elapsed, r["seen"], rss, waves=int(r.get("waves", 2)))
+        found[pid] = admission.Running(
+            pid=int(pid),
+            reserved_bytes=reserved,
+            rss_bytes=rss,
+            threads=0 if r.get("paused") else tree_workers(int(pid), kids, int(r.get("threads", 1))),
+            front_bytes=None if front is None else int(front),
+            peak_bytes=promised.peak_bytes,
+            paused=bool(r.get("paused")),
+        )
+    return found
 
 
-def release(state_dir: str) -> None:
-    with locked_state(state_dir) as state:
-        state["running"].pop(str(os.getpid()), None)
-        state["waiting"].pop(str(os.getpid()), None)
+# A new peak is published to the other wrappers once it is this much above the last one published.
+PUBLISH_STEP = 1.05
+
+
+class Admission:
+    """One compile's part in the build's admission: waiting for its start, then, while it runs, publishing
+    what it reached and, when it was admitted for its front end only, stopping it at its rise until its peak
+    is granted (two-stage admission, `admission.choose` and `admission.grant_peak`)."""
+
+    def __init__(self, state_dir: str, *, limit: int, threads: int, waves: int) -> None:
+        self.state_dir = state_dir
+        self.me = str(os.getpid())
+        self.limit = limit
+        headroom = env_int("FACTORY_HEADROOM_BYTES", None)
+        self.headroom = admission.default_headroom(limit) if headroom is None else headroom
+        cpus_env = os.environ.get("FACTORY_CPUS")
+        self.cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(read_cgroup())
+        self.poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
+        self.threads = threads
+        self.waves = waves
+        self.front: int | None = None
+        self.stopped_s = 0.0
+        self.published = 0
+        self.promised: admission.Prediction | None = None
+
+    def limits(self) -> dict[str, Any]:
+        return {"limit_bytes": self.limit, "headroom_bytes": self.headroom, "cpus": self.cpus}
+
+    def entry(self, p: admission.Prediction) -> dict[str, Any]:
+        return {**prediction_entry(p), "threads": self.threads, "waves": self.waves}
+
+    def wait(
+        self, prediction: admission.Prediction, refresh: Callable[[], admission.Prediction] | None = None
+    ) -> tuple[float, admission.Prediction]:
+        """Seconds waited, and the prediction the compile was admitted with."""
+        t0 = time.monotonic()
+        mine = self.entry(prediction)
+        with locked_state(self.state_dir) as state:
+            state["waiting"][self.me] = {**mine, "ticket": state["next_ticket"]}
+            state["next_ticket"] += 1
+        # ninja starts its jobs in a burst: the first to ask would otherwise start before the others have
+        # asked, whatever their priority
+        time.sleep(self.poll)
+        said = Reasons("waiting")
+        while True:
+            if refresh is not None:
+                prediction = refresh()
+                mine = self.entry(prediction)
+            used = read_cgroup().in_use or 0
+            kids = children_map()
+            with locked_state(self.state_dir) as state:
+                running = running_states(state, kids, time.time())
+                state["waiting"][self.me] = {**state["waiting"][self.me], **mine}
+                chosen, decision = admission.choose(
+                    [
+                        admission.Waiting(
+                            key=pid,
+                            prediction=prediction_of(w),
+                            threads=int(w.get("threads", 1)),
+                            ticket=int(w["ticket"]),
+                        )
+                        for pid, w in state["waiting"].items()
+                    ],
+                    used_bytes=used,
+                    running=list(running.values()),
+                    **self.limits(),
+                )
+                if chosen is not None and chosen.key == self.me:
+                    self.front = admission.front_bytes(prediction)
+                    self.promised = prediction
+                    del state["waiting"][self.me]
+                    state["running"][self.me] = {**mine, "start": time.time(), "front": self.front}
+                    if self.front is not None:
+                        log(
+                            f"started for its front end ({self.front / 2**30:.2f} GiB); its peak "
+                            f"({prediction.peak_bytes / 2**30:.2f} GiB) is granted when it rises"
+                        )
+                    return time.monotonic() - t0, prediction
+            if chosen is not None:
+                # the first in priority order that fits starts at its next poll; the others wait
+                reason = "a higher-priority compile fits first"
+            else:
+                reason = decision.reason if decision is not None else "no compile fits"
+            said.note(reason)
+            time.sleep(self.poll)
+
+    def sampled(
+        self, rss: int, child: subprocess.Popen[bytes], refresh: Callable[[], admission.Prediction]
+    ) -> float:
+        """After each RSS sample of the running compile: publish a new peak and a refreshed prediction (the
+        build's finished siblings give an unprofiled compile a time course); stop the compile at its rise
+        until its peak is granted. Returns the seconds it was stopped."""
+        latest = refresh()  # the same object until a sibling's measurement changes it
+        changed = latest is not self.promised
+        rising = self.front is not None and rss > self.front
+        if not (changed or rising or rss > self.published * PUBLISH_STEP):
+            return 0.0
+        self.promised = latest
+        self.published = max(self.published, rss)
+        with locked_state(self.state_dir) as state:
+            mine = state["running"].get(self.me)
+            if mine is not None:
+                mine["seen"] = max(int(mine.get("seen", 0)), rss)
+                mine.update(prediction_entry(latest))
+        return self.grant_peak(child, rss) if rising else 0.0
+
+    def grant_peak(self, child: subprocess.Popen[bytes], rss: int) -> float:
+        """Stop the compile (its process group) until its peak fits; its front-end reservation becomes its
+        envelope's."""
+        t0 = time.monotonic()
+        stopped = False
+        said = Reasons(f"stopped at its rise ({rss / 2**30:.2f} GiB)")
+        while True:
+            used = read_cgroup().in_use or 0
+            kids = children_map()
+            with locked_state(self.state_dir) as state:
+                running = running_states(state, kids, time.time())
+                own = running.get(self.me)
+                if own is None:
+                    break
+                decision = admission.grant_peak(
+                    own,
+                    used_bytes=used,
+                    others=[r for pid, r in running.items() if pid != self.me],
+                    threads=self.threads,
+                    **self.limits(),
+                )
+                mine = state["running"][self.me]
+                if decision.admit:
+                    mine.update(front=None, paused=False)
+                    mine["paused_s"] = float(mine.get("paused_s", 0.0)) + time.monotonic() - t0
+                    break
+                if not stopped:
+                    signal_group(child, signal.SIGSTOP)
+                    stopped = True
+                    mine["paused"] = True
+            said.note(decision.reason)
+            time.sleep(self.poll)
+        self.front = None
+        if not stopped:
+            return 0.0
+        signal_group(child, signal.SIGCONT)
+        waited = time.monotonic() - t0
+        self.stopped_s += waited
+        log(f"peak granted after {waited:.1f} s")
+        return waited
+
+    def release(self) -> None:
+        with locked_state(self.state_dir) as state:
+            state["running"].pop(self.me, None)
+            state["waiting"].pop(self.me, None)
+
+
+class Reasons:
+    """Why a compile waits, logged when it changes but at most every REASON_EVERY_S: with many compiles
+    coming and going the reason changes at nearly every poll."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.last = ""
+        self.at = -REASON_EVERY_S
+
+    def note(self, reason: str) -> None:
+        now = time.monotonic()
+        if reason != self.last and now - self.at >= REASON_EVERY_S:
+            self.last, self.at = reason, now
+            log(f"{self.what} ({reason})")
+
+
+REASON_EVERY_S = 30.0
+
+
+def signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    """nvcc and the cicc/ptxas it runs are one process group (`run_measured` starts it in its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signum)
 
 
 def append_measurement(path: str, record: dict[str, Any]) -> None:
@@ -349,57 +464,36 @@ def append_measurement(path: str, record: dict[str, Any]) -> None:
         fh.write(line)
 
 
-# A new peak is published to the other wrappers once it is this much above the last one published.
-PUBLISH_STEP = 1.05
-
-
-def publish_seen(state_dir: str, seen_bytes: int) -> None:
-    """The most RSS this compile reached so far: waiting wrappers read from it whether its peak is behind."""
-    with locked_state(state_dir) as state:
-        mine = state["running"].get(str(os.getpid()))
-        if mine is not None:
-            mine["seen"] = max(int(mine.get("seen", 0)), seen_bytes)
-
-
-def publish_prediction(state_dir: str, prediction: admission.Prediction) -> None:
-    """A running compile's refreshed prediction: the compiles of this build that finished since it started
-    give an unprofiled one a time course, so its reservation can fall once its peak is behind it."""
-    with locked_state(state_dir) as state:
-        mine = state["running"].get(str(os.getpid()))
-        if mine is not None:
-            mine.update(prediction_entry(prediction))
-
-
 def run_measured(
-    cmd: list[str],
-    on_peak: Callable[[int], None] | None = None,
-    on_tick: Callable[[], None] | None = None,
+    cmd: list[str], on_sample: Callable[[int, subprocess.Popen[bytes]], float] | None = None
 ) -> tuple[int, list[tuple[float, int]], float]:
-    """(exit code, RSS samples of the process tree, wall seconds) of a child, forwarding termination
-    signals; `on_peak` hears of each new peak of the tree's RSS, `on_tick` is called after every sample."""
+    """(exit code, RSS samples of the process tree, seconds it ran) of a child in its own process group,
+    forwarding termination signals. `on_sample` hears of each sample and returns how long it kept the child
+    stopped; stopped time counts neither in the samples' times nor in the total."""
     interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
     t0 = time.monotonic()
-    child = subprocess.Popen(cmd)
+    child = subprocess.Popen(cmd, start_new_session=True)  # its own process group, to stop and resume
 
     def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+        signal_group(child, signum)
+        signal_group(child, signal.SIGCONT)  # a stopped compile must see it
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     samples: list[tuple[float, int]] = []
-    published = 0
-    while child.poll() is None:
-        rss = tree_rss(child.pid)
-        samples.append((time.monotonic() - t0, rss))
-        if on_peak is not None and rss > published * PUBLISH_STEP:
-            published = rss
-            on_peak(rss)
-        if on_tick is not None:
-            on_tick()
-        time.sleep(interval)
+    stopped = 0.0
+    try:
+        while child.poll() is None:
+            rss = tree_rss(child.pid)
+            samples.append((time.monotonic() - t0 - stopped, rss))
+            if on_sample is not None:
+                stopped += on_sample(rss, child)
+            time.sleep(interval)
+    finally:
+        if child.poll() is None:  # the wrapper itself is failing: never leave a stopped compile behind
+            signal_group(child, signal.SIGCONT)
     code = child.returncode
-    return (128 - code if code < 0 else code), samples, time.monotonic() - t0
+    return (128 - code if code < 0 else code), samples, time.monotonic() - t0 - stopped
 
 
 def mem_seconds(samples: list[tuple[float, int]], wall: float) -> float:
@@ -434,33 +528,21 @@ def main(argv: list[str]) -> int:
     )
     prediction = predictor.current
     threads = max(1, min(call.threads, len(call.archs)))
-    try:
-        waited = 0.0
-        if os.environ.get("FACTORY_ADMISSION", "on") != "off":
-            waited, prediction = wait_for_admission(
-                state_dir,
-                prediction=prediction,
-                threads=threads,
-                waves=-(-len(call.archs) // threads),
-                refresh=predictor.refresh,
+    limit = env_int("FACTORY_MEM_LIMIT", None) or read_cgroup().memory_limit
+    waited = stopped = 0.0
+    if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None:
+        # measured only: for comparisons, or with no limit anywhere there is nothing to protect
+        code, samples, wall = run_measured([nvcc, *argv])
+    else:
+        gate = Admission(state_dir, limit=limit, threads=threads, waves=-(-len(call.archs) // threads))
+        try:
+            waited, prediction = gate.wait(prediction, predictor.refresh)
+            code, samples, wall = run_measured(
+                [nvcc, *argv], on_sample=lambda rss, child: gate.sampled(rss, child, predictor.refresh)
             )
-        admitted = os.environ.get("FACTORY_ADMISSION", "on") != "off"
-        promised = prediction
-
-        def refresh_running() -> None:
-            nonlocal promised
-            latest = predictor.refresh()  # the same object until a sibling's measurement changes it
-            if latest is not promised:
-                promised = latest
-                publish_prediction(state_dir, latest)
-
-        code, samples, wall = run_measured(
-            [nvcc, *argv],
-            on_peak=(lambda b: publish_seen(state_dir, b)) if admitted else None,
-            on_tick=refresh_running if admitted else None,
-        )
-    finally:
-        release(state_dir)
+        finally:
+            gate.release()
+        stopped = gate.stopped_s
     peak = max((rss for _, rss in samples), default=0)
     out = os.environ.get("FACTORY_PROFILE_OUT")
     record = {
@@ -474,6 +556,7 @@ def main(argv: list[str]) -> int:
         "predicted_bytes": prediction.peak_bytes,
         "predicted_s": prediction.wall_s,
         "waited_s": round(waited, 3),
+        "stopped_s": round(stopped, 3),  # at its rise, until its peak was granted (not in wall_s)
         "envelope": list(admission.envelope(samples, wall)),
         "rise": list(admission.rise(samples, wall)),
         "mem_s": round(mem_seconds(samples, wall)),

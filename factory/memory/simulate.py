@@ -102,7 +102,8 @@ class AdmissionModel:
     # the recipe's estimate of each unprofiled task, as the wrapper computes it (admission.compile_estimate);
     # a task not named here takes `default`
     estimates: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    timeline: bool = True  # a compile's rise lets it start before the running compiles' peaks are past
+    # a compile with a low front end starts with it, and is stopped at its rise until its peak is granted
+    two_stage: bool = True
     poll_s: float = 1.0  # how often a waiting wrapper asks again (FACTORY_POLL_S is 0.5 s)
 
     def predict(self, name: str, measured: Mapping[str, Mapping[str, object]]) -> Prediction:
@@ -131,6 +132,18 @@ class _Run:
     started: float
     prediction: Prediction
     seen: int = 0  # the most RSS of this run so far, as the wrapper samples it
+    front: int | None = None  # admitted for its front end only: its peak is granted when it rises
+    paused: bool = False  # stopped at its rise (SIGSTOP) until its peak is granted
+    paused_s: float = 0.0
+    ticket: int = 0
+
+    @property
+    def rss(self) -> int:
+        return self.task.phases[self.phase][1]
+
+    @property
+    def threads(self) -> int:
+        return 0 if self.paused else self.task.phases[self.phase][2]
 
 
 def run_attempt(
@@ -189,22 +202,40 @@ def run_attempt(
                 peak_bytes=peak,
                 compiled=len(finished) - len(done),
             )
-        busy = sum(r.task.phases[r.phase][2] for r in running)
+        busy = sum(r.threads for r in running)
         speed = min(1.0, cores / busy) if busy else 1.0
-        step = min(r.left for r in running) / speed
+        active = [r.left for r in running if not r.paused]
+        if not active:
+            raise AssertionError("every compile is paused")
+        step = min(active) / speed
         if waiting and admit is not None:
             # reservations fall with the clock, not only at phase changes: waiting wrappers poll
             step = min(step, admit.poll_s)
         now += step
         still: list[_Run] = []
         for r in running:
+            if r.paused:
+                r.paused_s += step
+                still.append(r)
+                continue
             r.left -= step * speed
             while r.left <= EPS:
+                if (
+                    r.front is not None
+                    and r.phase + 1 < len(r.task.phases)
+                    and r.task.phases[r.phase + 1][1] > r.front
+                ):
+                    r.paused = True  # it rises: its wrapper stops it until its peak is granted
+                    r.left = 0.0
+                    break
                 r.phase += 1
                 if r.phase == len(r.task.phases):
                     break
                 r.left += r.task.phases[r.phase][0]
                 r.seen = max(r.seen, r.task.phases[r.phase][1])
+            if r.paused:
+                still.append(r)
+                continue
             if r.phase == len(r.task.phases):
                 finished.add(r.task.name)
                 if admit is not None and admit.online:
@@ -213,13 +244,31 @@ def run_attempt(
                 still.append(r)
         if admit is not None and admit.online and len(still) < len(running):
             # waiting wrappers re-read the measurements and predict again; so do running ones the profile
-            # does not know (nvcc_wrapper.publish_prediction)
+            # does not know (nvcc_wrapper.Admission.sampled)
             for i, (arrival, task, _) in enumerate(waiting):
                 waiting[i] = (arrival, task, admit.predict(task.name, measured))
             for r in still:
                 if r.task.name not in admit.predictions:
                     r.prediction = admit.predict(r.task.name, measured)
         running = still
+
+
+def _state(r: _Run, n: int, now: float, admit: AdmissionModel) -> admission.Running:
+    """What the wrappers see of a running task: a task admitted for its front end holds that."""
+    if r.front is not None:
+        reserved = r.front
+    else:
+        elapsed = now - r.started - r.paused_s
+        reserved = admission.reservation(r.prediction, elapsed, r.seen, r.rss, waves=admit.waves)
+    return admission.Running(
+        pid=n,
+        reserved_bytes=reserved,
+        rss_bytes=r.rss,
+        threads=r.threads,
+        front_bytes=r.front,
+        peak_bytes=r.prediction.peak_bytes,
+        paused=r.paused,
+    )
 
 
 def _admit(
@@ -230,23 +279,28 @@ def _admit(
     now: float,
     base_bytes: int,
 ) -> None:
-    """Start waiting tasks as the wrappers would: `admission.choose`, until it chooses none."""
+    """Grant the peaks of stopped tasks (longest first), then start waiting tasks, as the wrappers would."""
+    limits = {"limit_bytes": admit.limit_bytes, "headroom_bytes": admit.headroom_bytes, "cpus": admit.cpus}
+    for r in sorted(
+        (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.wall_s, r.ticket)
+    ):
+        state = [_state(o, n, now, admit) for n, o in enumerate(running)]
+        own = state[running.index(r)]
+        decision = admission.grant_peak(
+            own,
+            used_bytes=base_bytes + sum(x.rss_bytes for x in state),
+            others=[x for x in state if x is not own],
+            threads=max(t for _, _, t in r.task.phases),
+            **limits,
+        )
+        if decision.admit:
+            r.paused = False
+            r.front = None
+            r.phase += 1
+            r.left = r.task.phases[r.phase][0]
+            r.seen = max(r.seen, r.rss)
     while waiting:
-        state = [
-            admission.Running(
-                pid=n,
-                reserved_bytes=admission.reservation(
-                    r.prediction, now - r.started, r.seen, r.task.phases[r.phase][1], waves=admit.waves
-                ),
-                rss_bytes=r.task.phases[r.phase][1],
-                threads=r.task.phases[r.phase][2],
-                prediction=r.prediction,
-                elapsed_s=now - r.started,
-                seen_bytes=r.seen,
-                waves=admit.waves,
-            )
-            for n, r in enumerate(running)
-        ]
+        state = [_state(r, n, now, admit) for n, r in enumerate(running)]
         chosen, _ = admission.choose(
             [
                 admission.Waiting(
@@ -254,16 +308,14 @@ def _admit(
                 )
                 for i, (ticket, task, pred) in enumerate(waiting)
             ],
-            limit_bytes=admit.limit_bytes,
-            headroom_bytes=admit.headroom_bytes,
-            used_bytes=base_bytes + sum(s.rss_bytes for s in state),
+            used_bytes=base_bytes + sum(x.rss_bytes for x in state),
             running=state,
-            cpus=admit.cpus,
-            use_rise=admit.timeline,
+            two_stage=admit.two_stage,
+            **limits,
         )
         if chosen is None:
             return
-        _, task, pred = waiting.pop(int(chosen.key))
+        ticket, task, pred = waiting.pop(int(chosen.key))
         running.append(
             _Run(
                 task=task,
@@ -272,6 +324,8 @@ def _admit(
                 started=now,
                 prediction=pred,
                 seen=task.phases[0][1],
+                front=admission.front_bytes(pred) if admit.two_stage else None,
+                ticket=ticket,
             )
         )
 

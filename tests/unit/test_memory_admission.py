@@ -255,54 +255,69 @@ def test_rise_is_the_most_held_so_far() -> None:
     assert list(r) == sorted(r)
 
 
-def test_timeline_reads_the_rise_on_the_early_clock() -> None:
-    rise = (1,) * 4 + (8,) * 16  # front end for the first 20% of 100 s, then its peak
-    p = Prediction(peak_bytes=10, wall_s=100.0, rise=rise, rise_s=100.0)
-    tick = 100.0 * admission.EARLY_SLACK / admission.RISE_POINTS
-    # the peak may come as early as 4 ticks in; the margin above what was seen holds once the rise is over
-    assert admission.timeline(p) == [(0.0, 1), (4 * tick, 8), (20 * tick, 10)]
-    assert admission.timeline(Prediction(peak_bytes=10, wall_s=100.0)) == [(0.0, 10)]
+def test_front_end_is_the_rise_below_half_the_peak() -> None:
+    rise = (2,) * 10 + (3, 3, 9, 12) + (20,) * 6
+    assert admission.front_bytes(Prediction(peak_bytes=20, rise=rise)) == 9  # stopped once above it
+    assert admission.front_bytes(Prediction(peak_bytes=20, rise=(15,) * 20)) is None  # rises at once
+    assert admission.front_bytes(Prediction(peak_bytes=20)) is None  # no course known
 
 
-def _running(*, peak: float, elapsed: float, wall: float = 100.0, rss: float | None = None) -> Running:
-    env = tuple(int(peak * GIB) if k < 4 else int(peak * GIB) // 4 for k in range(10))
-    p = Prediction(peak_bytes=int(peak * GIB), wall_s=wall, envelope=env)
-    rss_bytes = int((peak if rss is None else rss) * GIB)
+def two_stage(key: str, *, front: float, peak: float, ticket: int = 0) -> admission.Waiting:
+    rise = (int(front * GIB),) * 10 + (int(peak * GIB),) * 10
+    p = Prediction(peak_bytes=int(peak * GIB), wall_s=100.0, rise=rise)
+    return admission.Waiting(key=key, prediction=p, threads=1, ticket=ticket)
+
+
+def held(*, front: float | None, peak: float, rss: float, paused: bool = False) -> Running:
+    reserved = front if front is not None else peak
     return Running(
-        pid=1, reserved_bytes=admission.reservation(p, elapsed, rss_bytes, rss_bytes), rss_bytes=rss_bytes,
-        threads=1, prediction=p, elapsed_s=elapsed, seen_bytes=rss_bytes,
+        pid=1, reserved_bytes=int(reserved * GIB), rss_bytes=int(rss * GIB), peak_bytes=int(peak * GIB),
+        front_bytes=None if front is None else int(front * GIB), paused=paused,
     )  # fmt: skip
 
 
-def test_reserved_after_follows_the_envelope_and_never_rises() -> None:
-    r = _running(peak=8, elapsed=30)  # at its peak until 40% of its 100 s
-    assert r.reserved_bytes == 8 * GIB
-    assert r.reserved_after(5) == 8 * GIB
-    # later is read on the slow clock (PROGRESS_SLACK): 45 s counts as 36% done, 55 s as 44%
-    assert r.reserved_after(15) == 8 * GIB
-    assert r.reserved_after(25) == 2 * GIB
-    assert Running(pid=1, reserved_bytes=5, rss_bytes=5).reserved_after(1000) == 5  # nothing to go by
+def test_a_compile_with_a_front_end_starts_when_that_fits() -> None:
+    # 15 GiB for compiles, 8 held at a peak: an 8 GiB peak does not fit now, its 1 GiB front end does
+    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD, "used_bytes": 8 * GIB}
+    running = [held(front=None, peak=8, rss=8)]
+    chosen, d = admission.choose([two_stage("a", front=1, peak=8)], running=running, **kw)
+    assert chosen is not None and d is not None and d.admit
+    # without two-stage admission it waits for the peak to pass
+    chosen, d = admission.choose([two_stage("a", front=1, peak=8)], running=running, two_stage=False, **kw)
+    assert chosen is None and d is not None and d.reason.startswith("memory")
+    # the peaks booked stay within OVERBOOK x capacity: 8 + 8 + 8 > 1.25 x 15
+    running = [held(front=None, peak=8, rss=8), held(front=1, peak=8, rss=1)]
+    chosen, d = admission.choose([two_stage("b", front=1, peak=8)], running=running, **kw)
+    assert chosen is None and d is not None and d.reason.startswith("peaks booked")
 
 
-def test_a_compile_starts_in_its_front_end_while_a_running_peak_passes() -> None:
-    # 15 GiB for compiles: the running one holds 8 GiB for 10 s more; the candidate (8 GiB) reaches its peak
-    # no earlier than 20 s in (EARLY_SLACK of its 25 s front end)
-    rise = (GIB,) * 5 + (8 * GIB,) * 15
-    steps = admission.timeline(Prediction(peak_bytes=8 * GIB, wall_s=100.0, rise=rise, rise_s=100.0))
-    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD, "used_bytes": 8 * GIB, "prediction_bytes": 8 * GIB}
-    late = decide(running=[_running(peak=8, elapsed=30)], steps=steps, **kw)
-    assert late.admit and "peaks pass" in late.reason
-    # without its rise it waits for the peak to pass
-    assert not decide(running=[_running(peak=8, elapsed=30)], **kw).admit
-    # a running compile that holds its peak for 30 s more keeps it out
-    assert not decide(running=[_running(peak=8, elapsed=10)], steps=steps, **kw).admit
-    # one above its reservation (slower than its profile) is not trusted to fall
-    slow = _running(peak=8, elapsed=45, rss=8)
-    assert slow.reserved_bytes < slow.rss_bytes
-    assert not decide(running=[slow], steps=steps, **kw).admit
+def test_a_stopped_compile_keeps_its_peak_from_new_starts() -> None:
+    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD, "used_bytes": 9 * GIB}
+    # 8 GiB at a peak, one stopped at its rise waiting for 6: a 2 GiB compile would take what it waits for
+    running = [held(front=None, peak=8, rss=8), held(front=1, peak=6, rss=1, paused=True)]
+    small = admission.Waiting(key="s", prediction=Prediction(peak_bytes=2 * GIB), threads=1, ticket=0)
+    chosen, _ = admission.choose([small], running=running, **kw)
+    assert chosen is None
+    # once it runs on, the same compile fits beside it
+    running = [held(front=None, peak=8, rss=8), held(front=1, peak=6, rss=1)]
+    chosen, _ = admission.choose([small], running=running, **{**kw, "limit_bytes": 20 * GIB})
+    assert chosen == small
 
 
-def test_unmeasured_file_takes_its_siblings_rise_at_the_fastest_siblings_pace() -> None:
+def test_a_peak_is_granted_when_it_fits_or_when_every_other_compile_waits() -> None:
+    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD}
+    own = held(front=1, peak=8, rss=1.2, paused=True)
+    at_peak = held(front=None, peak=8, rss=8)
+    # 8 held + its 8 > 15: it stays stopped; its own RSS is not counted twice
+    assert not admission.grant_peak(own, used_bytes=int(9.2 * GIB), others=[at_peak], threads=1, **kw).admit
+    past = Running(pid=2, reserved_bytes=2 * GIB, rss_bytes=2 * GIB, peak_bytes=8 * GIB)
+    assert admission.grant_peak(own, used_bytes=int(3.2 * GIB), others=[past], threads=1, **kw).admit
+    # every other compile stopped too: one must go on
+    other = held(front=1, peak=8, rss=1.1, paused=True)
+    assert admission.grant_peak(own, used_bytes=int(2.3 * GIB), others=[other], threads=1, **kw).admit
+
+
+def test_unmeasured_file_takes_its_siblings_rise() -> None:
     env = [8 * GIB] * 4 + [2 * GIB] * 6
     rise = [GIB] * 2 + [8 * GIB] * 18
     entries = {
@@ -311,10 +326,8 @@ def test_unmeasured_file_takes_its_siblings_rise_at_the_fastest_siblings_pace() 
     }
     p = admission.predict_from(entries, "k_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
     assert p.inferred and p.rise[0] == 2 * GIB and p.rise[-1] == 16 * GIB
-    assert (
-        p.wall_s == 100.0 and p.rise_s == 60.0
-    )  # held as long as the slowest, peaking as early as the fastest
-    # a sibling without a rise (an older profile) leaves the compile at its peak from the start
+    assert admission.front_bytes(p) == 2 * GIB  # its front end at the siblings' share of the estimate
+    # a sibling without a rise (an older profile) leaves the compile to one-stage admission
     del entries["k_h32.cu|compute_80|1"]["rise"]
     q = admission.predict_from(entries, "k_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
-    assert q.rise == () and admission.timeline(q) == [(0.0, 16 * GIB)]
+    assert q.rise == () and admission.front_bytes(q) is None

@@ -29,6 +29,7 @@ FAKE = textwrap.dedent("""\
     args = sys.argv[1:]
     if args == ["--version"]:
         print("fake nvcc 13.0"); sys.exit(0)
+    time.sleep(float(os.environ.get("FAKE_LOW_S", "0")))  # a front end holding little
     hold = bytearray(int(os.environ.get("FAKE_MIB", "64")) * 2**20)
     for i in range(0, len(hold), 4096):
         hold[i] = 1  # touch every page so it is resident
@@ -52,6 +53,8 @@ def setup(tmp_path: Path, **extra: str) -> dict[str, str]:
         "FACTORY_PROFILE_OUT": str(tmp_path / "m.jsonl"), "FACTORY_MEM_LIMIT": str(64 * 2**30),
         "FACTORY_SAMPLE_S": "0.05", "FACTORY_POLL_S": "0.05", "FAKE_LOG": str(tmp_path / "fake.log"),
         "FACTORY_EST_PER_ARCH_BYTES": str(100 * MIB), "FACTORY_EST_BASE_BYTES": "0",
+        # no cgroup: what the session's own cgroup holds (other tests, builds) is no compile's business here
+        "FACTORY_CGROUP_ROOT": str(tmp_path / "no-cgroup"),
     })  # fmt: skip
     env.update(extra)
     return env
@@ -162,3 +165,32 @@ def test_per_file_estimates_from_the_environment(tmp_path: Path) -> None:
     assert recs["heavy_k.cu"]["predicted_bytes"] == 300 * MIB
     assert recs["k_light.cu"]["predicted_bytes"] == 50 * MIB
     assert recs["plain.cu"]["predicted_bytes"] == 100 * MIB
+
+
+def test_a_compile_admitted_for_its_front_end_is_stopped_at_its_rise(tmp_path: Path) -> None:
+    # capacity 1 GiB: b (unprofiled) holds its 600 MiB estimate; a's profile shows a 60 MiB front end and a
+    # 600 MiB peak, so a starts beside b and is stopped when it rises, until b is done
+    rise = [60 * MIB] * 10 + [600 * MIB] * 10
+    profile = {"entries": {"a.cu|compute_80|1": {
+        "peak_bytes": 600 * MIB, "wall_s": 1.0, "envelope": [600 * MIB] * 10, "rise": rise,
+    }}}  # fmt: skip
+    common = {"FACTORY_MEM_LIMIT": str(1536 * MIB), "FACTORY_HEADROOM_BYTES": str(512 * MIB),
+              "FACTORY_EST_PER_ARCH_BYTES": str(600 * MIB), "FACTORY_CPUS": "8"}  # fmt: skip
+    # b without the profile: with it, b would take a's course as its sibling's
+    b = subprocess.Popen(
+        compile_cmd(tmp_path, "b"), env=setup(tmp_path, FAKE_MIB="16", FAKE_S="2.5", **common)
+    )
+    time.sleep(0.3)
+    a_env = setup(tmp_path, FAKE_LOW_S="0.6", FAKE_MIB="200", FAKE_S="0.2",
+                  FACTORY_PROFILE_JSON=json.dumps(profile), **common)  # fmt: skip
+    a = subprocess.Popen(compile_cmd(tmp_path, "a"), env=a_env, stderr=subprocess.PIPE, text=True)
+    _, a_err = a.communicate(timeout=60)
+    assert a.returncode == 0 and b.wait(timeout=60) == 0
+    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
+    times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
+    assert "started for its front end" in a_err and "stopped at its rise" in a_err
+    assert times[("start", "a")] >= times[("end", "b")]  # its peak came only once b was done
+    records = {r["source"]: r for r in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines())}
+    assert records["a.cu"]["waited_s"] < 0.3  # it started at once...
+    assert records["a.cu"]["stopped_s"] > 0.5  # ...and was stopped at its rise, which its time leaves out
+    assert records["a.cu"]["wall_s"] < 1.5
