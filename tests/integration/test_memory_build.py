@@ -26,8 +26,16 @@ FIXTURE = ROOT / "tests" / "fixtures" / "memext"
 LIMIT = "2.25GiB"
 
 
-def memext_matrix(tmp: Path, *, gib_per_arch: float, env: dict[str, str], max_attempts: int) -> Path:
+def memext_matrix(
+    tmp: Path,
+    *,
+    gib_per_arch: float,
+    env: dict[str, str],
+    max_attempts: int,
+    by_file: dict[str, float] | None = None,
+) -> Path:
     env_yaml = json.dumps(env)
+    by_file_yaml = json.dumps(by_file or {})
     text = textwrap.dedent(
         f"""\
         package:
@@ -41,6 +49,7 @@ def memext_matrix(tmp: Path, *, gib_per_arch: float, env: dict[str, str], max_at
           local_version_env: MEMEXT_LOCAL_VERSION
           import_name: factory_memext
           compile_gib_per_arch: {gib_per_arch}
+          compile_gib_by_file: {by_file_yaml}
         matrix:
           cuda: ["13.0"]
           torch: ["2.14"]
@@ -94,7 +103,10 @@ def test_uncontrolled_parallel_build_is_oom_killed(
 def test_factory_admission_builds_under_the_same_limit_without_oom(
     tmp_path: Path, docker_client: Any, no_learned_profile: None
 ) -> None:
-    proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=1.4, env={}, max_attempts=1))
+    # the recipe's per-file estimates (each above the real peak) let light and medium TUs compile side by side
+    by_file = {"light*": 0.35, "medium*": 0.8}
+    matrix = memext_matrix(tmp_path, gib_per_arch=1.4, env={}, max_attempts=1, by_file=by_file)
+    proc, job = build(tmp_path, matrix)
     assert proc.returncode == 0, (job["reason"], job["log_tail"])
     assert job["result"] == "ok"
     (attempt,) = job["attempts"]
@@ -107,6 +119,11 @@ def test_factory_admission_builds_under_the_same_limit_without_oom(
     heavy = max(e.peak_bytes for e in learned.entries.values())
     light = min(e.peak_bytes for e in learned.entries.values())
     assert heavy > 3 * light  # the fixture really has TUs of different compile memory
+    records = [json.loads(line.split("::factory-compile::", 1)[1]) for line in log.splitlines()
+               if "::factory-compile::" in line]  # fmt: skip
+    # with nothing learned, each TU was planned at the recipe's figure for its file
+    predicted = {r["source"]: r["predicted_bytes"] for r in records}
+    assert predicted["light1.cu"] < predicted["medium1.cu"] < predicted["heavy1.cu"]
 
 
 def test_injected_oom_is_recovered_by_resuming(
