@@ -48,6 +48,36 @@ class Running:
         return max(self.held_bytes, self.peak_bytes) if self.front_bytes is not None else self.held_bytes
 
 
+def running(
+    pid: int,
+    prediction: Prediction,
+    *,
+    elapsed_s: float,
+    seen_bytes: int,
+    rss_bytes: int,
+    threads: int,
+    waves: int,
+    front_bytes: int | None = None,
+    paused: bool = False,
+) -> Running:
+    """A running compile as admission sees it: admitted for its front end, it holds that; else what is left
+    of its envelope (`reservation`). A stopped compile uses no CPU."""
+    reserved = (
+        front_bytes
+        if front_bytes is not None
+        else reservation(prediction, elapsed_s, seen_bytes, rss_bytes, waves=waves)
+    )
+    return Running(
+        pid=pid,
+        reserved_bytes=reserved,
+        rss_bytes=rss_bytes,
+        threads=0 if paused else threads,
+        front_bytes=front_bytes,
+        peak_bytes=prediction.peak_bytes,
+        paused=paused,
+    )
+
+
 @dataclass(frozen=True)
 class Decision:
     admit: bool

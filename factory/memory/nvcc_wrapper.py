@@ -260,20 +260,16 @@ def running_states(
         rss = tree_rss(int(pid), kids)
         # the most RSS seen of a running compile tells whether its peak is behind it
         r["seen"] = max(int(r.get("seen", 0)), rss)
-        promised = prediction_of(r)
         front = r.get("front")
-        if front is not None:
-            reserved = int(front)
-        else:
-            elapsed = now - float(r["start"]) - float(r.get("paused_s", 0.0))
-            reserved = admission.reservation(promised, elapsed, r["seen"], rss, waves=int(r.get("waves", 2)))
-        found[pid] = admission.Running(
-            pid=int(pid),
-            reserved_bytes=reserved,
+        found[pid] = admission.running(
+            int(pid),
+            prediction_of(r),
+            elapsed_s=now - float(r["start"]) - float(r.get("paused_s", 0.0)),
+            seen_bytes=r["seen"],
             rss_bytes=rss,
-            threads=0 if r.get("paused") else tree_workers(int(pid), kids, int(r.get("threads", 1))),
+            threads=tree_workers(int(pid), kids, int(r.get("threads", 1))),
+            waves=int(r.get("waves", 2)),
             front_bytes=None if front is None else int(front),
-            peak_bytes=promised.peak_bytes,
             paused=bool(r.get("paused")),
         )
     return found
@@ -288,14 +284,16 @@ class Admission:
     what it reached and, when it was admitted for its front end only, stopping it at its rise until its peak
     is granted (two-stage admission, `admission.choose` and `admission.grant_peak`)."""
 
-    def __init__(self, state_dir: str, *, limit: int, threads: int, waves: int) -> None:
+    def __init__(
+        self, state_dir: str, *, limit: int, info: cgroup.CgroupInfo, threads: int, waves: int
+    ) -> None:
         self.state_dir = state_dir
         self.me = str(os.getpid())
         self.limit = limit
         headroom = env_int("FACTORY_HEADROOM_BYTES", None)
         self.headroom = admission.default_headroom(limit) if headroom is None else headroom
         cpus_env = os.environ.get("FACTORY_CPUS")
-        self.cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(read_cgroup())
+        self.cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(info)
         self.poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
         self.threads = threads
         self.waves = waves
@@ -306,6 +304,14 @@ class Admission:
 
     def limits(self) -> dict[str, Any]:
         return {"limit_bytes": self.limit, "headroom_bytes": self.headroom, "cpus": self.cpus}
+
+    @contextlib.contextmanager
+    def observe(self) -> Iterator[tuple[dict[str, Any], dict[str, admission.Running], int]]:
+        """The locked state, what admission sees of the running compiles, and the cgroup's usage."""
+        used = read_cgroup().in_use or 0
+        kids = children_map()
+        with locked_state(self.state_dir) as state:
+            yield state, running_states(state, kids, time.time()), used
 
     def entry(self, p: admission.Prediction) -> dict[str, Any]:
         return {**prediction_entry(p), "threads": self.threads, "waves": self.waves}
@@ -327,10 +333,7 @@ class Admission:
             if refresh is not None:
                 prediction = refresh()
                 mine = self.entry(prediction)
-            used = read_cgroup().in_use or 0
-            kids = children_map()
-            with locked_state(self.state_dir) as state:
-                running = running_states(state, kids, time.time())
+            with self.observe() as (state, running, used):
                 state["waiting"][self.me] = {**state["waiting"][self.me], **mine}
                 chosen, decision = admission.choose(
                     [
@@ -392,10 +395,7 @@ class Admission:
         stopped = False
         said = Reasons(f"stopped at its rise ({rss / 2**30:.2f} GiB)")
         while True:
-            used = read_cgroup().in_use or 0
-            kids = children_map()
-            with locked_state(self.state_dir) as state:
-                running = running_states(state, kids, time.time())
+            with self.observe() as (state, running, used):
                 own = running.get(self.me)
                 if own is None:
                     break
@@ -528,13 +528,16 @@ def main(argv: list[str]) -> int:
     )
     prediction = predictor.current
     threads = max(1, min(call.threads, len(call.archs)))
-    limit = env_int("FACTORY_MEM_LIMIT", None) or read_cgroup().memory_limit
+    info = read_cgroup()
+    limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
     waited = stopped = 0.0
     if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None:
         # measured only: for comparisons, or with no limit anywhere there is nothing to protect
         code, samples, wall = run_measured([nvcc, *argv])
     else:
-        gate = Admission(state_dir, limit=limit, threads=threads, waves=-(-len(call.archs) // threads))
+        gate = Admission(
+            state_dir, limit=limit, info=info, threads=threads, waves=-(-len(call.archs) // threads)
+        )
         try:
             waited, prediction = gate.wait(prediction, predictor.refresh)
             code, samples, wall = run_measured(

@@ -216,10 +216,9 @@ def run_attempt(
         for r in running:
             if r.paused:
                 r.paused_s += step
-                still.append(r)
-                continue
-            r.left -= step * speed
-            while r.left <= EPS:
+            else:
+                r.left -= step * speed
+            while not r.paused and r.left <= EPS:
                 if (
                     r.front is not None
                     and r.phase + 1 < len(r.task.phases)
@@ -233,9 +232,6 @@ def run_attempt(
                     break
                 r.left += r.task.phases[r.phase][0]
                 r.seen = max(r.seen, r.task.phases[r.phase][1])
-            if r.paused:
-                still.append(r)
-                continue
             if r.phase == len(r.task.phases):
                 finished.add(r.task.name)
                 if admit is not None and admit.online:
@@ -254,19 +250,16 @@ def run_attempt(
 
 
 def _state(r: _Run, n: int, now: float, admit: AdmissionModel) -> admission.Running:
-    """What the wrappers see of a running task: a task admitted for its front end holds that."""
-    if r.front is not None:
-        reserved = r.front
-    else:
-        elapsed = now - r.started - r.paused_s
-        reserved = admission.reservation(r.prediction, elapsed, r.seen, r.rss, waves=admit.waves)
-    return admission.Running(
-        pid=n,
-        reserved_bytes=reserved,
+    """What the wrappers see of a running task (`admission.running`)."""
+    return admission.running(
+        n,
+        r.prediction,
+        elapsed_s=now - r.started - r.paused_s,
+        seen_bytes=r.seen,
         rss_bytes=r.rss,
-        threads=r.threads,
+        threads=r.task.phases[r.phase][2],
+        waves=admit.waves,
         front_bytes=r.front,
-        peak_bytes=r.prediction.peak_bytes,
         paused=r.paused,
     )
 
