@@ -13,9 +13,13 @@ import sys
 from pathlib import Path
 
 from bench import model as M
+from bench.offline import best_offline
 from factory.memory import simulate as S
 
 RESULTS = Path(__file__).resolve().parent / "results" / "memory.json"
+
+
+OFFLINE_TRIES = 3000
 
 
 class SeedNotReproduced(AssertionError):
@@ -43,6 +47,10 @@ def run_model() -> dict[str, object]:
     heuristic_jobs = S.flash_attn_heuristic_jobs(cores=M.CORES, free_bytes=M.HOST_BYTES - M.BASE_BYTES)
     best = S.simulate_best_fixed(tasks, **kw)
     seed = S.simulate_seed_halving(tasks, **kw)
+    # the reference: the best schedule an offline search finds knowing every course, cores not shared
+    offline = best_offline(
+        tasks, limit_bytes=M.HOST_BYTES, cores=M.CORES, base_bytes=M.BASE_BYTES, tries=OFFLINE_TRIES
+    )
     strategies = {
         "factory": warm,
         "factory_cold": cold,
@@ -66,6 +74,9 @@ def run_model() -> dict[str, object]:
             "factory_attempts": list(warm.attempts),
             "factory_cold_attempts": list(cold.attempts),
             "factory_cold_single_estimate": cold_single.to_json(),
+            "best_offline_s": offline.makespan_s,
+            "best_offline_orders": offline.orders_tried,
+            "measured_courses": [c.file for c in M.measured_courses()],
         },
     }
 

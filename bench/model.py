@@ -1,29 +1,34 @@
 """flash-attn 2.8.3 at the seed's scale: 72 kernel files x 4 archs, NVCC_THREADS=4, a 432 GiB / 128-core host.
 
-Per-file memory and time come from the measured compiles in factory/data/flash-attn-compiles.csv (one arch,
-one
-nvcc thread): forward hdim64 peaks at 3.68 GiB in 445 s, backward hdim256 at 6.64 GiB in ~800 s. Other
-files are
-interpolated linearly in the head dimension with the same slope for forward and backward; split-KV forward
-files
-are taken as forward files. Times are then scaled by one factor so that MAX_JOBS=20 takes the seed's 9m46s
-(the
-seed's 128-core machine is faster per core than the 2-vCPU machine that measured the CSV).
-
-The shape of one compile (per-arch work happens in nvcc threads, one arch per thread):
-  front end (cudafe++, host preprocessing of the torch headers)  10% of the time, 1.2 GiB, 1 thread
-  per wave of min(threads, archs) archs: cicc's optimizer        30%, n x peak-per-arch + 0.3 GiB
-                                         ptxas and the rest      50%, n x 35% of it + 0.3 GiB
-  host compile of the stub                                        10%, 1.5 GiB, 1 thread
-so a compile's peak comes early ("the peak comes in the first ~2 minutes", flash-attention #2079).
+Every compile is built from a measured one (`bench/data/flash-attn-courses/`, written by
+`python -m bench.compile_course flash-attn`): the real course of a kernel file compiled for one arch with one
+nvcc thread, sampled every 0.5 s, per tool. Ten files were measured (forward hdim 32/64/128/256, backward
+32/64/128/256, split-KV forward 128/256); each goes through
+  host preprocessing and cudafe++   4-6% of its CPU time, < 0.9 GiB, once per compile
+  cicc                              69-87%: its RSS climbs steadily to the peak, reached at 10-25% of the
+                                    compile (cicc's front end instantiating the templates), then falls to
+                                    29-54% of it at most through the optimizer and code generation
+  ptxas                             7-23%, < 0.8 GiB
+  the host compile (cc1plus)        2-6%, 0.5-0.6 GiB, once per compile
+cicc and ptxas run once per arch; nvcc's --threads runs up to that many archs side by side, each holding its
+own cicc (two archs at two threads measured 12.3 GiB = two cicc at 6.3 GiB, factory/data CSV). A file that
+was not measured takes the course of the nearest measured head dimension of its kind, with its peak and time
+interpolated linearly in the head dimension between the measured ones (beyond them, the nearest one's).
+bf16 and causal files take their fp16, non-causal sibling's figures (not measured). Times are on each
+course's CPU-time axis (the compiles were measured two at a time), then scaled by one factor so that
+MAX_JOBS=20 takes the seed's 9m46s (the seed's machine is faster per core than the 2-vCPU machine that
+measured the courses).
 """
 
 from __future__ import annotations
 
-import csv
+import itertools
+import json
 import math
+import re
 from dataclasses import dataclass
-from importlib import resources
+from functools import cache
+from pathlib import Path
 
 from factory.memory import admission
 from factory.memory.simulate import Task
@@ -40,79 +45,141 @@ SEED_MAKESPAN_S = 9 * 60 + 46
 BASE_BYTES = 4 * GIB
 HDIMS = (32, 64, 96, 128, 192, 256)
 DTYPES = ("fp16", "bf16")
-SLOPE_GIB_PER_HDIM = 0.01
+COURSES = Path(__file__).resolve().parent / "data" / "flash-attn-courses"
+PER_ARCH_TOOLS = frozenset({"cicc", "ptxas"})
+# phases a measured course is cut into: the shared steps before and after, and the per-arch part
+SHARED_CHUNKS = 2
+PER_ARCH_CHUNKS = 40
 
 
 @dataclass(frozen=True, kw_only=True)
-class Calibration:
-    fwd_hdim64_gib: float
-    fwd_hdim64_s: float
-    bwd_hdim256_gib: float
-    bwd_hdim256_s: float
+class Course:
+    """One measured compile (one arch, one nvcc thread), cut into phases of (seconds, bytes)."""
+
+    file: str
+    kind: str  # fwd, bwd or split
+    hdim: int
+    wall_s: float
+    peak_bytes: int
+    front: tuple[tuple[float, int], ...]  # before the first cicc: once per compile
+    per_arch: tuple[tuple[float, int], ...]  # cicc and ptxas: once per arch
+    back: tuple[tuple[float, int], ...]  # after the last ptxas: once per compile
 
 
-def calibration_from_csv() -> Calibration:
-    text = resources.files("factory").joinpath("data/flash-attn-compiles.csv").read_text(encoding="utf-8")
-    rows = [r for r in csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))]
-    mine = [r for r in rows if r["flash_attn_version"] == "2.8.3" and r["nvcc_threads"] == "1"]
-    fwd = next(r for r in mine if r["tu"].startswith("flash_fwd_hdim64"))
-    bwd = next(r for r in mine if r["tu"].startswith("flash_bwd_hdim256"))
-    # the 2.8.3 backward row shared its 2 cores with another compile: take the CPU time of the same file
-    # measured
-    # alone with a sibling version, scaled by the forward files' ratio of wall to CPU time
-    alone = [r for r in rows if r["tu"] == bwd["tu"] and r["cpu_s"] and "shared" not in r["note"]]
-    fwd_alone = [r for r in rows if r["tu"] == fwd["tu"] and r["cpu_s"]]
-    bwd_s = float(bwd["wall_s"])
-    if alone and fwd_alone:
-        bwd_s = float(alone[0]["cpu_s"]) * float(fwd_alone[0]["wall_s"]) / float(fwd_alone[0]["cpu_s"])
-    return Calibration(
-        fwd_hdim64_gib=float(fwd["peak_gib"]),
-        fwd_hdim64_s=float(fwd["wall_s"]),
-        bwd_hdim256_gib=float(bwd["peak_gib"]),
-        bwd_hdim256_s=bwd_s,
+def file_kind(name: str) -> tuple[str, int]:
+    m = re.match(r"flash_(fwd_split|fwd|bwd)_hdim(\d+)_", name)
+    if not m:
+        raise ValueError(f"not a flash-attn kernel file: {name}")
+    return {"fwd_split": "split", "fwd": "fwd", "bwd": "bwd"}[m.group(1)], int(m.group(2))
+
+
+def _chunks(
+    samples: list[tuple[float, int]], start: float, end: float, n: int
+) -> tuple[tuple[float, int], ...]:
+    """[start, end) in n equal phases, each at the most RSS sampled in it (or next to it, when none was)."""
+    if end <= start:
+        return ()
+    out = []
+    width = (end - start) / n
+    for i in range(n):
+        a, b = start + i * width, start + (i + 1) * width
+        inside = [m for t, m in samples if a <= t < b]
+        if not inside:
+            inside = [min(samples, key=lambda s: abs(s[0] - (a + b) / 2))[1]]
+        out.append((width, max(inside)))
+    return tuple(out)
+
+
+def load_course(path: Path) -> Course:
+    """A measured course on its CPU-time axis: the compile is single-threaded (one arch, one nvcc thread), so
+    its CPU time is its wall time on an idle core, whatever else shared the machine while it was measured."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data["archs"] != ["80"] or data["nvcc_threads"] != 1 or data["rc"] != 0:
+        raise ValueError(f"{path}: not a successful one-arch, one-thread compile")
+    raw = [(float(t), float(c), int(m)) for t, c, m in data["samples"]]
+
+    def cpu_at(wall: float) -> float:
+        return next((c for t, c, _ in raw if t >= wall), raw[-1][1])
+
+    samples = [(c, m) for _, c, m in raw]
+    per_arch = [s for s in data["steps"] if s["tool"] in PER_ARCH_TOOLS]
+    first = cpu_at(min(s["start_s"] for s in per_arch))
+    last = cpu_at(max(s["end_s"] for s in per_arch))
+    total = max(float(data["cpu_s"]), raw[-1][1])
+    kind, hdim = file_kind(data["file"])
+    return Course(
+        file=data["file"],
+        kind=kind,
+        hdim=hdim,
+        wall_s=total,
+        peak_bytes=int(data["peak_bytes"]),
+        front=_chunks(samples, 0.0, first, SHARED_CHUNKS),
+        per_arch=_chunks(samples, first, last, PER_ARCH_CHUNKS),
+        back=_chunks(samples, last, total, SHARED_CHUNKS),
     )
 
 
-def per_arch(kind: str, hdim: int, cal: Calibration) -> tuple[float, float]:
-    """(peak GiB, seconds) of one arch of one file with one nvcc thread."""
-    if kind == "bwd":
-        gib = cal.bwd_hdim256_gib + SLOPE_GIB_PER_HDIM * (hdim - 256)
-        return gib, cal.bwd_hdim256_s * gib / cal.bwd_hdim256_gib
-    gib = cal.fwd_hdim64_gib + SLOPE_GIB_PER_HDIM * (hdim - 64)
-    return gib, cal.fwd_hdim64_s * gib / cal.fwd_hdim64_gib
+@cache
+def measured_courses() -> tuple[Course, ...]:
+    return tuple(load_course(p) for p in sorted(COURSES.glob("*.json")))
 
 
-def compile_task(name: str, gib: float, seconds: float, *, archs: int, threads: int, scale: float) -> Task:
-    t = seconds * scale
-    phases: list[tuple[float, int, int]] = [(0.10 * t, int(1.2 * GIB), 1)]
+def _interpolate(points: list[tuple[int, float]], x: int) -> float:
+    """Linear in x between the measured points; beyond them, the nearest measured value."""
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def file_figures(kind: str, hdim: int) -> tuple[Course, float, float]:
+    """(the course to shape it on, its per-arch peak bytes, its seconds) for one kernel file."""
+    courses = [c for c in measured_courses() if c.kind == kind] or [
+        c for c in measured_courses() if c.kind == "fwd"
+    ]
+    if not courses:
+        raise FileNotFoundError(f"no measured flash-attn course in {COURSES}")
+    shape = min(courses, key=lambda c: (abs(c.hdim - hdim), c.hdim))
+    by_hdim: dict[int, Course] = {}
+    for c in courses:
+        by_hdim.setdefault(c.hdim, c)
+    peak = _interpolate([(h, c.peak_bytes) for h, c in by_hdim.items()], hdim)
+    seconds = _interpolate([(h, c.wall_s) for h, c in by_hdim.items()], hdim)
+    return shape, peak, seconds
+
+
+def compile_task(name: str, *, archs: int, threads: int, scale: float) -> Task:
+    """One kernel file compiled for `archs` archs with `threads` nvcc threads: the shared steps once, the
+    per-arch part once per wave of min(threads, archs left) archs side by side."""
+    shape, peak, seconds = file_figures(*file_kind(name))
+    t = scale * seconds / shape.wall_s
+    m = peak / shape.peak_bytes
+    phases: list[tuple[float, int, int]] = [(d * t, b, 1) for d, b in shape.front]
     left = archs
     while left > 0:
         n = min(threads, left)
-        phases.append((0.30 * t, int((n * gib + 0.3) * GIB), n))
-        phases.append((0.50 * t, int((n * gib * 0.35 + 0.3) * GIB), n))
+        phases += [(d * t, int(n * b * m), n) for d, b in shape.per_arch]
         left -= n
-    phases.append((0.10 * t, int(1.5 * GIB), 1))
+    phases += [(d * t, b, 1) for d, b in shape.back]
     return Task(name=name, phases=tuple(phases))
 
 
-def kernel_files() -> list[tuple[str, str, int]]:
-    """(file, kind, hdim) in the order of flash-attn 2.8.3's setup.py sources, which ninja follows."""
-    files: list[tuple[str, str, int]] = []
-    for prefix, kind in (("flash_fwd", "fwd"), ("flash_bwd", "bwd"), ("flash_fwd_split", "fwd")):
+def kernel_files() -> list[str]:
+    """The kernel files in the order of flash-attn 2.8.3's setup.py sources, which ninja follows."""
+    files: list[str] = []
+    for prefix in ("flash_fwd", "flash_bwd", "flash_fwd_split"):
         for causal in ("", "_causal"):
             for hdim in HDIMS:
                 for dtype in DTYPES:
-                    files.append((f"{prefix}_hdim{hdim}_{dtype}{causal}_sm80.cu", kind, hdim))
+                    files.append(f"{prefix}_hdim{hdim}_{dtype}{causal}_sm80.cu")
     return files
 
 
 def flash_attn_tasks(*, scale: float = 1.0, archs: int = ARCHS, threads: int = NVCC_THREADS) -> list[Task]:
-    cal = calibration_from_csv()
-    tasks = []
-    for name, kind, hdim in kernel_files():
-        gib, seconds = per_arch(kind, hdim, cal)
-        tasks.append(compile_task(name, gib, seconds, archs=archs, threads=threads, scale=scale))
-    return tasks
+    return [compile_task(name, archs=archs, threads=threads, scale=scale) for name in kernel_files()]
 
 
 def time_scale() -> float:
@@ -132,7 +199,9 @@ def time_scale() -> float:
 def per_arch_estimate_bytes() -> int:
     """The flash-attn recipe's estimate: the worst measured per-arch peak (what the factory knows before
     profiling)."""
-    return math.ceil(calibration_from_csv().bwd_hdim256_gib * GIB)
+    from factory.recipes import FLASH_ATTN
+
+    return math.ceil(FLASH_ATTN.compile_gib_per_arch * GIB)
 
 
 def per_file_estimate_bytes() -> tuple[tuple[str, int], ...]:

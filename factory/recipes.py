@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import replace
 from importlib import resources
 from types import MappingProxyType
@@ -35,40 +36,57 @@ def _csv_rows() -> list[dict[str, str]]:
     return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
 
 
-def _row_gib(rows: list[dict[str, str]], tu: str) -> float:
-    """Per-arch peak of one measured file: the worst of its rows, each divided by its number of archs."""
-    return max(float(r["peak_gib"]) / max(1, len(r["gencodes"].split("+"))) for r in rows if r["tu"] == tu)
-
-
 # Safety on top of a measured peak: the same file measured 6.34 GiB with torch 2.13's headers and 6.64 with
 # 2.14's (+5%); the admission wrapper counts a running compile at its RSS when that is larger, so a few
 # percent suffice here and the learned profile replaces these figures after the first build.
 ESTIMATE_MARGIN = 1.03
 FLASH_ATTN_HDIMS = (32, 64, 96, 128, 192, 256)
+_FLASH_ATTN_KINDS = (("flash_fwd_split", "flash_fwd_split_hdim"), ("flash_fwd", "flash_fwd_hdim"),
+                     ("flash_bwd", "flash_bwd_hdim"))  # fmt: skip
 
 
 def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
-    """flash-attn 2.8.3's per-file table from factory/data/flash-attn-compiles.csv.
+    """flash-attn 2.8.3's per-file table (GiB per arch) from factory/data/flash-attn-compiles.csv.
 
-    Two files are measured: flash_fwd_hdim64_fp16_sm80.cu (3.68 GiB) and flash_bwd_hdim256_fp16_sm80.cu (6.64
-    GiB, the worst of its rows, each per arch). Backward files get the hdim256 figure (the largest head
-    dimension, so a bound for the others). Forward files (split-KV ones included: the same kernel template
-    with a split loop) scale with the head dimension: a straight line from the measured forward hdim64 to
-    the backward hdim256 figure, which a forward kernel of that head dimension does not exceed; hdim32 is
-    taken as hdim64. Each figure carries ESTIMATE_MARGIN, rounded up to 0.1 GiB.
+    The measured rows are flash-attn 2.8.3 kernel files with torch 2.14.1's headers, one arch each (forward,
+    backward and split-KV forward files at several head dimensions). A head dimension of a kind that was
+    measured gets its own figure; one between two measured ones the larger of the two (a template instance
+    of a middle size is not assumed to be smaller than both neighbours); one beyond them the largest of its
+    kind. bf16 and causal files share their fp16, non-causal sibling's pattern. Each figure carries
+    ESTIMATE_MARGIN, rounded up to 0.1 GiB. Files of no measured kind fall back to compile_gib_per_arch.
     """
-    rows = [r for r in _csv_rows() if r.get("peak_gib")]
-    fwd = _row_gib(rows, "flash_fwd_hdim64_fp16_sm80.cu")
-    bwd = _row_gib(rows, "flash_bwd_hdim256_fp16_sm80.cu")
+    measured: dict[str, dict[int, float]] = {}
+    for r in _csv_rows():
+        if r["flash_attn_version"] != "2.8.3" or "+" in r["gencodes"] or not r.get("peak_gib"):
+            continue
+        for kind, prefix in _FLASH_ATTN_KINDS:
+            m = re.match(rf"{prefix}(\d+)_", r["tu"])
+            if m:
+                hdim = int(m.group(1))
+                measured.setdefault(kind, {})[hdim] = max(measured.get(kind, {}).get(hdim, 0.0),
+                                                          float(r["peak_gib"]))  # fmt: skip
+                break
 
     def safe(gib: float) -> float:
         return math.ceil(round(gib * ESTIMATE_MARGIN * 10, 6)) / 10
 
     table: list[tuple[str, float]] = []
-    for hdim in FLASH_ATTN_HDIMS:
-        gib = safe(fwd + (bwd - fwd) * max(0, hdim - 64) / (256 - 64))
-        table += [(f"flash_fwd_hdim{hdim}_*", gib), (f"flash_fwd_split_hdim{hdim}_*", gib)]
-    table.append(("flash_bwd_*", safe(bwd)))
+    for kind, prefix in _FLASH_ATTN_KINDS:
+        points = measured.get(kind)
+        if not points:
+            continue
+        for hdim in FLASH_ATTN_HDIMS:
+            below = [g for h, g in points.items() if h <= hdim]
+            above = [g for h, g in points.items() if h >= hdim]
+            if hdim in points:
+                gib = points[hdim]
+            elif below and above:
+                gib = max(
+                    points[max(h for h in points if h <= hdim)], points[min(h for h in points if h >= hdim)]
+                )
+            else:
+                gib = max(points.values())
+            table.append((f"{prefix}{hdim}_*", safe(gib)))
     return tuple(table)
 
 

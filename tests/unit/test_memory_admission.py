@@ -53,6 +53,18 @@ def test_cpu_bound() -> None:
     assert not d.admit and d.reason.startswith("cpu")
 
 
+def test_cpus_are_overcommitted_by_a_quarter_which_on_two_cpus_is_no_thread() -> None:
+    def d(running: list[Running], threads: int, cpus: float) -> str:
+        return decide(limit_bytes=LIMIT, headroom_bytes=HEAD, used_bytes=0, running=running,
+                      prediction_bytes=1, threads=threads, cpus=cpus).reason  # fmt: skip
+
+    four = [run(0.1, threads=4) for _ in range(4)]  # 16 busy threads on 16 CPUs
+    assert d(four, 4, 16) == "fits"  # a fifth shares the cores: 20 <= 16 x 1.25
+    assert d([*four, run(0.1, threads=4)], 4, 16).startswith("cpu: 20+4 threads > 16 CPUs")
+    # one-thread compiles on 2 CPUs: as without overcommit, a third never starts beside two busy ones
+    assert d([run(0.1)], 1, 2) == "fits" and d([run(0.1), run(0.1)], 1, 2).startswith("cpu")
+
+
 def waiter(key: str, gib: float, seconds: float | None, ticket: int, threads: int = 1) -> admission.Waiting:
     return admission.Waiting(
         key=key,

@@ -1,0 +1,115 @@
+"""The flash-attn model built from measured compile courses, the offline reference schedule, and the course
+sampler (on real processes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # bench/ is not an installed package
+
+from bench import compile_course as C  # noqa: E402
+from bench import model as M  # noqa: E402
+from bench import offline as O  # noqa: E402
+from factory.memory import simulate as S  # noqa: E402
+from factory.memory.simulate import Task  # noqa: E402
+from factory.recipes import flash_attn_file_estimates  # noqa: E402
+
+GIB = 2**30
+
+
+def test_every_kind_of_kernel_file_was_measured() -> None:
+    kinds = {(c.kind, c.hdim) for c in M.measured_courses()}
+    assert {k for k, _ in kinds} == {"fwd", "bwd", "split"}
+    # each course is a real compile: a front end, cicc and ptxas per arch, the host compile
+    for c in M.measured_courses():
+        assert len(c.per_arch) == M.PER_ARCH_CHUNKS and c.front and c.back
+        per_arch = sum(d for d, _ in c.per_arch)
+        assert 0.8 < per_arch / c.wall_s < 0.97, c.file
+        assert max(b for _, b in c.per_arch) == c.peak_bytes
+
+
+def test_a_measured_file_keeps_its_own_figures_and_others_are_interpolated() -> None:
+    c = next(c for c in M.measured_courses() if c.kind == "fwd")
+    task = M.compile_task(c.file, archs=1, threads=1, scale=1.0)
+    assert task.peak_bytes == c.peak_bytes
+    assert task.time_s == pytest.approx(c.wall_s)
+    fwd = {h: M.file_figures("fwd", h) for h in M.HDIMS}
+    measured = {c.hdim for c in M.measured_courses() if c.kind == "fwd"}
+    lo, hi = min(measured), max(measured)
+    for h, (_, peak, seconds) in fwd.items():
+        neighbours = [fwd[m][1] for m in measured if m <= h][-1:] + [
+            fwd[m][1] for m in sorted(measured) if m >= h
+        ][:1]
+        assert min(neighbours) - 1 <= peak <= max(neighbours) + 1
+        if h < lo:
+            assert (peak, seconds) == fwd[lo][1:]
+        if h > hi:
+            assert (peak, seconds) == fwd[hi][1:]
+
+
+def test_four_archs_at_four_threads_hold_four_cicc_at_once() -> None:
+    one = M.compile_task("flash_bwd_hdim128_fp16_sm80.cu", archs=1, threads=1, scale=1.0)
+    four = M.compile_task("flash_bwd_hdim128_fp16_sm80.cu", archs=4, threads=4, scale=1.0)
+    two_waves = M.compile_task("flash_bwd_hdim128_fp16_sm80.cu", archs=4, threads=2, scale=1.0)
+    assert four.time_s == pytest.approx(one.time_s)
+    assert four.peak_bytes == pytest.approx(4 * one.peak_bytes, rel=1e-6)
+    assert max(t for _, _, t in four.phases) == 4
+    assert two_waves.peak_bytes == pytest.approx(2 * one.peak_bytes, rel=1e-6)
+    assert two_waves.time_s > 1.8 * one.time_s
+    # one job of 4 threads over 4 archs reaches roughly 15-27 GiB, as reported (flash-attention #2079)
+    peaks = [t.peak_bytes / GIB for t in M.flash_attn_tasks()]
+    assert 12 < min(peaks) < 16 and 22 < max(peaks) < 28
+
+
+def test_the_recipe_table_covers_the_model_files() -> None:
+    """The first build is graded on the recipe's table: at least each file's modelled per-arch peak."""
+    table = dict(flash_attn_file_estimates())
+    for name in M.kernel_files():
+        kind, hdim = M.file_kind(name)
+        prefix = {"fwd": "flash_fwd_hdim", "bwd": "flash_bwd_hdim", "split": "flash_fwd_split_hdim"}[kind]
+        _, peak, _ = M.file_figures(kind, hdim)
+        assert table[f"{prefix}{hdim}_*"] * GIB >= peak, name
+
+
+def test_offline_search_places_what_fits_side_by_side() -> None:
+    a = Task(name="a", phases=((10.0, 6 * GIB, 1),))
+    b = Task(name="b", phases=((10.0, 6 * GIB, 1),))
+    c = Task(name="c", phases=((5.0, 3 * GIB, 1), (5.0, 1 * GIB, 1)))
+    assert O.best_offline([a, b], limit_bytes=10 * GIB, cores=4, tries=5).makespan_s == 20.0
+    assert O.best_offline([a, c], limit_bytes=10 * GIB, cores=4, tries=5).makespan_s == 10.0
+    # a late low phase lets the next peak start as soon as it fits: c's 3 GiB front end beside a, then b
+    assert O.best_offline([a, b, c], limit_bytes=10 * GIB, cores=2, tries=50).makespan_s == 20.0
+    # cores are a hard limit: two one-thread compiles on one core run one after the other
+    assert O.best_offline([c, c], limit_bytes=100 * GIB, cores=1, tries=5).makespan_s == 20.0
+
+
+def test_offline_search_is_never_worse_than_longest_first() -> None:
+    tasks = M.flash_attn_tasks(scale=0.5)[:24]
+    kw = {"limit_bytes": 128 * GIB, "cores": 32, "base_bytes": M.BASE_BYTES}
+    lpt = O.best_offline(tasks, tries=0, **kw).makespan_s
+    searched = O.best_offline(tasks, tries=40, **kw).makespan_s
+    assert searched <= lpt
+    assert searched >= S.lower_bound(tasks, limit_bytes=kw["limit_bytes"] - M.BASE_BYTES, cores=32)
+
+
+def test_course_sampler_follows_a_real_process_tree(tmp_path: Path) -> None:
+    script = (
+        "import subprocess, sys, time\n"
+        "child = 'b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(1.5)'\n"
+        "subprocess.run([sys.executable, '-c', 'import time\\n' + child], check=True)\n"
+    )
+    course = C.measure([sys.executable, "-c", script], interval_s=0.1)
+    assert course.rc == 0
+    assert course.peak_bytes > 200 << 20
+    assert len(course.steps) >= 2  # the parent and its child, each with its own peak
+    child = max(course.steps, key=lambda s: s.peak_bytes)
+    assert child.peak_bytes > 200 << 20 and child.end_s - child.start_s >= 1.0
+    assert course.wall_s >= 1.5 and course.samples[-1][0] <= course.wall_s
+    data = course.to_json()
+    assert json.loads(json.dumps(data))["steps"][0]["tool"]
