@@ -26,6 +26,41 @@ class SeedNotReproduced(AssertionError):
     pass
 
 
+# other hosts for the same 72 compiles: (GiB, cores)
+OTHER_HOSTS = ((256, 64), (128, 64), (64, 16))
+# the profiled build replayed on a machine where every compile takes this much longer than its profile says
+SLOW_MACHINE = 1.3
+
+
+def other_host(tasks: list[S.Task], *, gib: int, cores: int) -> dict[str, object]:
+    """First build, profiled build, and the profiled build on a slower machine, on another host."""
+    kw = {"limit_bytes": gib * 2**30, "cores": cores, "base_bytes": M.BASE_BYTES}
+    fkw = {
+        "archs": M.ARCHS,
+        "nvcc_threads": M.NVCC_THREADS,
+        "per_arch_bytes": M.per_arch_estimate_bytes(),
+        **kw,
+    }
+    cold, learned = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **fkw)
+    warm, _ = S.simulate_factory(tasks, profile=learned, **fkw)
+    slow_tasks = [
+        S.Task(name=t.name, phases=tuple((d * SLOW_MACHINE, m, n) for d, m, n in t.phases)) for t in tasks
+    ]
+    slow, _ = S.simulate_factory(slow_tasks, profile=learned, **fkw)
+    best = S.simulate_best_fixed(tasks, **kw)
+    return {
+        "host": f"{gib} GiB / {cores} cores",
+        "lower_bound_s": round(S.lower_bound(tasks, limit_bytes=gib * 2**30, cores=cores), 1),
+        "best_fixed_s": round(best.makespan_s, 1),
+        "best_fixed_jobs": best.jobs,
+        "factory_cold_s": round(cold.makespan_s, 1),
+        "factory_s": round(warm.makespan_s, 1),
+        "factory_oom_kills": cold.oom_kills + warm.oom_kills,
+        "slow_machine_s": round(slow.makespan_s, 1),
+        "slow_machine_oom_kills": slow.oom_kills,
+    }
+
+
 def run_model() -> dict[str, object]:
     scale = M.time_scale()
     tasks = M.flash_attn_tasks(scale=scale)
@@ -77,6 +112,8 @@ def run_model() -> dict[str, object]:
             "best_offline_s": offline.makespan_s,
             "best_offline_orders": offline.orders_tried,
             "measured_courses": [c.file for c in M.measured_courses()],
+            "hosts": [other_host(tasks, gib=M.HOST_BYTES >> 30, cores=M.CORES)]
+            + [other_host(tasks, gib=g, cores=c) for g, c in OTHER_HOSTS],
         },
     }
 
@@ -130,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, part in results.items():
         print(table(name, part))  # type: ignore[arg-type]
         print()
+    for h in results["model"]["notes"]["hosts"]:  # type: ignore[index]
+        print(h)
     print(f"written {args.out}")
     return 0
 

@@ -59,7 +59,7 @@ class Course:
     file: str
     kind: str  # fwd, bwd or split
     hdim: int
-    wall_s: float
+    seconds: float  # its CPU time: the time of the compile alone on a core
     peak_bytes: int
     front: tuple[tuple[float, int], ...]  # before the first cicc: once per compile
     per_arch: tuple[tuple[float, int], ...]  # cicc and ptxas: once per arch
@@ -111,7 +111,7 @@ def load_course(path: Path) -> Course:
         file=data["file"],
         kind=kind,
         hdim=hdim,
-        wall_s=total,
+        seconds=total,
         peak_bytes=int(data["peak_bytes"]),
         front=_chunks(samples, 0.0, first, SHARED_CHUNKS),
         per_arch=_chunks(samples, first, last, PER_ARCH_CHUNKS),
@@ -147,7 +147,7 @@ def file_figures(kind: str, hdim: int) -> tuple[Course, float, float]:
     for c in courses:
         by_hdim.setdefault(c.hdim, c)
     peak = _interpolate([(h, c.peak_bytes) for h, c in by_hdim.items()], hdim)
-    seconds = _interpolate([(h, c.wall_s) for h, c in by_hdim.items()], hdim)
+    seconds = _interpolate([(h, c.seconds) for h, c in by_hdim.items()], hdim)
     return shape, peak, seconds
 
 
@@ -155,7 +155,7 @@ def compile_task(name: str, *, archs: int, threads: int, scale: float) -> Task:
     """One kernel file compiled for `archs` archs with `threads` nvcc threads: the shared steps once, the
     per-arch part once per wave of min(threads, archs left) archs side by side."""
     shape, peak, seconds = file_figures(*file_kind(name))
-    t = scale * seconds / shape.wall_s
+    t = scale * seconds / shape.seconds
     m = peak / shape.peak_bytes
     phases: list[tuple[float, int, int]] = [(d * t, b, 1) for d, b in shape.front]
     left = archs

@@ -41,8 +41,6 @@ def _csv_rows() -> list[dict[str, str]]:
 # percent suffice here and the learned profile replaces these figures after the first build.
 ESTIMATE_MARGIN = 1.03
 FLASH_ATTN_HDIMS = (32, 64, 96, 128, 192, 256)
-_FLASH_ATTN_KINDS = (("flash_fwd_split", "flash_fwd_split_hdim"), ("flash_fwd", "flash_fwd_hdim"),
-                     ("flash_bwd", "flash_bwd_hdim"))  # fmt: skip
 
 
 def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
@@ -55,37 +53,26 @@ def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     kind. bf16 and causal files share their fp16, non-causal sibling's pattern. Each figure carries
     ESTIMATE_MARGIN, rounded up to 0.1 GiB. Files of no measured kind fall back to compile_gib_per_arch.
     """
-    measured: dict[str, dict[int, float]] = {}
+    measured: dict[str, dict[int, float]] = {}  # file name prefix ("flash_bwd_hdim") -> head dim -> GiB
     for r in _csv_rows():
-        if r["flash_attn_version"] != "2.8.3" or "+" in r["gencodes"] or not r.get("peak_gib"):
-            continue
-        for kind, prefix in _FLASH_ATTN_KINDS:
-            m = re.match(rf"{prefix}(\d+)_", r["tu"])
-            if m:
-                hdim = int(m.group(1))
-                measured.setdefault(kind, {})[hdim] = max(measured.get(kind, {}).get(hdim, 0.0),
-                                                          float(r["peak_gib"]))  # fmt: skip
-                break
+        m = re.match(r"(flash_(?:fwd_split|fwd|bwd)_hdim)(\d+)_", r["tu"])
+        if m and r["flash_attn_version"] == "2.8.3" and "+" not in r["gencodes"] and r.get("peak_gib"):
+            points = measured.setdefault(m.group(1), {})
+            hdim = int(m.group(2))
+            points[hdim] = max(points.get(hdim, 0.0), float(r["peak_gib"]))
 
     def safe(gib: float) -> float:
         return math.ceil(round(gib * ESTIMATE_MARGIN * 10, 6)) / 10
 
     table: list[tuple[str, float]] = []
-    for kind, prefix in _FLASH_ATTN_KINDS:
-        points = measured.get(kind)
-        if not points:
-            continue
+    for prefix, points in sorted(measured.items()):
         for hdim in FLASH_ATTN_HDIMS:
-            below = [g for h, g in points.items() if h <= hdim]
-            above = [g for h, g in points.items() if h >= hdim]
-            if hdim in points:
-                gib = points[hdim]
-            elif below and above:
-                gib = max(
-                    points[max(h for h in points if h <= hdim)], points[min(h for h in points if h >= hdim)]
-                )
-            else:
+            lower = max((h for h in points if h <= hdim), default=None)
+            upper = min((h for h in points if h >= hdim), default=None)
+            if lower is None or upper is None:
                 gib = max(points.values())
+            else:
+                gib = max(points[lower], points[upper])  # a measured head dimension: its own figure
             table.append((f"{prefix}{hdim}_*", safe(gib)))
     return tuple(table)
 

@@ -101,8 +101,9 @@ def per_compile_estimate(*, per_arch_bytes: int, archs: int, nvcc_threads: int, 
 # the cores in rounds; the last compiles, too few to fill them, would run alone after the previous round, and
 # sharing the cores with it instead ends them together. With a few CPUs a quarter is less than one thread, so
 # one-thread compiles on 2 CPUs are admitted as before. Measured on the flash-attn model (4-thread compiles on
-# 128 CPUs): 1.0 -> 380 s, 1.1 -> 353, 1.25 -> 344, 1.5 -> 351, 2.0 -> 347; 1.5 and more slowed the memext
-# fixture's heavy compiles in simulation (96 -> 112 s) by sharing their cores with light ones.
+# 128 CPUs): 1.0 -> 370 s, 1.1 -> 364, 1.2 -> 329, 1.25 -> 330, 1.3 -> 327, 1.5 -> 336, 2.0 -> 346; 1.5 and
+# more slowed the memext fixture's heavy compiles in simulation (96 -> 112 s) by sharing their cores with
+# light ones.
 CPU_OVERCOMMIT = 1.25
 
 
