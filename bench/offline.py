@@ -32,10 +32,8 @@ def _grid(task: Task, step_s: float) -> tuple[list[int], list[int]]:
     cpu = [0] * n
     t = 0.0
     for d, m, threads in task.phases:
-        first, last = (
-            int(t / step_s),
-            min(n - 1, max(int(t / step_s), math.ceil((t + d) / step_s - 1e-9) - 1)),
-        )
+        first = int(t / step_s)
+        last = min(n - 1, max(first, math.ceil((t + d) / step_s - 1e-9) - 1))
         for i in range(first, last + 1):
             mem[i] = max(mem[i], m)
             cpu[i] = max(cpu[i], threads)

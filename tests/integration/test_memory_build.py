@@ -35,6 +35,7 @@ def memext_matrix(
     env: dict[str, str],
     max_attempts: int,
     by_file: dict[str, float] | None = None,
+    memory: str = LIMIT,
 ) -> Path:
     env_yaml = json.dumps(env)
     by_file_yaml = json.dumps(by_file or {})
@@ -64,7 +65,7 @@ def memext_matrix(
         build:
           flavor: pypi
           cpus: 2
-          memory: {LIMIT}
+          memory: {memory}
           max_attempts: {max_attempts}
           torch_index: {{"13.0": default}}
         """
@@ -74,12 +75,10 @@ def memext_matrix(
     return path
 
 
-def build(tmp: Path, matrix: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def build(tmp: Path, matrix: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp / "wheels"
-    proc = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "build", "--matrix", str(matrix), "--output", str(out)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    command = [sys.executable, "-m", "factory.cli", "build", "--matrix", str(matrix), "--output", str(out)]
+    proc = subprocess.run([*command, *options], capture_output=True, text=True, cwd=ROOT)
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     (job,) = json.loads((out / "report.json").read_text())["jobs"]
     return proc, job
@@ -94,12 +93,17 @@ def no_learned_profile() -> None:
 def test_uncontrolled_parallel_build_is_oom_killed(
     tmp_path: Path, docker_client: Any, no_learned_profile: None
 ) -> None:
-    """MAX_JOBS = cores with admission off: what a plain build does under this limit."""
+    """MAX_JOBS = cores with admission off: what a plain build does under this limit (given on the command
+    line, over the matrix's roomier one)."""
     env = {"FACTORY_ADMISSION": "off", "MAX_JOBS": "2"}
-    proc, job = build(tmp_path, memext_matrix(tmp_path, gib_per_arch=1.4, env=env, max_attempts=1))
+    matrix = memext_matrix(tmp_path, gib_per_arch=1.4, env=env, max_attempts=1, memory="8GiB")
+    proc, job = build(tmp_path, matrix, "--memory", LIMIT)
     assert proc.returncode == 1
     assert job["result"] == "oom", (job["reason"], job["log_tail"])
-    assert job["attempts"][0]["oom_killed"] is True
+    (attempt,) = job["attempts"]
+    assert attempt["oom_killed"] is True
+    assert attempt["memory_limit"] == int(2.25 * 2**30)
+    assert "OOM" in proc.stderr
 
 
 def test_factory_admission_builds_under_the_same_limit_without_oom(
