@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import model as M
@@ -32,8 +33,33 @@ OTHER_HOSTS = ((256, 64), (128, 64), (64, 16))
 SLOW_MACHINE = 1.3
 
 
-def other_host(tasks: list[S.Task], *, gib: int, cores: int) -> dict[str, object]:
-    """First build, profiled build, and the profiled build on a slower machine, on another host."""
+@dataclass(frozen=True, kw_only=True)
+class HostRuns:
+    """The factory's builds of the 72 compiles on one host, and the best fixed MAX_JOBS there."""
+
+    gib: int
+    cores: int
+    lower_bound_s: float
+    cold: S.StrategyResult  # the first build, with the recipe's per-file table
+    warm: S.StrategyResult  # the profiled build
+    slow: S.StrategyResult  # the profiled build on a machine SLOW_MACHINE times slower than its profile
+    best: S.StrategyResult
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "host": f"{self.gib} GiB / {self.cores} cores",
+            "lower_bound_s": round(self.lower_bound_s, 1),
+            "best_fixed_s": round(self.best.makespan_s, 1),
+            "best_fixed_jobs": self.best.jobs,
+            "factory_cold_s": round(self.cold.makespan_s, 1),
+            "factory_s": round(self.warm.makespan_s, 1),
+            "factory_oom_kills": self.cold.oom_kills + self.warm.oom_kills,
+            "slow_machine_s": round(self.slow.makespan_s, 1),
+            "slow_machine_oom_kills": self.slow.oom_kills,
+        }
+
+
+def host_runs(tasks: list[S.Task], *, gib: int, cores: int) -> HostRuns:
     kw = {"limit_bytes": gib * 2**30, "cores": cores, "base_bytes": M.BASE_BYTES}
     fkw = {
         "archs": M.ARCHS,
@@ -47,18 +73,15 @@ def other_host(tasks: list[S.Task], *, gib: int, cores: int) -> dict[str, object
         S.Task(name=t.name, phases=tuple((d * SLOW_MACHINE, m, n) for d, m, n in t.phases)) for t in tasks
     ]
     slow, _ = S.simulate_factory(slow_tasks, profile=learned, **fkw)
-    best = S.simulate_best_fixed(tasks, **kw)
-    return {
-        "host": f"{gib} GiB / {cores} cores",
-        "lower_bound_s": round(S.lower_bound(tasks, limit_bytes=gib * 2**30, cores=cores), 1),
-        "best_fixed_s": round(best.makespan_s, 1),
-        "best_fixed_jobs": best.jobs,
-        "factory_cold_s": round(cold.makespan_s, 1),
-        "factory_s": round(warm.makespan_s, 1),
-        "factory_oom_kills": cold.oom_kills + warm.oom_kills,
-        "slow_machine_s": round(slow.makespan_s, 1),
-        "slow_machine_oom_kills": slow.oom_kills,
-    }
+    return HostRuns(
+        gib=gib,
+        cores=cores,
+        lower_bound_s=S.lower_bound(tasks, limit_bytes=gib * 2**30, cores=cores),
+        cold=cold,
+        warm=warm,
+        slow=slow,
+        best=S.simulate_best_fixed(tasks, **kw),
+    )
 
 
 def run_model() -> dict[str, object]:
@@ -72,15 +95,18 @@ def run_model() -> dict[str, object]:
         raise SeedNotReproduced(
             f"model does not reproduce the seed: 32 failed={f32.failed}, 20 failed={f20.failed}"
         )
-    per_arch = M.per_arch_estimate_bytes()
-    fkw = {"archs": M.ARCHS, "nvcc_threads": M.NVCC_THREADS, "per_arch_bytes": per_arch, **kw}
+    fkw = {
+        "archs": M.ARCHS,
+        "nvcc_threads": M.NVCC_THREADS,
+        "per_arch_bytes": M.per_arch_estimate_bytes(),
+        **kw,
+    }
     # the first build knows the recipe's per-file table; the steady state, the profile learned by it
-    cold, learned = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **fkw)
-    warm, _ = S.simulate_factory(tasks, profile=learned, **fkw)
+    main = host_runs(tasks, gib=M.HOST_BYTES >> 30, cores=M.CORES)
+    cold, warm, best = main.cold, main.warm, main.best
     # the first build with only the recipe's single per-arch figure (before per-file estimates)
     cold_single, _ = S.simulate_factory(tasks, **fkw)
     heuristic_jobs = S.flash_attn_heuristic_jobs(cores=M.CORES, free_bytes=M.HOST_BYTES - M.BASE_BYTES)
-    best = S.simulate_best_fixed(tasks, **kw)
     seed = S.simulate_seed_halving(tasks, **kw)
     # the reference: the best schedule an offline search finds knowing every course, cores not shared
     offline = best_offline(
@@ -98,7 +124,7 @@ def run_model() -> dict[str, object]:
     }
     return {
         "limit_bytes": M.HOST_BYTES,
-        "lower_bound_s": round(S.lower_bound(tasks, limit_bytes=M.HOST_BYTES, cores=M.CORES), 1),
+        "lower_bound_s": round(main.lower_bound_s, 1),
         "strategies": {k: v.to_json() for k, v in strategies.items()},
         "cores": M.CORES,
         "notes": {
@@ -112,8 +138,9 @@ def run_model() -> dict[str, object]:
             "best_offline_s": offline.makespan_s,
             "best_offline_orders": offline.orders_tried,
             "measured_courses": [c.file for c in M.measured_courses()],
-            "hosts": [other_host(tasks, gib=M.HOST_BYTES >> 30, cores=M.CORES)]
-            + [other_host(tasks, gib=g, cores=c) for g, c in OTHER_HOSTS],
+            "hosts": [
+                h.to_json() for h in (main, *(host_runs(tasks, gib=g, cores=c) for g, c in OTHER_HOSTS))
+            ],
         },
     }
 

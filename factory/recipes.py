@@ -21,11 +21,9 @@ if TYPE_CHECKING:
 
 def measured_compile_gib(package: str = "flash-attn", *, arch_count: int = 1) -> float:
     """The worst measured single-thread peak of one kernel file for `arch_count` archs (factory/data CSV)."""
-    text = resources.files("factory").joinpath("data/flash-attn-compiles.csv").read_text(encoding="utf-8")
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     peaks = [
         float(r["peak_gib"]) / max(1, len(r["gencodes"].split("+")))
-        for r in rows
+        for r in _csv_rows()
         if r.get("peak_gib") and package == "flash-attn"
     ]
     return round(max(peaks) * arch_count, 2) if peaks else 4.0 * arch_count
