@@ -19,10 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from factory.memory.admission import PAST_PEAK_DROP
 
 GIB = 1 << 30
 
@@ -166,9 +169,21 @@ def flash_attn_command(
     ]
 
 
+def after_peak(rss: Sequence[int]) -> float | None:
+    """The most RSS after the compile first fell to PAST_PEAK_DROP of its peak (the wrapper's sign that its
+    peak is behind it), as a fraction of the peak; None when it never fell that far."""
+    peak = max(rss, default=0)
+    if peak <= 0:
+        return None
+    top = rss.index(peak)
+    fell = next((i for i in range(top, len(rss)) if rss[i] <= PAST_PEAK_DROP * peak), None)
+    return None if fell is None else max(rss[fell:]) / peak
+
+
 def csv_row(path: Path, *, version: str, note: str) -> str:
     """A factory/data/flash-attn-compiles.csv row for one measured course."""
     data = json.loads(path.read_text(encoding="utf-8"))
+    after = after_peak([int(m) for _, _, m in data["samples"]])
     return ",".join(
         [
             version,
@@ -178,6 +193,7 @@ def csv_row(path: Path, *, version: str, note: str) -> str:
             f"{data['peak_bytes'] / GIB:.2f}",
             f"{data['cpu_s']:.0f}",
             f"{data['wall_s']:.0f}",
+            "" if after is None else f"{after:.3f}",
             f"{note}; course: bench/data/flash-attn-courses/{path.name}",
         ]
     )

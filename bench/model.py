@@ -214,3 +214,10 @@ def per_file_estimate_bytes() -> tuple[tuple[str, int], ...]:
         fallback_bytes=per_arch_estimate_bytes(),
         unit=GIB,
     )
+
+
+def after_peak() -> float | None:
+    """The built-in flash-attn recipe's compile_after_peak (what a first build knows of a course)."""
+    from factory.recipes import FLASH_ATTN
+
+    return FLASH_ATTN.compile_after_peak

@@ -74,6 +74,10 @@ class Recipe:
     # first match wins, files matching none take compile_gib_per_arch. Kernel files of one package differ by
     # nearly 2x (flash-attn: forward 3.7, backward 6.6 GiB), so one worst-case figure starves a first build.
     compile_gib_by_file: tuple[tuple[str, float], ...] = ()
+    # After its peak, a compile holds at most this fraction of it (flash-attn: cicc's RSS climbs to the peak
+    # in the first 10-25% of the compile, then falls to a third of it), so an unprofiled compile seen past its
+    # peak no longer needs its whole estimate reserved; None: it keeps it to the end.
+    compile_after_peak: float | None = None
     # Packages the build needs beyond torch (installed into the build env from the wheelhouse).
     extra_build_requires: tuple[str, ...] = ("setuptools", "wheel", "ninja", "packaging")
     # The C++ standard the package compiles as, when it hard-codes one (flash-attn 2.x: "17"); None: torch's.
@@ -449,6 +453,7 @@ class _Loader:
             "min_arch",
             "compile_gib_per_arch",
             "compile_gib_by_file",
+            "compile_after_peak",
             "extra_build_requires",
             "cxx_std",
         )
@@ -511,6 +516,17 @@ class _Loader:
             )
         if "compile_gib_by_file" in value:
             changes["compile_gib_by_file"] = self.gib_by_file(value, "compile_gib_by_file")
+        if "compile_after_peak" in value:
+            after = value["compile_after_peak"]
+            if after is not None:
+                after = self.number(value, "compile_after_peak", "recipe.compile_after_peak")
+                if after > 1:
+                    raise self.fail(
+                        f"recipe.compile_after_peak is a fraction of the peak, at most 1, not {after:g}",
+                        value,
+                        "compile_after_peak",
+                    )
+            changes["compile_after_peak"] = after
         if "extra_build_requires" in value:
             changes["extra_build_requires"] = self.str_list(
                 value, "extra_build_requires", "recipe.extra_build_requires"

@@ -75,6 +75,19 @@ def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     return tuple(table)
 
 
+# The after-peak fraction is a few measured courses' worst: a file not measured may hold a little more.
+AFTER_PEAK_MARGIN = 1.1
+
+
+def measured_after_peak() -> float | None:
+    """flash-attn's `compile_after_peak`: the most any measured course held after first falling to 3/4 of its
+    peak (factory/data CSV, `after_peak`), with AFTER_PEAK_MARGIN, rounded up to 0.01 and at most 1."""
+    seen = [float(r["after_peak"]) for r in _csv_rows() if r.get("after_peak")]
+    if not seen:
+        return None
+    return min(1.0, math.ceil(round(max(seen) * AFTER_PEAK_MARGIN * 100, 6)) / 100)
+
+
 # flash-attn 2.8.3's setup.py: FLASH_ATTN_CUDA_ARCHS="80;90;100;120" selects the gencodes,
 # FLASH_ATTN_LOCAL_VERSION becomes the +local label, FLASH_ATTENTION_FORCE_BUILD stops it from downloading a
 # prebuilt wheel from GitHub (which also would need network). Its flags hard-code -std=c++17.
@@ -89,6 +102,7 @@ FLASH_ATTN = Recipe(
     # Measured: the heaviest kernel file (flash_bwd_hdim256) peaks at ~6.6 GiB per arch per nvcc thread.
     compile_gib_per_arch=measured_compile_gib("flash-attn"),
     compile_gib_by_file=flash_attn_file_estimates(),
+    compile_after_peak=measured_after_peak(),
     extra_build_requires=("setuptools", "wheel", "ninja", "packaging", "psutil", "einops"),
     cxx_std="17",
 )

@@ -267,6 +267,8 @@ class Prediction:
     inferred: bool = False
     # the most it holds by the end of each twentieth of its time (`admission.rise`)
     rise: tuple[int, ...] = ()
+    # for a compile not profiled itself: the recipe's `compile_after_peak` (`past_peak_bytes`)
+    after_peak: float | None = None
 
 
 def file_per_arch_bytes(source: str, by_file: Sequence[tuple[str, int]], default_bytes: int) -> int:
@@ -342,6 +344,7 @@ def predict(
     nvcc_threads: int,
     base_bytes: int = DEFAULT_BASE_BYTES,
     by_file: Sequence[tuple[str, int]] = (),
+    after_peak: float | None = None,
 ) -> Prediction:
     """The learned profile entry of a compile, else the recipe's estimate for its file (`by_file`, else
     `per_arch_bytes`), shaped by measured siblings."""
@@ -353,25 +356,32 @@ def predict(
         base_bytes=base_bytes,
         by_file=by_file,
     )
-    return predict_from(entries, key, estimate_bytes=estimate)
+    return predict_from(entries, key, estimate_bytes=estimate, after_peak=after_peak)
 
 
-def predict_from(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimate_bytes: int) -> Prediction:
+def predict_from(
+    entries: Mapping[str, Mapping[str, Any]],
+    key: str,
+    *,
+    estimate_bytes: int,
+    after_peak: float | None = None,
+) -> Prediction:
     """`predict` once the estimate of an unmeasured compile is known; `entries` may hold this build's own
-    measurements, so the predictions of files still waiting tighten as their siblings finish."""
+    measurements, so the predictions of files still waiting tighten as their siblings finish. `after_peak`
+    (the recipe's `compile_after_peak`) goes with every prediction but one from the file's own profile."""
     entry = entries.get(key)
     if entry is not None and entry.get("peak_bytes"):
         wall = entry.get("wall_s")
         if not wall:
             # only ever seen killed: its peak is a lower bound, never below the estimate
-            return Prediction(peak_bytes=max(int(entry["peak_bytes"]), estimate_bytes))
+            return Prediction(peak_bytes=max(int(entry["peak_bytes"]), estimate_bytes), after_peak=after_peak)
         return Prediction(
             peak_bytes=with_margin(int(entry["peak_bytes"])),
             wall_s=float(wall),
             envelope=tuple(with_margin(int(v)) for v in entry.get("envelope") or ()),
             rise=tuple(with_margin(int(v)) for v in entry.get("rise") or ()),
         )
-    return from_siblings(entries, key, estimate_bytes=estimate_bytes)
+    return replace(from_siblings(entries, key, estimate_bytes=estimate_bytes), after_peak=after_peak)
 
 
 # A profile is kept per package version, not per torch version or host compiler, and its peaks are sampled
@@ -504,8 +514,9 @@ def reservation(
     is behind it (or now), and the clock is trusted as it is; with several waves the seen peak may be an
     earlier one. `rss_bytes` is its RSS now.
     """
+    past = past_peak_bytes(prediction, seen_bytes, rss_bytes, waves=waves)
     if not prediction.envelope or not prediction.wall_s:
-        return prediction.peak_bytes
+        return prediction.peak_bytes if past is None else min(prediction.peak_bytes, past)
     had_peak = waves <= 1 and seen_bytes >= PEAK_SEEN_FRACTION * prediction.peak_bytes
     slack = 1.0 if had_peak else PROGRESS_SLACK
     progress = elapsed_s / (prediction.wall_s * slack)
@@ -519,8 +530,29 @@ def reservation(
     ):
         # past its peak by the clock and by its own RSS: the estimate was for the worst file of the recipe,
         # this one's peak is what it was seen at, and the rest of its course scales with it
-        return min(left, math.ceil(left * seen_bytes / prediction.peak_bytes))
-    return left
+        left = min(left, math.ceil(left * seen_bytes / prediction.peak_bytes))
+    return left if past is None else min(left, past)
+
+
+def past_peak_bytes(
+    prediction: Prediction, seen_bytes: int, rss_bytes: int | None, *, waves: int = 1
+) -> int | None:
+    """What a compile without its own profile may still hold once its peak is behind it, by the recipe's
+    `compile_after_peak` (`Prediction.after_peak`); None while that is not known.
+
+    Its peak is behind it when it reached its predicted peak (PEAK_SEEN_FRACTION of it) and has since fallen
+    to PAST_PEAK_DROP of the most it was seen at; with several waves of archs the seen peak may be an earlier
+    wave's. A compile that rises again is counted at its RSS, which `decide` takes when larger.
+    """
+    if (
+        prediction.after_peak is None
+        or waves > 1
+        or rss_bytes is None
+        or seen_bytes < PEAK_SEEN_FRACTION * prediction.peak_bytes
+        or not 0 < rss_bytes <= PAST_PEAK_DROP * seen_bytes
+    ):
+        return None
+    return math.ceil(prediction.after_peak * seen_bytes)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ Environment:
   FACTORY_EST_PER_ARCH_BYTES   estimate per arch per nvcc thread for files without a profile entry
   FACTORY_EST_BY_FILE          per-file estimates before that one: JSON [[glob on the base name, bytes], ...],
                                the first match wins
+  FACTORY_AFTER_PEAK           the recipe's compile_after_peak: what an unprofiled compile holds at most
+                               past its peak, as a fraction of it
   FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
   FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
   FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
@@ -190,13 +192,23 @@ class Predictor:
     """The prediction of this compile, refreshed while it waits: the compiles of its build that finish in the
     meantime (FACTORY_PROFILE_OUT) shape the prediction of a file the profile does not know."""
 
-    def __init__(self, profile: dict[str, dict[str, Any]], key: str, *, estimate_bytes: int) -> None:
+    def __init__(
+        self,
+        profile: dict[str, dict[str, Any]],
+        key: str,
+        *,
+        estimate_bytes: int,
+        after_peak: float | None = None,
+    ) -> None:
         self.profile = profile
         self.key = key
         self.estimate_bytes = estimate_bytes
+        self.after_peak = after_peak
         self.out = os.environ.get("FACTORY_PROFILE_OUT")
         self.stamp: tuple[int, int] | None = None
-        self.current = admission.predict_from(profile, key, estimate_bytes=estimate_bytes)
+        self.current = admission.predict_from(
+            profile, key, estimate_bytes=estimate_bytes, after_peak=after_peak
+        )
 
     def refresh(self) -> admission.Prediction:
         if self.key in self.profile or not self.out:
@@ -209,7 +221,9 @@ class Predictor:
         if stamp != self.stamp:
             self.stamp = stamp
             entries = {**load_measurements(self.out), **self.profile}
-            self.current = admission.predict_from(entries, self.key, estimate_bytes=self.estimate_bytes)
+            self.current = admission.predict_from(
+                entries, self.key, estimate_bytes=self.estimate_bytes, after_peak=self.after_peak
+            )
         return self.current
 
 
@@ -229,6 +243,15 @@ def env_int(name: str, default: int | None) -> int | None:
         return default
 
 
+def env_fraction(name: str) -> float | None:
+    """A fraction in (0, 1] from the environment; anything else is ignored (None), never fatal."""
+    try:
+        value = float(os.environ.get(name) or "nan")
+    except ValueError:
+        return None
+    return value if 0 < value <= 1 else None
+
+
 def prediction_entry(p: admission.Prediction) -> dict[str, Any]:
     """A prediction as the state file holds it, for waiting and running compiles alike."""
     return {
@@ -237,6 +260,7 @@ def prediction_entry(p: admission.Prediction) -> dict[str, Any]:
         "envelope": list(p.envelope),
         "inferred": p.inferred,
         "rise": list(p.rise),
+        "after_peak": p.after_peak,
     }
 
 
@@ -248,6 +272,7 @@ def prediction_of(entry: dict[str, Any]) -> admission.Prediction:
         envelope=tuple(int(v) for v in entry.get("envelope") or ()),
         inferred=bool(entry.get("inferred")),
         rise=tuple(int(v) for v in entry.get("rise") or ()),
+        after_peak=entry.get("after_peak"),
     )
 
 
@@ -525,6 +550,7 @@ def main(argv: list[str]) -> int:
         load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
         key,
         estimate_bytes=estimate,
+        after_peak=env_fraction("FACTORY_AFTER_PEAK"),
     )
     prediction = predictor.current
     threads = max(1, min(call.threads, len(call.archs)))

@@ -74,6 +74,8 @@ def wrapper_env(
     by_file = file_estimate_bytes(recipe, per_arch_bytes=per_arch)
     if by_file:
         env["FACTORY_EST_BY_FILE"] = json.dumps([list(item) for item in by_file], separators=(",", ":"))
+    if recipe.compile_after_peak is not None:
+        env["FACTORY_AFTER_PEAK"] = f"{recipe.compile_after_peak:g}"
     if package and version:
         learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
         text = json.dumps(learned.to_json(), separators=(",", ":"))

@@ -105,13 +105,14 @@ class AdmissionModel:
     # a compile with a low front end starts with it, and is stopped at its rise until its peak is granted
     two_stage: bool = True
     poll_s: float = 1.0  # how often a waiting wrapper asks again (FACTORY_POLL_S is 0.5 s)
+    after_peak: float | None = None  # the recipe's compile_after_peak (FACTORY_AFTER_PEAK)
 
     def predict(self, name: str, measured: Mapping[str, Mapping[str, object]]) -> Prediction:
         """What the wrapper of `name` predicts from the profile (`predictions`, also in `measured`) and, when
         online, the compiles of this build measured so far."""
         known = measured if self.online else {k: v for k, v in measured.items() if k in self.predictions}
         estimate = self.estimates.get(name, self.default.peak_bytes)
-        return admission.predict_from(known, name, estimate_bytes=estimate)
+        return admission.predict_from(known, name, estimate_bytes=estimate, after_peak=self.after_peak)
 
 
 def _entry(p: Prediction) -> dict[str, object]:
@@ -410,11 +411,12 @@ def simulate_factory(
     profile: Mapping[str, Prediction] | None = None,
     max_attempts: int = 5,
     by_file: Sequence[tuple[str, int]] = (),
+    after_peak: float | None = None,
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
     """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned.
 
     `by_file` is the recipe's per-file table in bytes (runner.file_estimate_bytes), raised with the plan's
-    per-arch figure after an OOM as the runner raises it."""
+    per-arch figure after an OOM as the runner raises it; `after_peak` is the recipe's compile_after_peak."""
     par: Parallelism = plan_parallelism(
         limit_bytes=limit_bytes,
         cpus=cores,
@@ -460,6 +462,7 @@ def simulate_factory(
             default=Prediction(peak_bytes=estimate),
             estimates=MappingProxyType(estimates),
             waves=-(-max(1, archs) // max(1, min(par.nvcc_threads, archs))),
+            after_peak=after_peak,
         )
         r = run_attempt(
             tasks,

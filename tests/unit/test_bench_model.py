@@ -34,6 +34,20 @@ def test_every_kind_of_kernel_file_was_measured() -> None:
         assert max(b for _, b in c.per_arch) == c.peak_bytes
 
 
+def test_the_recipe_data_holds_each_course_s_after_peak_fraction() -> None:
+    from factory.recipes import _csv_rows
+
+    rows = {r["note"].rpartition("course: ")[2]: r for r in _csv_rows() if "course: " in r["note"]}
+    for path in sorted(M.COURSES.glob("*.json")):
+        data = json.loads(path.read_text())
+        after = C.after_peak([int(m) for _, _, m in data["samples"]])
+        row = rows[f"bench/data/flash-attn-courses/{path.name}"]
+        assert after is not None and float(row["after_peak"]) == round(after, 3)
+    # a compile that never falls to 3/4 of its peak gives none; one that falls holds the most after the fall
+    assert C.after_peak([1, 5, 10, 9, 8]) is None
+    assert C.after_peak([1, 10, 7, 6, 7, 2]) == 0.7
+
+
 def test_a_measured_file_keeps_its_own_figures_and_others_are_interpolated() -> None:
     c = next(c for c in M.measured_courses() if c.kind == "fwd")
     task = M.compile_task(c.file, archs=1, threads=1, scale=1.0)

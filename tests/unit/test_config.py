@@ -270,3 +270,31 @@ def test_recipe_compile_gib_by_file_errors(tmp_path: Path, value: str, message: 
         load(tmp_path, text, AXES)
     assert str(info.value).startswith(f"{tmp_path / 'm.yaml'}:4: ")
     assert message in str(info.value)
+
+
+def test_recipe_compile_after_peak(tmp_path: Path) -> None:
+    head = 'package: {name: x, version: "1.0"}\nrecipe: {name: r'
+    assert load(tmp_path, head + ", compile_after_peak: 0.5}\n", AXES).recipe.compile_after_peak == 0.5
+    assert load(tmp_path, head + "}\n", AXES).recipe.compile_after_peak is None
+    based = load(tmp_path, head + ", base: flash-attn}\n", AXES).recipe
+    assert based.compile_after_peak == BUILTIN_RECIPES["flash-attn"].compile_after_peak is not None
+    # null turns the base recipe's fraction off
+    off = load(tmp_path, head + ", base: flash-attn, compile_after_peak: null}\n", AXES).recipe
+    assert off.compile_after_peak is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1.5", "recipe.compile_after_peak is a fraction of the peak, at most 1, not 1.5"),
+        ("0", "recipe.compile_after_peak must be positive, not 0"),
+        ("60%", "recipe.compile_after_peak must be a number, not a string '60%'"),
+    ],
+)
+def test_recipe_compile_after_peak_errors(tmp_path: Path, value: str, message: str) -> None:
+    from factory.errors import ConfigError
+
+    text = 'package: {name: x, version: "1.0"}\nrecipe:\n  name: r\n  compile_after_peak: ' + value + "\n"
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text, AXES)
+    assert str(info.value) == f"{tmp_path / 'm.yaml'}:4: {message}"

@@ -177,6 +177,41 @@ def test_inferred_reservation_scales_with_the_peak_seen_once_past_it() -> None:
     assert admission.reservation(q, 55, seen_bytes=50, rss_bytes=20) == 40
 
 
+def test_an_unprofiled_compile_past_its_peak_holds_the_recipe_s_after_peak_fraction() -> None:
+    p = Prediction(peak_bytes=100, after_peak=0.6)
+    assert admission.reservation(p, 10, seen_bytes=50, rss_bytes=50) == 100  # still rising
+    assert admission.reservation(p, 10, seen_bytes=95, rss_bytes=95) == 100  # at its peak
+    assert admission.reservation(p, 10, seen_bytes=95, rss_bytes=71) == 57  # fell to 3/4: 0.6 of 95
+    assert admission.reservation(p, 10, seen_bytes=95, rss_bytes=80) == 100  # not fallen far enough
+    # it fell, but from well below its estimate: that may be an early hump before the real peak
+    assert admission.reservation(p, 10, seen_bytes=80, rss_bytes=20) == 100
+    # with several waves of archs, the peak seen may be the first wave's
+    assert admission.reservation(p, 10, seen_bytes=95, rss_bytes=20, waves=2) == 100
+    # without the recipe's fraction nothing is assumed of its course
+    assert admission.reservation(Prediction(peak_bytes=100), 10, seen_bytes=95, rss_bytes=20) == 100
+    # an inferred course (siblings' envelope) is lowered by it too, never raised
+    env = (100, 100, 100, 100, 90, 90, 90, 90, 90, 90)
+    q = Prediction(peak_bytes=100, wall_s=100.0, envelope=env, inferred=True, after_peak=0.6)
+    assert admission.reservation(q, 60, seen_bytes=95, rss_bytes=40) == 57
+    assert admission.reservation(q, 60, seen_bytes=95, rss_bytes=40) < admission.reservation(
+        Prediction(peak_bytes=100, wall_s=100.0, envelope=env, inferred=True), 60, seen_bytes=95, rss_bytes=40
+    )
+
+
+def test_the_after_peak_fraction_goes_with_estimates_not_with_a_file_s_own_profile() -> None:
+    entries = {
+        "a.cu|compute_80|1": {"peak_bytes": 100, "wall_s": 10.0, "envelope": [100] * 10},
+        "b.cu|compute_80|1": {"peak_bytes": 100, "wall_s": None},  # only ever seen killed
+    }
+    own = admission.predict_from(entries, "a.cu|compute_80|1", estimate_bytes=GIB, after_peak=0.6)
+    assert own.after_peak is None  # its own course is known exactly
+    killed = admission.predict_from(entries, "b.cu|compute_80|1", estimate_bytes=GIB, after_peak=0.6)
+    sibling = admission.predict_from(entries, "a2.cu|compute_80|1", estimate_bytes=GIB, after_peak=0.6)
+    unknown = admission.predict_from({}, "c.cu|compute_80|1", estimate_bytes=GIB, after_peak=0.6)
+    assert killed.after_peak == sibling.after_peak == unknown.after_peak == 0.6
+    assert sibling.inferred and sibling.peak_bytes == GIB
+
+
 def test_family_ignores_numbers_keeps_archs_and_threads() -> None:
     a = admission.family("flash_bwd_hdim64_fp16_sm80.cu|compute_80,compute_90|4")
     assert a == admission.family("flash_bwd_hdim256_fp16_sm80.cu|compute_80,compute_90|4")

@@ -64,3 +64,22 @@ def test_flash_attn_recipe_table_from_the_measured_compiles() -> None:
         math.ceil(round(table["flash_fwd_hdim64_*"] * GIB, 3))
     )
     assert admission.file_per_arch_bytes("/x/flash_api.cpp", by_file, 1) == 1
+
+
+def test_wrapper_env_carries_the_after_peak_fraction(tmp_path: Path) -> None:
+    env = runner.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
+    assert float(env["FACTORY_AFTER_PEAK"]) == FLASH_ATTN.compile_after_peak
+    plain = Recipe(name="r")
+    assert "FACTORY_AFTER_PEAK" not in runner.wrapper_env(
+        plan(plain, tmp_path), recipe=plain, job_dir="/j", memory_limit=GIB
+    )
+
+
+def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
+    from factory.recipes import _csv_rows
+
+    seen = [float(r["after_peak"]) for r in _csv_rows() if r["after_peak"]]
+    assert len(seen) == 10  # one per measured course
+    # the worst course (backward hdim256 held 64% of its peak after falling to 3/4 of it), with its margin
+    assert max(seen) == 0.638
+    assert FLASH_ATTN.compile_after_peak == 0.71

@@ -175,6 +175,20 @@ def test_per_file_estimates_speed_up_the_first_build_of_the_model() -> None:
     assert 0 < fwd < M.per_arch_estimate_bytes()
 
 
+def test_the_after_peak_fraction_speeds_up_the_first_build_of_the_model() -> None:
+    tasks = M.flash_attn_tasks(scale=M.time_scale())
+    kw = {
+        "limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES, "archs": M.ARCHS,
+        "nvcc_threads": M.NVCC_THREADS, "per_arch_bytes": M.per_arch_estimate_bytes(),
+        "by_file": M.per_file_estimate_bytes(),
+    }  # fmt: skip
+    without, _ = S.simulate_factory(tasks, **kw)
+    with_fraction, _ = S.simulate_factory(tasks, after_peak=M.after_peak(), **kw)
+    assert M.after_peak() is not None
+    assert with_fraction.oom_kills == 0 and not with_fraction.failed
+    assert with_fraction.makespan_s < without.makespan_s
+
+
 def test_an_estimate_below_the_real_peaks_is_caught_by_the_oom_retry() -> None:
     # per-file figures too low (every file at 40% of its real peak) must not fail the build: the OOM retry
     # raises the plan, and the table with it

@@ -36,6 +36,9 @@ FAKE = textwrap.dedent("""\
     with open(os.environ["FAKE_LOG"], "a") as fh:
         fh.write(f"start {{args[args.index('-c') + 1]}} {{time.monotonic()}}\\n")
     time.sleep(float(os.environ.get("FAKE_S", "0.6")))
+    if os.environ.get("FAKE_AFTER_S"):  # past its peak: what it held is freed for the rest of its run
+        del hold
+        time.sleep(float(os.environ["FAKE_AFTER_S"]))
     with open(os.environ["FAKE_LOG"], "a") as fh:
         fh.write(f"end {{args[args.index('-c') + 1]}} {{time.monotonic()}}\\n")
     open(args[args.index("-o") + 1], "w").close()
@@ -194,3 +197,41 @@ def test_a_compile_admitted_for_its_front_end_is_stopped_at_its_rise(tmp_path: P
     assert records["a.cu"]["waited_s"] < 0.3  # it started at once...
     assert records["a.cu"]["stopped_s"] > 0.5  # ...and was stopped at its rise, which its time leaves out
     assert records["a.cu"]["wall_s"] < 1.5
+
+
+def test_a_compile_past_its_peak_holds_the_recipe_s_after_peak_fraction(tmp_path: Path) -> None:
+    # capacity 1 GiB, every compile estimated at 600 MiB: a reaches its estimate, then frees it for the rest
+    # of its run; with the recipe's fraction b starts then, without it only once a is done
+    def run(name: str, **extra: str) -> dict[tuple[str, str], float]:
+        work = tmp_path / name  # a build of its own: nothing measured yet
+        work.mkdir()
+        common = {"FACTORY_MEM_LIMIT": str(1536 * MIB), "FACTORY_HEADROOM_BYTES": str(512 * MIB),
+                  "FACTORY_EST_PER_ARCH_BYTES": str(600 * MIB), "FACTORY_CPUS": "8", **extra}  # fmt: skip
+        a_env = setup(work, FAKE_MIB="560", FAKE_S="0.5", FAKE_AFTER_S="2.5", **common)
+        a = subprocess.Popen(compile_cmd(work, "a"), env=a_env)
+        time.sleep(0.3)
+        b = subprocess.Popen(compile_cmd(work, "b"), env=setup(work, FAKE_MIB="16", **common))
+        assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
+        events = [line.split() for line in (work / "fake.log").read_text().splitlines()]
+        return {(kind, Path(src).stem): float(t) for kind, src, t in events}
+
+    with_fraction = run("with", FACTORY_AFTER_PEAK="0.5")
+    assert with_fraction[("start", "b")] < with_fraction[("end", "a")] - 1.0
+    without = run("without")
+    assert without[("start", "b")] >= without[("end", "a")]
+    # a malformed fraction is ignored, never fatal to the compile
+    assert nvcc_wrapper.env_fraction("FACTORY_NO_SUCH_VARIABLE") is None
+    for bad in ("1.5", "0", "x"):
+        os.environ["FACTORY_TEST_FRACTION"] = bad
+        assert nvcc_wrapper.env_fraction("FACTORY_TEST_FRACTION") is None
+    os.environ["FACTORY_TEST_FRACTION"] = "0.71"
+    assert nvcc_wrapper.env_fraction("FACTORY_TEST_FRACTION") == 0.71
+    del os.environ["FACTORY_TEST_FRACTION"]
+
+
+def test_the_state_file_keeps_a_prediction_s_after_peak_fraction() -> None:
+    # the wrapper's own copy of admission (it imports its neighbours as top-level modules)
+    p = nvcc_wrapper.admission.Prediction(
+        peak_bytes=5, wall_s=2.0, envelope=(5, 1), inferred=True, after_peak=0.7
+    )
+    assert nvcc_wrapper.prediction_of(json.loads(json.dumps(nvcc_wrapper.prediction_entry(p)))) == p
