@@ -59,14 +59,14 @@ def demo_matrix(
         )
         + include
         + textwrap.dedent(
-            f"""\
+            """\
         build:
           flavor: pypi
           cpus: 2
-          torch_index: {{"13.0": default}}
-        {build_extra}
+          torch_index: {"13.0": default}
         """
         )
+        + build_extra  # lines of the build section, each indented by two spaces
     )
     if publish_to is not None:
         text += f"publish:\n  to: {publish_to}\n"
@@ -87,7 +87,8 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
         tmp,
         arch=["8.0", "9.0;12.0", "7.5"],
         include=include,
-        build_extra="  memory: 8GiB",
+        # three containers at once (their limits within the host budget), as a scheduled run builds a matrix
+        build_extra="  memory: 5GiB\n  concurrency: 3\n",
         publish_to=tmp / "index",
     )
     out = tmp / "wheels"
@@ -143,6 +144,15 @@ def test_compile_error_is_a_failed_job_with_log_tail(demo_build: dict[str, Any])
     assert "exit" in job["reason"]
     assert any("error" in line and "DEMO_FAIL_COMPILE" in line for line in job["log_tail"]), job["log_tail"]
     assert job["wheel"] is None
+
+
+def test_jobs_of_a_matrix_run_side_by_side_within_the_budget(demo_build: dict[str, Any]) -> None:
+    report = demo_build["report"]
+    jobs = report["jobs"]
+    # concurrency 3: each container got the matrix's 5 GiB (15 GiB, within 3/4 of this machine's memory)
+    assert {a["memory_limit"] for j in jobs for a in j["attempts"]} == {5 * 2**30}
+    # the three jobs overlapped: together they ran far longer than the whole run
+    assert sum(j["wall_s"] for j in jobs) > 2 * (report["finished"] - report["started"])
 
 
 def test_no_container_left_after_build(demo_build: dict[str, Any], docker_client: Any) -> None:
