@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.memory import profiles
+from factory.memory.admission import raised_by_file
 from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
 from factory.memory.simulate import StrategyResult
 
@@ -31,6 +32,9 @@ GIB = 1 << 30
 DEFAULT_LIMIT = 2 * GIB + 256 * MIB
 # what the memext "recipe" assumes per arch before anything was measured: the heaviest TU, rounded up
 EST_PER_ARCH = int(1.5 * GIB)
+# its per-file table, as a recipe's author would write it from the kernels' lengths (26, 14 and 5 thousand
+# steps at ~50 KiB of cicc each, heavy.cuh), rounded up: what the first build knows per file
+EST_BY_FILE = (("heavy*", int(1.5 * GIB)), ("medium*", int(0.8 * GIB)), ("light*", int(0.35 * GIB)))
 OBJECTS = 8
 
 
@@ -93,6 +97,7 @@ def run_build(
     log: Path | None = None,
     cpus: float | None = None,
     keep_going: bool = False,
+    by_file: tuple[tuple[str, int], ...] = (),
 ) -> RealRun:
     """One `ninja -j max_jobs` of the fixture inside a new memory cgroup of `limit_bytes`."""
     nvcc = host_nvcc()
@@ -116,6 +121,9 @@ def run_build(
             CUDA_HOME=str(Path(nvcc).parent.parent), MEMEXT_ORDER=order,
             MEMEXT_KEEP_GOING="1" if keep_going else "0",
         )  # fmt: skip
+        env.pop("FACTORY_EST_BY_FILE", None)
+        if by_file:
+            env["FACTORY_EST_BY_FILE"] = json.dumps([list(item) for item in by_file])
         env.pop("FACTORY_MEM_LIMIT", None)  # the wrapper must find the limit in its cgroup
         env.pop("FACTORY_CPUS", None)
         if cpus is not None:
@@ -189,6 +197,7 @@ def factory_build(
     log: Path | None = None,
     keep_going: bool = False,
     ninja_jobs: int | None = None,
+    by_file: tuple[tuple[str, int], ...] = (),
 ) -> FactoryBuild:
     """Planner + admission + resume: what the runner does for a job, against a cgroup instead of a
     container."""
@@ -204,6 +213,8 @@ def factory_build(
             admission_on=True,
             est_per_arch=par.per_arch_bytes, profile=learned, order=order, log=log, cpus=cpus,
             keep_going=keep_going,
+            # raised with the plan after an OOM, as the runner raises it
+            by_file=raised_by_file(by_file, per_arch_bytes=par.per_arch_bytes, fallback_bytes=est_per_arch),
         )  # fmt: skip
         runs.append(run)
         learned = profiles.merge(learned, run.measurements)
@@ -229,6 +240,24 @@ def _fixed(run: RealRun, jobs: int) -> StrategyResult:
         attempts=(f"MAX_JOBS={jobs}: {'ok' if run.ok else 'OOM' if run.oom_kills else f'rc {run.rc}'}",),
         jobs=jobs,
     )  # fmt: skip
+
+
+def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int, cores: int) -> float:
+    """The profiled factory build replayed by the simulator on these compiles' measured courses (each a task
+    of twenty steps at its rise, which for a compile whose RSS only grows, as the fixture's do, is its
+    course): what the same admission gives without the machine's noise."""
+    from factory.memory import simulate as S
+
+    tasks = [
+        S.Task(name=m.key, phases=tuple((m.wall_s / len(m.rise), rss, 1) for rss in m.rise))
+        for m in measurements
+        if m.rise
+    ]
+    result, _ = S.simulate_factory(
+        tasks, limit_bytes=limit_bytes, cores=cores, archs=1, nvcc_threads=1, per_arch_bytes=EST_PER_ARCH,
+        profile={t.name: t.measured() for t in tasks},
+    )  # fmt: skip
+    return result.makespan_s
 
 
 def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, object]:
@@ -280,13 +309,19 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     strategies["flash_attn_heuristic"] = _fixed(fixed_run(heuristic), heuristic).to_json()
     notes["flash_attn_heuristic_jobs"] = heuristic
 
-    cold = factory_build(work / "factory-cold", limit_bytes=limit_bytes, cpus=cores, work=work, log=log)
+    # the first build knows the recipe's per-file table (as the model's does); the steady state, the profile
+    # learned by it
+    cold = factory_build(work / "factory-cold", limit_bytes=limit_bytes, cpus=cores, work=work, log=log,
+                         by_file=EST_BY_FILE)  # fmt: skip
+    cold_single = factory_build(work / "factory-cold-single", limit_bytes=limit_bytes, cpus=cores, work=work,
+                                log=log)  # fmt: skip
     warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
                          profile=cold.profile, log=log)  # fmt: skip
     strategies["factory"] = warm.result.to_json()
     strategies["factory_cold"] = cold.result.to_json()
     notes["factory_attempts"] = list(warm.lines)
     notes["factory_cold_attempts"] = list(cold.lines)
+    notes["factory_cold_single_estimate"] = cold_single.result.to_json()
 
     def bound(run: RealRun) -> float:
         walls = [m.wall_s for m in run.measurements]
@@ -303,6 +338,8 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
         notes["factory_compiles_s"] = {
             m.key.split("|")[0]: round(m.wall_s, 1) for m in warm.runs[0].measurements
         }
+    replay = replayed(serial.measurements, limit_bytes=limit_bytes, cores=cores)
+    notes["factory_replayed_s"] = round(replay, 1)
     per_tu = {
         m.key.split("|")[0]: {"peak_bytes": m.peak_bytes, "wall_s": m.wall_s} for m in serial.measurements
     }

@@ -124,3 +124,23 @@ def test_course_sampler_follows_a_real_process_tree(tmp_path: Path) -> None:
     assert course.wall_s >= 1.5 and course.samples[-1][0] <= course.wall_s
     data = course.to_json()
     assert json.loads(json.dumps(data))["steps"][0]["tool"]
+
+
+def test_the_real_benchmark_replays_its_measured_compiles_through_admission() -> None:
+    from bench import real
+    from factory.memory.profiles import Measurement
+
+    def measured(name: str, wall: float, low: float, peak: float) -> Measurement:
+        rise = (int(low * GIB),) * 13 + (int(peak * GIB),) * 7  # a low front end, then its peak
+        return Measurement(key=f"{name}|compute_80|1", peak_bytes=rise[-1], wall_s=wall, rise=rise)
+
+    heavy = [measured(f"heavy{i}.cu", 60.0, 0.27, 1.31) for i in (1, 2)]
+    light = [measured(f"light{i}.cu", 12.0, 0.2, 0.26) for i in range(1, 5)]
+    limit = real.DEFAULT_LIMIT
+    replay = real.replayed((*heavy, *light), limit_bytes=limit, cores=2)
+    # the heavy TUs never peak together (2 x 1.31 GiB plus the margin do not fit), so they take 120 s of one
+    # core at least; the lights fit beside them on the other
+    assert 120.0 <= replay < 130.0
+    assert replay == real.replayed((*heavy, *light), limit_bytes=limit, cores=2)  # deterministic
+    # with room for both peaks, the heavy TUs run side by side
+    assert real.replayed((*heavy, *light), limit_bytes=8 * GIB, cores=2) < 90.0

@@ -251,21 +251,40 @@ def test_recipe_compile_gib_by_file_replaces_the_base_table(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("key", "value", "message"),
     [
-        ("[1, 2]", "recipe.compile_gib_by_file must be a mapping, not a list"),
-        ('{"a*": -1.5}', "recipe.compile_gib_by_file['a*'] must be positive, not -1.5"),
-        ('{"a*": 0}', "recipe.compile_gib_by_file['a*'] must be positive, not 0"),
-        ('{"a*": "6GiB"}', "recipe.compile_gib_by_file['a*'] must be a number, not a string '6GiB'"),
-        ('{"a*": true}', "must be a number, not a boolean"),
-        ("{1: 2.0}", "a pattern must be a non-empty string (a glob on the file name), not an integer 1"),
-        ('{"csrc/a*": 2.0}', "pattern 'csrc/a*' matches base names only"),
+        ("compile_gib_by_file", "[1, 2]", "recipe.compile_gib_by_file must be a mapping, not a list"),
+        (
+            "compile_gib_by_file",
+            '{"a*": -1.5}',
+            "recipe.compile_gib_by_file['a*'] must be positive, not -1.5",
+        ),
+        ("compile_gib_by_file", '{"a*": 0}', "recipe.compile_gib_by_file['a*'] must be positive, not 0"),
+        (
+            "compile_gib_by_file",
+            '{"a*": "6GiB"}',
+            "recipe.compile_gib_by_file['a*'] must be a number, not a string '6GiB'",
+        ),
+        ("compile_gib_by_file", '{"a*": true}', "must be a number, not a boolean"),
+        (
+            "compile_gib_by_file",
+            "{1: 2.0}",
+            "a pattern must be a non-empty string (a glob on the file name), not an integer 1",
+        ),
+        ("compile_gib_by_file", '{"csrc/a*": 2.0}', "pattern 'csrc/a*' matches base names only"),
+        (
+            "compile_after_peak",
+            "1.5",
+            "recipe.compile_after_peak is a fraction of the peak, at most 1, not 1.5",
+        ),
+        ("compile_after_peak", "0", "recipe.compile_after_peak must be positive, not 0"),
+        ("compile_after_peak", "60%", "recipe.compile_after_peak must be a number, not a string '60%'"),
     ],
 )
-def test_recipe_compile_gib_by_file_errors(tmp_path: Path, value: str, message: str) -> None:
+def test_recipe_memory_figure_errors(tmp_path: Path, key: str, value: str, message: str) -> None:
     from factory.errors import ConfigError
 
-    text = 'package: {name: x, version: "1.0"}\nrecipe:\n  name: r\n  compile_gib_by_file: ' + value + "\n"
+    text = f'package: {{name: x, version: "1.0"}}\nrecipe:\n  name: r\n  {key}: {value}\n'
     with pytest.raises(ConfigError) as info:
         load(tmp_path, text, AXES)
     assert str(info.value).startswith(f"{tmp_path / 'm.yaml'}:4: ")
@@ -281,20 +300,3 @@ def test_recipe_compile_after_peak(tmp_path: Path) -> None:
     # null turns the base recipe's fraction off
     off = load(tmp_path, head + ", base: flash-attn, compile_after_peak: null}\n", AXES).recipe
     assert off.compile_after_peak is None
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("1.5", "recipe.compile_after_peak is a fraction of the peak, at most 1, not 1.5"),
-        ("0", "recipe.compile_after_peak must be positive, not 0"),
-        ("60%", "recipe.compile_after_peak must be a number, not a string '60%'"),
-    ],
-)
-def test_recipe_compile_after_peak_errors(tmp_path: Path, value: str, message: str) -> None:
-    from factory.errors import ConfigError
-
-    text = 'package: {name: x, version: "1.0"}\nrecipe:\n  name: r\n  compile_after_peak: ' + value + "\n"
-    with pytest.raises(ConfigError) as info:
-        load(tmp_path, text, AXES)
-    assert str(info.value) == f"{tmp_path / 'm.yaml'}:4: {message}"
