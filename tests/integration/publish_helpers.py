@@ -151,8 +151,11 @@ def pip_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedP
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def uv_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def uv_install(venv: Path, index_url: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """Real uv, isolated from this host's configuration; no index at all when `index_url` is None (only the
+    --find-links given)."""
     extra = ["--extra-index-url", NORMAL_INDEX] if NORMAL_INDEX else []
+    indexes = ["--no-index"] if index_url is None else ["--index-url", index_url, *extra]
     cmd = [
         UV,
         "pip",
@@ -162,9 +165,7 @@ def uv_install(venv: Path, index_url: str, *args: str) -> subprocess.CompletedPr
         "-v",
         "--python",
         str(venv / "bin" / "python"),
-        "--index-url",
-        index_url,
-        *extra,
+        *indexes,
         *args,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}

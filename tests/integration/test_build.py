@@ -267,8 +267,9 @@ def test_consumer_installs_the_real_wheel_straight_from_an_s3_bucket(
     tmp_path: Path,
     moto: Any,  # noqa: F811
 ) -> None:
-    """The same wheels published to an S3-protocol server (moto, over HTTP); pip reads the bucket URL."""
-    from publish_helpers import fresh_venv, pip_install
+    """The same wheels published to an S3-protocol server (moto, over HTTP); pip reads the bucket URL and
+    keeps the torch the venv has, which the wheel's pin accepts."""
+    from publish_helpers import fresh_venv, pip_install, uv_install
 
     from factory.config import load_matrix_file
     from factory.plan import plan_matrix
@@ -283,11 +284,20 @@ def test_consumer_installs_the_real_wheel_straight_from_an_s3_bucket(
         plan_matrix(mf).jobs[0]
     )
     venv = fresh_venv(tmp_path / "venv", tool="pip")
+    # torch and its nvidia-* wheels (GBs) go in with uv, which unpacks them in seconds where pip takes a
+    # minute; pip resolving torch through the pin is the served-index and wheelcheck tests' part
+    seeded = uv_install(venv, None, "--find-links", str(normal), "torch==2.14.*")
+    assert seeded.returncode == 0, seeded.stderr[-2000:]
     index_url = f"{moto.endpoint}/demo-wheels/ci/simple/cu130-torch2.14-abi1-sm80/"
     proc = pip_install(venv, index_url, "--find-links", str(normal), "factory-demo-ext")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    probe = "import importlib.metadata as m; print(m.version('factory-demo-ext'))"
-    version = subprocess.run(
+    probe = (
+        "import importlib.metadata as m; t = m.distribution('torch'); "
+        "print(m.version('factory-demo-ext'), t.version, t.read_text('INSTALLER').strip())"
+    )
+    version, torch_version, torch_installer = subprocess.run(
         [str(venv / "bin" / "python"), "-I", "-c", probe], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    ).stdout.split()
     assert version == "0.1.0+cu13.0.torch2.14.abi1.sm80"
+    # the wheel's torch==2.14.* pin accepted the venv's torch: pip did not install another one over it
+    assert torch_version.startswith("2.14.") and torch_installer == "uv"

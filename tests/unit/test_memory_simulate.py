@@ -157,9 +157,7 @@ def test_model_factory_meets_the_seed_targets() -> None:
     assert warm.makespan_s >= S.lower_bound(tasks, limit_bytes=M.HOST_BYTES, cores=M.CORES)
 
 
-def test_per_file_estimates_speed_up_the_first_build_of_the_model() -> None:
-    from bench import model as M
-
+def test_the_recipe_s_per_file_table_and_after_peak_fraction_speed_up_the_first_build_of_the_model() -> None:
     tasks = M.flash_attn_tasks(scale=M.time_scale())
     kw = {
         "limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES, "archs": M.ARCHS,
@@ -167,26 +165,16 @@ def test_per_file_estimates_speed_up_the_first_build_of_the_model() -> None:
     }  # fmt: skip
     single, _ = S.simulate_factory(tasks, **kw)
     per_file, _ = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **kw)
-    assert single.oom_kills == 0 and per_file.oom_kills == 0 and not per_file.failed
-    assert per_file.makespan_s < single.makespan_s
-    # the table is the built-in recipe's, not a copy: a forward file gets less than the worst-file fallback
+    after, _ = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), after_peak=M.after_peak(), **kw)
+    for r in (single, per_file, after):
+        assert r.oom_kills == 0 and not r.failed
+    assert after.makespan_s < per_file.makespan_s < single.makespan_s
+    # the table and the fraction are the built-in recipe's, not copies: a forward file gets less than the
+    # worst-file fallback
     table = M.per_file_estimate_bytes()
     fwd = admission.file_per_arch_bytes("flash_fwd_hdim64_fp16_sm80.cu", table, 0)
     assert 0 < fwd < M.per_arch_estimate_bytes()
-
-
-def test_the_after_peak_fraction_speeds_up_the_first_build_of_the_model() -> None:
-    tasks = M.flash_attn_tasks(scale=M.time_scale())
-    kw = {
-        "limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES, "archs": M.ARCHS,
-        "nvcc_threads": M.NVCC_THREADS, "per_arch_bytes": M.per_arch_estimate_bytes(),
-        "by_file": M.per_file_estimate_bytes(),
-    }  # fmt: skip
-    without, _ = S.simulate_factory(tasks, **kw)
-    with_fraction, _ = S.simulate_factory(tasks, after_peak=M.after_peak(), **kw)
-    assert M.after_peak() is not None
-    assert with_fraction.oom_kills == 0 and not with_fraction.failed
-    assert with_fraction.makespan_s < without.makespan_s
+    assert M.after_peak() == 0.71
 
 
 def test_an_estimate_below_the_real_peaks_is_caught_by_the_oom_retry() -> None:
