@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.memory import profiles
-from factory.memory.admission import raised_by_file
+from factory.memory import simulate as S
+from factory.memory.admission import format_by_file, raised_by_file
 from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
 from factory.memory.simulate import StrategyResult
 
@@ -123,7 +124,7 @@ def run_build(
         )  # fmt: skip
         env.pop("FACTORY_EST_BY_FILE", None)
         if by_file:
-            env["FACTORY_EST_BY_FILE"] = json.dumps([list(item) for item in by_file])
+            env["FACTORY_EST_BY_FILE"] = format_by_file(by_file)
         env.pop("FACTORY_MEM_LIMIT", None)  # the wrapper must find the limit in its cgroup
         env.pop("FACTORY_CPUS", None)
         if cpus is not None:
@@ -246,8 +247,6 @@ def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int
     """The profiled factory build replayed by the simulator on these compiles' measured courses (each a task
     of twenty steps at its rise, which for a compile whose RSS only grows, as the fixture's do, is its
     course): what the same admission gives without the machine's noise."""
-    from factory.memory import simulate as S
-
     tasks = [
         S.Task(name=m.key, phases=tuple((m.wall_s / len(m.rise), rss, 1) for rss in m.rise))
         for m in measurements
@@ -263,8 +262,6 @@ def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int
 def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, object]:
     """All strategies on the fixture; runs of the same fixed MAX_JOBS are shared between strategies."""
     import psutil
-
-    from factory.memory.simulate import flash_attn_heuristic_jobs
 
     cores = max(1, len(os.sched_getaffinity(0)))
     shutil.rmtree(work, ignore_errors=True)
@@ -305,7 +302,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     strategies["seed_halving"] = {"makespan_s": round(total, 1), "oom_kills": kills, "failed": not run.ok,
                                   "peak_bytes": peak}  # fmt: skip
     notes["seed_halving_jobs"] = seq
-    heuristic = flash_attn_heuristic_jobs(cores=cores, free_bytes=int(psutil.virtual_memory().available))
+    heuristic = S.flash_attn_heuristic_jobs(cores=cores, free_bytes=int(psutil.virtual_memory().available))
     strategies["flash_attn_heuristic"] = _fixed(fixed_run(heuristic), heuristic).to_json()
     notes["flash_attn_heuristic_jobs"] = heuristic
 

@@ -310,6 +310,11 @@ def raised_by_file(
     return tuple((pattern, math.ceil(round(value * unit * factor, 3))) for pattern, value in by_file)
 
 
+def format_by_file(table: Sequence[tuple[str, int]]) -> str:
+    """FACTORY_EST_BY_FILE for a per-file table in bytes (what `parse_by_file` reads back)."""
+    return json.dumps([list(item) for item in table], separators=(",", ":"))
+
+
 def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
     """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
     falls back to the per-arch estimate instead of breaking every compile of the build."""

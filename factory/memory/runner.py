@@ -11,7 +11,7 @@ from pathlib import Path
 
 from factory.config import Recipe
 from factory.memory import profiles
-from factory.memory.admission import DEFAULT_BASE_BYTES, GIB, raised_by_file
+from factory.memory.admission import DEFAULT_BASE_BYTES, GIB, format_by_file, raised_by_file
 from factory.memory.planner import Parallelism, container_limits, plan_parallelism
 from factory.memory.planner import next_attempt as _next_attempt
 
@@ -73,7 +73,7 @@ def wrapper_env(
     }
     by_file = file_estimate_bytes(recipe, per_arch_bytes=per_arch)
     if by_file:
-        env["FACTORY_EST_BY_FILE"] = json.dumps([list(item) for item in by_file], separators=(",", ":"))
+        env["FACTORY_EST_BY_FILE"] = format_by_file(by_file)
     if recipe.compile_after_peak is not None:
         env["FACTORY_AFTER_PEAK"] = f"{recipe.compile_after_peak:g}"
     if package and version:
