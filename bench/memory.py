@@ -67,9 +67,7 @@ def host_runs(tasks: list[S.Task], *, gib: int, cores: int) -> HostRuns:
         "per_arch_bytes": M.per_arch_estimate_bytes(),
         **kw,
     }
-    cold, learned = S.simulate_factory(
-        tasks, by_file=M.per_file_estimate_bytes(), after_peak=M.after_peak(), **fkw
-    )
+    cold, learned = S.simulate_factory(tasks, **M.first_build_knows(), **fkw)
     warm, _ = S.simulate_factory(tasks, profile=learned, **fkw)
     slow_tasks = [
         S.Task(name=t.name, phases=tuple((d * SLOW_MACHINE, m, n) for d, m, n in t.phases)) for t in tasks
@@ -108,8 +106,10 @@ def run_model() -> dict[str, object]:
     cold, warm, best = main.cold, main.warm, main.best
     # the first build with only the recipe's single per-arch figure (before per-file estimates), and without
     # the recipe's after-peak fraction
-    cold_single, _ = S.simulate_factory(tasks, after_peak=M.after_peak(), **fkw)
-    cold_no_after, _ = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **fkw)
+    knows = M.first_build_knows()
+    cold_single, _ = S.simulate_factory(tasks, **{**knows, "by_file": ()}, **fkw)
+    cold_no_after, _ = S.simulate_factory(tasks, **{**knows, "after_peak": None}, **fkw)
+    cold_no_order, _ = S.simulate_factory(tasks, **{**knows, "seconds_by_file": ()}, **fkw)
     heuristic_jobs = S.flash_attn_heuristic_jobs(cores=M.CORES, free_bytes=M.HOST_BYTES - M.BASE_BYTES)
     seed = S.simulate_seed_halving(tasks, **kw)
     # the reference: the best schedule an offline search finds knowing every course, cores not shared
@@ -140,6 +140,7 @@ def run_model() -> dict[str, object]:
             "factory_cold_attempts": list(cold.attempts),
             "factory_cold_single_estimate": cold_single.to_json(),
             "factory_cold_without_after_peak": cold_no_after.to_json(),
+            "factory_cold_without_seconds_by_file": cold_no_order.to_json(),
             "after_peak": M.after_peak(),
             "best_offline_s": offline.makespan_s,
             "best_offline_orders": offline.orders_tried,

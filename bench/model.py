@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from factory.memory import admission
 from factory.memory.simulate import Task
@@ -214,6 +215,22 @@ def per_file_estimate_bytes() -> tuple[tuple[str, int], ...]:
         fallback_bytes=per_arch_estimate_bytes(),
         unit=GIB,
     )
+
+
+def per_file_seconds() -> tuple[tuple[str, float], ...]:
+    """The built-in flash-attn recipe's compile_seconds_by_file (the order a first build starts files in)."""
+    from factory.recipes import FLASH_ATTN
+
+    return FLASH_ATTN.compile_seconds_by_file
+
+
+def first_build_knows() -> dict[str, Any]:
+    """What the built-in flash-attn recipe tells a first build (`simulate_factory`'s keyword arguments)."""
+    return {
+        "by_file": per_file_estimate_bytes(),
+        "after_peak": after_peak(),
+        "seconds_by_file": per_file_seconds(),
+    }
 
 
 def after_peak() -> float | None:

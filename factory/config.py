@@ -78,6 +78,11 @@ class Recipe:
     # in the first 10-25% of the compile, then falls to a third of it), so an unprofiled compile seen past its
     # peak no longer needs its whole estimate reserved; None: it keeps it to the end.
     compile_after_peak: float | None = None
+    # How long each file takes to compile, (glob on the base name, seconds of one arch on any one machine) in
+    # order: a first build, which has no profile, starts the longest first (flash-attn's split-KV files take
+    # twice its shortest forward files; last in setup.py's order, they would end the build alone). Only their
+    # ratios count: the wrapper scales them to the build's own measured compiles.
+    compile_seconds_by_file: tuple[tuple[str, float], ...] = ()
     # Packages the build needs beyond torch (installed into the build env from the wheelhouse).
     extra_build_requires: tuple[str, ...] = ("setuptools", "wheel", "ninja", "packaging")
     # The C++ standard the package compiles as, when it hard-codes one (flash-attn 2.x: "17"); None: torch's.
@@ -454,6 +459,7 @@ class _Loader:
             "compile_gib_per_arch",
             "compile_gib_by_file",
             "compile_after_peak",
+            "compile_seconds_by_file",
             "extra_build_requires",
             "cxx_std",
         )
@@ -515,7 +521,7 @@ class _Loader:
                 value, "compile_gib_per_arch", "recipe.compile_gib_per_arch"
             )
         if "compile_gib_by_file" in value:
-            changes["compile_gib_by_file"] = self.gib_by_file(value, "compile_gib_by_file")
+            changes["compile_gib_by_file"] = self.by_file(value, "compile_gib_by_file")
         if "compile_after_peak" in value:
             after = value["compile_after_peak"]
             if after is not None:
@@ -527,6 +533,8 @@ class _Loader:
                         "compile_after_peak",
                     )
             changes["compile_after_peak"] = after
+        if "compile_seconds_by_file" in value:
+            changes["compile_seconds_by_file"] = self.by_file(value, "compile_seconds_by_file")
         if "extra_build_requires" in value:
             changes["extra_build_requires"] = self.str_list(
                 value, "extra_build_requires", "recipe.extra_build_requires"
@@ -542,8 +550,9 @@ class _Loader:
             changes["cxx_std"] = std
         return _with_import_name(replace(base, **changes), package)
 
-    def gib_by_file(self, node: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
-        """Ordered glob -> GiB table; it replaces the base recipe's table (an empty mapping clears it)."""
+    def by_file(self, node: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
+        """Ordered glob -> number table (GiB, seconds); it replaces the base recipe's table (an empty mapping
+        clears it)."""
         what = f"recipe.{key}"
         table = self.mapping(node, key, what)
         out: list[tuple[str, float]] = []

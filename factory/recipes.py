@@ -77,6 +77,33 @@ def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     return tuple(table)
 
 
+def flash_attn_file_seconds() -> tuple[tuple[str, float], ...]:
+    """flash-attn 2.8.3's `compile_seconds_by_file` from factory/data/flash-attn-compiles.csv: the CPU seconds
+    of one arch (the wall time of rows without one), per kind and head dimension, the same patterns as
+    `flash_attn_file_estimates`. Only their order and ratios count, so a head dimension between two measured
+    ones is interpolated linearly and one beyond them takes the nearest one's figure."""
+    measured: dict[str, dict[int, tuple[bool, float]]] = {}  # prefix -> head dim -> (has cpu_s, seconds)
+    for r in _csv_rows():
+        m = re.match(r"(flash_(?:fwd_split|fwd|bwd)_hdim)(\d+)_", r["tu"])
+        if not (m and r["flash_attn_version"] == "2.8.3" and "+" not in r["gencodes"]):
+            continue
+        figure = (True, float(r["cpu_s"])) if r.get("cpu_s") else (False, float(r["wall_s"] or 0))
+        points = measured.setdefault(m.group(1), {})
+        points[int(m.group(2))] = max(points.get(int(m.group(2)), (False, 0.0)), figure)
+    table: list[tuple[str, float]] = []
+    for prefix, points in sorted(measured.items()):
+        known = sorted((h, s) for h, (_, s) in points.items() if s > 0)
+        for hdim in FLASH_ATTN_HDIMS:
+            lower = max(((h, s) for h, s in known if h <= hdim), default=known[0])
+            upper = min(((h, s) for h, s in known if h >= hdim), default=known[-1])
+            if lower[0] == upper[0]:
+                seconds = lower[1]
+            else:
+                seconds = lower[1] + (upper[1] - lower[1]) * (hdim - lower[0]) / (upper[0] - lower[0])
+            table.append((f"{prefix}{hdim}_*", round(seconds, 1)))
+    return tuple(table)
+
+
 # The after-peak fraction is a few measured courses' worst: a file not measured may hold a little more.
 AFTER_PEAK_MARGIN = 1.1
 
@@ -105,6 +132,7 @@ FLASH_ATTN = Recipe(
     compile_gib_per_arch=measured_compile_gib("flash-attn"),
     compile_gib_by_file=flash_attn_file_estimates(),
     compile_after_peak=measured_after_peak(),
+    compile_seconds_by_file=flash_attn_file_seconds(),
     extra_build_requires=("setuptools", "wheel", "ninja", "packaging", "psutil", "einops"),
     cxx_std="17",
 )

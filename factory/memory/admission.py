@@ -15,9 +15,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 GIB = 1 << 30
+_V = TypeVar("_V")
 MIB = 1 << 20
 
 # nvcc's own front end (cudafe++, the host preprocessor) before any cicc starts; measured ~180 MiB on small
@@ -181,7 +182,7 @@ def choose(
     view = [replace(r, reserved_bytes=r.booked_bytes) if r.paused else r for r in running]
     booked = sum(r.booked_bytes for r in running)
     first: Decision | None = None
-    for w in sorted(waiting, key=lambda w: priority(w.prediction.wall_s, w.ticket)):
+    for w in sorted(waiting, key=lambda w: priority(w.prediction.rank_s, w.ticket)):
         front = front_bytes(w.prediction) if two_stage else None
         if front is not None and running and booked + w.prediction.peak_bytes > OVERBOOK * capacity:
             d = Decision(False, "peaks booked: wait for one to pass", booked, capacity)
@@ -265,20 +266,35 @@ class Prediction:
     envelope: tuple[int, ...] = ()
     # from the recipe's estimate and the time course of measured siblings, not from this file's own profile
     inferred: bool = False
-    # the most it holds by the end of each twentieth of its time (`admission.rise`)
+    # the most it holds by the end of each of RISE_POINTS parts of its time (`admission.rise`)
     rise: tuple[int, ...] = ()
     # for a compile not profiled itself: the recipe's `compile_after_peak` (`past_peak_bytes`)
     after_peak: float | None = None
+    # for a compile not profiled itself: its file's time by the recipe's `compile_seconds_by_file`, in this
+    # build's seconds once a file of that table was measured (`order_seconds`); it only orders waiters
+    order_s: float | None = None
+
+    @property
+    def rank_s(self) -> float | None:
+        """How long it is expected to take, for the order of waiters: its own profile's time, else the
+        recipe's time of its file, else its measured siblings' time."""
+        return self.order_s if self.order_s is not None else self.wall_s
 
 
-def file_per_arch_bytes(source: str, by_file: Sequence[tuple[str, int]], default_bytes: int) -> int:
-    """The recipe's per-arch estimate of one source file (a path or a profile key): the first glob pattern
-    of `by_file` matching its base name, else `default_bytes`."""
+def file_value(source: str, by_file: Sequence[tuple[str, _V]]) -> _V | None:
+    """The value of one source file (a path or a profile key) in a recipe's per-file table: the first glob
+    pattern matching its base name; None when none does."""
     name = os.path.basename(source.partition("|")[0])
     for pattern, value in by_file:
         if fnmatch.fnmatchcase(name, pattern):
             return value
-    return default_bytes
+    return None
+
+
+def file_per_arch_bytes(source: str, by_file: Sequence[tuple[str, int]], default_bytes: int) -> int:
+    """The recipe's per-arch estimate of one source file: its entry in `by_file`, else `default_bytes`."""
+    value = file_value(source, by_file)
+    return default_bytes if value is None else value
 
 
 def compile_estimate(
@@ -310,14 +326,20 @@ def raised_by_file(
     return tuple((pattern, math.ceil(round(value * unit * factor, 3))) for pattern, value in by_file)
 
 
-def format_by_file(table: Sequence[tuple[str, int]]) -> str:
-    """FACTORY_EST_BY_FILE for a per-file table in bytes (what `parse_by_file` reads back)."""
+def format_by_file(table: Sequence[tuple[str, float]]) -> str:
+    """FACTORY_EST_BY_FILE (bytes) or FACTORY_SECONDS_BY_FILE for a per-file table (what `parse_by_file`
+    reads back)."""
     return json.dumps([list(item) for item in table], separators=(",", ":"))
 
 
 def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
     """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
     falls back to the per-arch estimate instead of breaking every compile of the build."""
+    return tuple((pattern, int(value)) for pattern, value in parse_seconds_by_file(text))
+
+
+def parse_seconds_by_file(text: str | None) -> tuple[tuple[str, float], ...]:
+    """FACTORY_SECONDS_BY_FILE (a JSON list of [pattern, seconds]), dropping what is malformed."""
     if not text:
         return ()
     try:
@@ -326,7 +348,7 @@ def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
         return ()
     if not isinstance(value, list):
         return ()
-    table: list[tuple[str, int]] = []
+    table: list[tuple[str, float]] = []
     for item in value:
         if (
             isinstance(item, list)
@@ -334,9 +356,10 @@ def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
             and isinstance(item[0], str)
             and isinstance(item[1], int | float)
             and not isinstance(item[1], bool)
+            and math.isfinite(item[1])
             and item[1] > 0
         ):
-            table.append((item[0], int(item[1])))
+            table.append((item[0], item[1]))
     return tuple(table)
 
 
@@ -350,6 +373,7 @@ def predict(
     base_bytes: int = DEFAULT_BASE_BYTES,
     by_file: Sequence[tuple[str, int]] = (),
     after_peak: float | None = None,
+    seconds_by_file: Sequence[tuple[str, float]] = (),
 ) -> Prediction:
     """The learned profile entry of a compile, else the recipe's estimate for its file (`by_file`, else
     `per_arch_bytes`), shaped by measured siblings."""
@@ -361,7 +385,9 @@ def predict(
         base_bytes=base_bytes,
         by_file=by_file,
     )
-    return predict_from(entries, key, estimate_bytes=estimate, after_peak=after_peak)
+    return predict_from(
+        entries, key, estimate_bytes=estimate, after_peak=after_peak, seconds_by_file=seconds_by_file
+    )
 
 
 def predict_from(
@@ -370,10 +396,12 @@ def predict_from(
     *,
     estimate_bytes: int,
     after_peak: float | None = None,
+    seconds_by_file: Sequence[tuple[str, float]] = (),
 ) -> Prediction:
     """`predict` once the estimate of an unmeasured compile is known; `entries` may hold this build's own
     measurements, so the predictions of files still waiting tighten as their siblings finish. `after_peak`
-    (the recipe's `compile_after_peak`) goes with every prediction but one from the file's own profile."""
+    (the recipe's `compile_after_peak`) and the file's time by `seconds_by_file` (`order_seconds`) go with
+    every prediction but one from the file's own profile."""
     entry = entries.get(key)
     if entry is not None and entry.get("peak_bytes"):
         wall = entry.get("wall_s")
@@ -386,7 +414,34 @@ def predict_from(
             envelope=tuple(with_margin(int(v)) for v in entry.get("envelope") or ()),
             rise=tuple(with_margin(int(v)) for v in entry.get("rise") or ()),
         )
-    return replace(from_siblings(entries, key, estimate_bytes=estimate_bytes), after_peak=after_peak)
+    return replace(
+        from_siblings(entries, key, estimate_bytes=estimate_bytes),
+        after_peak=after_peak,
+        order_s=order_seconds(entries, key, seconds_by_file),
+    )
+
+
+def order_seconds(
+    entries: Mapping[str, Mapping[str, Any]], key: str, seconds_by_file: Sequence[tuple[str, float]]
+) -> float | None:
+    """The recipe's time of a file (`compile_seconds_by_file`, seconds of one arch on the machine that
+    measured them), in this build's seconds: scaled by the median ratio of measured time to table time over
+    the measured compiles of the same arch set and nvcc threads. Before any was measured the table's own
+    figures order the waiters, all in one unit. None for a file the table does not name."""
+    own = file_value(key, seconds_by_file)
+    if own is None:
+        return None
+    group = key.partition("|")[2]
+    ratios = sorted(
+        float(e["wall_s"]) / table_s
+        for k, e in entries.items()
+        if k.partition("|")[2] == group
+        and e.get("wall_s")
+        and (table_s := file_value(k, seconds_by_file)) is not None
+    )
+    if not ratios:
+        return float(own)
+    return own * ratios[len(ratios) // 2]
 
 
 # A profile is kept per package version, not per torch version or host compiler, and its peaks are sampled
@@ -435,7 +490,7 @@ def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimat
         return Prediction(peak_bytes=estimate_bytes)
     # the rise only counts when every sibling has one: its first point is the front end it may start with
     rises = [e.get("rise") for _, e in measured]
-    rising = _shape(rises, RISE_POINTS) if all(rises) else []
+    rising = _shape(rises, RISE_POINTS, rising=True) if all(rises) else []
 
     def scaled(fractions: Sequence[float]) -> tuple[int, ...]:
         return tuple(min(estimate_bytes, math.ceil(estimate_bytes * f)) for f in fractions)
@@ -449,19 +504,39 @@ def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimat
     )
 
 
-def _shape(courses: Iterable[Any], points: int) -> list[float]:
-    """The most, at each point, of several courses each scaled to its own peak (1.0)."""
+def _shape(courses: Iterable[Any], points: int, *, rising: bool = False) -> list[float]:
+    """The most, at each point, of several courses each scaled to its own peak (1.0); a course of another
+    resolution (a profile written by another version) is resampled to `points`."""
     shape = [0.0] * points
     for course in courses:
         values = [int(v) for v in course or ()]
-        if len(values) != points or max(values) <= 0:
+        top = max(values, default=0)
+        if top <= 0:
             continue
-        for i, v in enumerate(values):
-            shape[i] = max(shape[i], v / max(values))
+        for i, v in enumerate(resample(values, points, rising=rising)):
+            shape[i] = max(shape[i], v / top)
     return shape
 
 
-ENVELOPE_POINTS = 10
+def resample(values: Sequence[int], points: int, *, rising: bool = False) -> list[int]:
+    """An envelope (`rising`: a rise) at another resolution, still an upper bound of the course: point k of
+    an envelope holds from its start to the end, so it takes the coarse point it starts in; point k of a rise
+    holds up to its end, so it takes the coarse point it ends in."""
+    n = len(values)
+    if n == points:
+        return list(values)
+    if rising:
+        return [values[min(n - 1, math.ceil((k + 1) * n / points) - 1)] for k in range(points)]
+    return [values[k * n // points] for k in range(points)]
+
+
+# Points of a profiled course (its envelope and its rise), each a fraction of its time: a compile's
+# reservation falls by the envelope's steps, and a 200 s compile's peak passes within a few seconds, so
+# coarse steps hold memory long after the peak. Measured on the flash-attn model (profiled build, 432 GiB /
+# 128 cores; envelope/rise points): 10/20 -> 330 s, 20/20 328, 40/40 316, 60/60 325, 80/80 320, 160/160 320;
+# at 128 GiB / 64 cores 920 -> 806 s. The wrapper samples every 0.2 s, finer than a point of any compile that
+# matters.
+ENVELOPE_POINTS = 80
 # A compile may run slower than when it was measured; assuming less progress than the clock says keeps its
 # reservation at the larger, earlier part of its envelope.
 PROGRESS_SLACK = 1.25
@@ -471,13 +546,12 @@ PROGRESS_SLACK = 1.25
 PEAK_SEEN_FRACTION = 0.85
 
 
-# The rise is finer than the envelope: what it buys is the front end, a few percent of a compile's time.
-RISE_POINTS = 20
+RISE_POINTS = 80
 
 
 def rise(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
-    """Point k: the most RSS seen from the compile's start to the end of the (k+1)-th twentieth of its time
-    (non-decreasing)."""
+    """Point k: the most RSS seen from the compile's start to the end of the (k+1)-th of RISE_POINTS parts of
+    its time (non-decreasing)."""
     points = [0] * RISE_POINTS
     for t, rss in samples:
         k = min(RISE_POINTS - 1, int(RISE_POINTS * t / wall_s)) if wall_s > 0 else 0

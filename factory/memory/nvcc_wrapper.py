@@ -21,6 +21,8 @@ Environment:
                                the first match wins
   FACTORY_AFTER_PEAK           the recipe's compile_after_peak: what an unprofiled compile holds at most
                                past its peak, as a fraction of it
+  FACTORY_SECONDS_BY_FILE      the recipe's compile_seconds_by_file: JSON [[glob, seconds], ...]; unprofiled
+                               compiles wait in its order, longest first
   FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
   FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
   FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
@@ -199,16 +201,18 @@ class Predictor:
         *,
         estimate_bytes: int,
         after_peak: float | None = None,
+        seconds_by_file: tuple[tuple[str, float], ...] = (),
     ) -> None:
         self.profile = profile
         self.key = key
-        self.estimate_bytes = estimate_bytes
-        self.after_peak = after_peak
+        self.known: dict[str, Any] = {
+            "estimate_bytes": estimate_bytes,
+            "after_peak": after_peak,
+            "seconds_by_file": seconds_by_file,
+        }
         self.out = os.environ.get("FACTORY_PROFILE_OUT")
         self.stamp: tuple[int, int] | None = None
-        self.current = admission.predict_from(
-            profile, key, estimate_bytes=estimate_bytes, after_peak=after_peak
-        )
+        self.current = admission.predict_from(profile, key, **self.known)
 
     def refresh(self) -> admission.Prediction:
         if self.key in self.profile or not self.out:
@@ -221,9 +225,7 @@ class Predictor:
         if stamp != self.stamp:
             self.stamp = stamp
             entries = {**load_measurements(self.out), **self.profile}
-            self.current = admission.predict_from(
-                entries, self.key, estimate_bytes=self.estimate_bytes, after_peak=self.after_peak
-            )
+            self.current = admission.predict_from(entries, self.key, **self.known)
         return self.current
 
 
@@ -261,6 +263,7 @@ def prediction_entry(p: admission.Prediction) -> dict[str, Any]:
         "inferred": p.inferred,
         "rise": list(p.rise),
         "after_peak": p.after_peak,
+        "order_s": p.order_s,
     }
 
 
@@ -273,6 +276,7 @@ def prediction_of(entry: dict[str, Any]) -> admission.Prediction:
         inferred=bool(entry.get("inferred")),
         rise=tuple(int(v) for v in entry.get("rise") or ()),
         after_peak=entry.get("after_peak"),
+        order_s=entry.get("order_s"),
     )
 
 
@@ -551,6 +555,7 @@ def main(argv: list[str]) -> int:
         key,
         estimate_bytes=estimate,
         after_peak=env_fraction("FACTORY_AFTER_PEAK"),
+        seconds_by_file=admission.parse_seconds_by_file(os.environ.get("FACTORY_SECONDS_BY_FILE")),
     )
     prediction = predictor.current
     threads = max(1, min(call.threads, len(call.archs)))

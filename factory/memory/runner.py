@@ -76,6 +76,8 @@ def wrapper_env(
         env["FACTORY_EST_BY_FILE"] = format_by_file(by_file)
     if recipe.compile_after_peak is not None:
         env["FACTORY_AFTER_PEAK"] = f"{recipe.compile_after_peak:g}"
+    if recipe.compile_seconds_by_file:
+        env["FACTORY_SECONDS_BY_FILE"] = format_by_file(recipe.compile_seconds_by_file)
     if package and version:
         learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
         text = json.dumps(learned.to_json(), separators=(",", ":"))

@@ -106,13 +106,21 @@ class AdmissionModel:
     two_stage: bool = True
     poll_s: float = 1.0  # how often a waiting wrapper asks again (FACTORY_POLL_S is 0.5 s)
     after_peak: float | None = None  # the recipe's compile_after_peak (FACTORY_AFTER_PEAK)
+    # the recipe's compile_seconds_by_file (FACTORY_SECONDS_BY_FILE), keyed by the tasks' names
+    seconds_by_file: tuple[tuple[str, float], ...] = ()
 
     def predict(self, name: str, measured: Mapping[str, Mapping[str, object]]) -> Prediction:
         """What the wrapper of `name` predicts from the profile (`predictions`, also in `measured`) and, when
         online, the compiles of this build measured so far."""
         known = measured if self.online else {k: v for k, v in measured.items() if k in self.predictions}
         estimate = self.estimates.get(name, self.default.peak_bytes)
-        return admission.predict_from(known, name, estimate_bytes=estimate, after_peak=self.after_peak)
+        return admission.predict_from(
+            known,
+            name,
+            estimate_bytes=estimate,
+            after_peak=self.after_peak,
+            seconds_by_file=self.seconds_by_file,
+        )
 
 
 def _entry(p: Prediction) -> dict[str, object]:
@@ -276,7 +284,7 @@ def _admit(
     """Grant the peaks of stopped tasks (longest first), then start waiting tasks, as the wrappers would."""
     limits = {"limit_bytes": admit.limit_bytes, "headroom_bytes": admit.headroom_bytes, "cpus": admit.cpus}
     for r in sorted(
-        (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.wall_s, r.ticket)
+        (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.rank_s, r.ticket)
     ):
         state = [_state(o, n, now, admit) for n, o in enumerate(running)]
         own = state[running.index(r)]
@@ -412,11 +420,13 @@ def simulate_factory(
     max_attempts: int = 5,
     by_file: Sequence[tuple[str, int]] = (),
     after_peak: float | None = None,
+    seconds_by_file: Sequence[tuple[str, float]] = (),
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
     """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned.
 
     `by_file` is the recipe's per-file table in bytes (runner.file_estimate_bytes), raised with the plan's
-    per-arch figure after an OOM as the runner raises it; `after_peak` is the recipe's compile_after_peak."""
+    per-arch figure after an OOM as the runner raises it; `after_peak` is the recipe's compile_after_peak,
+    `seconds_by_file` its compile_seconds_by_file."""
     par: Parallelism = plan_parallelism(
         limit_bytes=limit_bytes,
         cpus=cores,
@@ -463,6 +473,7 @@ def simulate_factory(
             estimates=MappingProxyType(estimates),
             waves=-(-max(1, archs) // max(1, min(par.nvcc_threads, archs))),
             after_peak=after_peak,
+            seconds_by_file=tuple(seconds_by_file),
         )
         r = run_attempt(
             tasks,

@@ -279,6 +279,13 @@ def test_recipe_compile_gib_by_file_replaces_the_base_table(tmp_path: Path) -> N
         ),
         ("compile_after_peak", "0", "recipe.compile_after_peak must be positive, not 0"),
         ("compile_after_peak", "60%", "recipe.compile_after_peak must be a number, not a string '60%'"),
+        (
+            "compile_seconds_by_file",
+            '{"a*": "10min"}',
+            "recipe.compile_seconds_by_file['a*'] must be a number, not a string '10min'",
+        ),
+        ("compile_seconds_by_file", '{"a*": 0}', "compile_seconds_by_file['a*'] must be positive, not 0"),
+        ("compile_seconds_by_file", '{"src/a*": 1}', "pattern 'src/a*' matches base names only"),
     ],
 )
 def test_recipe_memory_figure_errors(tmp_path: Path, key: str, value: str, message: str) -> None:
@@ -289,6 +296,16 @@ def test_recipe_memory_figure_errors(tmp_path: Path, key: str, value: str, messa
         load(tmp_path, text, AXES)
     assert str(info.value).startswith(f"{tmp_path / 'm.yaml'}:4: ")
     assert message in str(info.value)
+
+
+def test_recipe_compile_seconds_by_file(tmp_path: Path) -> None:
+    head = 'package: {name: x, version: "1.0"}\nrecipe: {name: r'
+    mine = load(tmp_path, head + ", compile_seconds_by_file: {'b*': 90, 'a*': 12.5}}\n", AXES).recipe
+    assert mine.compile_seconds_by_file == (("b*", 90.0), ("a*", 12.5))  # in order: the first match wins
+    based = load(tmp_path, head + ", base: flash-attn}\n", AXES).recipe
+    assert based.compile_seconds_by_file == BUILTIN_RECIPES["flash-attn"].compile_seconds_by_file != ()
+    cleared = load(tmp_path, head + ", base: flash-attn, compile_seconds_by_file: {}}\n", AXES).recipe
+    assert cleared.compile_seconds_by_file == ()
 
 
 def test_recipe_compile_after_peak(tmp_path: Path) -> None:

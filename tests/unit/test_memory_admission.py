@@ -111,7 +111,29 @@ def test_reservation_follows_envelope() -> None:
 
 def test_envelope_is_max_from_here_on() -> None:
     samples = [(0.0, 1), (1.0, 5), (5.0, 3), (9.5, 2)]
-    assert admission.envelope(samples, 10.0) == (5, 5, 3, 3, 3, 3, 2, 2, 2, 2)
+    n = admission.ENVELOPE_POINTS
+    at = [int(n * t / 10.0) for t, _ in samples]  # the point each sample falls in
+    expected = [5] * (at[1] + 1) + [3] * (at[2] - at[1]) + [2] * (at[3] - at[2]) + [0] * (n - 1 - at[3])
+    assert admission.envelope(samples, 10.0) == tuple(expected)
+
+
+def test_a_course_of_another_resolution_is_resampled_as_an_upper_bound() -> None:
+    env = [10, 8, 6, 4, 2]  # most held from each fifth to the end
+    assert admission.resample(env, 10) == [10, 10, 8, 8, 6, 6, 4, 4, 2, 2]
+    assert admission.resample(env, 3) == [10, 8, 4]  # each from where it starts: 0, 1/3, 2/3
+    rise = [1, 3, 5, 7, 9]  # most held up to the end of each fifth
+    assert admission.resample(rise, 10, rising=True) == [1, 1, 3, 3, 5, 5, 7, 7, 9, 9]
+    assert admission.resample(rise, 3, rising=True) == [3, 7, 9]  # each up to where it ends: 1/3, 2/3, 1
+    assert admission.resample(env, 5) == env
+
+
+def test_siblings_profiled_at_another_resolution_still_shape_a_prediction() -> None:
+    old = [100] * 3 + [40] * 7  # an envelope of 10 points, as profiles were written before
+    entries = {"k_h64.cu|compute_80|1": {"peak_bytes": 100, "wall_s": 10.0, "envelope": old}}
+    p = admission.predict_from(entries, "k_h32.cu|compute_80|1", estimate_bytes=1000)
+    n = admission.ENVELOPE_POINTS
+    assert p.inferred and len(p.envelope) == n
+    assert p.envelope[3 * n // 10 - 1] == 1000 and p.envelope[3 * n // 10] == 400
 
 
 def test_parse_torch_style_nvcc_call() -> None:
@@ -143,7 +165,10 @@ def test_predict_profile_then_estimate() -> None:
     q = admission.predict(
         entries, "other.cu|compute_80|1", per_arch_bytes=GIB, archs=2, nvcc_threads=4, base_bytes=5
     )
-    assert q == Prediction(peak_bytes=2 * GIB + 5)
+    # the estimate, shaped by the measured sibling (its envelope of 2 points at the current resolution)
+    n = admission.ENVELOPE_POINTS
+    assert (q.peak_bytes, q.wall_s, q.inferred) == (2 * GIB + 5, 4.5, True)
+    assert q.envelope == (2 * GIB + 5,) * (n // 2) + (math.ceil((2 * GIB + 5) * 50 / 123),) * (n - n // 2)
 
 
 def test_predict_killed_only_entry_is_a_lower_bound() -> None:
@@ -229,7 +254,8 @@ def test_unmeasured_file_takes_its_siblings_time_course_not_their_peak() -> None
     p = admission.predict_from(entries, "bwd_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
     assert p.inferred and p.peak_bytes == 16 * GIB  # a larger file of the family may peak higher
     assert p.wall_s == 100.0 * admission.SIBLING_TIME_MARGIN  # its own family's time, not fwd's nor sm_90's
-    assert p.envelope[0] == 16 * GIB and p.envelope[5] == 4 * GIB  # the siblings' shape, at the estimate
+    # the siblings' shape, at the estimate
+    assert p.envelope[0] == 16 * GIB and p.envelope[admission.ENVELOPE_POINTS // 2] == 4 * GIB
     q = admission.predict_from(entries, "other.cu|compute_80|1", estimate_bytes=16 * GIB)
     assert q.wall_s == 100.0 * admission.SIBLING_TIME_MARGIN  # no family measured: the longest of the group
     assert admission.predict_from(entries, "x.cu|compute_86|1", estimate_bytes=GIB) == Prediction(
@@ -295,10 +321,13 @@ def test_raised_by_file_follows_a_raised_per_arch_figure() -> None:
 
 
 def test_rise_is_the_most_held_so_far() -> None:
-    samples = [(0.2, 1), (1.0, 2), (3.0, 9), (9.0, 4)]  # 20 steps of 0.5 s
+    samples = [(0.2, 1), (1.0, 2), (3.0, 9), (9.0, 4)]
+    n = admission.RISE_POINTS
     r = admission.rise(samples, 10.0)
-    assert len(r) == admission.RISE_POINTS
-    assert (r[0], r[1], r[2], r[5], r[6], r[-1]) == (1, 1, 2, 2, 9, 9)  # each: up to the end of its step
+    assert len(r) == n
+    at = [int(n * t / 10.0) for t, _ in samples]  # the point each sample falls in
+    # each: the most up to the end of its step
+    assert (r[at[0]], r[at[1] - 1], r[at[1]], r[at[2] - 1], r[at[2]], r[-1]) == (1, 1, 2, 2, 9, 9)
     assert list(r) == sorted(r)
 
 
@@ -378,3 +407,43 @@ def test_unmeasured_file_takes_its_siblings_rise() -> None:
     del entries["k_h32.cu|compute_80|1"]["rise"]
     q = admission.predict_from(entries, "k_h128.cu|compute_80|1", estimate_bytes=16 * GIB)
     assert q.rise == () and admission.front_bytes(q) is None
+
+
+def test_the_recipe_s_seconds_order_unprofiled_compiles_in_this_build_s_seconds() -> None:
+    seconds = (("long_*", 400.0), ("mid_*", 200.0), ("short_*", 100.0))
+    # nothing measured yet: the table's own figures, one unit for every waiter
+    assert admission.order_seconds({}, "long_a.cu|compute_80|4", seconds) == 400.0
+    assert admission.order_seconds({}, "other.cu|compute_80|4", seconds) is None
+    # measured compiles of the same arch set and threads scale the table (median ratio); others do not count
+    entries = {
+        "short_a.cu|compute_80|4": {"peak_bytes": GIB, "wall_s": 30.0, "envelope": [GIB]},
+        "mid_a.cu|compute_80|4": {"peak_bytes": GIB, "wall_s": 50.0, "envelope": [GIB]},
+        "mid_b.cu|compute_80|4": {"peak_bytes": GIB, "wall_s": 80.0, "envelope": [GIB]},
+        "short_b.cu|compute_90|1": {"peak_bytes": GIB, "wall_s": 900.0, "envelope": [GIB]},
+    }
+    assert admission.order_seconds(entries, "long_a.cu|compute_80|4", seconds) == 400.0 * 0.3
+    p = admission.predict_from(entries, "long_a.cu|compute_80|4", estimate_bytes=GIB, seconds_by_file=seconds)
+    # the siblings give its reservation a time course; the table, more specific, its place in the queue
+    assert p.inferred and p.wall_s == 80.0 * admission.SIBLING_TIME_MARGIN and p.rank_s == 120.0
+    # a file's own profile orders it by its own time
+    own = admission.predict_from(entries, "mid_b.cu|compute_80|4", estimate_bytes=1, seconds_by_file=seconds)
+    assert own.order_s is None and own.rank_s == 80.0
+
+
+def test_waiters_start_longest_first_by_the_recipe_s_seconds() -> None:
+    def waiter(key: str, ticket: int) -> admission.Waiting:
+        p = admission.predict_from({}, key, estimate_bytes=GIB, seconds_by_file=(("long_*", 9.0),))
+        return admission.Waiting(key=key, prediction=p, threads=1, ticket=ticket)
+
+    chosen, _ = admission.choose(
+        [waiter("short.cu|compute_80|1", 0), waiter("long_k.cu|compute_80|1", 1)],
+        limit_bytes=8 * GIB, headroom_bytes=0, used_bytes=0, running=[],
+    )  # fmt: skip
+    assert chosen is not None and chosen.key == "long_k.cu|compute_80|1"
+
+
+def test_a_malformed_seconds_table_is_dropped_item_by_item() -> None:
+    text = '[["a*", 2.5], ["b*", 0], ["c*", "x"], ["d*", true], "e", ["f*", 1e999], ["g*", 3]]'
+    assert admission.parse_seconds_by_file(text) == (("a*", 2.5), ("g*", 3))
+    assert admission.parse_seconds_by_file("not json") == ()
+    assert admission.parse_by_file('[["a*", 2.5]]') == (("a*", 2),)

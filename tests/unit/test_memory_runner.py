@@ -75,6 +75,27 @@ def test_wrapper_env_carries_the_after_peak_fraction(tmp_path: Path) -> None:
     )
 
 
+def test_wrapper_env_carries_the_recipe_s_seconds_by_file(tmp_path: Path) -> None:
+    env = runner.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
+    table = admission.parse_seconds_by_file(env["FACTORY_SECONDS_BY_FILE"])
+    assert table == FLASH_ATTN.compile_seconds_by_file
+    plain = Recipe(name="r")
+    assert "FACTORY_SECONDS_BY_FILE" not in runner.wrapper_env(
+        plan(plain, tmp_path), recipe=plain, job_dir="/j", memory_limit=GIB
+    )
+
+
+def test_flash_attn_seconds_by_file_from_the_measured_courses() -> None:
+    table = dict(FLASH_ATTN.compile_seconds_by_file)
+    # a measured file: its own CPU seconds (backward hdim256: 372 s of CPU, not 986 s of a shared run's wall)
+    assert table["flash_bwd_hdim256_*"] == 372.0
+    # between two measured head dimensions, linear (forward 64: 233 s, 128: 333 s); beyond them, the nearest
+    assert table["flash_fwd_hdim96_*"] == 283.0
+    assert table["flash_fwd_split_hdim32_*"] == table["flash_fwd_split_hdim128_*"] == 410.0
+    assert max(table, key=lambda k: table[k]) == "flash_fwd_split_hdim256_*"
+    assert len(table) == 3 * 6  # three kinds x six head dimensions, as the per-file GiB table
+
+
 def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
     from factory.recipes import _csv_rows
 

@@ -157,7 +157,7 @@ def test_model_factory_meets_the_seed_targets() -> None:
     assert warm.makespan_s >= S.lower_bound(tasks, limit_bytes=M.HOST_BYTES, cores=M.CORES)
 
 
-def test_the_recipe_s_per_file_table_and_after_peak_fraction_speed_up_the_first_build_of_the_model() -> None:
+def test_the_recipe_s_per_file_tables_and_after_peak_fraction_speed_up_the_first_build_of_the_model() -> None:
     tasks = M.flash_attn_tasks(scale=M.time_scale())
     kw = {
         "limit_bytes": M.HOST_BYTES, "cores": M.CORES, "base_bytes": M.BASE_BYTES, "archs": M.ARCHS,
@@ -166,15 +166,20 @@ def test_the_recipe_s_per_file_table_and_after_peak_fraction_speed_up_the_first_
     single, _ = S.simulate_factory(tasks, **kw)
     per_file, _ = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), **kw)
     after, _ = S.simulate_factory(tasks, by_file=M.per_file_estimate_bytes(), after_peak=M.after_peak(), **kw)
-    for r in (single, per_file, after):
+    ordered, _ = S.simulate_factory(tasks, **M.first_build_knows(), **kw)
+    for r in (single, per_file, after, ordered):
         assert r.oom_kills == 0 and not r.failed
-    assert after.makespan_s < per_file.makespan_s < single.makespan_s
+    assert ordered.makespan_s < after.makespan_s < per_file.makespan_s < single.makespan_s
     # the table and the fraction are the built-in recipe's, not copies: a forward file gets less than the
     # worst-file fallback
     table = M.per_file_estimate_bytes()
     fwd = admission.file_per_arch_bytes("flash_fwd_hdim64_fp16_sm80.cu", table, 0)
     assert 0 < fwd < M.per_arch_estimate_bytes()
     assert M.after_peak() == 0.71
+    # split-KV files, last in setup.py's order, are the longest by the recipe's times
+    seconds = M.per_file_seconds()
+    split = admission.file_value("flash_fwd_split_hdim64_bf16_sm80.cu", seconds)
+    assert split is not None and split > max(v for p, v in seconds if not p.startswith("flash_fwd_split"))
 
 
 def test_an_estimate_below_the_real_peaks_is_caught_by_the_oom_retry() -> None:

@@ -119,6 +119,22 @@ def test_admission_runs_together_what_fits(tmp_path: Path) -> None:
     assert times[("start", "b")] < times[("end", "a")]
 
 
+def test_unprofiled_compiles_start_in_the_order_of_the_recipe_s_seconds(tmp_path: Path) -> None:
+    # one compile fits at a time; while "first" runs, "short" and then "long" wait: by the recipe's table,
+    # "long" starts next although it asked last
+    env = setup(tmp_path, FACTORY_MEM_LIMIT=str(1536 * MIB), FACTORY_HEADROOM_BYTES=str(512 * MIB),
+                FACTORY_EST_PER_ARCH_BYTES=str(600 * MIB), FACTORY_CPUS="8", FAKE_MIB="16", FAKE_S="1.0",
+                FACTORY_SECONDS_BY_FILE=json.dumps([["long*", 300], ["short*", 100]]))  # fmt: skip
+    procs = []
+    for name in ("first", "short", "long"):
+        procs.append(subprocess.Popen(compile_cmd(tmp_path, name), env=env))
+        time.sleep(0.3)
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
+    starts = [Path(src).stem for kind, src, _ in events if kind == "start"]
+    assert starts == ["first", "long", "short"]
+
+
 def test_waiting_compiles_learn_from_their_finished_siblings(tmp_path: Path) -> None:
     env = setup(tmp_path, FAKE_S="0.4")
     assert subprocess.run(compile_cmd(tmp_path, "k_hdim64"), env=env).returncode == 0
