@@ -472,10 +472,15 @@ class Runner:
                 memory_limit=self.memory_limit,
                 package=self.mf.package.name,
                 version=self.mf.package.version,
+                profile_dir=self.profile_dir(job),
             )
         )
         env.update(job_env(self.mf, job))
         return env
+
+    def profile_dir(self, job: Job) -> Path:
+        """The host side of the job's read-only profile mount: the learned profile as each attempt starts."""
+        return self.run_dir / "profiles" / job.id
 
     def run_job(self, job: Job, result: JobResult) -> None:
         if self.stop.is_set():  # an earlier job failed without --keep-going, or the run is being stopped
@@ -500,6 +505,7 @@ class Runner:
             self.ensure_work_volume(image)
             out_tmp.mkdir(parents=True, exist_ok=True)
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
+            self.profile_dir(job).mkdir(parents=True, exist_ok=True)
             mounts = {
                 WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
                 str(source): {"bind": "/src", "mode": "ro"},
@@ -507,6 +513,7 @@ class Runner:
                 str(out_tmp): {"bind": "/out", "mode": "rw"},
                 str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
                 str(memory.wrapper_host_dir()): {"bind": memory.WRAPPER_DIR, "mode": "ro"},
+                str(self.profile_dir(job)): {"bind": memory.PROFILE_DIR, "mode": "ro"},
             }
             built = self.build_with_retries(
                 job, result, image=image, mounts=mounts, out_dir=out_tmp, log_path=log_path

@@ -549,24 +549,37 @@ PEAK_SEEN_FRACTION = 0.85
 RISE_POINTS = 80
 
 
+def _point(t: float, wall_s: float, points: int) -> int:
+    """The part of a compile's time, of `points` equal ones, that a sample at `t` s falls in."""
+    return min(points - 1, int(points * t / wall_s)) if wall_s > 0 else 0
+
+
 def rise(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
     """Point k: the most RSS seen from the compile's start to the end of the (k+1)-th of RISE_POINTS parts of
-    its time (non-decreasing)."""
+    its time (non-decreasing). Points before the first sample (a short compile's first parts are shorter
+    than the sampling step) take that sample: 0 would read as a front end of nothing."""
     points = [0] * RISE_POINTS
     for t, rss in samples:
-        k = min(RISE_POINTS - 1, int(RISE_POINTS * t / wall_s)) if wall_s > 0 else 0
-        points[k] = max(points[k], rss)
+        points[_point(t, wall_s, RISE_POINTS)] = max(points[_point(t, wall_s, RISE_POINTS)], rss)
+    if samples:
+        t, rss = min(samples)
+        for k in range(_point(t, wall_s, RISE_POINTS)):
+            points[k] = rss
     for k in range(1, RISE_POINTS):
         points[k] = max(points[k], points[k - 1])
     return tuple(points)
 
 
 def envelope(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]:
-    """Point k: the most RSS seen from k/N of the compile's time to its end (non-increasing)."""
+    """Point k: the most RSS seen from k/N of the compile's time to its end (non-increasing). Points after
+    the last sample take that sample: the compile held memory until it ended, not nothing."""
     points = [0] * ENVELOPE_POINTS
     for t, rss in samples:
-        k = min(ENVELOPE_POINTS - 1, int(ENVELOPE_POINTS * t / wall_s)) if wall_s > 0 else 0
-        points[k] = max(points[k], rss)
+        points[_point(t, wall_s, ENVELOPE_POINTS)] = max(points[_point(t, wall_s, ENVELOPE_POINTS)], rss)
+    if samples:
+        t, rss = max(samples)
+        for k in range(_point(t, wall_s, ENVELOPE_POINTS) + 1, ENVELOPE_POINTS):
+            points[k] = rss
     for k in range(ENVELOPE_POINTS - 2, -1, -1):
         points[k] = max(points[k], points[k + 1])
     return tuple(points)

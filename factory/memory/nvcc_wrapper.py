@@ -151,6 +151,8 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
 
 
 def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[str, Any]]:
+    """The learned profile's entries; one that cannot be read is said, and the compile is predicted without
+    it (by the recipe's figures), never failed for it."""
     try:
         if inline:
             data = json.loads(inline)
@@ -159,7 +161,8 @@ def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[
                 data = json.load(fh)
         else:
             return {}
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        log(f"cannot read the learned profile ({path or 'inline'}): {exc}; predicting without it")
         return {}
     entries = data.get("entries", {}) if isinstance(data, dict) else {}
     return entries if isinstance(entries, dict) else {}

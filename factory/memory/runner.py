@@ -16,6 +16,7 @@ from factory.memory.planner import Parallelism, container_limits, plan_paralleli
 from factory.memory.planner import next_attempt as _next_attempt
 
 __all__ = [
+    "PROFILE_DIR",
     "WRAPPER_DIR",
     "Parallelism",
     "container_limits",
@@ -29,8 +30,13 @@ __all__ = [
 
 # Where the runner mounts `wrapper_host_dir()` (read-only) in a build container.
 WRAPPER_DIR = "/opt/factory-memory"
-# Above this, the inline profile would press against the kernel's 128 KiB limit on one environment string.
+# Above this, the inline profile would press against the kernel's 128 KiB limit on one environment string
+# (a flash-attn profile of 72 compiles, each course at 2 x 80 points, is about 130 KB): a larger one goes in a
+# file.
 INLINE_PROFILE_MAX = 100_000
+# Where the runner mounts a job's profile snapshot directory (read-only) in a build container.
+PROFILE_DIR = "/opt/factory-profile"
+PROFILE_FILE = "profile.json"
 
 
 def wrapper_host_dir() -> Path:
@@ -54,12 +60,14 @@ def initial_parallelism(
 def wrapper_env(
     parallel: Parallelism, *, recipe: Recipe, job_dir: str, memory_limit: int,
     package: str | None = None, version: str | None = None, home: Path | None = None,
-    wrapper_dir: str = WRAPPER_DIR,
+    wrapper_dir: str = WRAPPER_DIR, profile_dir: Path | None = None,
 ) -> dict[str, str]:  # fmt: skip
     """Environment of the build container that routes every nvcc call through the admission wrapper.
 
     MAX_JOBS becomes `parallel.ninja_jobs`: admission, not ninja, bounds how many compiles run. The real nvcc
-    is found by the wrapper as $CUDA_HOME/bin/nvcc (or FACTORY_REAL_NVCC when the runner sets it).
+    is found by the wrapper as $CUDA_HOME/bin/nvcc (or FACTORY_REAL_NVCC when the runner sets it). The learned
+    profile of `package` `version` is written into `profile_dir` (the host side of PROFILE_DIR) when given,
+    else inlined when small enough.
     """
     per_arch = parallel.per_arch_bytes or int(recipe.compile_gib_per_arch * GIB)
     env = {
@@ -80,10 +88,22 @@ def wrapper_env(
         env["FACTORY_SECONDS_BY_FILE"] = format_by_file(recipe.compile_seconds_by_file)
     if package and version:
         learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
-        text = json.dumps(learned.to_json(), separators=(",", ":"))
-        if learned.entries and len(text) <= INLINE_PROFILE_MAX:
-            env["FACTORY_PROFILE_JSON"] = text
+        if learned.entries:
+            env.update(profile_env(learned, profile_dir))
     return env
+
+
+def profile_env(learned: profiles.Profile, profile_dir: Path | None) -> dict[str, str]:
+    """How the wrappers get the learned profile: a snapshot in `profile_dir`, readable by the container's
+    unprivileged user (FACTORY_PROFILE_IN); without one, inline (FACTORY_PROFILE_JSON) when it fits in one
+    environment string, else not at all."""
+    if profile_dir is not None:
+        path = profile_dir / PROFILE_FILE
+        profiles.save_profile(learned, path)
+        path.chmod(0o644)
+        return {"FACTORY_PROFILE_IN": f"{PROFILE_DIR}/{PROFILE_FILE}"}
+    text = json.dumps(learned.to_json(), separators=(",", ":"))
+    return {"FACTORY_PROFILE_JSON": text} if len(text) <= INLINE_PROFILE_MAX else {}
 
 
 def file_estimate_bytes(recipe: Recipe, *, per_arch_bytes: int | None = None) -> tuple[tuple[str, int], ...]:

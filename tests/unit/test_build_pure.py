@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from factory import build
 from factory.config import load_matrix_file
+from factory.memory import profiles
 from factory.plan import plan_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +127,26 @@ def test_ninja_progress_counts_finished_edges_and_not_failed_ones() -> None:
     ])  # fmt: skip
     assert build.ninja_progress(log) == (2, 9)
     assert build.ninja_progress("no ninja here") is None
+
+
+def test_job_env_hands_the_learned_profile_to_the_wrappers_in_the_job_s_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    runner = build.Runner(None, mf, build.BuildSettings(output=tmp_path / "out", run_id="r1"))
+    entry = profiles.ProfileEntry(peak_bytes=2**30, wall_s=3.0, samples=15, envelope=(2**30,), rise=(2**30,))
+    learned = profiles.Profile(
+        package=mf.package.name, version=mf.package.version, entries={"k.cu|compute_90|1": entry}
+    )
+    profiles.save_profile(learned, profiles.profile_path(mf.package.name, mf.package.version))
+    job = plan_matrix(mf).jobs[0]
+    parallel = build.memory.initial_parallelism(
+        recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
+    )
+    env = runner.job_env(job, parallel)
+    # the container reads it where the job's snapshot directory is mounted
+    assert env["FACTORY_PROFILE_IN"] == f"{build.memory.PROFILE_DIR}/profile.json"
+    snapshot = runner.profile_dir(job) / "profile.json"
+    assert json.loads(snapshot.read_text())["entries"] == learned.to_json()["entries"]
+    assert runner.profile_dir(job).is_relative_to(tmp_path / "home")

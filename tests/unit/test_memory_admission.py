@@ -113,8 +113,11 @@ def test_envelope_is_max_from_here_on() -> None:
     samples = [(0.0, 1), (1.0, 5), (5.0, 3), (9.5, 2)]
     n = admission.ENVELOPE_POINTS
     at = [int(n * t / 10.0) for t, _ in samples]  # the point each sample falls in
-    expected = [5] * (at[1] + 1) + [3] * (at[2] - at[1]) + [2] * (at[3] - at[2]) + [0] * (n - 1 - at[3])
+    # after the last sample, what it held then: a compile holds memory until it ends
+    expected = [5] * (at[1] + 1) + [3] * (at[2] - at[1]) + [2] * (at[3] - at[2]) + [2] * (n - 1 - at[3])
     assert admission.envelope(samples, 10.0) == tuple(expected)
+    # a short compile sampled less often than its points: no point falls to 0 before its end
+    assert min(admission.envelope([(0.05, 7), (0.25, 4)], 0.3)) == 4
 
 
 def test_a_course_of_another_resolution_is_resampled_as_an_upper_bound() -> None:
@@ -329,6 +332,7 @@ def test_rise_is_the_most_held_so_far() -> None:
     # each: the most up to the end of its step
     assert (r[at[0]], r[at[1] - 1], r[at[1]], r[at[2] - 1], r[at[2]], r[-1]) == (1, 1, 2, 2, 9, 9)
     assert list(r) == sorted(r)
+    assert at[0] > 0 and r[0] == 1  # before the first sample: that sample, not a front end of nothing
 
 
 def test_front_end_is_the_rise_below_half_the_peak() -> None:

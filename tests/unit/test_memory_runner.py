@@ -1,15 +1,20 @@
-"""The runner's view of memory: the wrapper environment carries the recipe's per-file estimates."""
+"""The runner's view of memory: the wrapper environment carries the recipe's per-file figures and the
+learned profile."""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from factory.config import Recipe
-from factory.memory import admission, runner
+from factory.memory import admission, profiles, runner
 from factory.recipes import FLASH_ATTN
+
+sys.path.insert(0, str(runner.wrapper_host_dir()))  # the wrapper imports its neighbours as top-level modules
+import nvcc_wrapper
 
 GIB = 2**30
 
@@ -104,3 +109,52 @@ def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
     # the worst course (backward hdim256 held 64% of its peak after falling to 3/4 of it), with its margin
     assert max(seen) == 0.638
     assert FLASH_ATTN.compile_after_peak == 0.71
+
+
+def flash_attn_sized_profile(home: Path) -> profiles.Profile:
+    """72 compiles, each course at the current resolution, saved where the runner looks for it."""
+    course = tuple(6 * GIB - i * 2**20 for i in range(admission.ENVELOPE_POINTS))
+    entries = {
+        f"flash_fwd_hdim{i}_fp16_sm80.cu|compute_80,compute_90|4": profiles.ProfileEntry(
+            peak_bytes=6 * GIB, wall_s=300.0 + i, samples=1500, envelope=course, rise=course[::-1]
+        )
+        for i in range(72)
+    }
+    learned = profiles.Profile(package="p", version="1", entries=entries)
+    profiles.save_profile(learned, profiles.profile_path("p", "1", home=home))
+    return learned
+
+
+def test_a_large_profile_reaches_the_wrapper_in_a_file(tmp_path: Path) -> None:
+    learned = flash_attn_sized_profile(tmp_path / "home")
+    assert len(json.dumps(learned.to_json())) > runner.INLINE_PROFILE_MAX  # too large for one env string
+    snapshot = tmp_path / "job-profile"
+    snapshot.mkdir()
+    env = runner.wrapper_env(
+        plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB, package="p",
+        version="1", home=tmp_path / "home", profile_dir=snapshot,
+    )  # fmt: skip
+    assert env["FACTORY_PROFILE_IN"] == f"{runner.PROFILE_DIR}/{runner.PROFILE_FILE}"
+    assert "FACTORY_PROFILE_JSON" not in env
+    written = snapshot / runner.PROFILE_FILE
+    assert written.stat().st_mode & 0o777 == 0o644  # the container's unprivileged user reads it
+    # what the wrapper reads from it is the whole profile
+    read = nvcc_wrapper.load_profile(str(written))
+    assert read == learned.to_json()["entries"]
+    # without a snapshot directory a profile this large would not reach the wrappers at all
+    without = runner.wrapper_env(
+        plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB, package="p",
+        version="1", home=tmp_path / "home",
+    )  # fmt: skip
+    assert "FACTORY_PROFILE_JSON" not in without and "FACTORY_PROFILE_IN" not in without
+
+
+def test_a_small_profile_without_a_snapshot_directory_goes_inline(tmp_path: Path) -> None:
+    entry = profiles.ProfileEntry(peak_bytes=GIB, wall_s=3.0, samples=15, envelope=(GIB,), rise=(GIB,))
+    learned = profiles.Profile(package="p", version="1", entries={"a.cu|compute_80|1": entry})
+    profiles.save_profile(learned, profiles.profile_path("p", "1", home=tmp_path))
+    env = runner.wrapper_env(
+        plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB, package="p",
+        version="1", home=tmp_path,
+    )  # fmt: skip
+    assert json.loads(env["FACTORY_PROFILE_JSON"])["entries"] == learned.to_json()["entries"]

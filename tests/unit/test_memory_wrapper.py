@@ -123,11 +123,12 @@ def test_unprofiled_compiles_start_in_the_order_of_the_recipe_s_seconds(tmp_path
     # one compile fits at a time; while "first" runs, "short" and then "long" wait: by the recipe's table,
     # "long" starts next although it asked last
     env = setup(tmp_path, FACTORY_MEM_LIMIT=str(1536 * MIB), FACTORY_HEADROOM_BYTES=str(512 * MIB),
-                FACTORY_EST_PER_ARCH_BYTES=str(600 * MIB), FACTORY_CPUS="8", FAKE_MIB="16", FAKE_S="1.0",
+                FACTORY_EST_PER_ARCH_BYTES=str(600 * MIB), FACTORY_CPUS="8", FAKE_MIB="16", FAKE_S="0.2",
                 FACTORY_SECONDS_BY_FILE=json.dumps([["long*", 300], ["short*", 100]]))  # fmt: skip
     procs = []
-    for name in ("first", "short", "long"):
-        procs.append(subprocess.Popen(compile_cmd(tmp_path, name), env=env))
+    # "first" runs long enough for both others to be waiting when it ends, even on a busy machine
+    for name, seconds in (("first", "3"), ("short", "0.2"), ("long", "0.2")):
+        procs.append(subprocess.Popen(compile_cmd(tmp_path, name), env={**env, "FAKE_S": seconds}))
         time.sleep(0.3)
     assert all(p.wait(timeout=60) == 0 for p in procs)
     events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
@@ -251,3 +252,10 @@ def test_the_state_file_keeps_a_prediction_s_after_peak_fraction() -> None:
         peak_bytes=5, wall_s=2.0, envelope=(5, 1), inferred=True, after_peak=0.7
     )
     assert nvcc_wrapper.prediction_of(json.loads(json.dumps(nvcc_wrapper.prediction_entry(p)))) == p
+
+
+def test_an_unreadable_profile_is_said_and_the_compile_goes_on(tmp_path: Path) -> None:
+    env = setup(tmp_path, FACTORY_PROFILE_IN=str(tmp_path / "missing.json"), FAKE_S="0.1")
+    out = subprocess.run(compile_cmd(tmp_path, "k"), env=env, capture_output=True, text=True)
+    assert out.returncode == 0
+    assert "cannot read the learned profile" in out.stderr and "missing.json" in out.stderr
