@@ -156,6 +156,10 @@ def test_injected_oom_is_recovered_by_resuming(
     plans = [line for line in log.splitlines() if line.startswith("::factory:: attempt ")]
     assert len(plans) == 2 and "OOM at" in plans[1]
     assert "OOM at" in first["note"] and "objects kept" in first["note"]
+    # attempt 2 read what attempt 1 measured: the profile snapshot mounted into its container
+    snapshot = Path(job["log"]).parents[1] / "profiles" / job["job_id"] / "profile.json"
+    assert json.loads(snapshot.read_text())["entries"]
+    assert "cannot read the learned profile" not in log
     # Resume: objects compiled before the kill were kept, so the retry compiled fewer.
     assert second["objects_kept"] > 0
     assert second["objects_planned"] < first["objects_planned"]
