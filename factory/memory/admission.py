@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 GIB = 1 << 30
-_V = TypeVar("_V")
 MIB = 1 << 20
+_V = TypeVar("_V")
 
 # nvcc's own front end (cudafe++, the host preprocessor) before any cicc starts; measured ~180 MiB on small
 # TUs.
@@ -407,7 +407,11 @@ def predict_from(
         wall = entry.get("wall_s")
         if not wall:
             # only ever seen killed: its peak is a lower bound, never below the estimate
-            return Prediction(peak_bytes=max(int(entry["peak_bytes"]), estimate_bytes), after_peak=after_peak)
+            return Prediction(
+                peak_bytes=max(int(entry["peak_bytes"]), estimate_bytes),
+                after_peak=after_peak,
+                order_s=order_seconds(entries, key, seconds_by_file),
+            )
         return Prediction(
             peak_bytes=with_margin(int(entry["peak_bytes"])),
             wall_s=float(wall),

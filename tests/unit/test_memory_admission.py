@@ -180,6 +180,9 @@ def test_predict_killed_only_entry_is_a_lower_bound() -> None:
         entries, "k.cu|compute_80|1", per_arch_bytes=GIB, archs=1, nvcc_threads=1, base_bytes=0
     )
     assert p == Prediction(peak_bytes=GIB)
+    # it has no time of its own: the recipe's time of its file still places it in the queue
+    q = admission.predict_from(entries, "k.cu|compute_80|1", estimate_bytes=1, seconds_by_file=(("k*", 5.0),))
+    assert q.rank_s == 5.0
 
 
 def test_reservation_trusts_the_clock_once_the_peak_was_seen() -> None:
