@@ -22,7 +22,6 @@ measured the courses).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -33,6 +32,7 @@ from typing import Any
 
 from factory.memory import admission
 from factory.memory.simulate import Task
+from factory.recipes import interpolate
 
 GIB = 1 << 30
 HOST_BYTES = 432 * GIB
@@ -125,17 +125,6 @@ def measured_courses() -> tuple[Course, ...]:
     return tuple(load_course(p) for p in sorted(COURSES.glob("*.json")))
 
 
-def _interpolate(points: list[tuple[int, float]], x: int) -> float:
-    """Linear in x between the measured points; beyond them, the nearest measured value."""
-    points = sorted(points)
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in itertools.pairwise(points):
-        if x0 <= x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
-
-
 def file_figures(kind: str, hdim: int) -> tuple[Course, float, float]:
     """(the course to shape it on, its per-arch peak bytes, its seconds) for one kernel file."""
     courses = [c for c in measured_courses() if c.kind == kind] or [
@@ -147,8 +136,8 @@ def file_figures(kind: str, hdim: int) -> tuple[Course, float, float]:
     by_hdim: dict[int, Course] = {}
     for c in courses:
         by_hdim.setdefault(c.hdim, c)
-    peak = _interpolate([(h, c.peak_bytes) for h, c in by_hdim.items()], hdim)
-    seconds = _interpolate([(h, c.seconds) for h, c in by_hdim.items()], hdim)
+    peak = interpolate([(h, c.peak_bytes) for h, c in by_hdim.items()], hdim)
+    seconds = interpolate([(h, c.seconds) for h, c in by_hdim.items()], hdim)
     return shape, peak, seconds
 
 

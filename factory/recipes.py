@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -43,6 +45,26 @@ ESTIMATE_MARGIN = 1.03
 FLASH_ATTN_HDIMS = (32, 64, 96, 128, 192, 256)
 
 
+def _flash_attn_kernel_rows() -> Iterator[tuple[str, int, dict[str, str]]]:
+    """(file name prefix such as "flash_bwd_hdim", head dimension, row) of each measured flash-attn 2.8.3
+    kernel file compiled for one arch."""
+    for r in _csv_rows():
+        m = re.match(r"(flash_(?:fwd_split|fwd|bwd)_hdim)(\d+)_", r["tu"])
+        if m and r["flash_attn_version"] == "2.8.3" and "+" not in r["gencodes"]:
+            yield m.group(1), int(m.group(2)), r
+
+
+def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
+    """Linear in x between the measured points; beyond them, the nearest measured value."""
+    points = sorted(points)
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
 def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     """flash-attn 2.8.3's per-file table (GiB per arch) from factory/data/flash-attn-compiles.csv.
 
@@ -54,11 +76,9 @@ def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     ESTIMATE_MARGIN, rounded up to 0.1 GiB. Files of no measured kind fall back to compile_gib_per_arch.
     """
     measured: dict[str, dict[int, float]] = {}  # file name prefix ("flash_bwd_hdim") -> head dim -> GiB
-    for r in _csv_rows():
-        m = re.match(r"(flash_(?:fwd_split|fwd|bwd)_hdim)(\d+)_", r["tu"])
-        if m and r["flash_attn_version"] == "2.8.3" and "+" not in r["gencodes"] and r.get("peak_gib"):
-            points = measured.setdefault(m.group(1), {})
-            hdim = int(m.group(2))
+    for prefix, hdim, r in _flash_attn_kernel_rows():
+        if r.get("peak_gib"):
+            points = measured.setdefault(prefix, {})
             points[hdim] = max(points.get(hdim, 0.0), float(r["peak_gib"]))
 
     def safe(gib: float) -> float:
@@ -83,24 +103,15 @@ def flash_attn_file_seconds() -> tuple[tuple[str, float], ...]:
     `flash_attn_file_estimates`. Only their order and ratios count, so a head dimension between two measured
     ones is interpolated linearly and one beyond them takes the nearest one's figure."""
     measured: dict[str, dict[int, tuple[bool, float]]] = {}  # prefix -> head dim -> (has cpu_s, seconds)
-    for r in _csv_rows():
-        m = re.match(r"(flash_(?:fwd_split|fwd|bwd)_hdim)(\d+)_", r["tu"])
-        if not (m and r["flash_attn_version"] == "2.8.3" and "+" not in r["gencodes"]):
-            continue
+    for prefix, hdim, r in _flash_attn_kernel_rows():
         figure = (True, float(r["cpu_s"])) if r.get("cpu_s") else (False, float(r["wall_s"] or 0))
-        points = measured.setdefault(m.group(1), {})
-        points[int(m.group(2))] = max(points.get(int(m.group(2)), (False, 0.0)), figure)
+        points = measured.setdefault(prefix, {})
+        points[hdim] = max(points.get(hdim, (False, 0.0)), figure)
     table: list[tuple[str, float]] = []
     for prefix, points in sorted(measured.items()):
-        known = sorted((h, s) for h, (_, s) in points.items() if s > 0)
+        known = [(h, s) for h, (_, s) in points.items() if s > 0]
         for hdim in FLASH_ATTN_HDIMS:
-            lower = max(((h, s) for h, s in known if h <= hdim), default=known[0])
-            upper = min(((h, s) for h, s in known if h >= hdim), default=known[-1])
-            if lower[0] == upper[0]:
-                seconds = lower[1]
-            else:
-                seconds = lower[1] + (upper[1] - lower[1]) * (hdim - lower[0]) / (upper[0] - lower[0])
-            table.append((f"{prefix}{hdim}_*", round(seconds, 1)))
+            table.append((f"{prefix}{hdim}_*", round(interpolate(known, hdim), 1)))
     return tuple(table)
 
 

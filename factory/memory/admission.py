@@ -335,11 +335,16 @@ def format_by_file(table: Sequence[tuple[str, float]]) -> str:
 def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
     """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
     falls back to the per-arch estimate instead of breaking every compile of the build."""
-    return tuple((pattern, int(value)) for pattern, value in parse_seconds_by_file(text))
+    return tuple((pattern, int(value)) for pattern, value in _parse_table(text))
 
 
 def parse_seconds_by_file(text: str | None) -> tuple[tuple[str, float], ...]:
     """FACTORY_SECONDS_BY_FILE (a JSON list of [pattern, seconds]), dropping what is malformed."""
+    return _parse_table(text)
+
+
+def _parse_table(text: str | None) -> tuple[tuple[str, float], ...]:
+    """A JSON list of [glob, positive number]; items that are not are dropped."""
     if not text:
         return ()
     try:
@@ -564,7 +569,8 @@ def rise(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, ...]
     than the sampling step) take that sample: 0 would read as a front end of nothing."""
     points = [0] * RISE_POINTS
     for t, rss in samples:
-        points[_point(t, wall_s, RISE_POINTS)] = max(points[_point(t, wall_s, RISE_POINTS)], rss)
+        k = _point(t, wall_s, RISE_POINTS)
+        points[k] = max(points[k], rss)
     if samples:
         t, rss = min(samples)
         for k in range(_point(t, wall_s, RISE_POINTS)):
@@ -579,7 +585,8 @@ def envelope(samples: Sequence[tuple[float, int]], wall_s: float) -> tuple[int, 
     the last sample take that sample: the compile held memory until it ended, not nothing."""
     points = [0] * ENVELOPE_POINTS
     for t, rss in samples:
-        points[_point(t, wall_s, ENVELOPE_POINTS)] = max(points[_point(t, wall_s, ENVELOPE_POINTS)], rss)
+        k = _point(t, wall_s, ENVELOPE_POINTS)
+        points[k] = max(points[k], rss)
     if samples:
         t, rss = max(samples)
         for k in range(_point(t, wall_s, ENVELOPE_POINTS) + 1, ENVELOPE_POINTS):
