@@ -154,18 +154,24 @@ def run_model() -> dict[str, object]:
 
 def table(name: str, part: dict[str, object]) -> str:
     lb = float(part["lower_bound_s"])  # type: ignore[arg-type]
+    # the real part's bounds from each build's own compiles (bench.real.compiles_bound)
+    own: dict[str, float] = part.get("notes", {}).get("own_lower_bound_s", {})  # type: ignore[attr-defined]
     rows = [
         f"{name}: limit {int(part['limit_bytes']) / 2**30:.2f} GiB, lower bound {lb:.0f} s",  # type: ignore[call-overload]
-        "| strategy | makespan s | x lower bound | OOM kills | failed | peak GiB |",
-        "|---|---|---|---|---|---|",
+        "| strategy | makespan s | x lower bound | OOM kills | failed | peak GiB |"
+        + (" own bound s | x own bound |" if own else ""),
+        "|---|---|---|---|---|---|" + ("---|---|" if own else ""),
     ]
     for key, r in part["strategies"].items():  # type: ignore[attr-defined]
         # a failed build has no makespan to compare: its time is only how long it ran until it failed
         ratio = "—" if r["failed"] else f"{r['makespan_s'] / lb:.2f}"
-        rows.append(
+        row = (
             f"| {key} | {r['makespan_s']:.0f} | {ratio} | {r['oom_kills']} | "
             f"{'yes' if r['failed'] else 'no'} | {r['peak_bytes'] / 2**30:.2f} |"
         )
+        if own:
+            row += f" {own[key]:.0f} | {r['makespan_s'] / own[key]:.2f} |" if key in own else " — | — |"
+        rows.append(row)
     return "\n".join(rows)
 
 

@@ -4,10 +4,9 @@ PATH).
 
 A compile starts only when its predicted peak fits the cgroup's remaining memory, or, when its profile shows
 a low front end (preprocessing, parsing), when that fits: it is then stopped (SIGSTOP of its process group)
-as it rises past it, until its peak fits. Its real peak RSS, time and course are measured and appended to a
-profile. Standard library only: it runs with the build container's Python,
-next to
-admission.py and cgroup.py (copied alongside it), which hold the decision and the cgroup reading.
+as it rises past it, until its peak fits. Its real peak RSS, wall and CPU time and course are measured and
+appended to a profile. Standard library only: it runs with the build container's Python, next to admission.py
+and cgroup.py (copied alongside it), which hold the decision and the cgroup reading.
 
 Environment:
   FACTORY_REAL_NVCC            the real nvcc (default $CUDA_HOME/bin/nvcc)
@@ -34,15 +33,18 @@ Environment:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
+import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
@@ -84,9 +86,34 @@ def children_map() -> dict[int, list[int]]:
     return kids
 
 
+# /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN) lists a thread's children: walking down from a compile
+# reads a few files, where scanning /proc reads one per process of the machine (hundreds in a large build)
+CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def tree_kids(roots: Iterable[int]) -> dict[int, list[int]]:
+    """The children of every process under `roots`."""
+    if not CHILDREN_FILES:
+        return children_map()
+    kids: dict[int, list[int]] = {}
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        found: list[int] = []
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    found.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            pass  # it ended meanwhile
+        kids[pid] = found
+        stack.extend(found)
+    return kids
+
+
 def tree_rss(pid: int, kids: dict[int, list[int]] | None = None) -> int:
     """Summed resident memory of a process and its descendants."""
-    kids = children_map() if kids is None else kids
+    kids = tree_kids([pid]) if kids is None else kids
     total = 0
     stack = [pid]
     while stack:
@@ -132,9 +159,11 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
     path = os.path.join(state_dir, "admission.json")
     with open(os.path.join(state_dir, "admission.lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        raw = ""
         try:
             with open(path) as fh:
-                state = json.load(fh)
+                raw = fh.read()
+            state = json.loads(raw)
         except (OSError, ValueError):
             state = {}
         state.setdefault("running", {})
@@ -144,10 +173,12 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
             for pid in [p for p in state[table] if not alive(int(p))]:
                 del state[table][pid]
         yield state
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(state, fh)
-        os.replace(tmp, path)
+        text = json.dumps(state)  # json.dumps encodes in C; json.dump to a file, in Python, 10x slower
+        if text != raw:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
 
 
 def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[str, Any]]:
@@ -194,42 +225,47 @@ def load_measurements(path: str | None) -> dict[str, dict[str, Any]]:
 
 
 class Predictor:
-    """The prediction of this compile, refreshed while it waits: the compiles of its build that finish in the
-    meantime (FACTORY_PROFILE_OUT) shape the prediction of a file the profile does not know."""
+    """Predictions of this build's compiles, refreshed as its compiles finish: their measurements
+    (FACTORY_PROFILE_OUT) shape the prediction of a file the profile does not know. Every wrapper of a build
+    has the same profile and recipe figures, so any of them can predict any compile from its key and
+    estimate; a prediction is the same object until a measurement changes it."""
 
     def __init__(
         self,
         profile: dict[str, dict[str, Any]],
-        key: str,
         *,
-        estimate_bytes: int,
         after_peak: float | None = None,
         seconds_by_file: tuple[tuple[str, float], ...] = (),
     ) -> None:
         self.profile = profile
-        self.key = key
-        self.known: dict[str, Any] = {
-            "estimate_bytes": estimate_bytes,
-            "after_peak": after_peak,
-            "seconds_by_file": seconds_by_file,
-        }
+        self.entries = profile
+        self.known: dict[str, Any] = {"after_peak": after_peak, "seconds_by_file": seconds_by_file}
         self.out = os.environ.get("FACTORY_PROFILE_OUT")
         self.stamp: tuple[int, int] | None = None
-        self.current = admission.predict_from(profile, key, **self.known)
+        self.cache: dict[tuple[str, int], admission.Prediction] = {}
 
-    def refresh(self) -> admission.Prediction:
-        if self.key in self.profile or not self.out:
-            return self.current
+    def predict(self, key: str, estimate_bytes: int) -> admission.Prediction:
+        if key not in self.profile:
+            self._refresh()
+        found = self.cache.get((key, estimate_bytes))
+        if found is None:
+            found = admission.predict_from(self.entries, key, estimate_bytes=estimate_bytes, **self.known)
+            self.cache[(key, estimate_bytes)] = found
+        return found
+
+    def _refresh(self) -> None:
+        if not self.out:
+            return
         try:
             st = os.stat(self.out)
         except OSError:
-            return self.current
+            return
         stamp = (st.st_size, st.st_mtime_ns)
         if stamp != self.stamp:
             self.stamp = stamp
-            entries = {**load_measurements(self.out), **self.profile}
-            self.current = admission.predict_from(entries, self.key, **self.known)
-        return self.current
+            self.entries = {**load_measurements(self.out), **self.profile}
+            # what the profile knows does not change with the build's measurements
+            self.cache = {k: v for k, v in self.cache.items() if k[0] in self.profile}
 
 
 def read_cgroup() -> cgroup.CgroupInfo:
@@ -333,6 +369,7 @@ class Admission:
         self.stopped_s = 0.0
         self.published = 0
         self.promised: admission.Prediction | None = None
+        self.dispatch_lock: IO[str] | None = None
 
     def limits(self) -> dict[str, Any]:
         return {"limit_bytes": self.limit, "headroom_bytes": self.headroom, "cpus": self.cpus}
@@ -341,64 +378,127 @@ class Admission:
     def observe(self) -> Iterator[tuple[dict[str, Any], dict[str, admission.Running], int]]:
         """The locked state, what admission sees of the running compiles, and the cgroup's usage."""
         used = read_cgroup().in_use or 0
-        kids = children_map()
         with locked_state(self.state_dir) as state:
+            kids = tree_kids(int(pid) for pid in state["running"])
             yield state, running_states(state, kids, time.time()), used
 
-    def entry(self, p: admission.Prediction) -> dict[str, Any]:
-        return {**prediction_entry(p), "threads": self.threads, "waves": self.waves}
+    def wait(self, key: str, estimate_bytes: int, predictor: Predictor) -> tuple[float, admission.Prediction]:
+        """Wait for this compile's start: seconds waited, and the prediction it was admitted with.
 
-    def wait(
-        self, prediction: admission.Prediction, refresh: Callable[[], admission.Prediction] | None = None
-    ) -> tuple[float, admission.Prediction]:
-        """Seconds waited, and the prediction the compile was admitted with."""
+        One waiting wrapper at a time dispatches (it holds `dispatch.lock`): each poll it starts every
+        waiting compile that may start, in priority order, as the simulator's `_admit` does. The others only
+        look for their grant, so with hundreds of compiles waiting (flash-attn: 288 on 128 cores) the build
+        reads and decides once per poll, not once per waiter and poll."""
         t0 = time.monotonic()
-        mine = self.entry(prediction)
-        with locked_state(self.state_dir) as state:
-            state["waiting"][self.me] = {**mine, "ticket": state["next_ticket"]}
-            state["next_ticket"] += 1
+        self.register(key, estimate_bytes)
         # ninja starts its jobs in a burst: the first to ask would otherwise start before the others have
         # asked, whatever their priority
         time.sleep(self.poll)
         said = Reasons("waiting")
-        while True:
-            if refresh is not None:
-                prediction = refresh()
-                mine = self.entry(prediction)
-            with self.observe() as (state, running, used):
-                state["waiting"][self.me] = {**state["waiting"][self.me], **mine}
-                chosen, decision = admission.choose(
-                    [
-                        admission.Waiting(
-                            key=pid,
-                            prediction=prediction_of(w),
-                            threads=int(w.get("threads", 1)),
-                            ticket=int(w["ticket"]),
-                        )
-                        for pid, w in state["waiting"].items()
-                    ],
-                    used_bytes=used,
-                    running=list(running.values()),
-                    **self.limits(),
+        try:
+            while True:
+                if self.dispatching():
+                    self.dispatch(predictor, said)
+                granted = self.granted(key, estimate_bytes)
+                if granted is not None:
+                    break
+                time.sleep(self.poll)
+        finally:
+            self.stop_dispatching()
+        prediction = prediction_of(granted)
+        if prediction == predictor.predict(key, estimate_bytes):
+            prediction = predictor.predict(key, estimate_bytes)  # the object `sampled` tells changes by
+        self.promised = prediction
+        self.front = None if granted.get("front") is None else int(granted["front"])
+        if self.front is not None:
+            log(
+                f"started for its front end ({self.front / 2**30:.2f} GiB); its peak "
+                f"({prediction.peak_bytes / 2**30:.2f} GiB) is granted when it rises"
+            )
+        return time.monotonic() - t0, prediction
+
+    def dispatching(self) -> bool:
+        """Whether this wrapper dispatches: it already does, or no other wrapper does (the lock of one that
+        died is free again)."""
+        if self.dispatch_lock is None:
+            fh = open(os.path.join(self.state_dir, "dispatch.lock"), "a+")  # noqa: SIM115 (held across polls)
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                return False
+            self.dispatch_lock = fh
+        return True
+
+    def stop_dispatching(self) -> None:
+        if self.dispatch_lock is not None:
+            self.dispatch_lock.close()  # releases the lock: the next waiter to poll takes it over
+            self.dispatch_lock = None
+
+    def dispatch(self, predictor: Predictor, said: Reasons) -> None:
+        """Start every waiting compile that may start now, in priority order: each moves to `running` and
+        finds its grant file at its next poll."""
+        with self.observe() as (state, running, used):
+            state["dispatcher"] = self.me  # for whoever reads the state: which wrapper decides
+            state["rounds"] = int(state.get("rounds", 0)) + 1
+            waiting = [
+                admission.Waiting(
+                    key=pid,
+                    prediction=predictor.predict(str(w["key"]), int(w["estimate_bytes"])),
+                    threads=int(w.get("threads", 1)),
+                    ticket=int(w["ticket"]),
                 )
-                if chosen is not None and chosen.key == self.me:
-                    self.front = admission.front_bytes(prediction)
-                    self.promised = prediction
-                    del state["waiting"][self.me]
-                    state["running"][self.me] = {**mine, "start": time.time(), "front": self.front}
-                    if self.front is not None:
-                        log(
-                            f"started for its front end ({self.front / 2**30:.2f} GiB); its peak "
-                            f"({prediction.peak_bytes / 2**30:.2f} GiB) is granted when it rises"
-                        )
-                    return time.monotonic() - t0, prediction
-            if chosen is not None:
-                # the first in priority order that fits starts at its next poll; the others wait
-                reason = "a higher-priority compile fits first"
-            else:
-                reason = decision.reason if decision is not None else "no compile fits"
-            said.note(reason)
-            time.sleep(self.poll)
+                for pid, w in state["waiting"].items()
+            ]
+            view = list(running.values())
+            decision: admission.Decision | None = None
+            while waiting:
+                chosen, decision = admission.choose(waiting, used_bytes=used, running=view, **self.limits())
+                if chosen is None:
+                    break
+                waiting.remove(chosen)
+                w = state["waiting"].pop(chosen.key)
+                front = admission.front_bytes(chosen.prediction)
+                state["running"][chosen.key] = {
+                    **prediction_entry(chosen.prediction), "threads": chosen.threads,
+                    "waves": int(w.get("waves", 1)), "start": time.time(), "front": front,
+                }  # fmt: skip
+                view.append(
+                    admission.running(
+                        int(chosen.key), chosen.prediction, elapsed_s=0.0, seen_bytes=0, rss_bytes=0,
+                        threads=chosen.threads, waves=int(w.get("waves", 1)), front_bytes=front,
+                    )
+                )  # fmt: skip
+                with open(self.grant_path(chosen.key), "w"):
+                    pass
+        if waiting:
+            reason = decision.reason if decision is not None else "no compile fits"
+            said.note(f"{len(waiting)} compiles: {reason}")
+
+    def register(self, key: str, estimate_bytes: int) -> None:
+        with locked_state(self.state_dir) as state:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.grant_path(self.me))  # left by a dead wrapper of the same pid
+            state["waiting"][self.me] = {
+                "key": key, "estimate_bytes": estimate_bytes, "threads": self.threads, "waves": self.waves,
+                "ticket": state["next_ticket"],
+            }  # fmt: skip
+            state["next_ticket"] += 1
+
+    def grant_path(self, pid: str) -> str:
+        return os.path.join(self.state_dir, f"granted-{pid}")
+
+    def granted(self, key: str, estimate_bytes: int) -> dict[str, Any] | None:
+        """This compile's running entry once a dispatcher started it, else None (one stat per poll)."""
+        path = self.grant_path(self.me)
+        if not os.path.exists(path):
+            return None
+        with locked_state(self.state_dir) as state:
+            os.unlink(path)
+            entry = state["running"].get(self.me)
+        if entry is None:  # the state was lost since (a state file cut short reads as empty): ask again
+            self.register(key, estimate_bytes)
+        return entry
 
     def sampled(
         self, rss: int, child: subprocess.Popen[bytes], refresh: Callable[[], admission.Prediction]
@@ -496,13 +596,29 @@ def append_measurement(path: str, record: dict[str, Any]) -> None:
         fh.write(line)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measured:
+    code: int
+    samples: list[tuple[float, int]]  # (seconds since the start, RSS of the process tree)
+    wall_s: float
+    # CPU seconds of nvcc and every cicc/ptxas it ran and waited for: unlike wall time, not stretched by
+    # other compiles waiting for the same cores
+    cpu_s: float
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_measured(
     cmd: list[str], on_sample: Callable[[int, subprocess.Popen[bytes]], float] | None = None
-) -> tuple[int, list[tuple[float, int]], float]:
-    """(exit code, RSS samples of the process tree, seconds it ran) of a child in its own process group,
-    forwarding termination signals. `on_sample` hears of each sample and returns how long it kept the child
-    stopped; stopped time counts neither in the samples' times nor in the total."""
+) -> Measured:
+    """A child run in its own process group, forwarding termination signals. `on_sample` hears of each
+    sample and returns how long it kept the child stopped; stopped time counts neither in the samples' times
+    nor in the total."""
     interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
+    cpu0 = children_cpu_s()  # the wrapper's only child is this compile
     t0 = time.monotonic()
     child = subprocess.Popen(cmd, start_new_session=True)  # its own process group, to stop and resume
 
@@ -525,7 +641,10 @@ def run_measured(
         if child.poll() is None:  # the wrapper itself is failing: never leave a stopped compile behind
             signal_group(child, signal.SIGCONT)
     code = child.returncode
-    return (128 - code if code < 0 else code), samples, time.monotonic() - t0 - stopped
+    return Measured(
+        code=128 - code if code < 0 else code, samples=samples, wall_s=time.monotonic() - t0 - stopped,
+        cpu_s=children_cpu_s() - cpu0,
+    )  # fmt: skip
 
 
 def mem_seconds(samples: list[tuple[float, int]], wall: float) -> float:
@@ -555,31 +674,29 @@ def main(argv: list[str]) -> int:
     )
     predictor = Predictor(
         load_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
-        key,
-        estimate_bytes=estimate,
         after_peak=env_fraction("FACTORY_AFTER_PEAK"),
         seconds_by_file=admission.parse_seconds_by_file(os.environ.get("FACTORY_SECONDS_BY_FILE")),
     )
-    prediction = predictor.current
+    prediction = predictor.predict(key, estimate)
     threads = max(1, min(call.threads, len(call.archs)))
     info = read_cgroup()
     limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
     waited = stopped = 0.0
     if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None:
         # measured only: for comparisons, or with no limit anywhere there is nothing to protect
-        code, samples, wall = run_measured([nvcc, *argv])
+        run = run_measured([nvcc, *argv])
     else:
         gate = Admission(
             state_dir, limit=limit, info=info, threads=threads, waves=-(-len(call.archs) // threads)
         )
         try:
-            waited, prediction = gate.wait(prediction, predictor.refresh)
-            code, samples, wall = run_measured(
-                [nvcc, *argv], on_sample=lambda rss, child: gate.sampled(rss, child, predictor.refresh)
-            )
+            waited, prediction = gate.wait(key, estimate, predictor)
+            refresh = functools.partial(predictor.predict, key, estimate)
+            run = run_measured([nvcc, *argv], on_sample=lambda rss, child: gate.sampled(rss, child, refresh))
         finally:
             gate.release()
         stopped = gate.stopped_s
+    code, samples, wall = run.code, run.samples, run.wall_s
     peak = max((rss for _, rss in samples), default=0)
     out = os.environ.get("FACTORY_PROFILE_OUT")
     record = {
@@ -589,6 +706,7 @@ def main(argv: list[str]) -> int:
         "threads": call.threads,
         "peak_bytes": peak,
         "wall_s": round(wall, 3),
+        "cpu_s": round(run.cpu_s, 3),
         "rc": code,
         "predicted_bytes": prediction.peak_bytes,
         "predicted_s": prediction.wall_s,

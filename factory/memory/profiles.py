@@ -28,6 +28,8 @@ class Measurement:
     rc: int = 0
     envelope: tuple[int, ...] = ()
     rise: tuple[int, ...] = ()
+    cpu_s: float | None = None  # absent from the lines of wrappers older than this field
+    mem_s: float = 0.0  # byte-seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +137,8 @@ def read_measurements(path: Path) -> list[Measurement]:
                     rc=int(raw.get("rc", 0)),
                     envelope=_ints(raw.get("envelope")),
                     rise=_ints(raw.get("rise")),
+                    cpu_s=None if raw.get("cpu_s") is None else float(raw["cpu_s"]),
+                    mem_s=float(raw.get("mem_s", 0)),
                 )
             )
         except (ValueError, KeyError, TypeError):

@@ -144,3 +144,35 @@ def test_the_real_benchmark_replays_its_measured_compiles_through_admission() ->
     assert replay == real.replayed((*heavy, *light), limit_bytes=limit, cores=2)  # deterministic
     # with room for both peaks, the heavy TUs run side by side
     assert real.replayed((*heavy, *light), limit_bytes=8 * GIB, cores=2) < 90.0
+
+
+def test_the_real_benchmark_bounds_a_build_by_its_own_compiles() -> None:
+    from bench import real
+    from factory.memory.profiles import Measurement
+
+    def run(*ms: Measurement) -> real.RealRun:
+        return real.RealRun(wall_s=0.0, rc=0, oom_kills=0, peak_bytes=0, objects_kept=0, objects_total=0,
+                            measurements=ms)  # fmt: skip
+
+    def m(name: str, wall: float, cpu: float | None, gib: float, rc: int = 0) -> Measurement:
+        return Measurement(key=f"{name}|compute_80|1", peak_bytes=int(gib * GIB), wall_s=wall, cpu_s=cpu,
+                           rc=rc, mem_s=gib * GIB * wall)  # fmt: skip
+
+    limit = 2 * GIB
+    # CPU work: 100 + 60 + 40 s over 2 cores
+    first = run(m("a.cu", 100.0, 100.0, 0.5), m("b.cu", 60.0, 60.0, 0.5), m("c.cu", 40.0, 40.0, 0.5))
+    assert real.compiles_bound((first,), cores=2, limit_bytes=limit) == 100.0
+    # a compile that waited behind another for a core counts its CPU time, and its memory x time shrinks
+    waited = run(m("a.cu", 100.0, 100.0, 0.5), m("b.cu", 90.0, 60.0, 0.5), m("c.cu", 40.0, 40.0, 0.5))
+    assert real.compiles_bound((waited,), cores=2, limit_bytes=limit) == 100.0
+    # memory-bound: 1.5 GiB for 100 s and 1.5 GiB for 60 s cannot overlap under 2 GiB
+    heavy = run(m("a.cu", 100.0, 100.0, 1.5), m("b.cu", 60.0, 60.0, 1.5))
+    assert real.compiles_bound((heavy,), cores=2, limit_bytes=limit) == 120.0
+    # a resumed build: what an OOM-killed attempt finished counts, a killed compile does not, and a file
+    # compiled again counts once
+    killed = run(m("a.cu", 100.0, 100.0, 0.5), m("b.cu", 30.0, 30.0, 0.5, rc=137))
+    again = run(m("a.cu", 80.0, 80.0, 0.5), m("b.cu", 60.0, 60.0, 0.5))
+    assert real.compiles_bound((killed, again), cores=2, limit_bytes=limit) == 80.0
+    # lines of an older wrapper, without CPU time, count their wall time
+    assert real.compiles_bound((run(m("a.cu", 50.0, None, 0.5)),), cores=2, limit_bytes=limit) == 50.0
+    assert real.compiles_bound((run(),), cores=2, limit_bytes=limit) is None

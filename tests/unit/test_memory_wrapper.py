@@ -19,7 +19,7 @@ sys.path.insert(0, str(WRAPPER.parent))  # the wrapper imports its neighbours as
 
 import nvcc_wrapper  # noqa: E402
 
-from factory.memory import admission  # noqa: E402
+from factory.memory import admission, profiles  # noqa: E402
 
 MIB = 2**20
 
@@ -30,6 +30,10 @@ FAKE = textwrap.dedent("""\
     if args == ["--version"]:
         print("fake nvcc 13.0"); sys.exit(0)
     time.sleep(float(os.environ.get("FAKE_LOW_S", "0")))  # a front end holding little
+    if os.environ.get("FAKE_SPIN_S"):  # a busy cicc of its own, as nvcc runs one
+        import subprocess
+        subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\n"
+                        "while time.process_time() - t < " + os.environ["FAKE_SPIN_S"] + ": pass"])
     hold = bytearray(int(os.environ.get("FAKE_MIB", "64")) * 2**20)
     for i in range(0, len(hold), 4096):
         hold[i] = 1  # touch every page so it is resident
@@ -84,16 +88,25 @@ def test_measures_and_propagates_exit_code(tmp_path: Path) -> None:
     assert rec["rc"] == 3
     assert rec["peak_bytes"] >= 80 * MIB
     assert rec["wall_s"] >= 0.5
+    assert rec["cpu_s"] < rec["wall_s"] - 0.4  # it slept most of its time
     assert rec["predicted_bytes"] == 100 * MIB
     assert "::factory-compile::" in out.stderr  # the build log carries it too
     state = json.loads((tmp_path / "state" / "admission.json").read_text())
     assert state["running"] == {} and state["waiting"] == {}
 
 
+def test_cpu_time_counts_the_processes_nvcc_runs(tmp_path: Path) -> None:
+    env = setup(tmp_path, FAKE_SPIN_S="0.8", FAKE_S="0.5")
+    out = subprocess.run(compile_cmd(tmp_path, "k"), env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rec = json.loads((tmp_path / "m.jsonl").read_text())
+    assert 0.8 <= rec["cpu_s"] < rec["wall_s"] - 0.4
+    (m,) = profiles.read_measurements(tmp_path / "m.jsonl")
+    assert m.cpu_s == rec["cpu_s"] and m.mem_s == rec["mem_s"] > 0
+
+
 def test_admission_serializes_what_does_not_fit(tmp_path: Path) -> None:
-    # capacity 1.5 GiB - 0.5 GiB headroom: two compiles predicted at 0.6 GiB each cannot run together
-    env = setup(tmp_path, FACTORY_MEM_LIMIT=str(1536 * MIB), FACTORY_HEADROOM_BYTES=str(512 * MIB),
-                FACTORY_EST_PER_ARCH_BYTES=str(600 * MIB), FACTORY_CPUS="8", FAKE_MIB="16")  # fmt: skip
+    env = one_at_a_time(tmp_path)
     a = subprocess.Popen(compile_cmd(tmp_path, "a"), env=env)
     time.sleep(0.3)
     b = subprocess.Popen(compile_cmd(tmp_path, "b"), env=env)
@@ -104,6 +117,47 @@ def test_admission_serializes_what_does_not_fit(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     waited = {r["source"]: r["waited_s"] for r in records}
     assert waited["b.cu"] > 0.2
+
+
+def one_at_a_time(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Capacity 1.5 GiB - 0.5 GiB headroom: compiles predicted at 0.6 GiB each run one at a time."""
+    return setup(tmp_path, FACTORY_MEM_LIMIT=str(1536 * MIB), FACTORY_HEADROOM_BYTES=str(512 * MIB),
+                 FACTORY_EST_PER_ARCH_BYTES=str(600 * MIB), FACTORY_CPUS="8", FAKE_MIB="16",
+                 **extra)  # fmt: skip
+
+
+def test_one_waiting_wrapper_decides_for_all(tmp_path: Path) -> None:
+    # five compiles wait behind a first one: one of them reads the state and decides each poll, the others
+    # only look for their grant (per-waiter polling would take five rounds per poll)
+    env = one_at_a_time(tmp_path, FACTORY_POLL_S="0.1", FAKE_S="0.3")
+    first = subprocess.Popen(compile_cmd(tmp_path, "first"), env={**env, "FAKE_S": "2"})
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    procs = [subprocess.Popen(compile_cmd(tmp_path, f"k{i}"), env=env) for i in range(5)]
+    assert first.wait(timeout=60) == 0 and all(p.wait(timeout=60) == 0 for p in procs)
+    elapsed = time.monotonic() - t0
+    state = json.loads((tmp_path / "state" / "admission.json").read_text())
+    assert state["running"] == {} and state["waiting"] == {}
+    assert 5 <= state["rounds"] <= elapsed / 0.1 + 5
+    assert not list((tmp_path / "state").glob("granted-*"))
+
+
+def test_a_dispatcher_that_dies_is_replaced(tmp_path: Path) -> None:
+    env = one_at_a_time(tmp_path, FACTORY_POLL_S="0.1", FAKE_S="0.2")
+    first = subprocess.Popen(compile_cmd(tmp_path, "first"), env={**env, "FAKE_S": "2.5"})
+    time.sleep(0.3)
+    procs = {subprocess.Popen(compile_cmd(tmp_path, f"k{i}"), env=env) for i in range(3)}
+    time.sleep(1.0)
+    state = json.loads((tmp_path / "state" / "admission.json").read_text())
+    (dispatcher,) = [p for p in procs if str(p.pid) == state["dispatcher"]]
+    dispatcher.kill()  # while the first compile still runs: its lock is released with it
+    assert dispatcher.wait(timeout=10) != 0
+    assert first.wait(timeout=60) == 0 and all(p.wait(timeout=60) == 0 for p in procs - {dispatcher})
+    state = json.loads((tmp_path / "state" / "admission.json").read_text())
+    assert state["dispatcher"] != str(dispatcher.pid)
+    assert state["running"] == {} and state["waiting"] == {}
+    starts = [line.split()[1] for line in (tmp_path / "fake.log").read_text().splitlines() if "start" in line]
+    assert len(starts) == 3  # the first and the two that lived
 
 
 def test_admission_runs_together_what_fits(tmp_path: Path) -> None:
@@ -120,9 +174,10 @@ def test_admission_runs_together_what_fits(tmp_path: Path) -> None:
 
 
 def test_unprofiled_compiles_start_in_the_order_of_the_recipe_s_seconds(tmp_path: Path) -> None:
-    # one compile fits at a time; while "first" runs, "short" and then "long" wait: by the recipe's table,
-    # "long" starts next although it asked last
-    env = setup(tmp_path, FACTORY_MEM_LIMIT=str(1536 * MIB), FACTORY_HEADROOM_BYTES=str(512 * MIB),
+    # one compile fits at a time (two 600 MiB peaks are more than 1.25 x the 888 MiB left, even booked for
+    # their front ends); while "first" runs, "short" and then "long" wait: by the recipe's table, "long"
+    # starts next although it asked last
+    env = setup(tmp_path, FACTORY_MEM_LIMIT=str(1400 * MIB), FACTORY_HEADROOM_BYTES=str(512 * MIB),
                 FACTORY_EST_PER_ARCH_BYTES=str(600 * MIB), FACTORY_CPUS="8", FAKE_MIB="16", FAKE_S="0.2",
                 FACTORY_SECONDS_BY_FILE=json.dumps([["long*", 300], ["short*", 100]]))  # fmt: skip
     procs = []
