@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.offline import best_offline
 from factory.memory import profiles
 from factory.memory import simulate as S
 from factory.memory.admission import format_by_file, raised_by_file
@@ -266,15 +267,25 @@ def compiles_bound(runs: tuple[RealRun, ...], *, cores: int, limit_bytes: int) -
     return max(sum(times.values()) / cores, max(times.values()), mem_s / limit_bytes)
 
 
-def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int, cores: int) -> float:
-    """The profiled factory build replayed by the simulator on these compiles' measured courses (each a task
-    of twenty steps at its rise, which for a compile whose RSS only grows, as the fixture's do, is its
-    course): what the same admission gives without the machine's noise."""
-    tasks = [
+def _courses(measurements: tuple[profiles.Measurement, ...]) -> list[S.Task]:
+    """Each compile as a task of steps at its measured rise, which for a compile whose RSS only grows, as
+    the fixture's do, is its course."""
+    return [
         S.Task(name=m.key, phases=tuple((m.wall_s / len(m.rise), rss, 1) for rss in m.rise))
         for m in measurements
-        if m.rise
+        if m.rise and m.rc == 0
     ]
+
+
+def own_best_offline(run: RealRun, limit_bytes: int, cores: int) -> float:
+    return best_offline(_courses(run.measurements), limit_bytes=limit_bytes, cores=cores, step_s=0.5,
+                        tries=3000).makespan_s  # fmt: skip
+
+
+def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int, cores: int) -> float:
+    """The profiled factory build replayed by the simulator on these compiles' measured courses
+    (`_courses`): what the same admission gives without the machine's noise."""
+    tasks = _courses(measurements)
     result, _ = S.simulate_factory(
         tasks, limit_bytes=limit_bytes, cores=cores, archs=1, nvcc_threads=1, per_arch_bytes=EST_PER_ARCH,
         profile={t.name: t.measured() for t in tasks},
@@ -378,6 +389,10 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     }  # fmt: skip
     replay = replayed(serial.measurements, limit_bytes=limit_bytes, cores=cores)
     notes["factory_replayed_s"] = round(replay, 1)
+    # the best schedule a search finds knowing every course of the profiled build's own compiles (as the
+    # model's offline reference): what any admission could have made of those compiles on this machine then
+    if len(warm.runs) == 1:
+        notes["factory_own_best_offline_s"] = round(own_best_offline(warm.runs[0], limit_bytes, cores), 1)
     per_tu = {
         m.key.split("|")[0]: {"peak_bytes": m.peak_bytes, "wall_s": m.wall_s, "cpu_s": m.cpu_s}
         for m in serial.measurements

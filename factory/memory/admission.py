@@ -9,6 +9,7 @@ have the factory installed.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -285,9 +286,16 @@ def file_value(source: str, by_file: Sequence[tuple[str, _V]]) -> _V | None:
     """The value of one source file (a path or a profile key) in a recipe's per-file table: the first glob
     pattern matching its base name; None when none does."""
     name = os.path.basename(source.partition("|")[0])
-    for pattern, value in by_file:
+    index = _first_match(name, tuple(pattern for pattern, _ in by_file))
+    return None if index is None else by_file[index][1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_match(name: str, patterns: tuple[str, ...]) -> int | None:
+    # cached: the same files are looked up for every waiting compile at every prediction (`order_seconds`)
+    for i, pattern in enumerate(patterns):
         if fnmatch.fnmatchcase(name, pattern):
-            return value
+            return i
     return None
 
 
@@ -494,12 +502,9 @@ def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimat
     walls = [float(e["wall_s"]) for k, e in measured if family(k) == mine] or [
         float(e["wall_s"]) for _, e in measured
     ]
-    shape = _shape((e.get("envelope") for _, e in measured), ENVELOPE_POINTS)
+    shape, rising = _sibling_shapes([e for _, e in measured])
     if not any(shape):
         return Prediction(peak_bytes=estimate_bytes)
-    # the rise only counts when every sibling has one: its first point is the front end it may start with
-    rises = [e.get("rise") for _, e in measured]
-    rising = _shape(rises, RISE_POINTS, rising=True) if all(rises) else []
 
     def scaled(fractions: Sequence[float]) -> tuple[int, ...]:
         return tuple(min(estimate_bytes, math.ceil(estimate_bytes * f)) for f in fractions)
@@ -511,6 +516,25 @@ def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimat
         inferred=True,
         rise=scaled(rising) if any(rising) else (),
     )
+
+
+# The last siblings' shapes and the courses they were made of (held, so that their ids stay theirs): every
+# waiting compile of a group has the same siblings, and a dispatching wrapper predicts all of them (288 in a
+# flash-attn first build, ~7 ms each without this) after each compile that ends.
+_last_shapes: list[Any] = [(), [], ([], [])]
+
+
+def _sibling_shapes(measured: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+    """The envelope and rise shapes of these siblings (`_shape`); the rise only counts when every sibling has
+    one: its first point is the front end a compile may start with."""
+    courses = [(e.get("envelope"), e.get("rise")) for e in measured]
+    ids = tuple((id(envelope), id(rise)) for envelope, rise in courses)
+    if ids != _last_shapes[0]:
+        shape = _shape((envelope for envelope, _ in courses), ENVELOPE_POINTS)
+        rises = [rise for _, rise in courses]
+        rising = _shape(rises, RISE_POINTS, rising=True) if all(rises) else []
+        _last_shapes[:] = [ids, courses, (shape, rising)]
+    return _last_shapes[2]
 
 
 def _shape(courses: Iterable[Any], points: int, *, rising: bool = False) -> list[float]:

@@ -8,6 +8,11 @@ as it rises past it, until its peak fits. Its real peak RSS, wall and CPU time a
 appended to a profile. Standard library only: it runs with the build container's Python, next to admission.py
 and cgroup.py (copied alongside it), which hold the decision and the cgroup reading.
 
+One waiting wrapper at a time (the holder of FACTORY_STATE_DIR/dispatch.lock) decides for every waiting
+compile of the build and starts each that may start; the others only look for their grant file. It predicts
+them from their keys and estimates with its own profile and recipe figures: the wrappers of one build share
+their environment.
+
 Environment:
   FACTORY_REAL_NVCC            the real nvcc (default $CUDA_HOME/bin/nvcc)
   FACTORY_STATE_DIR            directory shared by all compiles of one build; without it nvcc runs unadmitted
@@ -179,6 +184,16 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
             with open(tmp, "w") as fh:
                 fh.write(text)
             os.replace(tmp, path)
+
+
+def peek_state(state_dir: str) -> dict[str, Any]:
+    """The reservations file as last written, without the lock; {} when there is none."""
+    try:
+        with open(os.path.join(state_dir, "admission.json")) as fh:
+            state = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[str, Any]]:
@@ -438,6 +453,12 @@ class Admission:
     def dispatch(self, predictor: Predictor, said: Reasons) -> None:
         """Start every waiting compile that may start now, in priority order: each moves to `running` and
         finds its grant file at its next poll."""
+        # predicted before the lock is taken (the state file is replaced whole, so a read without it is a
+        # consistent one): in a first build every waiting compile's prediction changes after each compile
+        # that ends, and the running compiles' wrappers must not wait for that
+        for w in peek_state(self.state_dir).get("waiting", {}).values():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                predictor.predict(str(w["key"]), int(w["estimate_bytes"]))
         with self.observe() as (state, running, used):
             state["dispatcher"] = self.me  # for whoever reads the state: which wrapper decides
             state["rounds"] = int(state.get("rounds", 0)) + 1

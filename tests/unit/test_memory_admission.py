@@ -272,6 +272,27 @@ def test_unmeasured_file_takes_its_siblings_time_course_not_their_peak() -> None
     assert own.peak_bytes == math.ceil(4 * GIB * admission.PROFILE_MARGIN) and not own.inferred
 
 
+def test_siblings_measured_since_the_last_prediction_change_it() -> None:
+    # the simulator and a dispatching wrapper add measurements to the same dict as compiles end: the shapes
+    # remembered from the last prediction must not outlive them
+    flat = [GIB] * 10
+    entries: dict[str, dict[str, object]] = {
+        "a.cu|compute_80|1": {"peak_bytes": GIB, "wall_s": 10.0, "envelope": flat}
+    }
+    before = admission.predict_from(entries, "c.cu|compute_80|1", estimate_bytes=8 * GIB)
+    assert before.envelope[-1] == 8 * GIB
+    falling = [GIB] * 5 + [GIB // 4] * 5
+    entries["a.cu|compute_80|1"] = {"peak_bytes": GIB, "wall_s": 10.0, "envelope": falling}  # measured again
+    assert (
+        admission.predict_from(entries, "c.cu|compute_80|1", estimate_bytes=8 * GIB).envelope[-1] == 2 * GIB
+    )
+    entries["b.cu|compute_80|1"] = {"peak_bytes": GIB, "wall_s": 10.0, "envelope": flat}  # a sibling more
+    assert (
+        admission.predict_from(entries, "c.cu|compute_80|1", estimate_bytes=8 * GIB).envelope[-1] == 8 * GIB
+    )
+    assert admission.predict_from(entries, "c.cu|compute_80|1", estimate_bytes=8 * GIB) == before
+
+
 BY_FILE = (("flash_fwd_split_*", 3 * GIB), ("flash_fwd_*", 4 * GIB), ("flash_bwd_*", 7 * GIB))
 
 
