@@ -494,7 +494,7 @@ class Admission:
                     pass
         if waiting:
             reason = decision.reason if decision is not None else "no compile fits"
-            said.note(f"{len(waiting)} compiles: {reason}")
+            said.note(reason if len(waiting) == 1 else f"{reason}; {len(waiting)} compiles wait")
 
     def register(self, key: str, estimate_bytes: int) -> None:
         with locked_state(self.state_dir) as state:
