@@ -142,6 +142,26 @@ def test_one_waiting_wrapper_decides_for_all(tmp_path: Path) -> None:
     assert not list((tmp_path / "state").glob("granted-*"))
 
 
+def test_many_waiting_compiles_never_overrun_what_fits(tmp_path: Path) -> None:
+    # 24 compiles asked at once, four fit at a time (one thread each on 3.2 CPUs shared by a quarter): a
+    # dispatching wrapper starts several in one round, never more than fit, and every one starts once
+    env = setup(tmp_path, FACTORY_CPUS="3.2", FACTORY_POLL_S="0.1", FAKE_MIB="16", FAKE_S="0.4")
+    procs = [subprocess.Popen(compile_cmd(tmp_path, f"k{i:02}"), env=env) for i in range(24)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    events = sorted(
+        (float(t), kind)
+        for kind, _, t in (line.split() for line in (tmp_path / "fake.log").read_text().splitlines())
+    )
+    assert sum(1 for _, kind in events if kind == "start") == 24
+    running = most = 0
+    for _, kind in events:
+        running += 1 if kind == "start" else -1
+        most = max(most, running)
+    assert 1 < most <= 4
+    state = json.loads((tmp_path / "state" / "admission.json").read_text())
+    assert state["running"] == {} and state["waiting"] == {}
+
+
 def test_a_dispatcher_that_dies_is_replaced(tmp_path: Path) -> None:
     env = one_at_a_time(tmp_path, FACTORY_POLL_S="0.1", FAKE_S="0.2")
     first = subprocess.Popen(compile_cmd(tmp_path, "first"), env={**env, "FAKE_S": "2.5"})
