@@ -421,8 +421,9 @@ class Admission:
         finally:
             self.stop_dispatching()
         prediction = prediction_of(granted)
-        if prediction == predictor.predict(key, estimate_bytes):
-            prediction = predictor.predict(key, estimate_bytes)  # the object `sampled` tells changes by
+        mine = predictor.predict(key, estimate_bytes)
+        if prediction == mine:
+            prediction = mine  # the object `sampled` tells changes by
         self.promised = prediction
         self.front = None if granted.get("front") is None else int(granted["front"])
         if self.front is not None:
@@ -478,16 +479,16 @@ class Admission:
                 if chosen is None:
                     break
                 waiting.remove(chosen)
-                w = state["waiting"].pop(chosen.key)
+                waves = int(state["waiting"].pop(chosen.key).get("waves", 1))
                 front = admission.front_bytes(chosen.prediction)
                 state["running"][chosen.key] = {
-                    **prediction_entry(chosen.prediction), "threads": chosen.threads,
-                    "waves": int(w.get("waves", 1)), "start": time.time(), "front": front,
+                    **prediction_entry(chosen.prediction), "threads": chosen.threads, "waves": waves,
+                    "start": time.time(), "front": front,
                 }  # fmt: skip
                 view.append(
                     admission.running(
                         int(chosen.key), chosen.prediction, elapsed_s=0.0, seen_bytes=0, rss_bytes=0,
-                        threads=chosen.threads, waves=int(w.get("waves", 1)), front_bytes=front,
+                        threads=chosen.threads, waves=waves, front_bytes=front,
                     )
                 )  # fmt: skip
                 with open(self.grant_path(chosen.key), "w"):
