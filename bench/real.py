@@ -66,6 +66,9 @@ class RealRun:
     objects_total: int
     measurements: tuple[profiles.Measurement, ...] = ()
     cpu_s: float = 0.0  # of the whole build: ninja, the wrappers, the compiles, the link
+    # CPU time the hypervisor gave other guests while this build ran (all CPUs of this machine): a build of
+    # two compiles at once needs both CPUs, one compile at a time leaves it one to lose
+    steal_s: float = 0.0
 
     @property
     def cpu_outside_compiles_s(self) -> float:
@@ -147,12 +150,14 @@ def run_build(
 
         t0 = time.monotonic()
         cpu0 = _children_cpu_s()
+        steal0 = steal_s()
         proc = subprocess.run(
             [sys.executable, str(FIXTURE / "build.py"), str(build_dir)],
             env=env, preexec_fn=enter, capture_output=True, text=True,
         )  # fmt: skip
         wall = time.monotonic() - t0
         cpu = _children_cpu_s() - cpu0
+        steal = steal_s() - steal0
         text = proc.stdout + proc.stderr
         if log is not None:
             with log.open("a") as fh:
@@ -167,8 +172,22 @@ def run_build(
     return RealRun(
         wall_s=wall, rc=proc.returncode, oom_kills=oom, peak_bytes=peak,
         objects_kept=_marker(text, "objects_kept"), objects_total=_marker(text, "objects_total"),
-        measurements=tuple(profiles.read_measurements(out)), cpu_s=cpu,
+        measurements=tuple(profiles.read_measurements(out)), cpu_s=cpu, steal_s=steal,
     )  # fmt: skip
+
+
+def steal_s(stat: str | None = None) -> float:
+    """Seconds of steal time of all CPUs so far, from /proc/stat (`stat`: its text); 0 where it has none."""
+    if stat is None:
+        try:
+            stat = Path("/proc/stat").read_text()
+        except OSError:
+            return 0.0
+    for line in stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu" and len(fields) > 8:
+            return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 def _children_cpu_s() -> float:
@@ -382,6 +401,11 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     notes["cpu_outside_compiles_s"] = {
         "factory": round(sum(r.cpu_outside_compiles_s for r in warm.runs), 1),
         "one_at_a_time": round(serial.cpu_outside_compiles_s, 1),
+    }
+    # the machine's own noise: what other guests took of its CPUs during the runs the target compares
+    notes["steal_s"] = {
+        "factory": round(sum(r.steal_s for r in warm.runs), 1),
+        "one_at_a_time": round(serial.steal_s, 1),
     }
     notes["factory_compiles_s"] = {
         m.key.split("|")[0]: {"wall_s": round(m.wall_s, 1), "cpu_s": m.cpu_s}

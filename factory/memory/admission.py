@@ -8,10 +8,12 @@ have the factory installed.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import functools
 import json
 import math
+import operator
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -648,6 +650,10 @@ def reservation(
     slack = 1.0 if had_peak else PROGRESS_SLACK
     progress = elapsed_s / (prediction.wall_s * slack)
     k = min(len(prediction.envelope) - 1, int(len(prediction.envelope) * progress))
+    if rss_bytes:
+        # a compile holding more than its envelope leaves by the clock is behind its clock (a slower
+        # machine, a phase that took longer): it is at most as far as the last point that still holds this
+        k = min(k, max(0, behind(prediction.envelope, rss_bytes)))
     left = prediction.envelope[k]
     if (
         prediction.inferred
@@ -659,6 +665,11 @@ def reservation(
         # this one's peak is what it was seen at, and the rest of its course scales with it
         left = min(left, math.ceil(left * seen_bytes / prediction.peak_bytes))
     return left if past is None else min(left, past)
+
+
+def behind(envelope: Sequence[int], rss_bytes: int) -> int:
+    """The last point of a (non-increasing) envelope that holds at least `rss_bytes`; -1 when none does."""
+    return bisect.bisect_right(envelope, -rss_bytes, key=operator.neg) - 1
 
 
 def past_peak_bytes(

@@ -151,6 +151,18 @@ def test_the_real_benchmark_replays_its_measured_compiles_through_admission() ->
     assert 84.0 <= real.own_best_offline(run, limit, 2) < replay
 
 
+def test_the_real_benchmark_reads_steal_time_from_proc_stat() -> None:
+    import os
+
+    from bench import real
+
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = "cpu  4390263 16490 316040 8826368 40379 0 14028 181377 0 0\ncpu0 1 2 3 4 5 6 7 99 0 0\n"
+    assert real.steal_s(stat) == 181377 / hz  # the machine's line, not one CPU's
+    assert real.steal_s("cpu  1 2 3 4\n") == 0.0  # a kernel without the column
+    assert real.steal_s() >= 0.0  # this machine's own
+
+
 def test_the_real_benchmark_bounds_a_build_by_its_own_compiles() -> None:
     from bench import real
     from factory.memory.profiles import Measurement

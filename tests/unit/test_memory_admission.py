@@ -195,14 +195,25 @@ def test_reservation_trusts_the_clock_once_the_peak_was_seen() -> None:
     assert admission.reservation(p, 45, seen_bytes=10, waves=2) == 10
 
 
+def test_a_compile_behind_its_clock_is_reserved_by_what_it_holds() -> None:
+    env = (10, 10, 10, 10, 4, 4, 4, 4, 4, 1)
+    p = Prediction(peak_bytes=10, wall_s=100.0, envelope=env)
+    assert admission.reservation(p, 45, seen_bytes=10, rss_bytes=3) == 4  # past its peak, as the clock says
+    # at 9 it is still where the envelope holds 9 or more: its peak may come again
+    assert admission.reservation(p, 45, seen_bytes=10, rss_bytes=9) == 10
+    assert admission.reservation(p, 95, seen_bytes=10, rss_bytes=4) == 4
+    assert [admission.behind(env, b) for b in (11, 10, 5, 4, 1, 0)] == [-1, 3, 3, 8, 9, 9]
+
+
 def test_inferred_reservation_scales_with_the_peak_seen_once_past_it() -> None:
     env = (100, 100, 100, 100, 40, 40, 40, 40, 40, 10)
     p = Prediction(peak_bytes=100, wall_s=100.0, envelope=env, inferred=True)
     assert admission.reservation(p, 10, seen_bytes=50, rss_bytes=50) == 100  # before its peak by the clock
     # past its peak by the clock (slack 1.25) and its RSS fell from 50 to 20: the rest scales with 50 of 100
     assert admission.reservation(p, 55, seen_bytes=50, rss_bytes=20) == 20
-    # its RSS has not fallen: it may be a slow compile still rising to a higher peak
-    assert admission.reservation(p, 55, seen_bytes=50, rss_bytes=50) == 40
+    # its RSS has not fallen: it may be a slow compile still rising to a higher peak, and the clock cannot
+    # say it is past the points of the envelope that hold more than it does now
+    assert admission.reservation(p, 55, seen_bytes=50, rss_bytes=50) == 100
     # a profiled compile's envelope is its own: never scaled
     q = Prediction(peak_bytes=100, wall_s=100.0, envelope=env)
     assert admission.reservation(q, 55, seen_bytes=50, rss_bytes=20) == 40
