@@ -286,6 +286,13 @@ def compiles_bound(runs: tuple[RealRun, ...], *, cores: int, limit_bytes: int) -
     return max(sum(times.values()) / cores, max(times.values()), mem_s / limit_bytes)
 
 
+def bracketed(before_s: float, after_s: float | None) -> float:
+    """The reference bound of a build measured between two one-at-a-time runs: the mean of their bounds
+    (the build ran between them, on a machine whose speed drifts within minutes); the first alone when the
+    second failed."""
+    return before_s if after_s is None else (before_s + after_s) / 2
+
+
 def _courses(measurements: tuple[profiles.Measurement, ...]) -> list[S.Task]:
     """Each compile as a task of steps at its measured rise, which for a compile whose RSS only grows, as
     the fixture's do, is its course."""
@@ -316,8 +323,8 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     """All strategies on the fixture; runs of the same fixed MAX_JOBS are shared between strategies.
 
     The factory's first builds run first and the one-at-a-time run (MAX_JOBS=1, the reference the lower
-    bound is measured on) right before the profiled factory build, so that the two the target compares are
-    minutes, not a quarter of an hour, apart."""
+    bound is measured on) right before the profiled factory build and once more right after it, so that the
+    reference brackets the build it is compared with (`bracketed`)."""
     import psutil
 
     cores = max(1, len(os.sched_getaffinity(0)))
@@ -379,6 +386,9 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
 
     warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
                          profile=cold.profile, log=log)  # fmt: skip
+    # and again right after it: the mean of the two bounds cancels a steady drift of the machine's speed
+    serial_after = run_build(work / "fixed-1-after", limit_bytes=limit_bytes, max_jobs=1, work=work,
+                             admission_on=False, log=log)  # fmt: skip
     strategies["factory"] = warm.result.to_json()
     strategies["factory_cold"] = cold.result.to_json()
     runs_of["factory"], runs_of["factory_cold"] = warm.runs, cold.runs
@@ -386,8 +396,11 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     notes["factory_cold_attempts"] = list(cold.lines)
     notes["factory_cold_single_estimate"] = cold_single.result.to_json()
 
-    lower = compiles_bound((serial,), cores=cores, limit_bytes=limit_bytes)
-    assert lower is not None  # the serial run succeeded: it is best_fixed's or worse than it
+    before = compiles_bound((serial,), cores=cores, limit_bytes=limit_bytes)
+    assert before is not None  # the serial run succeeded: it is best_fixed's or worse than it
+    after = compiles_bound((serial_after,), cores=cores, limit_bytes=limit_bytes) if serial_after.ok else None
+    lower = bracketed(before, after)
+    notes["lower_bound_before_after_s"] = [round(before, 1), None if after is None else round(after, 1)]
     # the same bound from each build's own compiles, as long as they took in that run: what its schedule
     # lost, apart from the machine being slower or faster than when the reference was measured
     notes["own_lower_bound_s"] = {
@@ -406,6 +419,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     notes["steal_s"] = {
         "factory": round(sum(r.steal_s for r in warm.runs), 1),
         "one_at_a_time": round(serial.steal_s, 1),
+        "one_at_a_time_after": round(serial_after.steal_s, 1),
     }
     notes["factory_compiles_s"] = {
         m.key.split("|")[0]: {"wall_s": round(m.wall_s, 1), "cpu_s": m.cpu_s}

@@ -151,6 +151,13 @@ def test_the_real_benchmark_replays_its_measured_compiles_through_admission() ->
     assert 84.0 <= real.own_best_offline(run, limit, 2) < replay
 
 
+def test_the_real_benchmark_s_reference_brackets_the_build() -> None:
+    from bench import real
+
+    assert real.bracketed(110.0, 130.0) == 120.0  # measured before and after it: a steady drift cancels
+    assert real.bracketed(110.0, None) == 110.0  # the run after it failed: the one before alone
+
+
 def test_the_real_benchmark_reads_steal_time_from_proc_stat() -> None:
     import os
 
