@@ -66,8 +66,7 @@ class RealRun:
     objects_total: int
     measurements: tuple[profiles.Measurement, ...] = ()
     cpu_s: float = 0.0  # of the whole build: ninja, the wrappers, the compiles, the link
-    # CPU time the hypervisor gave other guests while this build ran (all CPUs of this machine): a build of
-    # two compiles at once needs both CPUs, one compile at a time leaves it one to lose
+    # CPU time the hypervisor gave other guests while this build ran (all CPUs of this machine)
     steal_s: float = 0.0
 
     @property
