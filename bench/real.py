@@ -332,12 +332,13 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     log = work / "build.log"
     fixed: dict[int, RealRun] = {}
 
+    def fixed_build(jobs: int, name: str) -> RealRun:
+        return run_build(work / name, limit_bytes=limit_bytes, max_jobs=jobs, work=work, admission_on=False,
+                         log=log)  # fmt: skip
+
     def fixed_run(jobs: int) -> RealRun:
         if jobs not in fixed:
-            build = work / f"fixed-{jobs}"
-            fixed[jobs] = run_build(
-                build, limit_bytes=limit_bytes, max_jobs=jobs, work=work, admission_on=False, log=log
-            )
+            fixed[jobs] = fixed_build(jobs, f"fixed-{jobs}")
         return fixed[jobs]
 
     # the first build knows the recipe's per-file table (as the model's does); the steady state, the profile
@@ -386,8 +387,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
                          profile=cold.profile, log=log)  # fmt: skip
     # and again right after it: the mean of the two bounds cancels a steady drift of the machine's speed
-    serial_after = run_build(work / "fixed-1-after", limit_bytes=limit_bytes, max_jobs=1, work=work,
-                             admission_on=False, log=log)  # fmt: skip
+    serial_after = fixed_build(1, "fixed-1-after")
     strategies["factory"] = warm.result.to_json()
     strategies["factory_cold"] = cold.result.to_json()
     runs_of["factory"], runs_of["factory_cold"] = warm.runs, cold.runs

@@ -164,13 +164,7 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
     path = os.path.join(state_dir, "admission.json")
     with open(os.path.join(state_dir, "admission.lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        raw = ""
-        try:
-            with open(path) as fh:
-                raw = fh.read()
-            state = json.loads(raw)
-        except (OSError, ValueError):
-            state = {}
+        raw, state = read_state(path)
         state.setdefault("running", {})
         state.setdefault("waiting", {})
         state.setdefault("next_ticket", 0)
@@ -188,12 +182,18 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
 
 def peek_state(state_dir: str) -> dict[str, Any]:
     """The reservations file as last written, without the lock; {} when there is none."""
+    return read_state(os.path.join(state_dir, "admission.json"))[1]
+
+
+def read_state(path: str) -> tuple[str, dict[str, Any]]:
+    """The reservations file's text and what it holds; {} when it is missing or not a state."""
     try:
-        with open(os.path.join(state_dir, "admission.json")) as fh:
-            state = json.load(fh)
+        with open(path) as fh:
+            raw = fh.read()
+        state = json.loads(raw)
     except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+        return "", {}
+    return raw, state if isinstance(state, dict) else {}
 
 
 def load_profile(path: str | None, inline: str | None = None) -> dict[str, dict[str, Any]]:
