@@ -8,6 +8,7 @@ measures each compile; only the factory's runs let it admit (FACTORY_ADMISSION=o
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -261,9 +263,10 @@ def factory_build(
     return FactoryBuild(result=result, runs=tuple(runs), profile=learned, lines=tuple(lines))
 
 
-def _fixed(run: RealRun, jobs: int) -> StrategyResult:
+def _fixed(run: RealRun, jobs: int, *, wall_s: float | None = None) -> StrategyResult:
     return StrategyResult(
-        makespan_s=run.wall_s, oom_kills=int(run.oom_kills > 0), failed=not run.ok, peak_bytes=run.peak_bytes,
+        makespan_s=run.wall_s if wall_s is None else wall_s, oom_kills=int(run.oom_kills > 0),
+        failed=not run.ok, peak_bytes=run.peak_bytes,
         attempts=(f"MAX_JOBS={jobs}: {'ok' if run.ok else 'OOM' if run.oom_kills else f'rc {run.rc}'}",),
         jobs=jobs,
     )  # fmt: skip
@@ -307,15 +310,46 @@ def own_best_offline(run: RealRun, limit_bytes: int, cores: int) -> float:
                         tries=3000).makespan_s  # fmt: skip
 
 
-def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int, cores: int) -> float:
+def replayed(
+    measurements: tuple[profiles.Measurement, ...],
+    *,
+    limit_bytes: int,
+    cores: int,
+    profiled: tuple[profiles.Measurement, ...] | None = None,
+) -> float:
     """The profiled factory build replayed by the simulator on these compiles' measured courses
-    (`_courses`): what the same admission gives without the machine's noise."""
+    (`_courses`): what the same admission gives without the machine's noise. Its profile is these courses
+    themselves, or those of another run (`profiled`), as a real build's profile comes from an earlier
+    build."""
     tasks = _courses(measurements)
+    known = tasks if profiled is None else _courses(profiled)
     result, _ = S.simulate_factory(
         tasks, limit_bytes=limit_bytes, cores=cores, archs=1, nvcc_threads=1, per_arch_bytes=EST_PER_ARCH,
-        profile={t.name: t.measured() for t in tasks},
+        profile={t.name: t.measured() for t in known},
     )  # fmt: skip
     return result.makespan_s
+
+
+def cross_replayed(
+    runs: Mapping[str, RealRun], *, limit_bytes: int, cores: int
+) -> dict[tuple[str, str], float]:
+    """Every complete run's compiles replayed with the profile of every other one (`replayed`), as a ratio
+    to the lower bound of the compiles replayed: (profile's run, compiles' run) -> ratio.
+
+    The runs of one benchmark compile the same files minutes apart, each file 10-50% slower or faster in one
+    than in another; this is how the admission does when its profile is that far off, with the machine's
+    drift during the build taken out (each replay is measured against its own compiles)."""
+    complete = {n: run for n, run in runs.items() if run.ok and len(_courses(run.measurements)) == OBJECTS}
+    ratios: dict[tuple[str, str], float] = {}
+    for (known, profile_run), (name, run) in itertools.product(complete.items(), repeat=2):
+        if known == name:
+            continue
+        bound = S.lower_bound(_courses(run.measurements), limit_bytes=limit_bytes, cores=cores)
+        replay = replayed(
+            run.measurements, limit_bytes=limit_bytes, cores=cores, profiled=profile_run.measurements
+        )
+        ratios[(known, name)] = replay / bound
+    return ratios
 
 
 def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, object]:
@@ -347,15 +381,42 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
                          by_file=EST_BY_FILE)  # fmt: skip
     cold_single = factory_build(work / "factory-cold-single", limit_bytes=limit_bytes, cpus=cores, work=work,
                                 log=log)  # fmt: skip
+    # every fixed MAX_JOBS, the one-at-a-time run last: the lower bound is measured on its compiles (no
+    # contention), right before the profiled factory build, and once more right after it
+    for jobs in range(cores, 0, -1):
+        fixed_run(jobs)
+    serial = fixed_run(1)
+    warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
+                         profile=cold.profile, log=log)  # fmt: skip
+    serial_after = fixed_build(1, "fixed-1-after")
+    after_ok = serial_after if serial_after.ok else None
+
+    def wall(run: RealRun) -> float:
+        # the one-at-a-time run's makespan, as the bound measured on it, is the mean of the runs before and
+        # after the profiled build: the strategies it stands for are compared with that build
+        if run is serial:
+            return bracketed(run.wall_s, None if after_ok is None else after_ok.wall_s)
+        return run.wall_s
+
+    def own_bound(runs: tuple[RealRun, ...]) -> float | None:
+        own = compiles_bound(runs, cores=cores, limit_bytes=limit_bytes)
+        if own is None or after_ok is None or serial not in runs:
+            return own
+        again = compiles_bound(tuple(after_ok if r is serial else r for r in runs), cores=cores,
+                               limit_bytes=limit_bytes)  # fmt: skip
+        return bracketed(own, again)
+
+    def fixed_result(jobs: int) -> StrategyResult:
+        return _fixed(fixed_run(jobs), jobs, wall_s=wall(fixed_run(jobs)))
 
     strategies: dict[str, dict[str, object]] = {}
     runs_of: dict[str, tuple[RealRun, ...]] = {}  # what each strategy ran, for the bound of its own compiles
     notes: dict[str, object] = {}
-    strategies["fixed_cores"] = _fixed(fixed_run(cores), cores).to_json()
+    strategies["fixed_cores"] = fixed_result(cores).to_json()
     runs_of["fixed_cores"] = (fixed_run(cores),)
     best: StrategyResult | None = None
     for jobs in range(cores, 0, -1):
-        r = _fixed(fixed_run(jobs), jobs)
+        r = fixed_result(jobs)
         if not r.failed and (best is None or r.makespan_s < best.makespan_s):
             best = r
     assert best is not None  # MAX_JOBS=1 runs one compile at a time, the heaviest TU fits alone
@@ -366,7 +427,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     total, kills, peak, jobs, seq = 0.0, 0, 0, cores, []
     while True:
         run = fixed_run(jobs)
-        total += run.wall_s
+        total += wall(run)
         peak = max(peak, run.peak_bytes)
         seq.append(jobs)
         if run.ok or jobs == 1:
@@ -378,16 +439,14 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     runs_of["seed_halving"] = tuple(fixed_run(j) for j in seq)
     notes["seed_halving_jobs"] = seq
     heuristic = S.flash_attn_heuristic_jobs(cores=cores, free_bytes=int(psutil.virtual_memory().available))
-    strategies["flash_attn_heuristic"] = _fixed(fixed_run(heuristic), heuristic).to_json()
+    strategies["flash_attn_heuristic"] = fixed_result(heuristic).to_json()
     runs_of["flash_attn_heuristic"] = (fixed_run(heuristic),)
     notes["flash_attn_heuristic_jobs"] = heuristic
-    # the lower bound from compiles measured one at a time (MAX_JOBS=1: no contention)
-    serial = fixed_run(1)
+    notes["one_at_a_time_before_after_s"] = [
+        round(serial.wall_s, 1),
+        None if after_ok is None else round(after_ok.wall_s, 1),
+    ]
 
-    warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
-                         profile=cold.profile, log=log)  # fmt: skip
-    # and again right after it: the mean of the two bounds cancels a steady drift of the machine's speed
-    serial_after = fixed_build(1, "fixed-1-after")
     strategies["factory"] = warm.result.to_json()
     strategies["factory_cold"] = cold.result.to_json()
     runs_of["factory"], runs_of["factory_cold"] = warm.runs, cold.runs
@@ -397,7 +456,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
 
     before = compiles_bound((serial,), cores=cores, limit_bytes=limit_bytes)
     assert before is not None  # the serial run succeeded: it is best_fixed's or worse than it
-    after = compiles_bound((serial_after,), cores=cores, limit_bytes=limit_bytes) if serial_after.ok else None
+    after = None if after_ok is None else compiles_bound((after_ok,), cores=cores, limit_bytes=limit_bytes)
     lower = bracketed(before, after)
     notes["lower_bound_before_after_s"] = [round(before, 1), None if after is None else round(after, 1)]
     # the same bound from each build's own compiles, as long as they took in that run: what its schedule
@@ -405,8 +464,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     notes["own_lower_bound_s"] = {
         name: round(own, 1)
         for name, runs in runs_of.items()
-        if not strategies[name]["failed"]
-        and (own := compiles_bound(runs, cores=cores, limit_bytes=limit_bytes)) is not None
+        if not strategies[name]["failed"] and (own := own_bound(runs)) is not None
     }
     # what admission itself costs: the CPU the build used besides its compiles (ninja, the wrappers' polls
     # and samples, the link step)
@@ -426,6 +484,18 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     }  # fmt: skip
     replay = replayed(serial.measurements, limit_bytes=limit_bytes, cores=cores)
     notes["factory_replayed_s"] = round(replay, 1)
+    cross = cross_replayed(
+        {"one_at_a_time": serial, "one_at_a_time_after": serial_after, "factory": warm.runs[-1],
+         "factory_cold": cold.runs[-1], "factory_cold_single": cold_single.runs[-1]},
+        limit_bytes=limit_bytes, cores=cores,
+    )  # fmt: skip
+    if cross:
+        ratios = sorted(cross.values())
+        worst = max(cross, key=cross.__getitem__)
+        notes["cross_replay_x_bound"] = {
+            "pairs": len(ratios), "median": round(ratios[len(ratios) // 2], 3), "max": round(ratios[-1], 3),
+            "worst": {"profile": worst[0], "compiles": worst[1]},
+        }  # fmt: skip
     # the best schedule a search finds knowing every course of the profiled build's own compiles (as the
     # model's offline reference): what any admission could have made of those compiles on this machine then
     if len(warm.runs) == 1:

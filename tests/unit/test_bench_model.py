@@ -17,6 +17,7 @@ from bench import compile_course as C  # noqa: E402
 from bench import model as M  # noqa: E402
 from bench import offline as O  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
+from factory.memory.profiles import Measurement  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
 from factory.recipes import flash_attn_file_estimates  # noqa: E402
 
@@ -126,16 +127,29 @@ def test_course_sampler_follows_a_real_process_tree(tmp_path: Path) -> None:
     assert json.loads(json.dumps(data))["steps"][0]["tool"]
 
 
+def _compile(name: str, wall: float, low: float, peak: float) -> Measurement:
+    """A measured fixture compile: a low front end for 13 of its 20 rise points, then its peak."""
+    rise = (int(low * GIB),) * 13 + (int(peak * GIB),) * 7
+    return Measurement(key=f"{name}|compute_80|1", peak_bytes=rise[-1], wall_s=wall, rise=rise, cpu_s=wall,
+                       mem_s=rise[-1] * wall / 2)  # fmt: skip
+
+
+def _memext(
+    *, heavy_s: float = 60.0, scale: float = 1.0, light_peak: float = 0.26
+) -> tuple[Measurement, ...]:
+    """The fixture's eight compiles, each `scale` times as long."""
+    return (
+        *(_compile(f"heavy{i}.cu", heavy_s * scale, 0.27, 1.31) for i in (1, 2)),
+        *(_compile(f"medium{i}.cu", 30.0 * scale, 0.23, 0.7) for i in (1, 2)),
+        *(_compile(f"light{i}.cu", 12.0 * scale, 0.2, light_peak) for i in range(1, 5)),
+    )
+
+
 def test_the_real_benchmark_replays_its_measured_compiles_through_admission() -> None:
     from bench import real
-    from factory.memory.profiles import Measurement
 
-    def measured(name: str, wall: float, low: float, peak: float) -> Measurement:
-        rise = (int(low * GIB),) * 13 + (int(peak * GIB),) * 7  # a low front end, then its peak
-        return Measurement(key=f"{name}|compute_80|1", peak_bytes=rise[-1], wall_s=wall, rise=rise)
-
-    heavy = [measured(f"heavy{i}.cu", 60.0, 0.27, 1.31) for i in (1, 2)]
-    light = [measured(f"light{i}.cu", 12.0, 0.2, 0.26) for i in range(1, 5)]
+    heavy = [_compile(f"heavy{i}.cu", 60.0, 0.27, 1.31) for i in (1, 2)]
+    light = [_compile(f"light{i}.cu", 12.0, 0.2, 0.26) for i in range(1, 5)]
     limit = real.DEFAULT_LIMIT
     replay = real.replayed((*heavy, *light), limit_bytes=limit, cores=2)
     # the heavy TUs never peak together (2 x 1.31 GiB plus the margin do not fit), so they take 120 s of one
@@ -172,7 +186,6 @@ def test_the_real_benchmark_reads_steal_time_from_proc_stat() -> None:
 
 def test_the_real_benchmark_bounds_a_build_by_its_own_compiles() -> None:
     from bench import real
-    from factory.memory.profiles import Measurement
 
     def run(*ms: Measurement) -> real.RealRun:
         return real.RealRun(wall_s=0.0, rc=0, oom_kills=0, peak_bytes=0, objects_kept=0, objects_total=0,
@@ -200,3 +213,66 @@ def test_the_real_benchmark_bounds_a_build_by_its_own_compiles() -> None:
     # lines of an older wrapper, without CPU time, count their wall time
     assert real.compiles_bound((run(m("a.cu", 50.0, None, 0.5)),), cores=2, limit_bytes=limit) == 50.0
     assert real.compiles_bound((run(),), cores=2, limit_bytes=limit) is None
+
+
+def test_the_real_benchmark_replays_each_run_with_the_profile_of_another() -> None:
+    from bench import real
+
+    def run(heavy_s: float, *, light_peak: float = 0.26, ok: bool = True, files: int = 8) -> real.RealRun:
+        compiles = _memext(heavy_s=heavy_s, light_peak=light_peak)[:files]
+        return real.RealRun(wall_s=0.0, rc=0 if ok else 1, oom_kills=0, peak_bytes=0, objects_kept=0,
+                            objects_total=0, measurements=compiles)  # fmt: skip
+
+    runs = {"fast": run(50.0), "slow": run(70.0), "failed": run(60.0, ok=False), "cut": run(60.0, files=5)}
+    cross = real.cross_replayed(runs, limit_bytes=real.DEFAULT_LIMIT, cores=2)
+    # only complete, successful runs, never a run with its own profile
+    assert set(cross) == {("fast", "slow"), ("slow", "fast")}
+    for ratio in cross.values():
+        assert 1.0 <= ratio < 1.5  # no schedule beats the bound of the compiles it ran
+    # the profile is the other run's: one that saw the light TUs peak at 1 GiB keeps them from running
+    # beside a heavy one
+    high = real.cross_replayed({"fast": run(50.0), "high": run(50.0, light_peak=1.0)},
+                               limit_bytes=real.DEFAULT_LIMIT, cores=2)  # fmt: skip
+    assert high[("high", "fast")] > cross[("slow", "fast")] + 0.1
+    assert cross == real.cross_replayed(runs, limit_bytes=real.DEFAULT_LIMIT, cores=2)  # deterministic
+
+
+def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profiled_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import real
+
+    built: list[str] = []
+
+    def run_build(build_dir: Path, *, max_jobs: int, admission_on: bool, **_: object) -> real.RealRun:
+        built.append(build_dir.name)
+        if not admission_on and max_jobs > 1:  # every TU at once: killed
+            return real.RealRun(wall_s=50.0, rc=1, oom_kills=1, peak_bytes=real.DEFAULT_LIMIT, objects_kept=0,
+                                objects_total=real.OBJECTS)  # fmt: skip
+        # the machine slows down by a fifth between the one-at-a-time runs around the profiled build
+        scale = {"fixed-1": 1.0, "fixed-1-after": 1.2}.get(build_dir.name, 1.1)
+        wall = (264.0 if max_jobs == 1 else 140.0) * scale
+        return real.RealRun(wall_s=wall, rc=0, oom_kills=0, peak_bytes=GIB, objects_kept=0,
+                            objects_total=real.OBJECTS, measurements=_memext(scale=scale))  # fmt: skip
+
+    monkeypatch.setattr(real, "run_build", run_build)
+    monkeypatch.setattr(real.os, "sched_getaffinity", lambda _: {0, 1})
+    result = real.run_real(work=tmp_path / "work")
+    # the reference runs one at a time right before the profiled build, and again right after it
+    assert built == ["factory-cold", "factory-cold-single", "fixed-2", "fixed-1", "factory-warm",
+                     "fixed-1-after"]  # fmt: skip
+    strategies, notes = result["strategies"], result["notes"]
+    assert isinstance(strategies, dict) and isinstance(notes, dict)
+    # the strategies that ran one at a time take the mean of the two runs, as the bound does
+    assert strategies["best_fixed"]["makespan_s"] == round(264.0 * 1.1, 1)
+    assert strategies["seed_halving"] == {"makespan_s": round(50.0 + 264.0 * 1.1, 1), "oom_kills": 1,
+                                          "failed": False, "peak_bytes": real.DEFAULT_LIMIT}  # fmt: skip
+    assert notes["one_at_a_time_before_after_s"] == [264.0, round(264.0 * 1.2, 1)]
+    before, after = notes["lower_bound_before_after_s"]
+    assert after == pytest.approx(before * 1.2, abs=0.1)
+    assert result["lower_bound_s"] == pytest.approx((before + after) / 2, abs=0.1)
+    assert notes["own_lower_bound_s"]["best_fixed"] == result["lower_bound_s"]
+    assert notes["own_lower_bound_s"]["factory"] == pytest.approx(before * 1.1, abs=0.1)
+    # five complete runs, each replayed with the profile of the four others
+    assert notes["cross_replay_x_bound"]["pairs"] == 20
+    assert 1.0 <= notes["cross_replay_x_bound"]["median"] <= notes["cross_replay_x_bound"]["max"]
