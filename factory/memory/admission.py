@@ -41,6 +41,7 @@ class Running:
     front_bytes: int | None = None
     peak_bytes: int = 0
     paused: bool = False  # stopped at its rise until its peak is granted
+    stopped_threads: int = 0  # a stopped compile's threads, busy again once its peak is granted
 
     @property
     def held_bytes(self) -> int:
@@ -76,6 +77,7 @@ def running(
         reserved_bytes=reserved,
         rss_bytes=rss_bytes,
         threads=0 if paused else threads,
+        stopped_threads=threads if paused else 0,
         front_bytes=front_bytes,
         peak_bytes=prediction.peak_bytes,
         paused=paused,
@@ -174,7 +176,9 @@ def choose(
     A compile with a low front end (`front_bytes`) starts when its front end fits, as long as the peaks booked
     by the running compiles (theirs, or what they hold) and its own stay within OVERBOOK times the capacity;
     its peak is granted when it rises (`grant_peak`). Other compiles start when their peak fits now. A paused
-    compile counts at its peak here: a new compile never takes what one already half done waits for.
+    compile counts at its peak and its threads here: a new compile never takes the memory or the cores one
+    already half done waits for (its own wrapper asks for its grant at its next poll, after the dispatcher may
+    have started others).
 
     Greedy in priority order: a higher-priority compile that does not fit yet does not hold back one that
     does (measured on the flash-attn model at four host sizes: holding memory for it, with backfilling for
@@ -182,7 +186,10 @@ def choose(
     unprofiled compile never backfills).
     """
     capacity = max(0, limit_bytes - headroom_bytes)
-    view = [replace(r, reserved_bytes=r.booked_bytes) if r.paused else r for r in running]
+    view = [
+        replace(r, reserved_bytes=r.booked_bytes, threads=r.stopped_threads) if r.paused else r
+        for r in running
+    ]
     booked = sum(r.booked_bytes for r in running)
     first: Decision | None = None
     for w in sorted(waiting, key=lambda w: priority(w.prediction.rank_s, w.ticket)):

@@ -419,6 +419,24 @@ def test_a_stopped_compile_keeps_its_peak_from_new_starts() -> None:
     assert chosen == small
 
 
+def test_a_stopped_compile_keeps_its_core_from_new_starts() -> None:
+    kw = {"limit_bytes": 64 * GIB, "headroom_bytes": HEAD, "cpus": 2.0}
+    prediction = Prediction(peak_bytes=4 * GIB)
+    now = {"elapsed_s": 5.0, "seen_bytes": GIB, "rss_bytes": GIB, "threads": 1, "waves": 1}
+    busy = admission.running(1, prediction, **now)
+    stopped = admission.running(2, prediction, **now, front_bytes=GIB, paused=True)
+    assert stopped.threads == 0 and stopped.stopped_threads == 1  # a stopped process uses no CPU now
+    # one core busy, the other waited for by the stopped compile: a third would overcommit 2 CPUs by 50%
+    new = admission.Waiting(key="n", prediction=Prediction(peak_bytes=GIB), threads=1, ticket=0)
+    chosen, d = admission.choose([new], used_bytes=2 * GIB, running=[busy, stopped], **kw)
+    assert chosen is None and d is not None and d.reason.startswith("cpu")
+    # the stopped compile itself goes on beside the busy one
+    assert admission.grant_peak(stopped, used_bytes=2 * GIB, others=[busy], threads=1, **kw).admit
+    # with nothing stopped, the new compile takes the free core
+    chosen, _ = admission.choose([new], used_bytes=GIB, running=[busy], **kw)
+    assert chosen == new
+
+
 def test_a_peak_is_granted_when_it_fits_or_when_every_other_compile_waits() -> None:
     kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD}
     own = held(front=1, peak=8, rss=1.2, paused=True)
