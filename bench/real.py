@@ -336,9 +336,10 @@ def cross_replayed(
     """Every complete run's compiles replayed with the profile of every other one (`replayed`), as a ratio
     to the lower bound of the compiles replayed: (profile's run, compiles' run) -> ratio.
 
-    The runs of one benchmark compile the same files minutes apart, each file 10-50% slower or faster in one
-    than in another; this is how the admission does when its profile is that far off, with the machine's
-    drift during the build taken out (each replay is measured against its own compiles)."""
+    The runs of one benchmark compile the same files minutes apart, and on a shared machine a file takes 10%
+    to twice as long in one as in another; this is how the admission does when its profile is that far off,
+    with the machine's drift during the build taken out (each replay is measured against its own
+    compiles)."""
     complete = {n: run for n, run in runs.items() if run.ok and len(_courses(run.measurements)) == OBJECTS}
     ratios: dict[tuple[str, str], float] = {}
     for (known, profile_run), (name, run) in itertools.product(complete.items(), repeat=2):

@@ -2,8 +2,11 @@
 
 The memext fixture has two heavy translation units, two medium and four light ones; the tests build its half
 scale (MEMEXT_SCALE=half: nvcc peaks at ~0.65 GiB for a heavy TU, ~0.35 GiB for a medium one and ~0.2 GiB for
-a light one, in about half the time of the benchmark's full scale). Under a 1.5 GiB container limit the two
-heavy ones cannot compile side by side.
+a light one, in about half the time of the benchmark's full scale). Under a 1.3 GiB container limit the two
+heavy ones cannot compile side by side. Measured through the factory with admission off: one TU at a time
+peaks at 1.06 GiB (with setup.py, ninja and page cache); two at a time, ninja starting both heavy TUs
+together, were not OOM-killed under 1.65 GiB and were under 1.5 GiB in all but one run. Two heavy TUs meet
+at their peaks only as far as their times agree, so the limit sits well below what a full meeting takes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "memext"
-LIMIT = "1.5GiB"
+LIMIT = "1.3GiB"
 SCALE = {"MEMEXT_SCALE": "half"}
 GIB_PER_ARCH = 0.7  # the recipe's estimate: the heaviest TU, rounded up
 # enough of each kind for what the tests show; the benchmark builds all eight
@@ -106,7 +109,7 @@ def test_uncontrolled_parallel_build_is_oom_killed(
     assert job["result"] == "oom", (job["reason"], job["log_tail"])
     (attempt,) = job["attempts"]
     assert attempt["oom_killed"] is True
-    assert attempt["memory_limit"] == int(1.5 * 2**30)
+    assert attempt["memory_limit"] == int(1.3 * 2**30)
     assert "OOM" in proc.stderr
 
 
