@@ -72,6 +72,9 @@ class Attempt:
     oom_killed: bool = False
     peak_bytes: int = 0
     wall_s: float = 0.0
+    # the MAX_JOBS ninja ran with: the plan's; under admission, more (memory is bounded per compile); or what
+    # the matrix's env sets itself, whatever the plan
+    ninja_jobs: int | None = None
     objects_kept: int | None = None  # objects found from an earlier attempt when this one started
     objects_compiled: int | None = None  # compiles ninja finished in this attempt
     objects_planned: int | None = None  # compiles ninja had to run in this attempt
@@ -584,6 +587,7 @@ class Runner:
                 fh.write(f"{MARKER}{line}\n")
                 env = self.job_env(job, parallel)
                 fh.write(f"{MARKER}MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS={env['NVCC_THREADS']}\n")
+            attempt.ninja_jobs = int(env["MAX_JOBS"]) if env["MAX_JOBS"].isdigit() else None
             t0 = time.monotonic()
             outcome = self.run_container(
                 image=image, command=["python3", "/opt/factory/driver.py", "build"],

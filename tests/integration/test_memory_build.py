@@ -105,11 +105,13 @@ def test_uncontrolled_parallel_build_is_oom_killed(
     env = {"FACTORY_ADMISSION": "off", "MAX_JOBS": "2", **SCALE}
     matrix = memext_matrix(tmp_path, gib_per_arch=GIB_PER_ARCH, env=env, max_attempts=1, memory="8GiB")
     proc, job = build(tmp_path, matrix, "--memory", LIMIT)
+    # what happened, when not an OOM kill: the attempt's peak and the log's end
+    assert job["result"] == "oom", (job["result"], job["reason"], job["attempts"], job["log_tail"][-5:])
     assert proc.returncode == 1
-    assert job["result"] == "oom", (job["reason"], job["log_tail"])
     (attempt,) = job["attempts"]
     assert attempt["oom_killed"] is True
     assert attempt["memory_limit"] == int(1.3 * 2**30)
+    assert attempt["ninja_jobs"] == 2  # the matrix's MAX_JOBS, whatever the plan
     assert "OOM" in proc.stderr
 
 
@@ -154,6 +156,7 @@ def test_injected_oom_is_recovered_by_resuming(
     first, second, *rest = job["attempts"]
     assert first["oom_killed"] is True
     assert rest == [] and second["oom_killed"] is False
+    assert first["ninja_jobs"] == second["ninja_jobs"] == 2  # the matrix sets -j; admission bounds memory
     assert second["max_jobs"] < first["max_jobs"] or second["nvcc_threads"] < first["nvcc_threads"]
     log = Path(job["log"]).read_text()
     plans = [line for line in log.splitlines() if line.startswith("::factory:: attempt ")]
