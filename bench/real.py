@@ -23,7 +23,7 @@ from pathlib import Path
 from bench.offline import best_offline
 from factory.memory import profiles
 from factory.memory import simulate as S
-from factory.memory.admission import format_by_file, raised_by_file
+from factory.memory.admission import Prediction, format_by_file, raised_by_file
 from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
 from factory.memory.simulate import StrategyResult
 
@@ -310,22 +310,21 @@ def own_best_offline(run: RealRun, limit_bytes: int, cores: int) -> float:
                         tries=3000).makespan_s  # fmt: skip
 
 
-def replayed(
-    measurements: tuple[profiles.Measurement, ...],
-    *,
-    limit_bytes: int,
-    cores: int,
-    profiled: tuple[profiles.Measurement, ...] | None = None,
-) -> float:
+def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int, cores: int) -> float:
     """The profiled factory build replayed by the simulator on these compiles' measured courses
-    (`_courses`): what the same admission gives without the machine's noise. Its profile is these courses
-    themselves, or those of another run (`profiled`), as a real build's profile comes from an earlier
-    build."""
+    (`_courses`): what the same admission gives without the machine's noise."""
     tasks = _courses(measurements)
-    known = tasks if profiled is None else _courses(profiled)
+    return _replay(tasks, _profile(tasks), limit_bytes=limit_bytes, cores=cores)
+
+
+def _profile(tasks: list[S.Task]) -> dict[str, Prediction]:
+    return {t.name: t.measured() for t in tasks}
+
+
+def _replay(tasks: list[S.Task], profile: dict[str, Prediction], *, limit_bytes: int, cores: int) -> float:
     result, _ = S.simulate_factory(
         tasks, limit_bytes=limit_bytes, cores=cores, archs=1, nvcc_threads=1, per_arch_bytes=EST_PER_ARCH,
-        profile={t.name: t.measured() for t in known},
+        profile=profile,
     )  # fmt: skip
     return result.makespan_s
 
@@ -333,24 +332,22 @@ def replayed(
 def cross_replayed(
     runs: Mapping[str, RealRun], *, limit_bytes: int, cores: int
 ) -> dict[tuple[str, str], float]:
-    """Every complete run's compiles replayed with the profile of every other one (`replayed`), as a ratio
+    """Every complete run's compiles replayed (`replayed`) with the profile of every other one, as a ratio
     to the lower bound of the compiles replayed: (profile's run, compiles' run) -> ratio.
 
     The runs of one benchmark compile the same files minutes apart, and on a shared machine a file takes 10%
     to twice as long in one as in another; this is how the admission does when its profile is that far off,
     with the machine's drift during the build taken out (each replay is measured against its own
     compiles)."""
-    complete = {n: run for n, run in runs.items() if run.ok and len(_courses(run.measurements)) == OBJECTS}
-    ratios: dict[tuple[str, str], float] = {}
-    for (known, profile_run), (name, run) in itertools.product(complete.items(), repeat=2):
-        if known == name:
-            continue
-        bound = S.lower_bound(_courses(run.measurements), limit_bytes=limit_bytes, cores=cores)
-        replay = replayed(
-            run.measurements, limit_bytes=limit_bytes, cores=cores, profiled=profile_run.measurements
-        )
-        ratios[(known, name)] = replay / bound
-    return ratios
+    courses = {n: _courses(run.measurements) for n, run in runs.items() if run.ok}
+    complete = {n: tasks for n, tasks in courses.items() if len(tasks) == OBJECTS}
+    bounds = {n: S.lower_bound(tasks, limit_bytes=limit_bytes, cores=cores) for n, tasks in complete.items()}
+    learned = {n: _profile(tasks) for n, tasks in complete.items()}
+    return {
+        (known, name): _replay(complete[name], learned[known], limit_bytes=limit_bytes, cores=cores)
+        / bounds[name]
+        for known, name in itertools.permutations(complete, 2)
+    }
 
 
 def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, object]:
