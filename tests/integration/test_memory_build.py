@@ -5,8 +5,13 @@ scale (MEMEXT_SCALE=half: nvcc peaks at ~0.65 GiB for a heavy TU, ~0.35 GiB for 
 a light one, in about half the time of the benchmark's full scale). Under a 1.3 GiB container limit the two
 heavy ones cannot compile side by side. Measured through the factory with admission off: one TU at a time
 peaks at 1.06 GiB (with setup.py, ninja and page cache); two at a time, ninja starting both heavy TUs
-together, were not OOM-killed under 1.65 GiB and were under 1.5 GiB in all but one run. Two heavy TUs meet
-at their peaks only as far as their times agree, so the limit sits well below what a full meeting takes.
+together, were not OOM-killed under 1.65 GiB and were under 1.5 GiB in all but one run.
+
+A heavy TU's peak is its ptxas, which holds 660 MiB for the last fifth of its compile (cicc before it holds
+150 MiB): two heavy ptxas hold 1.29 GiB, and pip, setup.py, ninja and the nvcc drivers the rest, so the
+kill needs their last fifths to meet, which ninja starting both together makes them do. At 1.3 GiB the
+uncontrolled build was OOM-killed in 15 of 15 runs (5 of them beside a process spinning on one of the two
+CPUs); the injected OOM was recovered in 4 of 4.
 """
 
 from __future__ import annotations
