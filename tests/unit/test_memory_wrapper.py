@@ -334,3 +334,108 @@ def test_an_unreadable_profile_is_said_and_the_compile_goes_on(tmp_path: Path) -
     out = subprocess.run(compile_cmd(tmp_path, "k"), env=env, capture_output=True, text=True)
     assert out.returncode == 0
     assert "cannot read the learned profile" in out.stderr and "missing.json" in out.stderr
+
+
+def test_a_bell_keeps_its_rings_until_its_next_nap(tmp_path: Path) -> None:
+    bell = nvcc_wrapper.Bell(str(tmp_path), "7")
+    assert bell.nap(0) is False  # made on first use; nobody rang
+    nvcc_wrapper.ring(str(tmp_path), ["7"])
+    nvcc_wrapper.ring(str(tmp_path), ["7"])
+    assert bell.nap(60) is True  # at once: it was rung before it napped
+    assert bell.nap(0) is False  # both rings were one wake
+    for _ in range(70_000):  # more than a pipe holds: a full bell neither blocks nor fails the ringer
+        nvcc_wrapper.ring(str(tmp_path), ["7"])
+    assert bell.nap(0) is True
+    bell.take_down()
+    assert not (tmp_path / "bell-7").exists()
+    os.mkfifo(tmp_path / "bell-8")  # a dead wrapper's bell: nobody reads it
+    nvcc_wrapper.ring(str(tmp_path), ["7", "8", "9"])  # gone, unread, never made: all left to their polls
+
+
+def test_a_bell_that_cannot_be_made_is_a_poll(tmp_path: Path) -> None:
+    bell = nvcc_wrapper.Bell(str(tmp_path / "no-such-dir"), "7")
+    t0 = time.monotonic()
+    assert bell.nap(0.2) is False
+    assert time.monotonic() - t0 >= 0.2  # it slept its poll instead of spinning
+
+
+def sleepers(n: int) -> list[subprocess.Popen[bytes]]:
+    """Live processes whose pids stand for other wrappers (the state drops dead pids)."""
+    return [subprocess.Popen(["sleep", "60"]) for _ in range(n)]
+
+
+def gate(tmp_path: Path) -> nvcc_wrapper.Admission:
+    info = nvcc_wrapper.cgroup.CgroupInfo(
+        version=0, memory_limit=None, memory_usage=None, memory_peak=None, cpus=2.0
+    )
+    return nvcc_wrapper.Admission(str(tmp_path), limit=8 << 30, info=info, threads=1, waves=1)
+
+
+def test_a_compile_that_ends_wakes_the_dispatcher_and_the_stopped_compiles(tmp_path: Path) -> None:
+    procs = sleepers(4)
+    dispatcher, other, stopped, busy = (str(p.pid) for p in procs)
+    try:
+        me = gate(tmp_path)
+        bells = {pid: nvcc_wrapper.Bell(str(tmp_path), pid) for pid in (dispatcher, other, stopped, busy)}
+        for bell in bells.values():
+            bell.hang()
+        entry = {"key": "k|compute_80|1", "estimate_bytes": 1, "ticket": 0}
+        running = {"bytes": 1, "start": time.time(), "threads": 1}
+        with nvcc_wrapper.locked_state(str(tmp_path)) as state:
+            state["dispatcher"] = dispatcher
+            state["waiting"] = {dispatcher: entry, other: entry}
+            state["running"] = {me.me: running, stopped: {**running, "paused": True}, busy: running}
+        me.release()
+        rung = {pid for pid, bell in bells.items() if bell.nap(0)}
+        assert rung == {dispatcher, stopped}  # the others wait for a grant only a dispatcher gives
+        # a dispatcher that was started itself no longer waits: every waiting wrapper is woken, one of them
+        # takes its place
+        with nvcc_wrapper.locked_state(str(tmp_path)) as state:
+            state["running"] = {me.me: running, dispatcher: running}
+            state["waiting"] = {other: entry, busy: entry}
+        me.release()
+        assert {pid for pid, bell in bells.items() if bell.nap(0)} == {other, busy}
+        assert not (tmp_path / f"bell-{me.me}").exists()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_dispatcher_wakes_the_compiles_it_starts(tmp_path: Path) -> None:
+    procs = sleepers(2)
+    first, second = (str(p.pid) for p in procs)
+    try:
+        me = gate(tmp_path)
+        bells = {pid: nvcc_wrapper.Bell(str(tmp_path), pid) for pid in (first, second)}
+        for bell in bells.values():
+            bell.hang()
+        with nvcc_wrapper.locked_state(str(tmp_path)) as state:
+            # 5 GiB each on 8 GiB less its 0.5 GiB headroom: one starts, one waits
+            state["waiting"] = {
+                pid: {"key": f"{pid}.cu|compute_80|1", "estimate_bytes": 5 << 30, "ticket": i}
+                for i, pid in enumerate((first, second))
+            }
+        assert me.dispatching()
+        me.dispatch(nvcc_wrapper.Predictor({}), nvcc_wrapper.Reasons("waiting"))
+        me.stop_dispatching()
+        assert (tmp_path / f"granted-{first}").exists() and not (tmp_path / f"granted-{second}").exists()
+        assert bells[first].nap(0) is True and bells[second].nap(0) is False
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_waiting_compile_starts_when_the_one_before_it_ends_not_at_its_next_poll(tmp_path: Path) -> None:
+    # a poll far longer than the compile: without the ended compile ringing it, the second would start
+    # seconds after the first ended
+    env = one_at_a_time(tmp_path, FACTORY_POLL_S="4", FAKE_S="0.5")
+    # both ask within a's first poll; a runs 2 s after it, so b waits for it from its own first poll on
+    a = subprocess.Popen(compile_cmd(tmp_path, "a"), env={**env, "FAKE_S": "2"})
+    time.sleep(0.3)
+    b = subprocess.Popen(compile_cmd(tmp_path, "b"), env=env)
+    assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
+    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
+    times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
+    assert times[("end", "a")] <= times[("start", "b")] < times[("end", "a")] + 2.0
