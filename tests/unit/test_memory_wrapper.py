@@ -12,7 +12,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 WRAPPER = Path(__file__).resolve().parents[2] / "factory" / "memory" / "nvcc_wrapper.py"
 sys.path.insert(0, str(WRAPPER.parent))  # the wrapper imports its neighbours as top-level modules
@@ -72,6 +75,12 @@ def compile_cmd(tmp_path: Path, name: str) -> list[str]:
             "-gencode", "arch=compute_80,code=sm_80", "--threads", "1"]  # fmt: skip
 
 
+def fake_times(work: Path) -> dict[tuple[str, str], float]:
+    """When the stand-in nvcc started and ended each compile: ("start" | "end", file stem) -> monotonic s."""
+    events = [line.split() for line in (work / "fake.log").read_text().splitlines()]
+    return {(kind, Path(src).stem): float(t) for kind, src, t in events}
+
+
 def test_pass_through_for_non_compiles(tmp_path: Path) -> None:
     env = setup(tmp_path)
     out = subprocess.run([sys.executable, str(WRAPPER), "--version"], env=env, capture_output=True, text=True)
@@ -111,8 +120,7 @@ def test_admission_serializes_what_does_not_fit(tmp_path: Path) -> None:
     time.sleep(0.3)
     b = subprocess.Popen(compile_cmd(tmp_path, "b"), env=env)
     assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
-    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
-    times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
+    times = fake_times(tmp_path)
     assert times[("start", "b")] >= times[("end", "a")]
     records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     waited = {r["source"]: r["waited_s"] for r in records}
@@ -188,8 +196,7 @@ def test_admission_runs_together_what_fits(tmp_path: Path) -> None:
     time.sleep(0.3)
     b = subprocess.Popen(compile_cmd(tmp_path, "b"), env=env)
     assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
-    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
-    times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
+    times = fake_times(tmp_path)
     assert times[("start", "b")] < times[("end", "a")]
 
 
@@ -281,8 +288,7 @@ def test_a_compile_admitted_for_its_front_end_is_stopped_at_its_rise(tmp_path: P
     a = subprocess.Popen(compile_cmd(tmp_path, "a"), env=a_env, stderr=subprocess.PIPE, text=True)
     _, a_err = a.communicate(timeout=60)
     assert a.returncode == 0 and b.wait(timeout=60) == 0
-    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
-    times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
+    times = fake_times(tmp_path)
     assert "started for its front end" in a_err and "stopped at its rise" in a_err
     assert times[("start", "a")] >= times[("end", "b")]  # its peak came only once b was done
     records = {r["source"]: r for r in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines())}
@@ -304,8 +310,7 @@ def test_a_compile_past_its_peak_holds_the_recipe_s_after_peak_fraction(tmp_path
         time.sleep(0.3)
         b = subprocess.Popen(compile_cmd(work, "b"), env=setup(work, FAKE_MIB="16", **common))
         assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
-        events = [line.split() for line in (work / "fake.log").read_text().splitlines()]
-        return {(kind, Path(src).stem): float(t) for kind, src, t in events}
+        return fake_times(work)
 
     with_fraction = run("with", FACTORY_AFTER_PEAK="0.5")
     assert with_fraction[("start", "b")] < with_fraction[("end", "a")] - 1.0
@@ -359,9 +364,17 @@ def test_a_bell_that_cannot_be_made_is_a_poll(tmp_path: Path) -> None:
     assert time.monotonic() - t0 >= 0.2  # it slept its poll instead of spinning
 
 
-def sleepers(n: int) -> list[subprocess.Popen[bytes]]:
-    """Live processes whose pids stand for other wrappers (the state drops dead pids)."""
-    return [subprocess.Popen(["sleep", "60"]) for _ in range(n)]
+@pytest.fixture
+def others(tmp_path: Path) -> Iterator[dict[str, nvcc_wrapper.Bell]]:
+    """Four other wrappers, each a live pid (the state drops dead ones) with its bell hung in `tmp_path`."""
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+    bells = {str(p.pid): nvcc_wrapper.Bell(str(tmp_path), str(p.pid)) for p in procs}
+    for bell in bells.values():
+        bell.hang()
+    yield bells
+    for p in procs:
+        p.kill()
+        p.wait()
 
 
 def gate(tmp_path: Path) -> nvcc_wrapper.Admission:
@@ -371,60 +384,46 @@ def gate(tmp_path: Path) -> nvcc_wrapper.Admission:
     return nvcc_wrapper.Admission(str(tmp_path), limit=8 << 30, info=info, threads=1, waves=1)
 
 
-def test_a_compile_that_ends_wakes_the_dispatcher_and_the_stopped_compiles(tmp_path: Path) -> None:
-    procs = sleepers(4)
-    dispatcher, other, stopped, busy = (str(p.pid) for p in procs)
-    try:
-        me = gate(tmp_path)
-        bells = {pid: nvcc_wrapper.Bell(str(tmp_path), pid) for pid in (dispatcher, other, stopped, busy)}
-        for bell in bells.values():
-            bell.hang()
-        entry = {"key": "k|compute_80|1", "estimate_bytes": 1, "ticket": 0}
-        running = {"bytes": 1, "start": time.time(), "threads": 1}
-        with nvcc_wrapper.locked_state(str(tmp_path)) as state:
-            state["dispatcher"] = dispatcher
-            state["waiting"] = {dispatcher: entry, other: entry}
-            state["running"] = {me.me: running, stopped: {**running, "paused": True}, busy: running}
-        me.release()
-        rung = {pid for pid, bell in bells.items() if bell.nap(0)}
-        assert rung == {dispatcher, stopped}  # the others wait for a grant only a dispatcher gives
-        # a dispatcher that was started itself no longer waits: every waiting wrapper is woken, one of them
-        # takes its place
-        with nvcc_wrapper.locked_state(str(tmp_path)) as state:
-            state["running"] = {me.me: running, dispatcher: running}
-            state["waiting"] = {other: entry, busy: entry}
-        me.release()
-        assert {pid for pid, bell in bells.items() if bell.nap(0)} == {other, busy}
-        assert not (tmp_path / f"bell-{me.me}").exists()
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+def test_a_compile_that_ends_wakes_the_dispatcher_and_the_stopped_compiles(
+    tmp_path: Path, others: dict[str, nvcc_wrapper.Bell]
+) -> None:
+    dispatcher, other, stopped, busy = others
+    me = gate(tmp_path)
+    entry = {"key": "k|compute_80|1", "estimate_bytes": 1, "ticket": 0}
+    running = {"bytes": 1, "start": time.time(), "threads": 1}
+    with nvcc_wrapper.locked_state(str(tmp_path)) as state:
+        state["dispatcher"] = dispatcher
+        state["waiting"] = {dispatcher: entry, other: entry}
+        state["running"] = {me.me: running, stopped: {**running, "paused": True}, busy: running}
+    me.release()
+    rung = {pid for pid, bell in others.items() if bell.nap(0)}
+    assert rung == {dispatcher, stopped}  # the others wait for a grant only a dispatcher gives
+    # a dispatcher that was started itself no longer waits: every waiting wrapper is woken, one of them takes
+    # its place
+    with nvcc_wrapper.locked_state(str(tmp_path)) as state:
+        state["running"] = {me.me: running, dispatcher: running}
+        state["waiting"] = {other: entry, busy: entry}
+    me.release()
+    assert {pid for pid, bell in others.items() if bell.nap(0)} == {other, busy}
+    assert not (tmp_path / f"bell-{me.me}").exists()
 
 
-def test_a_dispatcher_wakes_the_compiles_it_starts(tmp_path: Path) -> None:
-    procs = sleepers(2)
-    first, second = (str(p.pid) for p in procs)
-    try:
-        me = gate(tmp_path)
-        bells = {pid: nvcc_wrapper.Bell(str(tmp_path), pid) for pid in (first, second)}
-        for bell in bells.values():
-            bell.hang()
-        with nvcc_wrapper.locked_state(str(tmp_path)) as state:
-            # 5 GiB each on 8 GiB less its 0.5 GiB headroom: one starts, one waits
-            state["waiting"] = {
-                pid: {"key": f"{pid}.cu|compute_80|1", "estimate_bytes": 5 << 30, "ticket": i}
-                for i, pid in enumerate((first, second))
-            }
-        assert me.dispatching()
-        me.dispatch(nvcc_wrapper.Predictor({}), nvcc_wrapper.Reasons("waiting"))
-        me.stop_dispatching()
-        assert (tmp_path / f"granted-{first}").exists() and not (tmp_path / f"granted-{second}").exists()
-        assert bells[first].nap(0) is True and bells[second].nap(0) is False
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+def test_a_dispatcher_wakes_the_compiles_it_starts(
+    tmp_path: Path, others: dict[str, nvcc_wrapper.Bell]
+) -> None:
+    first, second, *_ = others
+    me = gate(tmp_path)
+    with nvcc_wrapper.locked_state(str(tmp_path)) as state:
+        # 5 GiB each on 8 GiB less its 0.5 GiB headroom: one starts, one waits
+        state["waiting"] = {
+            pid: {"key": f"{pid}.cu|compute_80|1", "estimate_bytes": 5 << 30, "ticket": i}
+            for i, pid in enumerate((first, second))
+        }
+    assert me.dispatching()
+    me.dispatch(nvcc_wrapper.Predictor({}), nvcc_wrapper.Reasons("waiting"))
+    me.stop_dispatching()
+    assert (tmp_path / f"granted-{first}").exists() and not (tmp_path / f"granted-{second}").exists()
+    assert others[first].nap(0) is True and others[second].nap(0) is False
 
 
 def test_a_waiting_compile_starts_when_the_one_before_it_ends_not_at_its_next_poll(tmp_path: Path) -> None:
@@ -436,6 +435,5 @@ def test_a_waiting_compile_starts_when_the_one_before_it_ends_not_at_its_next_po
     time.sleep(0.3)
     b = subprocess.Popen(compile_cmd(tmp_path, "b"), env=env)
     assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
-    events = [line.split() for line in (tmp_path / "fake.log").read_text().splitlines()]
-    times = {(kind, Path(src).stem): float(t) for kind, src, t in events}
+    times = fake_times(tmp_path)
     assert times[("end", "a")] <= times[("start", "b")] < times[("end", "a")] + 2.0
