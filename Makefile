@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install docker images test test-unit lint demo bench-memory clean
+.PHONY: install docker images test test-unit lint demo bench-memory bench-side-by-side clean
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,12 @@ demo: install docker images
 
 bench-memory: install docker images
 	$(PY) -m bench.memory
+
+# What a compile beside another costs it, apart from the machine's drift (the host's nvcc; 15-40 minutes).
+bench-side-by-side: install
+	$(PY) -m bench.side_by_side --first light1 --second light2 --rounds 20
+	$(PY) -m bench.side_by_side --first medium1 --second medium2 --rounds 10
+	$(PY) -m bench.side_by_side --first heavy1 --second heavy2 --rounds 10
 
 clean:
 	rm -rf wheelhouse index .pytest_cache
