@@ -34,22 +34,38 @@ def _register() -> None:
 _register()
 
 
+def usage_error(exc: Exception) -> int | None:
+    """Say one of click's errors (a bad option, an unknown command, a missing value) in one line and return
+    its exit code (2 for usage); None for any other exception.
+
+    Typer carries its own copy of click since 0.2x (`typer._click`) and used click itself before, so these
+    are known by what every click error has, `format_message` and an int `exit_code`, not by one class."""
+    message = getattr(exc, "format_message", None)
+    code = getattr(exc, "exit_code", None)
+    if not callable(message) or not isinstance(code, int):
+        return None
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        # `factory`, or a command group, alone: its help is the answer
+        typer.echo(message(), err=True)
+        return code
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", "")
+    hint = f" (see {path} --help)" if path else ""
+    typer.echo(f"error: {' '.join(str(message()).split())}{hint}", err=True)
+    return code
+
+
 def main() -> None:
     try:
-        sys.exit(app(standalone_mode=False) or 0)
+        sys.exit(app(prog_name="factory", standalone_mode=False) or 0)
     except FactoryError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # click's usage errors arrive here with standalone_mode=False
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.exceptions.UsageError) else exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            typer.echo("aborted", err=True)
-            sys.exit(130)
-        raise
+        code = usage_error(exc)
+        if code is None:
+            raise
+        sys.exit(code)
