@@ -4,11 +4,32 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture
+def factory_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[[list[str]], tuple[int, str]]:
+    """Run `factory ARGV` in this process as the console script does: its exit code, its stdout + stderr."""
+    from factory.cli import main
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["factory", *argv])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    return run
 
 
 def require(condition: bool, what: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -61,9 +62,13 @@ def plan_cmd(
             f"--recipe: unknown recipe {recipe!r} (known: {', '.join(sorted(BUILTIN_RECIPES))})"
         )
     if archs < 1:
-        raise ConfigError("--archs must be at least 1")
+        raise ConfigError(f"--archs must be at least 1, not {archs}")
+    if nvcc_threads is not None and nvcc_threads < 1:
+        raise ConfigError(f"--nvcc-threads must be at least 1, not {nvcc_threads}")
+    if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
+        raise ConfigError(f"--cpus must be a positive number of CPUs, not {cpus:g}")
     p = plan_parallelism(
-        limit_bytes=limit, cpus=cpus or cgroup.effective_cpus(info), archs=archs,
+        limit_bytes=limit, cpus=cgroup.effective_cpus(info) if cpus is None else cpus, archs=archs,
         per_arch_bytes=per_arch_bytes, nvcc_threads=nvcc_threads,
     )  # fmt: skip
     if as_json:

@@ -41,7 +41,7 @@ def plan_parallelism(
     headroom_bytes: int | None = None,
     base_bytes: int = DEFAULT_BASE_BYTES,
 ) -> Parallelism:
-    if limit_bytes <= 0 or cpus <= 0 or archs <= 0 or per_arch_bytes <= 0:
+    if limit_bytes <= 0 or not (math.isfinite(cpus) and cpus > 0) or archs <= 0 or per_arch_bytes <= 0:
         raise ConfigError("memory planning needs a positive limit, cpus, archs and per-arch estimate")
     headroom = default_headroom(limit_bytes) if headroom_bytes is None else headroom_bytes
     capacity = max(0, limit_bytes - headroom)

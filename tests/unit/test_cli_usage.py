@@ -1,25 +1,17 @@
-"""Usage errors of the `factory` command line (click's, raised inside Typer): one line, exit 2, no traceback,
-whichever copy of click the installed Typer uses."""
+"""Usage errors of the `factory` command line, click's (raised inside Typer, whichever copy of click it uses)
+and the commands' own checks of their values: one line, exit 2, no traceback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from factory.cli import main
-
-
-def run_main(
-    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["factory", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    captured = capsys.readouterr()
-    return int(exc.value.code or 0), captured.out + captured.err
+from factory.cli import usage_error
 
 
 @pytest.mark.parametrize(
@@ -34,9 +26,9 @@ def run_main(
     ],
 )
 def test_usage_errors_are_one_line_with_exit_2(
-    argv: list[str], start: str, end: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    argv: list[str], start: str, end: str, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
-    code, output = run_main(argv, capsys, monkeypatch)
+    code, output = factory_cli(argv)
     assert code == 2
     lines = output.strip().splitlines()
     assert len(lines) == 1
@@ -45,17 +37,15 @@ def test_usage_errors_are_one_line_with_exit_2(
 
 @pytest.mark.parametrize("argv", [[], ["memory"]])
 def test_a_group_alone_shows_its_help(
-    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    argv: list[str], factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
-    code, output = run_main(argv, capsys, monkeypatch)
+    code, output = factory_cli(argv)
     assert code == 2
     assert "Usage: factory" in output and "Commands" in output
     assert "Traceback" not in output
 
 
 def test_an_unexpected_exception_is_not_taken_for_a_usage_error() -> None:
-    from factory.cli import usage_error
-
     assert usage_error(ValueError("boom")) is None
 
 
@@ -68,3 +58,34 @@ def test_the_console_script_says_a_bad_option_in_one_line(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip() == "error: No such option: --jobs (see factory build --help)"
+
+
+def test_memory_plan(factory_cli: Callable[[list[str]], tuple[int, str]]) -> None:
+    code, output = factory_cli(
+        ["memory", "plan", "--memory", "64GiB", "--cpus", "16", "--archs", "4", "--json"]
+    )
+    assert code == 0, output
+    plan = json.loads(output)
+    # flash-attn's 6.6 GiB per arch: four archs at four threads, 26.6 GiB a compile, fit twice in 62 GiB
+    assert (plan["max_jobs"], plan["nvcc_threads"]) == (2, 4)
+    assert plan["ninja_jobs"] >= plan["max_jobs"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--cpus", "0"], "error: --cpus must be a positive number of CPUs, not 0"),
+        (["--cpus", "-3"], "error: --cpus must be a positive number of CPUs, not -3"),
+        (["--cpus", "nan"], "error: --cpus must be a positive number of CPUs, not nan"),
+        (["--cpus", "inf"], "error: --cpus must be a positive number of CPUs, not inf"),
+        (["--nvcc-threads", "0"], "error: --nvcc-threads must be at least 1, not 0"),
+        (["--archs", "0"], "error: --archs must be at least 1, not 0"),
+        (["--memory", "abc"], "error: --memory: size 'abc' is not a size like 16GiB, 512MiB or a byte count"),
+    ],
+)
+def test_memory_plan_rejects_bad_values(
+    argv: list[str], line: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, output = factory_cli(["memory", "plan", "--memory", "16GiB", *argv])
+    assert code == 2
+    assert output.strip() == line

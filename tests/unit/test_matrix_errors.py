@@ -8,11 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from factory.cli import main
 
 GOOD_AXES = """\
   cuda: ["13.0"]
@@ -186,28 +185,15 @@ CASES: dict[str, tuple[str, str]] = {
 }
 
 
-def run_cli(
-    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["factory", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_malformed_input(
-    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    case: str, tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
     text, fragment = CASES[case]
     path = tmp_path / "m.yaml"
     path.write_text(text)
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "#<" in t)
-    code, output = run_cli(["matrix", "--matrix", str(path), "--check"], capsys, monkeypatch)
+    code, output = factory_cli(["matrix", "--matrix", str(path), "--check"])
     assert code == 2, output
     assert "Traceback" not in output
     lines = output.strip().splitlines()
@@ -220,11 +206,9 @@ def test_there_are_at_least_twenty_cases() -> None:
     assert len(CASES) >= 20
 
 
-def test_missing_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_file(tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]) -> None:
     missing = tmp_path / "nope.yaml"
-    code, output = run_cli(["matrix", "--matrix", str(missing)], capsys, monkeypatch)
+    code, output = factory_cli(["matrix", "--matrix", str(missing)])
     assert code == 2
     assert output.strip() == f"error: {missing}: no such file"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from factory.errors import ConfigError
@@ -46,9 +48,21 @@ def test_plan_always_one_job_and_threads_follow_memory() -> None:
     assert p.nvcc_threads == 1  # only one cicc fits: more threads would only raise the peak
 
 
-def test_plan_rejects_nonsense() -> None:
-    with pytest.raises(ConfigError):
-        plan_parallelism(limit_bytes=0, cpus=1, archs=1, per_arch_bytes=1)
+@pytest.mark.parametrize(
+    ("limit", "cpus", "archs", "per_arch"),
+    [
+        (0, 1, 1, 1),
+        (GIB, 0, 1, 1),
+        (GIB, -1, 1, 1),
+        (GIB, math.nan, 1, 1),
+        (GIB, math.inf, 1, 1),
+        (GIB, 1, 0, 1),
+        (GIB, 1, 1, 0),
+    ],
+)
+def test_plan_rejects_nonsense(limit: int, cpus: float, archs: int, per_arch: int) -> None:
+    with pytest.raises(ConfigError, match="needs a positive limit"):
+        plan_parallelism(limit_bytes=limit, cpus=cpus, archs=archs, per_arch_bytes=per_arch)
 
 
 def test_container_limits_sum_to_budget() -> None:
