@@ -254,6 +254,8 @@ def normalize_index_url(index: str) -> str:
         if not path.exists():
             raise ConfigError(f"--index {index}: no such directory")
         index = path.as_uri()
+    elif urlsplit(index).scheme not in {"http", "https", "file"}:
+        raise ConfigError(f"--index {_safe(index)}: not an http(s):// or file:// URL, nor a directory")
     if not index.endswith("/"):
         index += "/"
     if not index.endswith("/simple/"):

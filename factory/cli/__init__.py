@@ -5,11 +5,12 @@ Each area registers its commands from its own module so the areas stay independe
 
 from __future__ import annotations
 
+import math
 import sys
 
 import typer
 
-from factory.errors import FactoryError
+from factory.errors import ConfigError, FactoryError
 
 app = typer.Typer(
     name="factory",
@@ -29,6 +30,13 @@ def _register() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != f"factory.cli.{name}":
                 raise
+
+
+def cpus_option(value: float | None) -> float | None:
+    """A --cpus option as given: None, or a positive, finite number of CPUs."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"--cpus must be a positive number of CPUs, not {value:g}")
+    return value
 
 
 _register()

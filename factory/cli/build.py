@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from factory.cli import app
+from factory.cli import app, cpus_option
 from factory.config import MatrixFile, format_size, load_matrix_file, parse_size
 from factory.errors import ConfigError
 
@@ -112,8 +112,7 @@ def build(
         mem = parse_size(memory) if memory is not None else None
     except ValueError as exc:
         raise ConfigError(f"--memory: {exc}") from None
-    if cpus is not None and cpus <= 0:
-        raise ConfigError(f"--cpus must be positive, not {cpus}")
+    cpus = cpus_option(cpus)
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from factory.cli import app
+from factory.cli import app, cpus_option
 from factory.config import format_size, parse_size
 from factory.errors import ConfigError
 from factory.memory import cgroup, profiles
@@ -65,8 +64,7 @@ def plan_cmd(
         raise ConfigError(f"--archs must be at least 1, not {archs}")
     if nvcc_threads is not None and nvcc_threads < 1:
         raise ConfigError(f"--nvcc-threads must be at least 1, not {nvcc_threads}")
-    if cpus is not None and not (math.isfinite(cpus) and cpus > 0):
-        raise ConfigError(f"--cpus must be a positive number of CPUs, not {cpus:g}")
+    cpus = cpus_option(cpus)
     p = plan_parallelism(
         limit_bytes=limit, cpus=cgroup.effective_cpus(info) if cpus is None else cpus, archs=archs,
         per_arch_bytes=per_arch_bytes, nvcc_threads=nvcc_threads,

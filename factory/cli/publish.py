@@ -53,6 +53,8 @@ def serve(
     from factory.serve import make_server, parse_basic_auth
     from factory.stores import LocalStore, S3Store, Store, parse_s3_url
 
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be 0-65535, not {port}")
     auth = parse_basic_auth(basic_auth) if basic_auth is not None else None
     store: Store
     if from_s3 is not None:
@@ -96,7 +98,7 @@ def which(
     """Print the pip/uv command for the variant index that matches this host's torch, CUDA, ABI and GPUs."""
     import os
 
-    from factory.which import detect_environment
+    from factory.which import detect_environment, normalize_index_url
     from factory.which import which as run_which
 
     if index is None:
@@ -105,6 +107,7 @@ def which(
         if not Path("index/simple").is_dir():
             raise ConfigError("give --index URL (or set FACTORY_INDEX_URL)")
         index = "index"
+    normalize_index_url(index)  # a bad --index fails before this host is probed
     env = detect_environment(python)
     gpus = ", ".join(env.gpus) if env.gpus else "none"
     abi = "unknown" if env.cxx11_abi is None else str(int(env.cxx11_abi))

@@ -89,3 +89,36 @@ def test_memory_plan_rejects_bad_values(
     code, output = factory_cli(["memory", "plan", "--memory", "16GiB", *argv])
     assert code == 2
     assert output.strip() == line
+
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_build_rejects_cpus_that_are_not_a_positive_number(
+    value: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, output = factory_cli(["build", "--matrix", str(DEMO), "--dry-run", "--cpus", value])
+    assert code == 2
+    assert output.strip() == f"error: --cpus must be a positive number of CPUs, not {float(value):g}"
+
+
+@pytest.mark.parametrize("port", ["65536", "-1"])
+def test_serve_rejects_a_port_out_of_range(
+    port: str, tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    (tmp_path / "simple").mkdir()
+    code, output = factory_cli(["serve", str(tmp_path), "--port", port])
+    assert code == 2
+    assert output.strip() == f"error: --port must be 0-65535, not {port}"
+
+
+def test_which_rejects_an_index_url_it_cannot_read(
+    factory_cli: Callable[[list[str]], tuple[int, str]],
+) -> None:
+    code, output = factory_cli(["which", "--index", "ftp://user:secret@host/idx"])
+    assert code == 2
+    # the password is not repeated
+    assert output.strip() == (
+        "error: --index ftp://host/idx: not an http(s):// or file:// URL, nor a directory"
+    )
