@@ -190,13 +190,19 @@ class S3Store:
             from botocore.config import Config
 
             # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
-            client = boto3.client(
-                "s3",
-                endpoint_url=endpoint_url,
-                config=Config(
-                    s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}
-                ),
-            )
+            try:
+                parts = urlsplit(endpoint_url or "")
+                if endpoint_url is not None and (parts.scheme not in {"http", "https"} or not parts.netloc):
+                    raise ConfigError(f"endpoint URL {endpoint_url!r} is not an http(s):// URL")
+                client = boto3.client(
+                    "s3",
+                    endpoint_url=endpoint_url,
+                    config=Config(
+                        s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}
+                    ),
+                )
+            except ValueError as exc:  # urlsplit's or botocore's own check of the endpoint
+                raise ConfigError(f"endpoint URL {endpoint_url!r}: {exc}") from None
         self.client = client
 
     def _key(self, key: str) -> str:

@@ -88,3 +88,19 @@ def test_open_store_choices(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="not a directory"):
         open_store(str(tmp_path / "file"))
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://host", "http://", "s3.example.com"])
+def test_an_endpoint_that_is_not_an_http_url_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match=f"endpoint URL '{url}' is not an http"):
+        S3Store("bucket", "prefix", endpoint_url=url)
+    with pytest.raises(ConfigError, match="is not an http"):
+        open_store("s3://bucket/prefix", endpoint_url=url)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"), [("http://a b", "Invalid endpoint"), ("http://[::1", "Invalid IPv6 URL")]
+)
+def test_an_endpoint_urllib_or_botocore_refuses_is_a_config_error(url: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        S3Store("bucket", "prefix", endpoint_url=url)
