@@ -21,6 +21,7 @@ from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
 from factory.errors import ConfigError, PublishError
+from factory.urls import checked_url, without_credentials
 
 
 class PreconditionFailed(Exception):
@@ -190,10 +191,9 @@ class S3Store:
             from botocore.config import Config
 
             # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
+            if endpoint_url is not None:
+                checked_url(endpoint_url, schemes=("http", "https"), what="endpoint URL")
             try:
-                parts = urlsplit(endpoint_url or "")
-                if endpoint_url is not None and (parts.scheme not in {"http", "https"} or not parts.netloc):
-                    raise ConfigError(f"endpoint URL {endpoint_url!r} is not an http(s):// URL")
                 client = boto3.client(
                     "s3",
                     endpoint_url=endpoint_url,
@@ -201,8 +201,8 @@ class S3Store:
                         s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}
                     ),
                 )
-            except ValueError as exc:  # urlsplit's or botocore's own check of the endpoint
-                raise ConfigError(f"endpoint URL {endpoint_url!r}: {exc}") from None
+            except ValueError as exc:  # botocore's own check of the endpoint (a space in the host)
+                raise ConfigError(f"endpoint URL {without_credentials(endpoint_url or '')}: {exc}") from None
         self.client = client
 
     def _key(self, key: str) -> str:

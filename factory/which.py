@@ -21,6 +21,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
+from factory.urls import checked_url, without_credentials
 
 EXTRA_INDEX = "https://pypi.org/simple"
 _VARIANT_ID = re.compile(
@@ -254,8 +255,8 @@ def normalize_index_url(index: str) -> str:
         if not path.exists():
             raise ConfigError(f"--index {index}: no such directory")
         index = path.as_uri()
-    elif urlsplit(index).scheme not in {"http", "https", "file"}:
-        raise ConfigError(f"--index {_safe(index)}: not an http(s):// or file:// URL, nor a directory")
+    else:
+        checked_url(index, schemes=("http", "https", "file"), what="--index")
     if not index.endswith("/"):
         index += "/"
     if not index.endswith("/simple/"):
@@ -281,18 +282,10 @@ def fetch_page(url: str) -> str:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
             return resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        raise FactoryError(f"{_safe(url)}: HTTP {exc.code}") from None
+        raise FactoryError(f"{without_credentials(url)}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise FactoryError(f"{_safe(url)}: {reason}") from None
-
-
-def _safe(url: str) -> str:
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        raise FactoryError(f"{without_credentials(url)}: {reason}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,7 +314,7 @@ def which(index: str, *, env: Environment, project: str | None = None) -> WhichR
         wanted = canonicalize_name(project)
         if wanted not in {canonicalize_name(p) for p in listed}:
             raise FactoryError(
-                f"{project} is not in the matching index {_safe(variant_url)} (it has: "
+                f"{project} is not in the matching index {without_credentials(variant_url)} (it has: "
                 f"{', '.join(listed) or 'nothing'})"
             )
         projects = (project,)

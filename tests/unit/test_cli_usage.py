@@ -119,6 +119,4 @@ def test_which_rejects_an_index_url_it_cannot_read(
     code, output = factory_cli(["which", "--index", "ftp://user:secret@host/idx"])
     assert code == 2
     # the password is not repeated
-    assert output.strip() == (
-        "error: --index ftp://host/idx: not an http(s):// or file:// URL, nor a directory"
-    )
+    assert output.strip() == "error: --index ftp://host/idx: not a URL of file:// or http:// or https://"

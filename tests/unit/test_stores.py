@@ -92,9 +92,9 @@ def test_open_store_choices(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("url", ["notaurl", "ftp://host", "http://", "s3.example.com"])
 def test_an_endpoint_that_is_not_an_http_url_is_a_config_error(url: str) -> None:
-    with pytest.raises(ConfigError, match=f"endpoint URL '{url}' is not an http"):
+    with pytest.raises(ConfigError, match=r"^endpoint URL .*: not a URL of http:// or https://$"):
         S3Store("bucket", "prefix", endpoint_url=url)
-    with pytest.raises(ConfigError, match="is not an http"):
+    with pytest.raises(ConfigError, match="not a URL of"):
         open_store("s3://bucket/prefix", endpoint_url=url)
 
 

@@ -145,7 +145,7 @@ def test_normalize_index_url(tmp_path: Path) -> None:
     assert normalize_index_url(str(tmp_path)) == tmp_path.resolve().as_uri() + "/simple/"
     with pytest.raises(ConfigError):
         normalize_index_url(str(tmp_path / "absent"))
-    with pytest.raises(ConfigError, match="not an http"):
+    with pytest.raises(ConfigError, match="not a URL of"):
         normalize_index_url("ftp://h/idx")
 
 

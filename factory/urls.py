@@ -1,0 +1,36 @@
+"""URLs a user gives on the command line (an index, an S3 endpoint): checked in one place, so a bad one is a
+one-line ConfigError, and shown without the credentials they may carry."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+from factory.errors import ConfigError
+
+
+def without_credentials(url: str) -> str:
+    """The URL as it may be shown: no user:password@, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+    except ValueError:  # not even splittable: drop whatever comes before the last @
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def checked_url(url: str, *, schemes: Collection[str], what: str) -> SplitResult:
+    """`url` split, when its scheme is one of `schemes` and it names a host (a file: URL, a path); else a
+    ConfigError naming `what` and the URL without its credentials."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- urllib checks the port only when it is read
+    except ValueError as exc:  # an unclosed [IPv6 address, a port out of range
+        raise ConfigError(f"{what} {without_credentials(url)}: {exc}") from None
+    if parts.scheme not in schemes or (parts.scheme != "file" and not parts.hostname):
+        allowed = " or ".join(f"{s}://" for s in sorted(schemes))
+        raise ConfigError(f"{what} {without_credentials(url)}: not a URL of {allowed}")
+    return parts
