@@ -31,7 +31,7 @@ import psutil
 from factory import images, wheelcheck, wheelhouse
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR
-from factory.errors import BuildError, FactoryError
+from factory.errors import BuildError, ConfigError, FactoryError
 from factory.memory import runner as memory
 from factory.plan import Job, job_env
 from factory.source import prepare_source
@@ -770,7 +770,10 @@ def run_build(
     """Build every job. A failed job is in the report; only interruption or a setup error raises."""
     # Docker binds only absolute host paths; a relative --output would be taken for a volume name.
     settings = dataclasses.replace(settings, output=settings.output.resolve())
-    settings.output.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # before any container starts: nothing is built for nowhere to go
+        raise ConfigError(f"--output {settings.output}: cannot make the directory ({exc.strerror})") from None
     report = BuildReport(run_id=settings.run_id, matrix=str(mf.path), started=time.time())
     report.jobs = [
         JobResult(

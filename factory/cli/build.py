@@ -113,6 +113,8 @@ def build(
     except ValueError as exc:
         raise ConfigError(f"--memory: {exc}") from None
     cpus = cpus_option(cpus)
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output}: exists and is not a directory")
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")

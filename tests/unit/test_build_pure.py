@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from factory import build
 from factory.config import load_matrix_file
+from factory.errors import ConfigError
 from factory.memory import profiles
 from factory.plan import plan_matrix
 
@@ -150,3 +152,26 @@ def test_job_env_hands_the_learned_profile_to_the_wrappers_in_the_job_s_snapshot
     snapshot = runner.profile_dir(job) / "profile.json"
     assert json.loads(snapshot.read_text())["entries"] == learned.to_json()["entries"]
     assert runner.profile_dir(job).is_relative_to(tmp_path / "home")
+
+
+def test_an_output_that_cannot_be_a_directory_stops_the_build_before_any_container(tmp_path: Path) -> None:
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    taken = tmp_path / "wheels"
+    taken.write_text("a file")
+    jobs = list(plan_matrix(mf).jobs)
+    # client None: reaching Docker would fail differently; the check comes first
+    with pytest.raises(ConfigError, match=r"--output .*/wheels: cannot make the directory \(File exists\)"):
+        build.run_build(None, mf, jobs, build.BuildSettings(output=taken, run_id="r1"))
+    assert taken.read_text() == "a file"
+
+
+def test_build_says_an_output_that_is_a_file_in_one_line(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    taken = tmp_path / "wheels"
+    taken.write_text("a file")
+    code, output = factory_cli(
+        ["build", "--matrix", str(ROOT / "examples" / "demo.yaml"), "--output", str(taken), "--dry-run"]
+    )
+    assert code == 2
+    assert output.strip() == f"error: --output {taken}: exists and is not a directory"
