@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
+from factory.imageref import NOT_AN_IMAGE, is_image_reference
 from factory.variants import arch_key, parse_arch_set
 from factory.yamlload import YamlDoc, load_yaml
 
@@ -708,8 +709,13 @@ class _Loader:
             c["flavor"] = flavor
         if "base_image" in node:
             c["base_image"] = self.string(node, "base_image", "build.base_image")
+            if not is_image_reference(c["base_image"]):
+                raise self.fail(f"build.base_image {c['base_image']!r} {NOT_AN_IMAGE}", node, "base_image")
         if "images" in node:
             c["images"] = self.cuda_map(node, "images", "build.images")
+            for cuda, image in c["images"].items():
+                if not is_image_reference(image):
+                    raise self.fail(f"build.images.{cuda} {image!r} {NOT_AN_IMAGE}", node["images"], cuda)
         if "pids_limit" in node:
             c["pids_limit"] = self.integer(node, "pids_limit", "build.pids_limit", minimum=64)
         if "max_attempts" in node:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, ImageError
+from factory.imageref import check_image_reference
 from factory.wheelhouse import download_wheelhouse, factory_home, link_wheels, wheel_files
 
 Progress = Callable[[str], None]
@@ -373,6 +374,7 @@ def bootstrap_base(
     """
     if not _SUITE_RE.match(suite):
         raise ConfigError(f"invalid suite name {suite!r}")
+    check_image_reference(name, "image name")
     debootstrap = shutil.which("debootstrap") or (
         "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
     )
@@ -529,6 +531,8 @@ def ensure_builder_image(
     names another image that is not a factory base.
     """
     name = builder_image_name(cuda=cuda, python=python, flavor=flavor)
+    if base_image is not None:
+        check_image_reference(base_image, "base image")
     if flavor == "pypi":
         base = base_image or default_base_image(python)
     elif base_image and base_suite_of(base_image) is None:

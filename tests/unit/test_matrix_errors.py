@@ -167,6 +167,14 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  images:\n    13.0: img #<\n",
         'CUDA version 13.0 must be a quoted string (write "13.0")',
     ),
+    "build-base-image": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  base_image: my base #<\n",
+        "build.base_image 'my base' is not a Docker image reference (like factory-base:bookworm)",
+    ),
+    "build-images-reference": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'build:\n  images:\n    "13.0": Nvidia/Cuda #<\n',
+        "build.images.13.0 'Nvidia/Cuda' is not a Docker image reference (like factory-base:bookworm)",
+    ),
     "torch-index-url": (
         HEAD + "matrix:\n" + GOOD_AXES + 'build:\n  torch_index: {"13.0": pytorch} #<\n',
         "build.torch_index.13.0 'pytorch' must be an http(s)/file URL or 'default'",
