@@ -6,6 +6,7 @@ All validation happens here, once; later stages (expansion, pruning, builds) can
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -254,6 +255,8 @@ class _Loader:
         value = node[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(f"{what} must be a number, not {_kind(value)} {value!r}", node, key)
+        if not math.isfinite(value):  # YAML's .nan and .inf are floats too
+            raise self.fail(f"{what} must be a finite number, not {value}", node, key)
         if value <= 0:
             raise self.fail(f"{what} must be positive, not {value}", node, key)
         return float(value)

@@ -167,6 +167,14 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  images:\n    13.0: img #<\n",
         'CUDA version 13.0 must be a quoted string (write "13.0")',
     ),
+    "build-cpus-nan": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  cpus: .nan #<\n",
+        "build.cpus must be a finite number, not nan",
+    ),
+    "build-cpus-inf": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  cpus: .inf #<\n",
+        "build.cpus must be a finite number, not inf",
+    ),
     "build-base-image": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  base_image: my base #<\n",
         "build.base_image 'my base' is not a Docker image reference (like factory-base:bookworm)",
