@@ -32,6 +32,7 @@ def _register() -> None:
                 raise
 
 
+# before _register(): the command modules import it
 def cpus_option(value: float | None) -> float | None:
     """A --cpus option as given: None, or a positive, finite number of CPUs."""
     if value is not None and not (math.isfinite(value) and value > 0):
