@@ -75,6 +75,8 @@ def real_nvcc() -> str:
     )
     if os.path.realpath(real) == os.path.realpath(__file__):
         sys.exit("factory-nvcc: FACTORY_REAL_NVCC points at the wrapper itself")
+    if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+        sys.exit(f"factory-nvcc: no nvcc at {real} (set FACTORY_REAL_NVCC, or CUDA_HOME)")
     return real
 
 

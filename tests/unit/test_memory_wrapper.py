@@ -88,6 +88,18 @@ def test_pass_through_for_non_compiles(tmp_path: Path) -> None:
     assert not (tmp_path / "m.jsonl").exists()
 
 
+@pytest.mark.parametrize("args", [["--version"], ["-c", "a.cu", "-o", "a.o"]])
+def test_a_missing_real_nvcc_is_said_in_one_line(tmp_path: Path, args: list[str]) -> None:
+    env = setup(tmp_path)
+    env["FACTORY_REAL_NVCC"] = str(tmp_path / "no-nvcc")
+    out = subprocess.run([sys.executable, str(WRAPPER), *args], env=env, capture_output=True, text=True)
+    assert out.returncode == 1
+    assert (
+        out.stderr.strip()
+        == f"factory-nvcc: no nvcc at {tmp_path / 'no-nvcc'} (set FACTORY_REAL_NVCC, or CUDA_HOME)"
+    )
+
+
 def test_measures_and_propagates_exit_code(tmp_path: Path) -> None:
     env = setup(tmp_path, FAKE_MIB="80", FAKE_RC="3")
     out = subprocess.run(compile_cmd(tmp_path, "k"), env=env, capture_output=True, text=True)
