@@ -24,7 +24,6 @@ from factory.variants import arch_key, parse_arch_set
 from factory.yamlload import YamlDoc, load_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch")
-DEFAULT_BASE_IMAGE = "factory-base:bookworm"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
 
 _CUDA = re.compile(r"^\d{1,2}\.\d{1,2}$")
@@ -98,7 +97,8 @@ class BuildOptions:
     cpus: float | None = None
     concurrency: int = 1
     flavor: Literal["devel", "pypi"] = "devel"
-    base_image: str = DEFAULT_BASE_IMAGE
+    # None: for the pypi flavor, the factory base whose Debian suite ships each job's Python
+    base_image: str | None = None
     images: Mapping[str, str] = field(default_factory=_frozen)
     pids_limit: int = 4096
     max_attempts: int = 3

@@ -514,6 +514,19 @@ def _ensure_base(
     return image
 
 
+def base_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
+    """The image a builder image is made on: for pypi, `base_image` or the factory base whose Debian suite
+    ships `python`; for devel, NVIDIA's devel image for `cuda` unless `base_image` names another image that is
+    not a factory base."""
+    if base_image is not None:
+        check_image_reference(base_image, "base image")
+    if flavor == "pypi":
+        return base_image or default_base_image(python)
+    if base_image and base_suite_of(base_image) is None:
+        return base_image
+    return devel_base_image(cuda)
+
+
 def ensure_builder_image(
     client: Any,
     *,
@@ -531,14 +544,7 @@ def ensure_builder_image(
     names another image that is not a factory base.
     """
     name = builder_image_name(cuda=cuda, python=python, flavor=flavor)
-    if base_image is not None:
-        check_image_reference(base_image, "base image")
-    if flavor == "pypi":
-        base = base_image or default_base_image(python)
-    elif base_image and base_suite_of(base_image) is None:
-        base = base_image
-    else:
-        base = devel_base_image(cuda)
+    base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     requirements = image_requirements(cuda=cuda, flavor=flavor)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
     wheelhouse = download_wheelhouse(requirements, python=python)

@@ -58,7 +58,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert mf.package.source == Source(kind="pypi")
     assert mf.recipe == BUILTIN_RECIPES["flash-attn"]
     assert mf.build == BuildOptions()
-    assert mf.build.flavor == "devel" and mf.build.base_image == "factory-base:bookworm"
+    assert mf.build.flavor == "devel" and mf.build.base_image is None
     assert mf.build.pids_limit == 4096 and mf.build.max_attempts == 3 and mf.build.offline is True
     assert mf.publish == PublishOptions(to="./index", endpoint_url=None)
     assert mf.matrix.axes["arch"] == ("8.0;9.0",)

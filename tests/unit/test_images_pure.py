@@ -39,6 +39,33 @@ def test_python_suite_for() -> None:
     assert images.default_base_image("3.13") == "factory-base:trixie"
 
 
+def test_each_python_gets_the_base_whose_suite_ships_it() -> None:
+    """A matrix without build.base_image builds 3.11 on bookworm and 3.13 on trixie (it used to give every job
+    bookworm, whose image build then failed for 3.13: no python3.13 there)."""
+    from factory.config import BuildOptions
+
+    default = BuildOptions().base_image
+    assert images.base_image_for(cuda="13.0", python="3.11", flavor="pypi", base_image=default) == (
+        "factory-base:bookworm"
+    )
+    assert images.base_image_for(cuda="13.0", python="3.13", flavor="pypi", base_image=default) == (
+        "factory-base:trixie"
+    )
+    assert (
+        images.base_image_for(cuda="13.0", python="3.13", flavor="pypi", base_image="my/base:1")
+        == "my/base:1"
+    )
+    assert images.base_image_for(cuda="12.8", python="3.11", flavor="devel", base_image=default) == (
+        "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    )
+    assert (
+        images.base_image_for(cuda="12.8", python="3.11", flavor="devel", base_image="my/cuda:1")
+        == "my/cuda:1"
+    )
+    with pytest.raises(ConfigError, match="base image 'my base'"):
+        images.base_image_for(cuda="13.0", python="3.11", flavor="pypi", base_image="my base")
+
+
 def test_python_suite_for_unknown_names_the_version() -> None:
     with pytest.raises(ImageError, match=r"Python 3\.12"):
         images.python_suite_for("3.12")
