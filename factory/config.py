@@ -27,6 +27,8 @@ AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
 
 _CUDA = re.compile(r"^\d{1,2}\.\d{1,2}$")
+# what git check-ref-format allows in practice for a tag, a branch or a commit: no leading "-" or "/"
+_GIT_REF = re.compile(r"^[\w.+][\w./+-]*$")
 _TORCH = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -424,7 +426,11 @@ class _Loader:
                     value,
                     "git",
                 )
+            if url.startswith("-"):
+                raise self.fail(f"package.source.git {url!r} is not a repository URL", value, "git")
             ref = self.string(value, "ref", "package.source.ref")
+            if not _GIT_REF.match(ref) or ".." in ref:
+                raise self.fail(f"package.source.ref {ref!r} is not a tag, branch or commit", value, "ref")
             return Source(kind="git", url=url, ref=ref)
         if "path" in value:
             if "ref" in value:

@@ -114,7 +114,10 @@ def prepare_source(
             shutil.copytree(path, tree, ignore=IGNORED, symlinks=True)
         elif kind == "git":
             assert url is not None
-            cmd = ["git", "clone", "--recursive", "--quiet", url, str(tree)]
+            # a URL or ref that starts with "-" is never taken for one of git's options
+            if ref is not None and ref.startswith("-"):
+                raise BuildError(f"git ref {ref!r} is not a tag, branch or commit")
+            cmd = ["git", "clone", "--recursive", "--quiet", "--", url, str(tree)]
             for step in (
                 cmd,
                 ["git", "-C", str(tree), "checkout", "--quiet", ref or "HEAD"],

@@ -167,6 +167,17 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  images:\n    13.0: img #<\n",
         'CUDA version 13.0 must be a quoted string (write "13.0")',
     ),
+    "git-url-option": (
+        'package:\n  name: x\n  version: "1"\n  source: {git: "--upload-pack=x", ref: v1} #<\nmatrix:\n'
+        + GOOD_AXES,
+        "package.source.git '--upload-pack=x' is not a repository URL",
+    ),
+    "git-ref-option": (
+        'package:\n  name: x\n  version: "1"\n'
+        + '  source: {git: "https://h/r.git", ref: "--orphan=x"} #<\nmatrix:\n'
+        + GOOD_AXES,
+        "package.source.ref '--orphan=x' is not a tag, branch or commit",
+    ),
     "build-cpus-nan": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  cpus: .nan #<\n",
         "build.cpus must be a finite number, not nan",

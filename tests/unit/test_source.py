@@ -94,3 +94,19 @@ def test_git_source_checks_out_the_ref(tree: Path, tmp_path: Path) -> None:
         prepare_source(
             kind="git", name="p", version="1", cache=tmp_path / "c", url=f"file://{tree}", ref="nope"
         )
+    # neither a URL nor a ref is ever taken for one of git's options
+    marker = tmp_path / "ran"
+    with pytest.raises(BuildError, match="git failed"):
+        prepare_source(
+            kind="git",
+            name="p",
+            version="1",
+            cache=tmp_path / "c",
+            url=f"--upload-pack=touch {marker}",
+            ref="v1",
+        )
+    assert not marker.exists()
+    with pytest.raises(BuildError, match="is not a tag, branch or commit"):
+        prepare_source(
+            kind="git", name="p", version="1", cache=tmp_path / "c", url=f"file://{tree}", ref="--orphan=x"
+        )
