@@ -190,10 +190,10 @@ class S3Store:
             import boto3
             from botocore.config import Config
 
-            # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
             if endpoint_url is not None:
                 checked_url(endpoint_url, schemes=("http", "https"), what="endpoint URL")
             try:
+                # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
                 client = boto3.client(
                     "s3",
                     endpoint_url=endpoint_url,
