@@ -125,6 +125,11 @@ def run_build(
         if memsw.exists():
             memsw.write_text(str(limit_bytes))  # no swap: an overrun is an OOM kill, not a slowdown
         env = dict(os.environ)
+        # the wrapper runs as `env python3`, as in a build container, where that is the image's own Python;
+        # on a host whose python3 on PATH is a version manager's shim (pyenv: a bash script that forks
+        # several times), each wrapper would start twice as slowly as the build container's: this Python's
+        # own directory comes first instead
+        env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
         env.update(
             PYTORCH_NVCC=str(WRAPPER), FACTORY_REAL_NVCC=nvcc, FACTORY_STATE_DIR=str(state),
             FACTORY_PROFILE_OUT=str(out), FACTORY_EST_PER_ARCH_BYTES=str(est_per_arch),

@@ -157,7 +157,7 @@ class Waiting:
     key: str
     prediction: Prediction
     threads: int
-    ticket: int  # arrival order
+    ticket: int  # the order ninja started the compiles in
 
 
 def choose(
@@ -258,7 +258,7 @@ def front_bytes(prediction: Prediction) -> int | None:
 
 
 def priority(predicted_s: float | None, ticket: int) -> tuple[float, int]:
-    """Order of waiters: longest predicted compile first (shortens the tail), arrival order among unknowns."""
+    """Order of waiters: longest predicted compile first (shortens the tail), ninja's order among unknowns."""
     return (-(predicted_s or 0.0), ticket)
 
 

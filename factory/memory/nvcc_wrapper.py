@@ -101,6 +101,20 @@ def children_map() -> dict[int, list[int]]:
 CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
+def kids_of(pid: int) -> list[int]:
+    """The children of one process; [] when it ended."""
+    if not CHILDREN_FILES:
+        return children_map().get(pid, [])
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                found.extend(int(c) for c in fh.read().split())
+    except (OSError, ValueError):
+        pass  # it ended meanwhile
+    return found
+
+
 def tree_kids(roots: Iterable[int]) -> dict[int, list[int]]:
     """The children of every process under `roots`."""
     if not CHILDREN_FILES:
@@ -109,16 +123,90 @@ def tree_kids(roots: Iterable[int]) -> dict[int, list[int]]:
     stack = list(roots)
     while stack:
         pid = stack.pop()
-        found: list[int] = []
-        try:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    found.extend(int(c) for c in fh.read().split())
-        except (OSError, ValueError):
-            pass  # it ended meanwhile
-        kids[pid] = found
-        stack.extend(found)
+        kids[pid] = kids_of(pid)
+        stack.extend(kids[pid])
     return kids
+
+
+# what ninja (and make, and a setup.py's subprocess with shell=True) runs each command with
+SHELLS = frozenset({"sh", "dash", "bash", "busybox"})
+SELF = os.path.realpath(__file__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Proc:
+    comm: str
+    parent: int
+    started: int  # clock ticks after boot
+
+
+def proc(pid: int) -> Proc | None:
+    """A process's name, parent and start; None when it ended."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    comm, _, rest = stat.partition(" (")[2].rpartition(")")
+    fields = rest.split()  # from the 3rd field of proc_pid_stat(5) on
+    return Proc(comm=comm, parent=int(fields[1]), started=int(fields[19]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    starter: int  # the process that started the job: ninja
+    pid: int  # the job's own process: the shell ninja started, or this wrapper when it started it directly
+    order: int  # the order ninja started its jobs in: when, then by pid (allocated in that order)
+
+
+def this_job() -> Job:
+    """This compile's job: its process is this wrapper, or the shells above it that ninja runs commands
+    with."""
+    pid = os.getpid()
+    me = proc(pid)
+    if me is None:  # no /proc: nothing to tell the jobs apart by but when they ask
+        return Job(starter=os.getppid(), pid=pid, order=time.time_ns())
+    job, at = pid, me
+    for _ in range(4):
+        parent = proc(at.parent)
+        if parent is None or parent.comm not in SHELLS or parent.parent <= 1:
+            break
+        job, at = at.parent, parent
+    return Job(starter=at.parent, pid=job, order=at.started * PID_LIMIT + job)
+
+
+PID_LIMIT = 1 << 22  # the kernel's most pids (pid_max at most)
+
+
+def is_wrapper(pid: int) -> bool:
+    """Whether a process runs this wrapper: `python3 [OPTIONS] WRAPPER ...`, as its shebang starts it, the
+    path as the process was given it (through a link named nvcc, or relative to its own directory)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = [os.fsdecode(a) for a in fh.read().split(b"\0")[1:4]]
+        script = next((a for a in args if not a.startswith("-")), None)
+        if script is None:
+            return False
+        return os.path.realpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), script)) == SELF
+    except OSError:
+        return False  # it ended, or is not ours to read
+
+
+def sibling_wrappers(starter: int) -> set[int]:
+    """The wrappers among the jobs `starter` runs: its children, or theirs under a shell; not what runs
+    under a wrapper (nvcc, cicc)."""
+    found: set[int] = set()
+    level = [starter]
+    for _ in range(3):
+        below: list[int] = []
+        for pid in level:
+            for kid in kids_of(pid):
+                if is_wrapper(kid):
+                    found.add(kid)
+                else:
+                    below.append(kid)
+        level = below
+    return found
 
 
 def tree_rss(pid: int, kids: dict[int, list[int]] | None = None) -> int:
@@ -172,7 +260,6 @@ def locked_state(state_dir: str) -> Iterator[dict[str, Any]]:
         raw, state = read_state(path)
         state.setdefault("running", {})
         state.setdefault("waiting", {})
-        state.setdefault("next_ticket", 0)
         for table in ("running", "waiting"):
             for pid in [p for p in state[table] if not alive(int(p))]:
                 del state[table][pid]
@@ -363,6 +450,8 @@ def running_states(
     return found
 
 
+# How often the first dispatcher looks for sibling jobs that have not asked yet (their Python is starting).
+BURST_CHECK_S = 0.02
 # A new peak is published to the other wrappers once it is this much above the last one published.
 PUBLISH_STEP = 1.05
 
@@ -447,6 +536,7 @@ class Admission:
         self.promised: admission.Prediction | None = None
         self.dispatch_lock: IO[str] | None = None
         self.bell = Bell(state_dir, self.me)
+        self.job = this_job()
 
     def limits(self) -> dict[str, Any]:
         return {"limit_bytes": self.limit, "headroom_bytes": self.headroom, "cpus": self.cpus}
@@ -468,13 +558,14 @@ class Admission:
         reads and decides once per poll, not once per waiter and poll."""
         t0 = time.monotonic()
         self.register(key, estimate_bytes)
-        # ninja starts its jobs in a burst: the first to ask would otherwise start before the others have
-        # asked, whatever their priority
-        time.sleep(self.poll)
+        burst_until: float | None = t0 + self.poll
         said = Reasons("waiting")
         try:
             while True:
                 if self.dispatching():
+                    if burst_until is not None:
+                        self.await_burst(burst_until)
+                    burst_until = None
                     self.dispatch(predictor, said)
                 granted = self.granted(key, estimate_bytes)
                 if granted is not None:
@@ -494,6 +585,18 @@ class Admission:
                 f"({prediction.peak_bytes / 2**30:.2f} GiB) is granted when it rises"
             )
         return time.monotonic() - t0, prediction
+
+    def await_burst(self, until: float) -> None:
+        """Until every wrapper among this one's sibling jobs has asked, or until `until`: ninja starts its
+        jobs in a burst, and the first to ask would otherwise start before the others have asked, whatever
+        their priority. A job that is not a compile (a C++ file, nvcc --version) never runs as a wrapper for
+        long, so it is never waited for."""
+        while True:
+            state = peek_state(self.state_dir)
+            asked = {int(pid) for table in ("waiting", "running") for pid in state.get(table, {})}
+            if sibling_wrappers(self.job.starter) <= asked | {os.getpid()} or time.monotonic() >= until:
+                return
+            time.sleep(BURST_CHECK_S)
 
     def dispatching(self) -> bool:
         """Whether this wrapper dispatches: it already does, or no other wrapper does (the lock of one that
@@ -569,9 +672,8 @@ class Admission:
                 os.unlink(self.grant_path(self.me))  # left by a dead wrapper of the same pid
             state["waiting"][self.me] = {
                 "key": key, "estimate_bytes": estimate_bytes, "threads": self.threads, "waves": self.waves,
-                "ticket": state["next_ticket"],
+                "ticket": self.job.order,
             }  # fmt: skip
-            state["next_ticket"] += 1
 
     def grant_path(self, pid: str) -> str:
         return os.path.join(self.state_dir, f"granted-{pid}")

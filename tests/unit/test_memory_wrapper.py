@@ -449,3 +449,85 @@ def test_a_waiting_compile_starts_when_the_one_before_it_ends_not_at_its_next_po
     assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
     times = fake_times(tmp_path)
     assert times[("end", "a")] <= times[("start", "b")] < times[("end", "a")] + 2.0
+
+
+def test_the_first_dispatch_waits_for_every_sibling_job_to_ask_not_for_a_poll(tmp_path: Path) -> None:
+    # ninja starts its jobs at once through `sh -c`, and their wrappers ask as their Python comes up. The
+    # first dispatch waits for every sibling wrapper to ask: "long" (first by the recipe's seconds; one
+    # compile fits at a time) starts first although its Python comes up half a second after the others'.
+    # It waits neither for a whole poll (20 s here) nor for a sibling job that is no wrapper (the sleep).
+    slow = tmp_path / "slow-start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(0.5)\n")
+    env = one_at_a_time(tmp_path, FACTORY_POLL_S="20", FAKE_S="0.2",
+                        FACTORY_SECONDS_BY_FILE=json.dumps([["long*", 300], ["short*", 100]]))  # fmt: skip
+    launched = time.monotonic()
+    other = subprocess.Popen(["sh", "-c", "sleep 30; true"])
+    jobs = [
+        subprocess.Popen(["sh", "-c", f"{' '.join(compile_cmd(tmp_path, name))}; true"], env=job_env)
+        for name, job_env in (
+            ("short1", env),
+            ("short2", env),
+            ("long", {**env, "PYTHONPATH": str(slow)}),
+        )
+    ]
+    try:
+        assert all(p.wait(timeout=120) == 0 for p in jobs)
+    finally:
+        other.kill()
+        other.wait()
+    times = fake_times(tmp_path)
+    assert sorted(times, key=times.__getitem__)[0] == ("start", "long")
+    assert times[("start", "long")] - launched < 10  # not after the 20 s poll
+
+
+def test_a_wrapper_is_known_by_its_command_line_however_it_was_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stand-in for the wrapper's file that only sleeps, started the ways a build starts the wrapper
+    standin = tmp_path / "nvcc_wrapper.py"
+    standin.write_text("import time\ntime.sleep(30)\n")
+    other = tmp_path / "other.py"
+    other.write_text(standin.read_text())
+    link = tmp_path / "bin" / "nvcc"  # "first on PATH": a link named nvcc
+    link.parent.mkdir()
+    link.symlink_to(standin)
+    monkeypatch.setattr(nvcc_wrapper, "SELF", str(standin))
+    python = sys.executable
+    started = {
+        "absolute": ([python, str(standin), "-c", "x.cu"], None),
+        "with an option": ([python, "-u", str(standin)], None),
+        "relative to its directory": ([python, "nvcc_wrapper.py"], tmp_path),
+        "through a link": ([python, str(link)], None),
+        "another script": ([python, str(other), str(standin)], None),
+        "not python": (["sleep", "30"], None),
+    }
+    procs = {name: subprocess.Popen(cmd, cwd=cwd) for name, (cmd, cwd) in started.items()}
+    try:
+        time.sleep(0.3)
+        found = {name for name, p in procs.items() if nvcc_wrapper.is_wrapper(p.pid)}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert found == {"absolute", "with an option", "relative to its directory", "through a link"}
+    assert not nvcc_wrapper.is_wrapper(procs["absolute"].pid)  # it ended
+
+
+def test_compiles_of_unknown_length_start_in_ninja_s_order_not_as_their_wrappers_come_up(
+    tmp_path: Path,
+) -> None:
+    # nothing tells the three apart but the order their jobs were started in; "a"'s wrapper asks last
+    slow = tmp_path / "slow-start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(0.5)\n")
+    env = one_at_a_time(tmp_path, FACTORY_POLL_S="20", FAKE_S="0.2")
+    jobs = []
+    for name in ("a", "b", "c"):
+        job_env = {**env, "PYTHONPATH": str(slow)} if name == "a" else env
+        jobs.append(
+            subprocess.Popen(["sh", "-c", f"{' '.join(compile_cmd(tmp_path, name))}; true"], env=job_env)
+        )
+    assert all(p.wait(timeout=120) == 0 for p in jobs)
+    times = fake_times(tmp_path)
+    assert [name for kind, name in sorted(times, key=times.__getitem__) if kind == "start"] == ["a", "b", "c"]
