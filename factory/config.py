@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
+from factory.urls import checked_url
 from factory.variants import arch_key, parse_arch_set
 from factory.yamlload import YamlDoc, load_yaml
 
@@ -31,6 +32,8 @@ _CUDA = re.compile(r"^\d{1,2}\.\d{1,2}$")
 _GIT_REF = re.compile(r"^[\w.+][\w./+-]*$")
 _TORCH = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
+INDEX_SCHEMES = ("file", "http", "https")
+HTTP = ("http", "https")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
@@ -232,6 +235,18 @@ class _Loader:
         if not allow_empty and not value.strip():
             raise self.fail(f"{what} must not be empty", node, key)
         return str(value)
+
+    def url(self, node: Any, key: object, what: str, *, schemes: tuple[str, ...], besides: str = "") -> str:
+        """A URL with a host (`urls.checked_url`), or the one other word `besides` allows; a bad one is said
+        without the credentials it may carry."""
+        value = self.string(node, key, what)
+        if besides and value == besides:
+            return value
+        try:
+            checked_url(value, schemes=schemes, what=what)
+        except ConfigError as exc:
+            raise self.fail(f"{exc} (or '{besides}')" if besides else str(exc), node, key) from None
+        return value
 
     def pattern(self, node: Any, key: object, what: str, regex: re.Pattern[str], example: str) -> str:
         value = self.string(node, key, what)
@@ -733,13 +748,9 @@ class _Loader:
             c["offline"] = self.boolean(node, "offline", "build.offline")
         if "torch_index" in node:
             mapping = self.cuda_map(node, "torch_index", "build.torch_index")
-            for cuda, url in mapping.items():
-                if url != "default" and not re.match(r"^(https?|file)://", url):
-                    raise self.fail(
-                        f"build.torch_index.{cuda} {url!r} must be an http(s)/file URL or 'default'",
-                        node["torch_index"],
-                        cuda,
-                    )
+            for cuda in mapping:
+                what = f"build.torch_index.{cuda}"
+                self.url(node["torch_index"], cuda, what, schemes=INDEX_SCHEMES, besides="default")
             c["torch_index"] = mapping
         return BuildOptions(**c)
 
@@ -773,10 +784,7 @@ class _Loader:
         if "to" in node:
             c["to"] = self.string(node, "to", "publish.to")
         if "endpoint_url" in node:
-            url = self.string(node, "endpoint_url", "publish.endpoint_url")
-            if not re.match(r"^https?://", url):
-                raise self.fail(f"publish.endpoint_url {url!r} must be an http(s) URL", node, "endpoint_url")
-            c["endpoint_url"] = url
+            c["endpoint_url"] = self.url(node, "endpoint_url", "publish.endpoint_url", schemes=HTTP)
         opts = PublishOptions(**c)
         if opts.endpoint_url and not opts.to.startswith("s3://"):
             raise self.fail("publish.endpoint_url only applies to an s3:// destination", node, "endpoint_url")

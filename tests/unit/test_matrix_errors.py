@@ -196,7 +196,27 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "torch-index-url": (
         HEAD + "matrix:\n" + GOOD_AXES + 'build:\n  torch_index: {"13.0": pytorch} #<\n',
-        "build.torch_index.13.0 'pytorch' must be an http(s)/file URL or 'default'",
+        "build.torch_index.13.0 pytorch: not a URL of file:// or http:// or https:// (or 'default')",
+    ),
+    "torch-index-no-host": (
+        HEAD
+        + "matrix:\n"
+        + GOOD_AXES
+        + 'build:\n  torch_index:\n    "12.8": default\n    "13.0": "https://" #<\n',
+        "build.torch_index.13.0 https://: not a URL of file:// or http:// or https://",
+    ),
+    # a private index's token is never repeated, even when the URL around it is broken
+    "torch-index-credentials": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'build:\n  torch_index: {"13.0": "https://ci:t0ken@[::1/x"} #<\n',
+        "build.torch_index.13.0 https://[::1/x: Invalid IPv6 URL",
+    ),
+    "publish-endpoint-scheme": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: ftp://minio:9000 #<\n",
+        "publish.endpoint_url ftp://minio:9000: not a URL of http:// or https://",
+    ),
+    "publish-endpoint-no-host": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: http://:9000 #<\n",
+        "publish.endpoint_url http://:9000: not a URL of http:// or https://",
     ),
     "publish-endpoint": (
         HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: ./index\n  endpoint_url: http://x #<\n",
@@ -227,6 +247,7 @@ def test_malformed_input(
     assert len(lines) == 1, output
     assert lines[0].startswith(f"error: {path}:{line}: "), output
     assert fragment in lines[0], output
+    assert "t0ken" not in output
 
 
 def test_there_are_at_least_twenty_cases() -> None:
