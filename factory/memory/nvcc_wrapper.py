@@ -464,16 +464,20 @@ class Bell:
     def __init__(self, state_dir: str, pid: str) -> None:
         self.path = bell_path(state_dir, pid)
         self.fd: int | None = None
+        self.failed = False
 
     def hang(self) -> None:
         """Make the FIFO and open it, so that rings from now on are kept until the next nap."""
-        if self.fd is not None:
+        if self.fd is not None or self.failed:
             return
-        with contextlib.suppress(OSError):
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)  # the first wrapper of a build hangs first
             with contextlib.suppress(FileExistsError):  # left by a dead wrapper of the same pid
                 os.mkfifo(self.path, 0o600)
             # read and write: the FIFO always has a writer (this one), so it never reads as closed
             self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        except OSError:
+            self.failed = True  # a file system without FIFOs: every nap is a poll's sleep, with no retry
 
     def nap(self, seconds: float) -> bool:
         """Sleep until rung or for `seconds`; whether it was rung."""

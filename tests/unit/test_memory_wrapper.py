@@ -369,11 +369,32 @@ def test_a_bell_keeps_its_rings_until_its_next_nap(tmp_path: Path) -> None:
     nvcc_wrapper.ring(str(tmp_path), ["7", "8", "9"])  # gone, unread, never made: all left to their polls
 
 
-def test_a_bell_that_cannot_be_made_is_a_poll(tmp_path: Path) -> None:
-    bell = nvcc_wrapper.Bell(str(tmp_path / "no-such-dir"), "7")
+def test_a_bell_that_cannot_be_made_is_a_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    not_a_dir = tmp_path / "state"
+    not_a_dir.write_text("")
+    tries: list[str] = []
+    makedirs = os.makedirs
+
+    def counted(path: str, **kwargs: bool) -> None:
+        tries.append(path)
+        makedirs(path, **kwargs)
+
+    monkeypatch.setattr(nvcc_wrapper.os, "makedirs", counted)
+    bell = nvcc_wrapper.Bell(str(not_a_dir), "7")
     t0 = time.monotonic()
     assert bell.nap(0.2) is False
     assert time.monotonic() - t0 >= 0.2  # it slept its poll instead of spinning
+    assert bell.nap(0.01) is False
+    assert len(tries) == 1  # not tried again at every poll
+
+
+def test_the_first_bell_of_a_build_makes_the_state_directory(tmp_path: Path) -> None:
+    bell = nvcc_wrapper.Bell(str(tmp_path / "state"), "7")
+    bell.hang()
+    assert (tmp_path / "state" / "bell-7").is_fifo()
+    nvcc_wrapper.ring(str(tmp_path / "state"), ["7"])
+    assert bell.nap(5) is True
+    bell.take_down()
 
 
 @pytest.fixture
