@@ -702,7 +702,7 @@ class Admission:
         until its peak is granted. Returns the seconds it was stopped."""
         latest = refresh()  # the same object until a sibling's measurement changes it
         changed = latest is not self.promised
-        rising = self.front is not None and rss > self.front
+        rising = self.front is not None and admission.rises(self.front, rss)
         if not (changed or rising or rss > self.published * PUBLISH_STEP):
             return 0.0
         self.promised = latest

@@ -231,7 +231,7 @@ def run_attempt(
                 if (
                     r.front is not None
                     and r.phase + 1 < len(r.task.phases)
-                    and r.task.phases[r.phase + 1][1] > r.front
+                    and admission.rises(r.front, r.task.phases[r.phase + 1][1])
                 ):
                     r.paused = True  # it rises: its wrapper stops it until its peak is granted
                     r.left = 0.0

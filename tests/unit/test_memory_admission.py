@@ -504,3 +504,10 @@ def test_a_malformed_seconds_table_is_dropped_item_by_item() -> None:
     assert admission.parse_seconds_by_file(text) == (("a*", 2.5), ("g*", 3))
     assert admission.parse_seconds_by_file("not json") == ()
     assert admission.parse_by_file('[["a*", 2.5]]') == (("a*", 2),)
+
+
+def test_a_compile_rises_once_past_its_front_end_by_the_slack() -> None:
+    front = GIB
+    assert not admission.rises(front, front)
+    assert not admission.rises(front, int(front * admission.FRONT_SLACK))  # a front end that holds more
+    assert admission.rises(front, int(front * admission.FRONT_SLACK) + 1)

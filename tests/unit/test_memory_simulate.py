@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # bench/ is not an installed package
@@ -229,3 +231,35 @@ def test_a_machine_slower_than_the_profile_is_not_oom_killed() -> None:
         nvcc_threads=M.NVCC_THREADS, per_arch_bytes=M.per_arch_estimate_bytes(), profile=profile,
     )  # fmt: skip
     assert r.oom_kills == 0 and not r.failed
+
+
+def test_a_front_end_holding_more_than_its_profile_s_does_not_take_its_peak_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # memext's medium TUs held 0.18 GB before their climb in one build and 0.24 GB in the next. A medium TU
+    # that asked for its peak at 0.24 GB (above its profiled front end) was granted it at once and booked it
+    # for the rest of its run, so the heavy TU rising beside it waited stopped on the build's longest path
+    heavy = Task(name="heavy", phases=((15.0, int(0.28 * GIB), 1), (5.0, int(1.3 * GIB), 1)))
+    medium = ((0.5, int(0.01 * GIB), 1), (6.5, int(0.24 * GIB), 1), (3.0, int(0.7 * GIB), 1))
+    tasks = [heavy, Task(name="m1", phases=medium), Task(name="m2", phases=medium)]
+    learned = (
+        (0.5, int(0.01 * GIB), 1),
+        (6.5, int(0.18 * GIB), 1),
+        (3.0, int(0.7 * GIB), 1),
+    )  # the build the profile comes from
+    profile = {t.name: (t if t is heavy else Task(name=t.name, phases=learned)).measured() for t in tasks}
+
+    def makespan() -> float:
+        admit = S.AdmissionModel(
+            limit_bytes=2 * GIB, headroom_bytes=0, cpus=2, predictions=profile, two_stage=True,
+            default=Prediction(peak_bytes=2 * GIB),
+        )  # fmt: skip
+        r = S.run_attempt(tasks, limit_bytes=2 * GIB, cores=2, jobs=3, admit=admit)
+        assert not r.oom
+        return r.makespan_s
+
+    # m2 starts beside the heavy TU's front end when m1 ends; its peak comes when the heavy TU rises
+    now = makespan()
+    assert now == pytest.approx(23.0, abs=0.6)  # the heavy TU goes on; m2 waits 3 s for its peak
+    monkeypatch.setattr(admission, "FRONT_SLACK", 1.0)  # rises at the first byte above its front end
+    assert makespan() == pytest.approx(25.0, abs=0.6)  # m2 took its peak at once, the heavy TU waited 5 s
