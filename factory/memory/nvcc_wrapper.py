@@ -155,8 +155,12 @@ def proc(pid: int) -> Proc | None:
 @dataclasses.dataclass(frozen=True)
 class Job:
     starter: int  # the process that started the job: ninja
-    pid: int  # the job's own process: the shell ninja started, or this wrapper when it started it directly
-    order: int  # the order ninja started its jobs in: when, then by pid (allocated in that order)
+    # the order ninja started its jobs in: when the job's process (the shell ninja started, or this wrapper)
+    # started, then its pid (allocated in that order)
+    order: int
+
+
+PID_LIMIT = 1 << 22  # the kernel's most pids (pid_max at most)
 
 
 def this_job() -> Job:
@@ -165,17 +169,14 @@ def this_job() -> Job:
     pid = os.getpid()
     me = proc(pid)
     if me is None:  # no /proc: nothing to tell the jobs apart by but when they ask
-        return Job(starter=os.getppid(), pid=pid, order=time.time_ns())
+        return Job(starter=os.getppid(), order=time.time_ns())
     job, at = pid, me
     for _ in range(4):
         parent = proc(at.parent)
         if parent is None or parent.comm not in SHELLS or parent.parent <= 1:
             break
         job, at = at.parent, parent
-    return Job(starter=at.parent, pid=job, order=at.started * PID_LIMIT + job)
-
-
-PID_LIMIT = 1 << 22  # the kernel's most pids (pid_max at most)
+    return Job(starter=at.parent, order=at.started * PID_LIMIT + job)
 
 
 def is_wrapper(pid: int) -> bool:
@@ -595,10 +596,10 @@ class Admission:
         jobs in a burst, and the first to ask would otherwise start before the others have asked, whatever
         their priority. A job that is not a compile (a C++ file, nvcc --version) never runs as a wrapper for
         long, so it is never waited for."""
-        while True:
+        while time.monotonic() < until:
             state = peek_state(self.state_dir)
             asked = {int(pid) for table in ("waiting", "running") for pid in state.get(table, {})}
-            if sibling_wrappers(self.job.starter) <= asked | {os.getpid()} or time.monotonic() >= until:
+            if sibling_wrappers(self.job.starter) <= asked | {os.getpid()}:
                 return
             time.sleep(BURST_CHECK_S)
 

@@ -538,7 +538,8 @@ def test_a_wrapper_is_known_by_its_command_line_however_it_was_named(
 def test_compiles_of_unknown_length_start_in_ninja_s_order_not_as_their_wrappers_come_up(
     tmp_path: Path,
 ) -> None:
-    # nothing tells the three apart but the order their jobs were started in; "a"'s wrapper asks last
+    # nothing tells the three apart but the order their jobs were started in; "a"'s wrapper asks last, and
+    # starts first
     slow = tmp_path / "slow-start"
     slow.mkdir()
     (slow / "sitecustomize.py").write_text("import time\ntime.sleep(0.5)\n")
@@ -551,4 +552,6 @@ def test_compiles_of_unknown_length_start_in_ninja_s_order_not_as_their_wrappers
         )
     assert all(p.wait(timeout=120) == 0 for p in jobs)
     times = fake_times(tmp_path)
-    assert [name for kind, name in sorted(times, key=times.__getitem__) if kind == "start"] == ["a", "b", "c"]
+    starts = [name for kind, name in sorted(times, key=times.__getitem__) if kind == "start"]
+    # after "a", "b" and "c" may start in one round (their siblings' course gives them a front end)
+    assert starts[0] == "a" and sorted(starts) == ["a", "b", "c"]
