@@ -128,8 +128,9 @@ def tree_kids(roots: Iterable[int]) -> dict[int, list[int]]:
     return kids
 
 
-# what ninja (and make, and a setup.py's subprocess with shell=True) runs each command with
-SHELLS = frozenset({"sh", "dash", "bash", "busybox"})
+# What may stand between ninja and a wrapper as the parent of the next: the shell ninja (and make, and a
+# subprocess with shell=True) runs each command with, and launchers a command may start the compiler through.
+LAUNCHERS = frozenset({"sh", "dash", "bash", "busybox", "ccache", "timeout", "time"})
 SELF = os.path.realpath(__file__)
 
 
@@ -164,8 +165,8 @@ PID_LIMIT = 1 << 22  # the kernel's most pids (pid_max at most)
 
 
 def this_job() -> Job:
-    """This compile's job: its process is this wrapper, or the shells above it that ninja runs commands
-    with."""
+    """This compile's job: its process is this wrapper, or the shell (or launcher) above it that ninja
+    started."""
     pid = os.getpid()
     me = proc(pid)
     if me is None:  # no /proc: nothing to tell the jobs apart by but when they ask
@@ -173,7 +174,7 @@ def this_job() -> Job:
     job, at = pid, me
     for _ in range(4):
         parent = proc(at.parent)
-        if parent is None or parent.comm not in SHELLS or parent.parent <= 1:
+        if parent is None or parent.comm not in LAUNCHERS or parent.parent <= 1:
             break
         job, at = at.parent, parent
     return Job(starter=at.parent, order=at.started * PID_LIMIT + job)
@@ -194,8 +195,8 @@ def is_wrapper(pid: int) -> bool:
 
 
 def sibling_wrappers(starter: int) -> set[int]:
-    """The wrappers among the jobs `starter` runs: its children, or theirs under a shell; not what runs
-    under a wrapper (nvcc, cicc)."""
+    """The wrappers among the jobs `starter` runs: its children, or theirs under a shell and a launcher; not
+    what runs under a wrapper (nvcc, cicc)."""
     found: set[int] = set()
     level = [starter]
     for _ in range(3):

@@ -472,7 +472,10 @@ def test_a_waiting_compile_starts_when_the_one_before_it_ends_not_at_its_next_po
     assert times[("end", "a")] <= times[("start", "b")] < times[("end", "a")] + 2.0
 
 
-def test_the_first_dispatch_waits_for_every_sibling_job_to_ask_not_for_a_poll(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["", "timeout 100"])
+def test_the_first_dispatch_waits_for_every_sibling_job_to_ask_not_for_a_poll(
+    tmp_path: Path, launcher: str
+) -> None:
     # ninja starts its jobs at once through `sh -c`, and their wrappers ask as their Python comes up. The
     # first dispatch waits for every sibling wrapper to ask: "long" (first by the recipe's seconds; one
     # compile fits at a time) starts first although its Python comes up half a second after the others'.
@@ -485,7 +488,9 @@ def test_the_first_dispatch_waits_for_every_sibling_job_to_ask_not_for_a_poll(tm
     launched = time.monotonic()
     other = subprocess.Popen(["sh", "-c", "sleep 30; true"])
     jobs = [
-        subprocess.Popen(["sh", "-c", f"{' '.join(compile_cmd(tmp_path, name))}; true"], env=job_env)
+        subprocess.Popen(
+            ["sh", "-c", f"{launcher} {' '.join(compile_cmd(tmp_path, name))}; true"], env=job_env
+        )
         for name, job_env in (
             ("short1", env),
             ("short2", env),
