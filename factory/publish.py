@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Literal
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from factory import index
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord
 from factory.stores import PreconditionFailed, Store, open_store
+from factory.wheelcheck import python_tag
 
 Progress = Callable[[str, str], None]
 """progress(event, key): event is "file", "metadata", "unchanged", "page" or "skip"."""
@@ -419,6 +421,29 @@ def publish_wheels(
     )
     notify("page", "index.html")
     return PublishResult(destination=store.description, files=tuple(results), pages_written=tuple(written))
+
+
+def published_wheel(store: Store, *, project: str, variant_id: str, version: str, python: str) -> str | None:
+    """The file already published for this project's `version` in this variant's index for CPython `python`
+    ("3.11"), by the variant's project page; None when there is none."""
+    page = store.get(f"{index.project_dir(variant_id, project)}index.json")
+    try:
+        records = index.records_from_project_json(page.data) if page is not None else ()
+    except (ValueError, KeyError, TypeError):
+        return None  # not a page this factory wrote: publishing will say what is wrong with it
+    interpreter = python_tag(python)
+    for record in records:
+        try:
+            name, found, _build, tags = parse_wheel_filename(record.filename)
+        except InvalidWheelFilename:
+            continue
+        if (
+            name == canonicalize_name(project)
+            and found == Version(version)
+            and any(t.interpreter == interpreter for t in tags)
+        ):
+            return record.filename
+    return None
 
 
 def wheels_in(directory: Path) -> list[Path]:

@@ -20,6 +20,7 @@ from factory.errors import ConfigError
 
 if TYPE_CHECKING:
     from factory.build import BuildReport, JobResult
+    from factory.plan import Job
 
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
 
@@ -77,6 +78,30 @@ def _sync_profile(mf: MatrixFile, console: Console, *, pull: bool) -> None:
         )
 
 
+def _unpublished(mf: MatrixFile, jobs: list[Job], console: Console) -> list[Job]:
+    from factory.publish import published_wheel
+    from factory.stores import open_store
+
+    store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
+    left = []
+    for job in jobs:
+        found = published_wheel(
+            store,
+            project=mf.package.name,
+            variant_id=job.variant.id,
+            version=job.variant.full_version,
+            python=job.python,
+        )
+        if found is None:
+            left.append(job)
+        else:
+            console.print(
+                f"{job.id}: already published as {found}; skipped (--rebuild builds it again)",
+                markup=False, highlight=False, soft_wrap=True,
+            )  # fmt: skip
+    return left
+
+
 @app.command()
 def build(
     matrix: Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")] = Path("matrix.yaml"),
@@ -94,6 +119,12 @@ def build(
     cpus: Annotated[float | None, typer.Option(help="CPUs per container.")] = None,
     publish: Annotated[
         bool, typer.Option("--publish", help="Publish accepted wheels (see `publish:`).")
+    ] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild", help="With --publish: build jobs whose wheel is already published too (not skipped)."
+        ),
     ] = False,
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
@@ -119,6 +150,16 @@ def build(
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
+    if publish and not rebuild:
+        # a scheduled run builds what is new: a wheel built again differs in its bytes, and publishing it
+        # would be refused (nothing published is overwritten)
+        jobs = _unpublished(mf, jobs, console)
+        if not jobs:
+            console.print(
+                f"nothing to build: every job's wheel is already published to {mf.publish.to}",
+                markup=False, highlight=False, soft_wrap=True,
+            )  # fmt: skip
+            return
     client = check_docker()
     if publish:
         _sync_profile(mf, console, pull=True)

@@ -30,6 +30,7 @@ def make_wheel(
     label: str = LABEL_NEW,
     requires_python: str = ">=3.8",
     payload: str = "",
+    tag: str = "py3-none-any",
 ) -> Path:
     """A pure-Python wheel whose module records its variant label: the installed file shows which won."""
     module = name.replace("-", "_")
@@ -42,13 +43,13 @@ def make_wheel(
             "Summary: test wheel\n\n"
         ).encode(),
         f"{dist_info}/WHEEL": (
-            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
         ),
     }
     record = [_record_line(n, d) for n, d in files.items()] + [f"{dist_info}/RECORD,,"]
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{module}-{full}-py3-none-any.whl"
+    path = directory / f"{module}-{full}-{tag}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for n, d in files.items():
             zf.writestr(zipfile.ZipInfo(n, date_time=(2024, 1, 1, 0, 0, 0)), d)

@@ -22,8 +22,11 @@ from publish_helpers import (
     publisher_script,
 )
 
+from factory.config import load_matrix_file
 from factory.errors import ConfigError, PublishError
-from factory.publish import inspect_wheel, publish_wheels
+from factory.plan import plan_matrix
+from factory.publish import inspect_wheel, publish_wheels, published_wheel
+from factory.stores import LocalStore
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -193,3 +196,44 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
     for names in listed.values():
         assert names == expected
     assert_consistent(local_get(tmp_path / "idx"), keys_of(tmp_path / "idx"))
+
+
+def test_a_published_wheel_is_found_by_project_version_variant_and_python(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "w", name="tiny-var", label=LABEL_NEW, tag="cp311-cp311-linux_x86_64")
+    store = LocalStore(tmp_path / "index")
+    found = {"project": "Tiny_Var", "variant_id": VID_NEW, "version": f"0.1.0+{LABEL_NEW}", "python": "3.11"}
+    assert published_wheel(store, **found) is None  # nothing published yet
+    publish_wheels([wheel], to=str(tmp_path / "index"))
+    assert published_wheel(store, **found) == wheel.name
+    for other in (
+        {"python": "3.12"},
+        {"version": f"0.1.1+{LABEL_NEW}"},
+        {"variant_id": VID_OLD},
+        {"project": "other"},
+    ):
+        assert published_wheel(store, **{**found, **other}) is None, other
+
+
+def test_build_skips_the_jobs_whose_wheel_is_already_published(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    # a scheduled run of the same matrix builds nothing again: a rebuilt wheel differs in its bytes, and
+    # publishing it would be refused
+    demo = Path(__file__).resolve().parents[2] / "examples"
+    text = (demo / "demo.yaml").read_text().replace("{path: demo-ext}", f"{{path: {demo / 'demo-ext'}}}")
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(text.replace("to: ./index", f"to: {tmp_path / 'index'}"))
+    jobs = plan_matrix(load_matrix_file(matrix)).jobs
+    assert len(jobs) == 2
+    wheels = [
+        make_wheel(tmp_path / "w", name="factory-demo-ext", label=j.variant.local_version,
+                   tag="cp311-cp311-linux_x86_64")
+        for j in jobs
+    ]  # fmt: skip
+    publish_wheels(wheels, to=str(tmp_path / "index"))
+    code, output = factory_cli(["build", "--matrix", str(matrix), "--publish", "-o", str(tmp_path / "out")])
+    assert code == 0, output
+    for job, wheel in zip(jobs, wheels, strict=True):
+        assert f"{job.id}: already published as {wheel.name}; skipped" in output
+    assert "nothing to build" in output
+    assert not (tmp_path / "out").exists()  # no container was started
