@@ -423,18 +423,22 @@ def publish_wheels(
     return PublishResult(destination=store.description, files=tuple(results), pages_written=tuple(written))
 
 
-def published_wheel(store: Store, *, project: str, variant_id: str, version: str, python: str) -> str | None:
-    """The file already published for this project's `version` in this variant's index for CPython `python`
-    ("3.11"), by the variant's project page; None when there is none."""
+def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str, ...]:
+    """The files the variant's project page lists; () when there is no page, or one this factory did not
+    write (publishing will say what is wrong with it)."""
     page = store.get(f"{index.project_dir(variant_id, project)}index.json")
     try:
-        records = index.records_from_project_json(page.data) if page is not None else ()
+        return tuple(r.filename for r in index.records_from_project_json(page.data)) if page else ()
     except (ValueError, KeyError, TypeError):
-        return None  # not a page this factory wrote: publishing will say what is wrong with it
+        return ()
+
+
+def published_wheel(filenames: Iterable[str], *, project: str, version: str, python: str) -> str | None:
+    """The one of `filenames` that is this project's wheel of `version` for CPython `python` ("3.11")."""
     interpreter = python_tag(python)
-    for record in records:
+    for filename in filenames:
         try:
-            name, found, _build, tags = parse_wheel_filename(record.filename)
+            name, found, _build, tags = parse_wheel_filename(filename)
         except InvalidWheelFilename:
             continue
         if (
@@ -442,7 +446,7 @@ def published_wheel(store: Store, *, project: str, variant_id: str, version: str
             and found == Version(version)
             and any(t.interpreter == interpreter for t in tags)
         ):
-            return record.filename
+            return filename
     return None
 
 

@@ -79,18 +79,18 @@ def _sync_profile(mf: MatrixFile, console: Console, *, pull: bool) -> None:
 
 
 def _unpublished(mf: MatrixFile, jobs: list[Job], console: Console) -> list[Job]:
-    from factory.publish import published_wheel
+    from factory.publish import published_files, published_wheel
     from factory.stores import open_store
 
     store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
+    pages: dict[str, tuple[str, ...]] = {}
     left = []
     for job in jobs:
+        vid = job.variant.id
+        if vid not in pages:
+            pages[vid] = published_files(store, project=mf.package.name, variant_id=vid)
         found = published_wheel(
-            store,
-            project=mf.package.name,
-            variant_id=job.variant.id,
-            version=job.variant.full_version,
-            python=job.python,
+            pages[vid], project=mf.package.name, version=job.variant.full_version, python=job.python
         )
         if found is None:
             left.append(job)
@@ -146,6 +146,8 @@ def build(
     cpus = cpus_option(cpus)
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output}: exists and is not a directory")
+    if rebuild and not publish:
+        raise ConfigError("--rebuild only applies with --publish")
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")

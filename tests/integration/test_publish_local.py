@@ -25,7 +25,7 @@ from publish_helpers import (
 from factory.config import load_matrix_file
 from factory.errors import ConfigError, PublishError
 from factory.plan import plan_matrix
-from factory.publish import inspect_wheel, publish_wheels, published_wheel
+from factory.publish import inspect_wheel, publish_wheels, published_files, published_wheel
 from factory.stores import LocalStore
 
 pytestmark = pytest.mark.integration
@@ -201,17 +201,18 @@ def test_concurrent_publishers_lose_nothing(tmp_path: Path) -> None:
 def test_a_published_wheel_is_found_by_project_version_variant_and_python(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / "w", name="tiny-var", label=LABEL_NEW, tag="cp311-cp311-linux_x86_64")
     store = LocalStore(tmp_path / "index")
-    found = {"project": "Tiny_Var", "variant_id": VID_NEW, "version": f"0.1.0+{LABEL_NEW}", "python": "3.11"}
-    assert published_wheel(store, **found) is None  # nothing published yet
+    assert published_files(store, project="tiny-var", variant_id=VID_NEW) == ()  # nothing published yet
     publish_wheels([wheel], to=str(tmp_path / "index"))
-    assert published_wheel(store, **found) == wheel.name
-    for other in (
-        {"python": "3.12"},
-        {"version": f"0.1.1+{LABEL_NEW}"},
-        {"variant_id": VID_OLD},
-        {"project": "other"},
-    ):
-        assert published_wheel(store, **{**found, **other}) is None, other
+    assert published_files(store, project="Tiny_Var", variant_id=VID_NEW) == (wheel.name,)
+    assert published_files(store, project="tiny-var", variant_id=VID_OLD) == ()
+    job = {"project": "Tiny_Var", "version": f"0.1.0+{LABEL_NEW}", "python": "3.11"}
+    assert published_wheel([wheel.name], **job) == wheel.name
+    for other in ({"python": "3.12"}, {"version": f"0.1.1+{LABEL_NEW}"}, {"project": "other"}):
+        assert published_wheel([wheel.name], **{**job, **other}) is None, other
+    assert published_wheel(["not-a-wheel.txt", "x-1.0.tar.gz"], **job) is None
+    # a page this factory did not write is no evidence of anything published
+    (tmp_path / "index" / "simple" / VID_NEW / "tiny-var" / "index.json").write_text("{not json")
+    assert published_files(store, project="tiny-var", variant_id=VID_NEW) == ()
 
 
 def test_build_skips_the_jobs_whose_wheel_is_already_published(
@@ -237,3 +238,5 @@ def test_build_skips_the_jobs_whose_wheel_is_already_published(
         assert f"{job.id}: already published as {wheel.name}; skipped" in output
     assert "nothing to build" in output
     assert not (tmp_path / "out").exists()  # no container was started
+    code, output = factory_cli(["build", "--matrix", str(matrix), "--rebuild", "--dry-run"])
+    assert code == 2 and "--rebuild only applies with --publish" in output
