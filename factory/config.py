@@ -20,7 +20,7 @@ from packaging.version import InvalidVersion, Version
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
-from factory.urls import checked_url
+from factory.urls import HTTP_SCHEMES, INDEX_SCHEMES, checked_url
 from factory.variants import arch_key, parse_arch_set
 from factory.yamlload import YamlDoc, load_yaml
 
@@ -32,8 +32,6 @@ _CUDA = re.compile(r"^\d{1,2}\.\d{1,2}$")
 _GIT_REF = re.compile(r"^[\w.+][\w./+-]*$")
 _TORCH = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
-_INDEX_SCHEMES = ("file", "http", "https")
-_HTTP = ("http", "https")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
@@ -750,7 +748,7 @@ class _Loader:
             mapping = self.cuda_map(node, "torch_index", "build.torch_index")
             for cuda in mapping:
                 what = f"build.torch_index.{cuda}"
-                self.url(node["torch_index"], cuda, what, schemes=_INDEX_SCHEMES, besides="default")
+                self.url(node["torch_index"], cuda, what, schemes=INDEX_SCHEMES, besides="default")
             c["torch_index"] = mapping
         return BuildOptions(**c)
 
@@ -784,7 +782,7 @@ class _Loader:
         if "to" in node:
             c["to"] = self.string(node, "to", "publish.to")
         if "endpoint_url" in node:
-            c["endpoint_url"] = self.url(node, "endpoint_url", "publish.endpoint_url", schemes=_HTTP)
+            c["endpoint_url"] = self.url(node, "endpoint_url", "publish.endpoint_url", schemes=HTTP_SCHEMES)
         opts = PublishOptions(**c)
         if opts.endpoint_url and not opts.to.startswith("s3://"):
             raise self.fail("publish.endpoint_url only applies to an s3:// destination", node, "endpoint_url")

@@ -21,7 +21,7 @@ from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
 from factory.errors import ConfigError, PublishError
-from factory.urls import checked_url, without_credentials
+from factory.urls import HTTP_SCHEMES, checked_url, without_credentials
 
 
 class PreconditionFailed(Exception):
@@ -191,7 +191,7 @@ class S3Store:
             from botocore.config import Config
 
             if endpoint_url is not None:
-                checked_url(endpoint_url, schemes=("http", "https"), what="endpoint URL")
+                checked_url(endpoint_url, schemes=HTTP_SCHEMES, what="endpoint URL")
             try:
                 # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
                 client = boto3.client(

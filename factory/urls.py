@@ -8,6 +8,9 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from factory.errors import ConfigError
 
+HTTP_SCHEMES = ("http", "https")  # an S3 endpoint
+INDEX_SCHEMES = ("file", "http", "https")  # a package index: pip reads file: URLs too
+
 
 def without_credentials(url: str) -> str:
     """The URL as it may be shown: no user:password@, query or fragment."""

@@ -21,7 +21,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
-from factory.urls import checked_url, without_credentials
+from factory.urls import INDEX_SCHEMES, checked_url, without_credentials
 
 EXTRA_INDEX = "https://pypi.org/simple"
 _VARIANT_ID = re.compile(
@@ -256,7 +256,7 @@ def normalize_index_url(index: str) -> str:
             raise ConfigError(f"--index {index}: no such directory")
         index = path.as_uri()
     else:
-        checked_url(index, schemes=("http", "https", "file"), what="--index")
+        checked_url(index, schemes=INDEX_SCHEMES, what="--index")
     if not index.endswith("/"):
         index += "/"
     if not index.endswith("/simple/"):

@@ -102,9 +102,7 @@ CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
 def kids_of(pid: int) -> list[int]:
-    """The children of one process; [] when it ended."""
-    if not CHILDREN_FILES:
-        return children_map().get(pid, [])
+    """The children of one process (by CHILDREN_FILES); [] when it ended."""
     found: list[int] = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -198,11 +196,12 @@ def sibling_wrappers(starter: int) -> set[int]:
     """The wrappers among the jobs `starter` runs: its children, or theirs under a shell and a launcher; not
     what runs under a wrapper (nvcc, cicc)."""
     found: set[int] = set()
+    table = None if CHILDREN_FILES else children_map()  # one scan of /proc for the whole walk
     level = [starter]
     for _ in range(3):
         below: list[int] = []
         for pid in level:
-            for kid in kids_of(pid):
+            for kid in kids_of(pid) if table is None else table.get(pid, []):
                 if is_wrapper(kid):
                     found.add(kid)
                 else:
