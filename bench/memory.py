@@ -172,6 +172,15 @@ def table(name: str, part: dict[str, object]) -> str:
         if own:
             row += f" {own[key]:.0f} | {r['makespan_s'] / own[key]:.2f} |" if key in own else " — | — |"
         rows.append(row)
+    side = part.get("notes", {}).get("side_by_side_reference")  # type: ignore[attr-defined]
+    if side:
+        factory = float(part["strategies"]["factory"]["makespan_s"])  # type: ignore[index]
+        bound = float(side["lower_bound_s"])
+        rows.append(
+            f"side-by-side reference ({side['jobs']} jobs, no limit): lower bound {bound:.1f} s,"
+            f" factory {factory / bound:.3f}x; its compiles' CPU"
+            f" {' / '.join(f'{x:.3f}' for x in side['compiles_cpu_x_one_at_a_time'])}x one at a time"
+        )
     return "\n".join(rows)
 
 

@@ -40,6 +40,9 @@ EST_PER_ARCH = int(1.5 * GIB)
 # its per-file table, as a recipe's author would write it from the kernels' lengths (26, 14 and 5 thousand
 # steps at ~50 KiB of cicc each, heavy.cuh), rounded up: what the first build knows per file
 EST_BY_FILE = (("heavy*", int(1.5 * GIB)), ("medium*", int(0.8 * GIB)), ("light*", int(0.35 * GIB)))
+# the limit of the side-by-side reference: every TU of the fixture at its peak at once fits, so nothing waits
+# for memory and nothing is killed
+NO_LIMIT = 8 * GIB
 OBJECTS = 8
 
 
@@ -293,6 +296,42 @@ def compiles_bound(runs: tuple[RealRun, ...], *, cores: int, limit_bytes: int) -
     return max(sum(times.values()) / cores, max(times.values()), mem_s / limit_bytes)
 
 
+def side_by_side_reference(
+    before: RealRun,
+    after: RealRun,
+    *,
+    serial: RealRun,
+    serial_after: RealRun | None,
+    cores: int,
+    limit_bytes: int,
+) -> dict[str, object] | None:
+    """The lower bound under `limit_bytes` from compiles that ran `cores` at a time with no memory limit
+    (`before` and `after` the profiled build, `bracketed`), and what those compiles took in CPU against the
+    same compiles one at a time.
+
+    The one-at-a-time reference leaves out what compiles running together cost each other, which any build
+    that fills the cores pays: 1-3% of CPU one night here, 8% another. This bound carries that cost, as the
+    factory's build does; the one-at-a-time reference stays the strict one. None when the run before
+    failed."""
+    first = compiles_bound((before,), cores=cores, limit_bytes=limit_bytes) if before.ok else None
+    if first is None:
+        return None
+    second = compiles_bound((after,), cores=cores, limit_bytes=limit_bytes) if after.ok else None
+    pairs = [(before, serial)] + ([(after, serial_after)] if after.ok and serial_after is not None else [])
+
+    def cpu(run: RealRun) -> float:
+        return sum(m.cpu_s or 0.0 for m in run.measurements if m.rc == 0)
+
+    return {
+        "jobs": cores,
+        "makespan_before_after_s": [round(before.wall_s, 1), round(after.wall_s, 1) if after.ok else None],
+        "lower_bound_before_after_s": [round(first, 1), None if second is None else round(second, 1)],
+        "lower_bound_s": round(bracketed(first, second), 1),
+        "compiles_cpu_x_one_at_a_time": [round(cpu(side) / cpu(alone), 3) for side, alone in pairs
+                                         if cpu(alone) > 0],
+    }  # fmt: skip
+
+
 def bracketed(before_s: float, after_s: float | None) -> float:
     """The reference bound of a build measured between two one-at-a-time runs: the mean of their bounds
     (the build ran between them, on a machine whose speed drifts within minutes); the first alone when the
@@ -360,7 +399,9 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
 
     The factory's first builds run first and the one-at-a-time run (MAX_JOBS=1, the reference the lower
     bound is measured on) right before the profiled factory build and once more right after it, so that the
-    reference brackets the build it is compared with (`bracketed`)."""
+    reference brackets the build it is compared with (`bracketed`). Between those and the profiled build,
+    the side-by-side reference: MAX_JOBS = cores with no memory limit that matters (`NO_LIMIT`), whose
+    compiles run together as the factory's do."""
     import psutil
 
     cores = max(1, len(os.sched_getaffinity(0)))
@@ -389,8 +430,15 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     for jobs in range(cores, 0, -1):
         fixed_run(jobs)
     serial = fixed_run(1)
+
+    def no_limit_build(name: str) -> RealRun:
+        return run_build(work / name, limit_bytes=NO_LIMIT, max_jobs=cores, work=work, admission_on=False,
+                         log=log)  # fmt: skip
+
+    side = no_limit_build("no-limit")
     warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
                          profile=cold.profile, log=log)  # fmt: skip
+    side_after = no_limit_build("no-limit-after")
     serial_after = fixed_build(1, "fixed-1-after")
     after_ok = serial_after if serial_after.ok else None
 
@@ -462,6 +510,9 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     after = None if after_ok is None else compiles_bound((after_ok,), cores=cores, limit_bytes=limit_bytes)
     lower = bracketed(before, after)
     notes["lower_bound_before_after_s"] = [round(before, 1), None if after is None else round(after, 1)]
+    notes["side_by_side_reference"] = side_by_side_reference(
+        side, side_after, serial=serial, serial_after=after_ok, cores=cores, limit_bytes=limit_bytes
+    )
     # the same bound from each build's own compiles, as long as they took in that run: what its schedule
     # lost, apart from the machine being slower or faster than when the reference was measured
     notes["own_lower_bound_s"] = {

@@ -244,13 +244,18 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
 
     built: list[str] = []
 
-    def run_build(build_dir: Path, *, max_jobs: int, admission_on: bool, **_: object) -> real.RealRun:
+    def run_build(
+        build_dir: Path, *, max_jobs: int, admission_on: bool, limit_bytes: int, **_: object
+    ) -> real.RealRun:
         built.append(build_dir.name)
-        if not admission_on and max_jobs > 1:  # every TU at once: killed
+        if not admission_on and max_jobs > 1 and limit_bytes < real.NO_LIMIT:  # every TU at once: killed
             return real.RealRun(wall_s=50.0, rc=1, oom_kills=1, peak_bytes=real.DEFAULT_LIMIT, objects_kept=0,
                                 objects_total=real.OBJECTS)  # fmt: skip
         # the machine slows down by a fifth between the one-at-a-time runs around the profiled build
-        scale = {"fixed-1": 1.0, "fixed-1-after": 1.2}.get(build_dir.name, 1.1)
+        # (the side-by-side reference's compiles take a twentieth more CPU than one at a time)
+        scale = {"fixed-1": 1.0, "fixed-1-after": 1.2, "no-limit": 1.05, "no-limit-after": 1.26}.get(
+            build_dir.name, 1.1
+        )
         wall = (264.0 if max_jobs == 1 else 140.0) * scale
         return real.RealRun(wall_s=wall, rc=0, oom_kills=0, peak_bytes=GIB, objects_kept=0,
                             objects_total=real.OBJECTS, measurements=_memext(scale=scale))  # fmt: skip
@@ -259,8 +264,9 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
     monkeypatch.setattr(real.os, "sched_getaffinity", lambda _: {0, 1})
     result = real.run_real(work=tmp_path / "work")
     # the reference runs one at a time right before the profiled build, and again right after it
-    assert built == ["factory-cold", "factory-cold-single", "fixed-2", "fixed-1", "factory-warm",
-                     "fixed-1-after"]  # fmt: skip
+    # with the side-by-side reference (every TU may run at once) between them and the build
+    assert built == ["factory-cold", "factory-cold-single", "fixed-2", "fixed-1", "no-limit", "factory-warm",
+                     "no-limit-after", "fixed-1-after"]  # fmt: skip
     strategies, notes = result["strategies"], result["notes"]
     assert isinstance(strategies, dict) and isinstance(notes, dict)
     # the strategies that ran one at a time take the mean of the two runs, as the bound does
@@ -273,6 +279,12 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
     assert result["lower_bound_s"] == pytest.approx((before + after) / 2, abs=0.1)
     assert notes["own_lower_bound_s"]["best_fixed"] == result["lower_bound_s"]
     assert notes["own_lower_bound_s"]["factory"] == pytest.approx(before * 1.1, abs=0.1)
+    side = notes["side_by_side_reference"]
+    assert side["makespan_before_after_s"] == [round(140.0 * 1.05, 1), round(140.0 * 1.26, 1)]
+    assert side["lower_bound_before_after_s"] == [pytest.approx(before * 1.05, abs=0.1),
+                                                  pytest.approx(before * 1.26, abs=0.1)]  # fmt: skip
+    assert side["lower_bound_s"] == pytest.approx(before * (1.05 + 1.26) / 2, abs=0.1)
+    assert side["compiles_cpu_x_one_at_a_time"] == [1.05, 1.05]
     # five complete runs, each replayed with the profile of the four others
     assert notes["cross_replay_x_bound"]["pairs"] == 20
     assert 1.0 <= notes["cross_replay_x_bound"]["median"] <= notes["cross_replay_x_bound"]["max"]
