@@ -410,8 +410,8 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     log = work / "build.log"
     fixed: dict[int, RealRun] = {}
 
-    def fixed_build(jobs: int, name: str) -> RealRun:
-        return run_build(work / name, limit_bytes=limit_bytes, max_jobs=jobs, work=work, admission_on=False,
+    def fixed_build(jobs: int, name: str, *, limit: int = limit_bytes) -> RealRun:
+        return run_build(work / name, limit_bytes=limit, max_jobs=jobs, work=work, admission_on=False,
                          log=log)  # fmt: skip
 
     def fixed_run(jobs: int) -> RealRun:
@@ -430,15 +430,10 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     for jobs in range(cores, 0, -1):
         fixed_run(jobs)
     serial = fixed_run(1)
-
-    def no_limit_build(name: str) -> RealRun:
-        return run_build(work / name, limit_bytes=NO_LIMIT, max_jobs=cores, work=work, admission_on=False,
-                         log=log)  # fmt: skip
-
-    side = no_limit_build("no-limit")
+    side = fixed_build(cores, "no-limit", limit=NO_LIMIT)
     warm = factory_build(work / "factory-warm", limit_bytes=limit_bytes, cpus=cores, work=work,
                          profile=cold.profile, log=log)  # fmt: skip
-    side_after = no_limit_build("no-limit-after")
+    side_after = fixed_build(cores, "no-limit-after", limit=NO_LIMIT)
     serial_after = fixed_build(1, "fixed-1-after")
     after_ok = serial_after if serial_after.ok else None
 
