@@ -565,7 +565,7 @@ def test_an_extension_that_is_not_elf(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def nvcc_so(host_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+def nvcc_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     out = tmp_path_factory.mktemp("nvcc")
     source = out / "k.cu"
     source.write_text(
@@ -573,7 +573,7 @@ def nvcc_so(host_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     )
     gencodes = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
     command = [
-        host_nvcc,
+        toolkit_nvcc,
         "-shared",
         "-nodlink",
         "-Xcompiler",
