@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,11 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
 from factory.urls import INDEX_SCHEMES, checked_url, without_credentials
+from factory.variants import Arch, VariantKey
 
 EXTRA_INDEX = "https://pypi.org/simple"
-_VARIANT_ID = re.compile(
-    r"^cu(?P<cuda>\d+)-torch(?P<torch>\d+(?:\.\d+)*)-abi(?P<abi>[01])-sm(?P<archs>\d+a?(?:\.\d+a?)*)$"
-)
+# PEP 508 project names: anything else an index page lists is not printed into a command.
+_PROJECT = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,15 +43,6 @@ class Environment:
 
 
 @dataclass(frozen=True, kw_only=True)
-class VariantKey:
-    id: str
-    cuda: str  # "13.0"
-    torch: str  # "2.14" or "2.14.1"
-    cxx11_abi: bool
-    archs: tuple[str, ...]  # "8.0", "9.0a"
-
-
-@dataclass(frozen=True, kw_only=True)
 class Choice:
     match: str | None  # the variant id to use
     notes: tuple[str, ...]  # caveats of the match (e.g. CUDA minor differs)
@@ -60,47 +52,31 @@ class Choice:
 
 def parse_variant_id(variant_id: str) -> VariantKey | None:
     """ "cu130-torch2.14-abi1-sm80.90" -> its parts; None for names that are not variant ids."""
-    m = _VARIANT_ID.match(variant_id)
-    if m is None:
+    try:
+        return VariantKey.parse_id(variant_id)
+    except ValueError:
         return None
-    cuda_digits = m.group("cuda")
-    archs = []
-    for digits in m.group("archs").split("."):
-        suffix = "a" if digits.endswith("a") else ""
-        num = digits.rstrip("a")
-        if len(num) < 2:
-            return None
-        archs.append(f"{num[:-1]}.{num[-1]}{suffix}")
-    return VariantKey(
-        id=variant_id,
-        # CUDA minors are single digits (12.8, 13.0), so the last digit is the minor.
-        cuda=f"{cuda_digits[:-1]}.{cuda_digits[-1]}",
-        torch=m.group("torch"),
-        cxx11_abi=m.group("abi") == "1",
-        archs=tuple(archs),
-    )
 
 
-def _cc(arch: str) -> tuple[int, int, bool]:
-    specific = arch.endswith("a")
-    major, minor = arch.rstrip("a").split(".")
-    return int(major), int(minor), specific
+def _gpu(capability: str) -> Arch | None:
+    """A GPU's compute capability ("9.0"); None for anything else a probe or nvidia-smi printed."""
+    try:
+        arch = Arch.parse(capability)
+    except ValueError:
+        return None
+    return arch if "." in capability and not arch.suffix else None
+
+
+def _gpus(capabilities: Iterable[str]) -> tuple[str, ...]:
+    found = {_gpu(str(c).strip()) for c in capabilities}
+    return tuple(g.dotted for g in sorted(g for g in found if g is not None))
 
 
 def covers(archs: Iterable[str], gpu: str) -> bool:
-    """Does code for `archs` run on a GPU of compute capability `gpu`?
-
-    SASS for sm_XY runs on the same major with a minor >= Y (sm_80 code runs on 8.6 and 8.9); arch-specific
-    "a" code (sm_90a) runs only on exactly that capability. PTX may be absent, so it is not counted on.
-    """
-    g_major, g_minor, _ = _cc(gpu)
-    for arch in archs:
-        major, minor, specific = _cc(arch)
-        if specific and (major, minor) == (g_major, g_minor):
-            return True
-        if not specific and major == g_major and minor <= g_minor:
-            return True
-    return False
+    """Does code for `archs` run on a GPU of compute capability `gpu`? (`Arch.runs_on`; PTX may be absent,
+    so it is not counted on.)"""
+    capability = Arch.parse(gpu)
+    return any(Arch.parse(arch).runs_on(capability) for arch in archs)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -175,10 +151,11 @@ def choose_variant(env: Environment, variant_ids: Iterable[str]) -> Choice:
 
 
 def install_commands(index_url: str, project: str) -> tuple[str, str]:
-    """The exact pip and uv commands for one variant index (other dependencies from PyPI)."""
-    pip = f"pip install --index-url {index_url} --extra-index-url {EXTRA_INDEX} {project}"
-    uv = f"uv pip install --index-url {index_url} --extra-index-url {EXTRA_INDEX} {project}"
-    return pip, uv
+    """The exact pip and uv commands for one variant index (other dependencies from PyPI), shell-quoted."""
+    args = (
+        f"install --index-url {shlex.quote(index_url)} --extra-index-url {EXTRA_INDEX} {shlex.quote(project)}"
+    )
+    return f"pip {args}", f"uv pip {args}"
 
 
 _PROBE = r"""
@@ -206,12 +183,7 @@ print(json.dumps(out))
 
 def parse_nvidia_smi(output: str) -> tuple[str, ...]:
     """Lines of `nvidia-smi --query-gpu=compute_cap --format=csv,noheader` -> ("9.0", ...)."""
-    caps = []
-    for line in output.splitlines():
-        line = line.strip()
-        if re.fullmatch(r"\d+\.\d+", line):
-            caps.append(line)
-    return tuple(sorted(set(caps), key=_cc))
+    return _gpus(output.splitlines())
 
 
 def detect_environment(python: str | None = None) -> Environment:
@@ -225,7 +197,7 @@ def detect_environment(python: str | None = None) -> Environment:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise FactoryError(f"probing {exe} failed: {last}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    gpus = tuple(sorted(set(data["gpus"]), key=_cc))
+    gpus = _gpus(data["gpus"])
     source = data["gpu_source"]
     if not gpus and shutil.which("nvidia-smi"):
         smi = subprocess.run(
@@ -297,16 +269,30 @@ class WhichResult:
     commands: tuple[tuple[str, str], ...]  # (pip, uv) per project
 
 
+def _index_links(page: str, base: str) -> dict[str, str]:
+    """Anchor text -> absolute URL for the links of an index page that stay on a readable scheme."""
+    links = {}
+    for anchor in parse_anchors(page):
+        url = urljoin(base, anchor.href)
+        if urlsplit(url).scheme in INDEX_SCHEMES:
+            links[anchor.text] = url
+    return links
+
+
 def which(index: str, *, env: Environment, project: str | None = None) -> WhichResult:
-    """Read the index's list of variant indexes and pick the one for `env`."""
+    """Read the index's list of variant indexes and pick the one for `env`.
+
+    The index is not trusted: only anchors whose text is a variant id (the grammar of `factory.variants`)
+    and, inside the variant index, a PEP 508 project name are considered, so nothing else it says reaches
+    the printed commands."""
     root = normalize_index_url(index)
-    anchors = parse_anchors(fetch_page(root))
-    variants = {a.text: urljoin(root, a.href) for a in anchors if parse_variant_id(a.text) is not None}
+    links = _index_links(fetch_page(root), root)
+    variants = {vid: url for vid, url in links.items() if parse_variant_id(vid) is not None}
     choice = choose_variant(env, variants)
     if choice.match is None:
         return WhichResult(env=env, choice=choice, variant_url=None, projects=(), commands=())
     variant_url = variants[choice.match]
-    listed = tuple(a.text for a in parse_anchors(fetch_page(variant_url)))
+    listed = tuple(p for p in _index_links(fetch_page(variant_url), variant_url) if _PROJECT.match(p))
     projects: Sequence[str] = listed
     if project is not None:
         from packaging.utils import canonicalize_name
