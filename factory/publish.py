@@ -33,7 +33,7 @@ from factory import index
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord
 from factory.stores import PreconditionFailed, Store, open_store
-from factory.wheelcheck import python_tag
+from factory.tags import python_tag
 
 Progress = Callable[[str, str], None]
 """progress(event, key): event is "file", "metadata", "unchanged", "page" or "skip"."""

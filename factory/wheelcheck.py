@@ -32,11 +32,11 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
+from factory.tags import is_linux_platform, python_tag
+from factory.variants import Arch
 
 _TORCH = "torch"
 _RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
-_MANYLINUX = re.compile(r"^(manylinux_\d+_\d+|manylinux1|manylinux2010|manylinux2014)_(?P<machine>.+)$")
-_ARCH = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[af]?)$")
 _COPY_CHUNK = 1 << 20
 
 
@@ -51,30 +51,6 @@ def torch_pin(torch_version: str) -> Requirement:
         raise CheckError(f"torch version {torch_version!r} is not a PEP 440 version") from None
     major, minor = (*release, 0)[:2]
     return Requirement(f"{_TORCH}=={major}.{minor}.*")
-
-
-def sm_number(arch: str) -> int:
-    """The SM number a cubin for a torch-style arch carries: "8.0" -> 80, "9.0a" -> 90, "12.0" -> 120."""
-    match = _ARCH.match(arch.strip())
-    if match is None:
-        raise CheckError(f"arch {arch!r} is not a compute capability like 8.0, 9.0a or 12.0")
-    return int(match["major"]) * 10 + int(match["minor"])
-
-
-def python_tag(python: str) -> str:
-    """The CPython interpreter tag of a "3.11"-style version: "cp311"."""
-    parts = python.strip().split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        raise CheckError(f"python version {python!r} is not like 3.11")
-    return f"cp{parts[0]}{parts[1]}"
-
-
-def is_linux_platform(platform: str, machine: str = "x86_64") -> bool:
-    """True for linux_<machine> and every manylinux flavour for that machine."""
-    if platform == f"linux_{machine}":
-        return True
-    match = _MANYLINUX.match(platform)
-    return match is not None and match["machine"] == machine
 
 
 def record_hash(data: bytes) -> str:
@@ -333,7 +309,10 @@ def check_wheel(
     if file_version is not None and file_version != expected_version:
         problems.append(f"filename: version {file_version} is not the job's {expected_version}")
     if tags:
-        interpreter = python_tag(python)
+        try:
+            interpreter = python_tag(python)
+        except ValueError as exc:
+            raise CheckError(str(exc)) from None
         if not any(t.interpreter == interpreter for t in tags):
             found = ", ".join(sorted({t.interpreter for t in tags}))
             problems.append(f"filename: interpreter tag {found} is not {interpreter}")
@@ -354,9 +333,17 @@ def check_wheel(
             file_version=file_version,
             torch_version=torch_version,
             tags={str(t) for t in tags},
-            expected_sms=frozenset(sm_number(a) for a in archs),
+            expected_sms=_sm_numbers(archs),
         )
     return problems
+
+
+def _sm_numbers(archs: Sequence[str]) -> frozenset[int]:
+    """The SM numbers cubins for `archs` carry; a suffix does not change it ("9.0a" and "9.0" are 90)."""
+    try:
+        return frozenset(Arch.parse(a).sm_number for a in archs)
+    except ValueError as exc:
+        raise CheckError(str(exc)) from None
 
 
 def _expected_version(version: str, local_version: str) -> Version:

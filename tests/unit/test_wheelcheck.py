@@ -24,14 +24,11 @@ from factory.wheelcheck import (
     check_wheel,
     import_check_script,
     is_extension_module,
-    is_linux_platform,
     parse_import_check,
     pin_torch_in_metadata,
     pin_torch_requirement,
-    python_tag,
     record_hash,
     record_problems,
-    sm_number,
     torch_pin,
     torch_requirements,
 )
@@ -159,43 +156,6 @@ def test_torch_pin_keeps_major_minor(torch: str, pin: str) -> None:
 def test_torch_pin_refuses_non_versions() -> None:
     with pytest.raises(CheckError, match="not a PEP 440 version"):
         torch_pin("latest")
-
-
-@pytest.mark.parametrize(
-    ("arch", "sm"), [("8.0", 80), ("8.6", 86), ("9.0", 90), ("9.0a", 90), ("10.0f", 100), ("12.0", 120)]
-)
-def test_sm_number(arch: str, sm: int) -> None:
-    assert sm_number(arch) == sm
-
-
-@pytest.mark.parametrize("arch", ["80", "8.0+PTX", "sm_80", "", "8.10"])
-def test_sm_number_refuses_other_spellings(arch: str) -> None:
-    with pytest.raises(CheckError, match="not a compute capability"):
-        sm_number(arch)
-
-
-def test_python_tag() -> None:
-    assert python_tag("3.11") == "cp311"
-    assert python_tag("3.13.1") == "cp313"
-    with pytest.raises(CheckError):
-        python_tag("py3")
-
-
-@pytest.mark.parametrize(
-    ("platform", "ok"),
-    [
-        ("linux_x86_64", True),
-        ("manylinux_2_28_x86_64", True),
-        ("manylinux2014_x86_64", True),
-        ("manylinux_2_28_aarch64", False),
-        ("linux_aarch64", False),
-        ("musllinux_1_2_x86_64", False),
-        ("macosx_11_0_arm64", False),
-        ("any", False),
-    ],
-)
-def test_linux_platforms(platform: str, ok: bool) -> None:
-    assert is_linux_platform(platform) is ok
 
 
 def test_record_hash_is_urlsafe_base64_without_padding() -> None:
@@ -521,6 +481,12 @@ def test_missing_and_unexpected_archs(tmp_path: Path) -> None:
 
 def test_arch_suffixes_expect_the_plain_sm_number(tmp_path: Path) -> None:
     assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("8.0", "9.0a")}) == []
+    assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("sm_80", "90f")}) == []
+
+
+def test_a_job_arch_outside_the_grammar_is_one_check_error(tmp_path: Path) -> None:
+    with pytest.raises(CheckError, match=r"'8\.0\+PTX' is not a compute capability"):
+        check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("8.0+PTX",)})
 
 
 def test_ptx_alone_is_not_enough(tmp_path: Path) -> None:
