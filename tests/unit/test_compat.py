@@ -125,6 +125,14 @@ def test_cuda_archs_table() -> None:
     assert min(cu130, key=arch_key) == "7.5"
 
 
+def test_family_targets_need_cuda_12_9() -> None:
+    verdict = judge(cuda="12.8", archs=("9.0a", "10.0a", "10.0f", "12.0f"))
+    assert verdict.archs == ("9.0a", "10.0a")
+    assert "arch 10.0f trimmed: CUDA 12.8 cannot target sm_100f (needs CUDA >= 12.9)" in verdict.notes
+    assert {"10.0f", "10.3f", "12.0f", "12.1f"} <= set(DATA.cuda_archs("12.9"))
+    assert "10.1f" not in DATA.cuda_archs("13.0") and "11.0f" in DATA.cuda_archs("13.0")
+
+
 def test_required_cxx_std() -> None:
     assert DATA.required_cxx_std("2.14.1") == "20"
     assert DATA.required_cxx_std("2.9") == "17"
@@ -167,6 +175,25 @@ def test_plan_drops_trims_and_marks(tmp_path: Path) -> None:
     # No emitted job targets an arch its CUDA cannot compile.
     for j in plan.jobs:
         assert all(mf.compat.arch_problem(a, j.variant.cuda) is None for a in j.variant.archs)
+
+
+def test_plan_keeps_suffixed_targets_apart_in_ids(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: flash-attn, version: "2.8.3"}
+        matrix:
+          cuda: ["12.9"]
+          torch: ["2.9"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: ["12.0f;9.0a;10.0a;10.0f;10.0"]
+        """,
+    )
+    (job,) = plan_matrix(load_matrix_file(path), prune=False).jobs
+    assert job.variant.archs == ("9.0a", "10.0", "10.0a", "10.0f", "12.0f")
+    assert job.id == "cu129-torch2.9-abi1-sm90a.100.100a.100f.120f-py311"
+    assert job.variant.local_version == "cu12.9.torch2.9.abi1.sm90a.100.100a.100f.120f"
 
 
 def test_no_prune_is_the_raw_expansion(tmp_path: Path) -> None:
