@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -255,3 +256,31 @@ def test_which_without_torch(served: Served, tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "torch not installed" in proc.stdout and "torch is not installed" in proc.stderr
+
+
+def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_path: Path) -> None:
+    # Two-digit minors everywhere: CUDA 12.10 (not 121.0, not the 12.9 index), torch 2.10, sm_100/sm_103.
+    label = "cu12.10.torch2.10.abi1.sm80.100.103"
+    wheels = [make_wheel(tmp_path / "wh", label=label), make_wheel(tmp_path / "wh", label=LABEL_OLD)]
+    publish_wheels(wheels, to=str(tmp_path / "idx"))
+    vid = "cu12.10-torch2.10-abi1-sm80.100.103"
+    assert (tmp_path / "idx" / "simple" / vid / "tinyvar" / "index.html").is_file()
+    stub = STUB_TORCH.replace('"2.14.1+cu130"', '"2.10.0+cu1210"').replace('"13.0"', '"12.10"')
+    python = python_with_stub_torch(tmp_path, stub.replace("(9, 0) if i == 0 else (8, 6)", "(10, 3)"))
+    proc = subprocess.run(
+        [FACTORY, "which", "--index", str(tmp_path / "idx"), "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "python 3.11, torch 2.10.0, CUDA 12.10, cxx11 ABI 1, GPUs 10.3 (from torch)"
+    assert f"variant: {vid}" in lines and not any(line.startswith("note:") for line in lines)
+    (pip_line,) = [line for line in lines if line.startswith("pip install ")]
+    index_url = shlex.split(pip_line)[3]
+    assert index_url == (tmp_path / "idx" / "simple" / vid).resolve().as_uri() + "/"
+    venv = fresh_venv(tmp_path / "venv", tool="pip")
+    proc = pip_install(venv, index_url, "tinyvar")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed_label(venv) == label
