@@ -129,10 +129,6 @@ def format_arch_list(archs: tuple[str, ...], style: str) -> str:
     raise ValueError(f"unknown arch format {style!r} (use 'flash-attn' or 'torch')")
 
 
-def _archs_from_digits(digits: str) -> tuple[str, ...]:
-    return tuple(Arch.parse(d).dotted for d in digits.split("."))
-
-
 @dataclass(frozen=True, kw_only=True, order=True)
 class VariantKey:
     """What a variant id and a local label say: CUDA, torch, ABI and the arch set (dotted, sorted).
@@ -175,22 +171,26 @@ class VariantKey:
         return f"cu{self.cuda}.torch{self.torch}.abi{int(self.cxx11_abi)}.sm{self._sm}"
 
     @classmethod
+    def _from_match(cls, cuda: str, match: re.Match[str]) -> VariantKey | None:
+        try:
+            return cls(
+                cuda=cuda,
+                torch=match["torch"],
+                cxx11_abi=match["abi"] == "1",
+                archs=tuple(Arch.parse(d).dotted for d in match["archs"].split(".")),
+            )
+        except ValueError:
+            return None
+
+    @classmethod
     def parse_id(cls, variant_id: str) -> VariantKey:
         """The inverse of `id`; ValueError for a name that is not exactly a variant id this module makes."""
         match = _ID.match(variant_id)
-        try:
-            if match is None:
-                raise ValueError
+        key = None
+        if match is not None:
             major = match["major"] or match["dmajor"]
             minor = match["minor"] or match["dminor"]
-            key = cls(
-                cuda=f"{major}.{minor}",
-                torch=match["torch"],
-                cxx11_abi=match["abi"] == "1",
-                archs=_archs_from_digits(match["archs"]),
-            )
-        except ValueError:
-            key = None
+            key = cls._from_match(f"{major}.{minor}", match)
         if key is None or key.id != variant_id:  # one spelling per variant: "sm90.80" is not an id
             raise ValueError(
                 f"{variant_id!r} is not a variant id (expected like cu128-torch2.10-abi1-sm80.90 "
@@ -204,17 +204,7 @@ class VariantKey:
         factory did not make. Takes packaging's normalised form as well as the label as written."""
         local = label.split("+", 1)[1] if "+" in label else label
         match = _LABEL.match(local)
-        try:
-            if match is None:
-                raise ValueError
-            key = cls(
-                cuda=match["cuda"],
-                torch=match["torch"],
-                cxx11_abi=match["abi"] == "1",
-                archs=_archs_from_digits(match["archs"]),
-            )
-        except ValueError:
-            key = None
+        key = None if match is None else cls._from_match(match["cuda"], match)
         if key is None or key.local_version != local:
             raise ValueError(
                 f"{label!r} is not a factory local version label "

@@ -152,9 +152,8 @@ def choose_variant(env: Environment, variant_ids: Iterable[str]) -> Choice:
 
 def install_commands(index_url: str, project: str) -> tuple[str, str]:
     """The exact pip and uv commands for one variant index (other dependencies from PyPI), shell-quoted."""
-    args = (
-        f"install --index-url {shlex.quote(index_url)} --extra-index-url {EXTRA_INDEX} {shlex.quote(project)}"
-    )
+    url, name = shlex.quote(index_url), shlex.quote(project)
+    args = f"install --index-url {url} --extra-index-url {EXTRA_INDEX} {name}"
     return f"pip {args}", f"uv pip {args}"
 
 
