@@ -27,7 +27,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,14 +137,9 @@ def parse_pip_config(text: str) -> PipSettings:
     )
 
 
-def read_pip_settings(env: Mapping[str, str] | None = None) -> PipSettings:
+def read_pip_settings() -> PipSettings:
     """The host's pip configuration, as pip itself reads it (every pip.conf, PIP_CONFIG_FILE, PIP_*)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ if env is None else env),
-    )
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     if proc.returncode != 0:
         detail = proc.stderr.strip().splitlines()
         raise BuildError(f"cannot read the pip configuration: {detail[-1] if detail else 'pip failed'}")
@@ -199,7 +194,7 @@ def parse_project_page(
     return out
 
 
-class _Http:
+class IndexClient:
     """urllib configured as pip is: CA bundle, client certificate, proxy, trusted hosts, credentials."""
 
     def __init__(self, pip: PipSettings) -> None:
@@ -285,9 +280,9 @@ def _versions_shown(versions: Iterable[Version]) -> str:
     return ", ".join(ordered)
 
 
-def find_sdist(name: str, version: str, pip: PipSettings, http: _Http | None = None) -> IndexFile:
+def find_sdist(name: str, version: str, pip: PipSettings, http: IndexClient | None = None) -> IndexFile:
     """The sdist of exactly `name` `version` on the configured indexes and find-links, in pip's order."""
-    http = http or _Http(pip)
+    http = http or IndexClient(pip)
     try:
         wanted = Version(version)
     except InvalidVersion:
@@ -341,24 +336,25 @@ def find_sdist(name: str, version: str, pip: PipSettings, http: _Http | None = N
     raise BuildError(message)
 
 
-def _file_digest(path: Path, algo: str) -> str:
-    h = hashlib.new(algo)
+def _file_digests(path: Path, algo: str) -> tuple[str, str]:
+    """The file's `algo` and sha256 hex digests, in one read."""
+    hashers = {name: hashlib.new(name) for name in (algo, "sha256")}
     with path.open("rb") as fh:
         while block := fh.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
+            for h in hashers.values():
+                h.update(block)
+    return hashers[algo].hexdigest(), hashers["sha256"].hexdigest()
 
 
-def fetch_sdist(found: IndexFile, dest: Path, http: _Http) -> tuple[Path, str]:
+def fetch_sdist(found: IndexFile, dest: Path, http: IndexClient) -> tuple[Path, str]:
     """`found` in `dest` (a cached copy whose hash still matches is reused), and its sha256."""
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / found.filename
-    if (
-        found.digest is not None
-        and target.is_file()
-        and _file_digest(target, found.digest[0]) == found.digest[1]
-    ):
-        return target, _file_digest(target, "sha256")
+    algo, expected = found.digest or ("sha256", None)
+    if expected is not None and target.is_file():
+        got, sha256 = _file_digests(target, algo)
+        if got == expected:
+            return target, sha256
     shown = f"{found.filename} from {found.where}"
     fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=".partial-")
     tmp = Path(tmp_name)
@@ -373,14 +369,12 @@ def fetch_sdist(found: IndexFile, dest: Path, http: _Http) -> tuple[Path, str]:
     except (OSError, ValueError) as exc:  # URLError is an OSError
         tmp.unlink(missing_ok=True)
         raise BuildError(f"cannot download {shown}: {_reason(exc)}") from None
-    if found.digest is not None:
-        algo, expected = found.digest
-        got = _file_digest(tmp, algo)
-        if got != expected:
-            tmp.unlink()
-            raise BuildError(f"{shown}: {algo} of the download is {got}, the index says {expected}")
+    got, sha256 = _file_digests(tmp, algo)
+    if expected is not None and got != expected:
+        tmp.unlink()
+        raise BuildError(f"{shown}: {algo} of the download is {got}, the index says {expected}")
     os.replace(tmp, target)
-    return target, _file_digest(target, "sha256")
+    return target, sha256
 
 
 # ---------------------------------------------------------------------------------------------- trees
@@ -454,7 +448,7 @@ def prepare_source(
         key = _digest(kind, name, version, url, ref, patch_hashes)
     else:
         settings = pip or read_pip_settings()
-        http = _Http(settings)
+        http = IndexClient(settings)
         found = find_sdist(name, version, settings, http)
         archive, sha256 = fetch_sdist(found, cache / "sdists", http)
         sdist = (found.filename, sha256)

@@ -383,3 +383,8 @@ def test_pip_config_parsing_merges_sections_as_pip_does() -> None:
     assert settings.indexes == ()
     with pytest.raises(BuildError, match="timeout 'soon' is not a number"):
         parse_pip_config("global.timeout='soon'\n")
+
+
+def test_a_missing_ca_bundle_is_one_line(index: FakeIndex, tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=r"^pip configuration: cert /nonexistent/ca\.pem: .*No such file"):
+        fetch(index, tmp_path / "c", cert="/nonexistent/ca.pem")
