@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -124,14 +125,24 @@ def release(work: Path, name: str = "go") -> None:
 
 @contextlib.contextmanager
 def reaped(*groups: Iterable[subprocess.Popen[Any]]) -> Iterator[None]:
-    """Kill whatever of these processes still runs when the test ends, passed or failed."""
+    """End whatever of these processes still runs when the test ends, passed or failed: SIGTERM, which a
+    wrapper passes on to its compile, to the whole process group of one started in a session of its own
+    (a shell and what it runs)."""
     try:
         yield
     finally:
         for p in (p for group in groups for p in group):
             if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    if os.getpgid(p.pid) == p.pid:
+                        os.killpg(p.pid, signal.SIGTERM)
+                    else:
+                        p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
                 p.kill()
-            p.wait()
+                p.wait()
 
 
 def test_pass_through_for_non_compiles(tmp_path: Path) -> None:
@@ -593,12 +604,13 @@ def test_the_first_dispatch_waits_for_every_sibling_job_to_ask_not_for_a_poll(
     env = one_at_a_time(tmp_path, FACTORY_POLL_S="20", FAKE_S="0.2",
                         FACTORY_SECONDS_BY_FILE=json.dumps([["long*", 300], ["short*", 100]]))  # fmt: skip
     launched = time.monotonic()
-    other = subprocess.Popen(["sh", "-c", "sleep 30; true"])
+    other = subprocess.Popen(["sh", "-c", "sleep 30; true"], start_new_session=True)
     jobs = [
         subprocess.Popen(
             # the shell stays between the test and the wrapper, as ninja's does, and exits with its status
             ["sh", "-c", f"{launcher} {' '.join(compile_cmd(tmp_path, name))}; exit $?"],
             env=job_env,
+            start_new_session=True,
         )
         for name, job_env in (
             ("short1", env),
@@ -650,7 +662,11 @@ def test_compiles_of_unknown_length_start_in_ninja_s_order_not_as_their_wrappers
     for name in ("a", "b", "c"):
         job_env = {**env, "PYTHONPATH": str(slow)} if name == "a" else env
         jobs.append(
-            subprocess.Popen(["sh", "-c", f"{' '.join(compile_cmd(tmp_path, name))}; exit $?"], env=job_env)
+            subprocess.Popen(
+                ["sh", "-c", f"{' '.join(compile_cmd(tmp_path, name))}; exit $?"],
+                env=job_env,
+                start_new_session=True,
+            )
         )
     with reaped(jobs):
         assert [p.wait(timeout=120) for p in jobs] == [0, 0, 0]
