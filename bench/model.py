@@ -30,7 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from factory.memory import admission
+from factory.container import admission
 from factory.memory.simulate import Task
 from factory.recipes import interpolate
 
