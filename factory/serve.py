@@ -98,9 +98,10 @@ BACKLOG = 1024
 # A request path longer than S3's longest key, or a segment longer than a file name may be, names nothing.
 MAX_PATH_BYTES = 1024
 MAX_SEGMENT_BYTES = 255
-MAX_LOG_LINE = 1024
+MAX_LOG_LINE = 2048
+MAX_LOGGED_REQUEST = 512  # of a request line, so that its status still fits on the line
 _CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0), ord("\\"))})
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s\"'<>]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +204,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         code = code.value if isinstance(code, HTTPStatus) else code
         note = f" ({self._note})" if self._note else ""
-        self.log_message('"%s" %s %s%s', self.requestline, code, size, note)
+        request = self.requestline
+        if len(request) > MAX_LOGGED_REQUEST:
+            request = request[: MAX_LOGGED_REQUEST - 3] + "..."
+        self.log_message('"%s" %s %s%s', request, code, size, note)
 
     def _authorized(self) -> bool:
         expected = self.server.auth_token
