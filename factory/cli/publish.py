@@ -54,12 +54,14 @@ def serve(
     ] = 30.0,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
+    import math
+
     from factory.serve import ServeOptions, make_server, parse_basic_auth
     from factory.stores import LocalStore, S3Store, Store, parse_s3_url
 
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0-65535, not {port}")
-    if not timeout > 0:
+    if not 0 < timeout < math.inf:
         raise ConfigError(f"--timeout must be more than 0 seconds, not {timeout}")
     options = ServeOptions(
         host=host,
