@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import statistics
@@ -175,10 +176,10 @@ async def _client(port: int, queue: list[Target], keep_alive: bool, timeout_s: f
 def percentile(values: list[float], q: float) -> float:
     """The nearest-rank percentile (q in 0-100) of a non-empty list."""
     ranked = sorted(values)
-    return ranked[max(0, min(len(ranked) - 1, round(q / 100 * len(ranked) + 0.5) - 1))]
+    return ranked[max(0, min(len(ranked), math.ceil(q / 100 * len(ranked))) - 1)]
 
 
-async def _load(port: int, requests: list[Target], clients: int, keep_alive: bool, timeout_s: float) -> Run:
+async def load(port: int, requests: list[Target], clients: int, keep_alive: bool, timeout_s: float) -> Run:
     queue = list(reversed(requests))
     tally = Tally()
     start = time.perf_counter()
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             proc, port = start_server(root, Path(tmp) / f"access-{i}.log")
             try:
-                runs.append(asyncio.run(_load(port, requests, args.clients, args.keep_alive, args.timeout)))
+                runs.append(asyncio.run(load(port, requests, args.clients, args.keep_alive, args.timeout)))
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
@@ -241,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "load_average_1min_after": round(os.getloadavg()[0], 2),  # others share this machine
+        },
         "workload": {
             "clients": args.clients,
             "requests": args.requests,
