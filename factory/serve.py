@@ -2,7 +2,12 @@
 
 Static hosting cannot negotiate; this server can, so a project URL answers PEP 691 JSON to clients that ask
 for it (uv, recent pip) and PEP 503 HTML to the rest, with directory URLs, content types, Cache-Control and
-optional HTTP basic auth. The access log goes to stderr and never contains credentials.
+optional HTTP basic auth. The access log goes to stderr, one escaped line per request, never with credentials.
+
+Under load and odd clients: a deep listen queue, so a crowd connecting at once is queued rather than dropped;
+one thread per connection, each bounded by a deadline for its request head and a timeout when idle; paths that
+cannot name anything answered 414 or 400 before the store is asked; a store that fails (an S3 endpoint down)
+answered 502 with the reason on the request's log line.
 """
 
 from __future__ import annotations
