@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,7 @@ class Running:
     log: queue.Queue[str]
 
     def connect(self) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=WAIT_S)
-        return sock
+        return socket.create_connection(("127.0.0.1", self.port), timeout=WAIT_S)
 
     def get(self, path: str) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT_S)
@@ -53,12 +53,12 @@ class Running:
 
 @pytest.fixture
 def index_root(tmp_path: Path) -> Path:
-    (tmp_path / "simple" / "v1" / "proj").mkdir(parents=True)
+    (tmp_path / "simple").mkdir()
     (tmp_path / "simple" / "index.html").write_text("<a href='v1/'>v1</a>\n")
-    (tmp_path / "simple" / "v1" / "proj" / "index.html").write_text("<a>proj-1.0.whl</a>\n")
     return tmp_path
 
 
+@contextmanager
 def start(store: Store, timeout_s: float = 30.0) -> Iterator[Running]:
     log: queue.Queue[str] = queue.Queue()
     server = make_server(store, ServeOptions(port=0, timeout_s=timeout_s), log=log.put)
@@ -74,7 +74,8 @@ def start(store: Store, timeout_s: float = 30.0) -> Iterator[Running]:
 
 @pytest.fixture
 def served(index_root: Path) -> Iterator[Running]:
-    yield from start(LocalStore(index_root), timeout_s=0.5)
+    with start(LocalStore(index_root), timeout_s=0.5) as running:
+        yield running
 
 
 def closed_by_server(sock: socket.socket, drip: bytes = b"") -> bool:
@@ -165,7 +166,7 @@ def test_an_s3_endpoint_that_is_down_is_502_in_one_line(
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     store = S3Store("wheels", "idx", endpoint_url=f"http://alice:PASSWORD@127.0.0.1:{closed_port}")
-    for running in start(store):
+    with start(store) as running:
         status, body = running.get("/simple/")
         assert status == 502 and body == b"index store unavailable\n"
         line = running.wait_for_line('"GET /simple/ HTTP/1.1" 502')
