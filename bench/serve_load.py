@@ -5,7 +5,8 @@ bytes) with the publish code, starts `factory serve` on 127.0.0.1 over it, and s
 CLIENTS concurrent clients: project pages (HTML and PEP 691 JSON), variant and root pages, .metadata files
 and wheels, in a fixed shuffled order. Each client opens a new connection per request by default (the case
 that fills the listen queue); --keep-alive keeps one connection per client. Every request has a deadline
-and the run a bound in time, so it stops by itself. Writes bench/results/serve.json.
+and each run a bound in time (what is unsent then counts as errors), so it stops by itself. Writes
+bench/results/serve.json.
 
     python -m bench.serve_load --repeat 3
 """
@@ -56,9 +57,9 @@ class Run:
     error_samples: tuple[str, ...]
     wall_s: float
     requests_per_s: float
-    p50_s: float
-    p99_s: float
-    max_s: float
+    p50_s: float | None  # of the requests answered right; None when none was
+    p99_s: float | None
+    max_s: float | None
 
 
 @dataclass
@@ -156,13 +157,16 @@ async def _request(port: int, conn: Connection | None, target: Target, keep_aliv
     return reader, writer
 
 
-async def _client(port: int, queue: list[Target], keep_alive: bool, timeout_s: float, out: Tally) -> None:
+async def _client(
+    port: int, queue: list[Target], keep_alive: bool, timeout_s: float, deadline: float, out: Tally
+) -> None:
     conn: Connection | None = None
-    while queue:
+    while queue and time.perf_counter() < deadline:
         target = queue.pop()
         start = time.perf_counter()
         try:
-            conn = await asyncio.wait_for(_request(port, conn, target, keep_alive), timeout_s)
+            limit = min(timeout_s, deadline - start)
+            conn = await asyncio.wait_for(_request(port, conn, target, keep_alive), limit)
             out.latencies.append(time.perf_counter() - start)
         except (OSError, EOFError, ValueError, TimeoutError, asyncio.IncompleteReadError) as exc:
             out.errors.append(f"{target.path}: {exc.__class__.__name__} {exc}"[:200])
@@ -179,12 +183,21 @@ def percentile(values: list[float], q: float) -> float:
     return ranked[max(0, min(len(ranked), math.ceil(q / 100 * len(ranked))) - 1)]
 
 
-async def load(port: int, requests: list[Target], clients: int, keep_alive: bool, timeout_s: float) -> Run:
+async def load(
+    port: int, requests: list[Target], clients: int, keep_alive: bool, timeout_s: float, run_limit_s: float
+) -> Run:
+    """Send `requests` from `clients` concurrent clients; what is unsent after `run_limit_s` is an error."""
     queue = list(reversed(requests))
     tally = Tally()
     start = time.perf_counter()
-    await asyncio.gather(*(_client(port, queue, keep_alive, timeout_s, tally) for _ in range(clients)))
-    latencies, errors = tally.latencies, tally.errors
+    deadline = start + run_limit_s
+    await asyncio.gather(
+        *(_client(port, queue, keep_alive, timeout_s, deadline, tally) for _ in range(clients))
+    )
+    latencies, errors = (
+        tally.latencies,
+        tally.errors + [f"{t.path}: not sent within the run limit" for t in queue],
+    )
     wall = time.perf_counter() - start
     return Run(
         requests=len(requests),
@@ -194,9 +207,9 @@ async def load(port: int, requests: list[Target], clients: int, keep_alive: bool
         error_samples=tuple(errors[:5]),
         wall_s=round(wall, 3),
         requests_per_s=round(len(requests) / wall, 1),
-        p50_s=round(percentile(latencies, 50), 4) if latencies else float("nan"),
-        p99_s=round(percentile(latencies, 99), 4) if latencies else float("nan"),
-        max_s=round(max(latencies), 4) if latencies else float("nan"),
+        p50_s=round(percentile(latencies, 50), 4) if latencies else None,
+        p99_s=round(percentile(latencies, 99), 4) if latencies else None,
+        max_s=round(max(latencies), 4) if latencies else None,
     )
 
 
@@ -222,8 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs, each against a fresh server")
     parser.add_argument("--keep-alive", action="store_true", help="one connection per client, reused")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds one request may take")
+    parser.add_argument("--run-limit", type=float, default=300.0, help="seconds one run may take")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if min(args.clients, args.requests, args.repeat) < 1 or min(args.timeout, args.run_limit) <= 0:
+        parser.error("--clients, --requests, --repeat, --timeout and --run-limit must be positive")
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         root = make_index(Path(tmp))
@@ -231,14 +247,17 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             proc, port = start_server(root, Path(tmp) / f"access-{i}.log")
             try:
-                runs.append(asyncio.run(load(port, requests, args.clients, args.keep_alive, args.timeout)))
+                run = load(port, requests, args.clients, args.keep_alive, args.timeout, args.run_limit)
+                runs.append(asyncio.run(run))
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
             print(json.dumps(asdict(runs[-1])), flush=True)
 
-    def spread(field: str) -> dict[str, float]:
+    def spread(field: str) -> dict[str, float] | None:
         values = [getattr(r, field) for r in runs]
+        if None in values:
+            return None
         return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
     result = {
@@ -252,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             "requests": args.requests,
             "keep_alive": args.keep_alive,
             "timeout_s": args.timeout,
+            "run_limit_s": args.run_limit,
             "distinct_urls": len({(t.path, t.accept) for t in requests}),
             "wheel_bytes": WHEEL_BYTES,
         },
