@@ -14,7 +14,7 @@ from types import MappingProxyType
 from packaging.utils import canonicalize_name
 
 from factory.errors import ConfigError
-from factory.wheelhouse import factory_home
+from factory.home import factory_home
 
 FORMAT = 1
 MARKER = "::factory-compile::"  # the nvcc wrapper's measurement lines in a build log
