@@ -12,9 +12,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -299,6 +301,44 @@ class S3Store:
         if resp is None:  # If-Match on a key that vanished
             raise PreconditionFailed(key)
         return str(resp["ETag"])
+
+
+# How often a conditional write is retried against other writers before giving up.
+CONFLICT_ATTEMPTS = 200
+
+
+def backoff(attempt: int) -> None:
+    """A random pause, growing with the attempt, so writers that collided do not collide again."""
+    time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+
+
+def compare_and_swap(
+    store: Store,
+    key: str,
+    update: Callable[[bytes | None], bytes | None],
+    *,
+    content_type: str,
+    cache_control: str,
+) -> bool:
+    """Compare-and-swap `key` through `update(current) -> new | None` (None: nothing to change)."""
+    for attempt in range(CONFLICT_ATTEMPTS):
+        current = store.get(key)
+        new = update(current.data if current else None)
+        if new is None:
+            return False
+        try:
+            store.put(
+                key,
+                new,
+                content_type=content_type,
+                cache_control=cache_control,
+                if_match=current.etag if current else None,
+                if_none_match=current is None,
+            )
+            return True
+        except PreconditionFailed:
+            backoff(attempt)
+    raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
