@@ -1,4 +1,4 @@
-"""matrix.yaml: frozen option dataclasses and the loader that validates every value with its line number.
+"""matrix.yaml: the loader that validates every value with its line number into frozen options.
 
 All validation happens here, once; later stages (expansion, pruning, builds) can trust what they get.
 """
@@ -11,8 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -20,12 +19,13 @@ from packaging.version import InvalidVersion, Version
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
+from factory.options import BuildOptions, PackageSpec, PublishOptions, Recipe, Source, frozen_mapping
+from factory.recipes import BUILTIN_RECIPES, default_recipe_for
 from factory.urls import HTTP_SCHEMES, INDEX_SCHEMES, checked_url
 from factory.variants import arch_key, parse_arch_set
 from factory.yamlload import YamlDoc, load_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch")
-PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
 
 _CUDA = re.compile(r"^\d{1,2}\.\d{1,2}$")
 # what git check-ref-format allows in practice for a tag, a branch or a commit: no leading "-" or "/"
@@ -36,91 +36,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 
-def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
-
-
 # ----------------------------------------------------------------------------------------------------
 # The shared types
-
-
-@dataclass(frozen=True, kw_only=True)
-class Source:
-    kind: Literal["pypi", "git", "path"] = "pypi"
-    url: str | None = None
-    ref: str | None = None
-    path: Path | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class PackageSpec:
-    name: str
-    version: str
-    source: Source = field(default_factory=Source)
-
-    @property
-    def canonical_name(self) -> str:
-        return canonicalize_name(self.name)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Recipe:
-    name: str
-    arch_env: str = "TORCH_CUDA_ARCH_LIST"
-    arch_format: Literal["flash-attn", "torch"] = "torch"
-    local_version_env: str | None = None
-    env: Mapping[str, str] = field(default_factory=_frozen)
-    patches: tuple[Path, ...] = ()
-    import_name: str = ""
-    min_arch: str | None = None
-    compile_gib_per_arch: float = 4.0
-    # Per-file estimates, (glob on the source file's base name, GiB per arch per nvcc thread) in order: the
-    # first match wins, files matching none take compile_gib_per_arch. Kernel files of one package differ by
-    # nearly 2x (flash-attn: forward 3.7, backward 6.6 GiB), so one worst-case figure starves a first build.
-    compile_gib_by_file: tuple[tuple[str, float], ...] = ()
-    # After its peak, a compile holds at most this fraction of it (flash-attn: cicc's RSS climbs to the peak
-    # in the first 10-25% of the compile, then falls to a third of it), so an unprofiled compile seen past its
-    # peak no longer needs its whole estimate reserved; None: it keeps it to the end.
-    compile_after_peak: float | None = None
-    # How long each file takes to compile, (glob on the base name, seconds of one arch on any one machine) in
-    # order: a first build, which has no profile, starts the longest first (flash-attn's split-KV files take
-    # twice its shortest forward files; last in setup.py's order, they would end the build alone). Only their
-    # ratios count: the wrapper scales them to the build's own measured compiles.
-    compile_seconds_by_file: tuple[tuple[str, float], ...] = ()
-    # Packages the build needs beyond torch (installed into the build env from the wheelhouse).
-    extra_build_requires: tuple[str, ...] = ("setuptools", "wheel", "ninja", "packaging")
-    # The C++ standard the package compiles as, when it hard-codes one (flash-attn 2.x: "17"); None: torch's.
-    cxx_std: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildOptions:
-    memory: int | None = None
-    memory_budget: int | None = None
-    cpus: float | None = None
-    concurrency: int = 1
-    flavor: Literal["devel", "pypi"] = "devel"
-    # None: for the pypi flavor, the factory base whose Debian suite ships each job's Python
-    base_image: str | None = None
-    images: Mapping[str, str] = field(default_factory=_frozen)
-    pids_limit: int = 4096
-    max_attempts: int = 3
-    offline: bool = True
-    # CUDA version -> index URL for torch, or "default" for the host's pip configuration.
-    torch_index: Mapping[str, str] = field(default_factory=_frozen)
-
-    def torch_index_url(self, cuda: str) -> str | None:
-        """Where torch for `cuda` comes from: a URL, or None meaning the host's own pip configuration."""
-        value = self.torch_index.get(cuda)
-        if value is None:
-            return PYTORCH_INDEX.format(tag=cuda.replace(".", ""))
-        return None if value == "default" else value
-
-
-@dataclass(frozen=True, kw_only=True)
-class PublishOptions:
-    to: str = "./index"
-    endpoint_url: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +50,7 @@ class MatrixEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class MatrixSpec:
-    axes: Mapping[str, tuple[object, ...]] = field(default_factory=_frozen)
+    axes: Mapping[str, tuple[object, ...]] = field(default_factory=frozen_mapping)
     include: tuple[MatrixEntry, ...] = ()
     exclude: tuple[MatrixEntry, ...] = ()
     line: int | None = None
@@ -294,7 +211,7 @@ class _Loader:
     def env(self, node: Any, key: object, what: str) -> Mapping[str, str]:
         value = node[key]
         if value is None:
-            return _frozen()
+            return frozen_mapping()
         if not isinstance(value, Mapping):
             raise self.fail(f"{what} must be a mapping of NAME: value, not {_kind(value)}", node, key)
         out: dict[str, str] = {}
@@ -314,7 +231,7 @@ class _Loader:
             elif not isinstance(item, str):
                 raise self.fail(f"{what}.{name} must be a string, not {_kind(item)}", value, name)
             out[name] = str(item)
-        return _frozen(out)
+        return frozen_mapping(out)
 
     def env_name(self, node: Any, key: object, what: str) -> str:
         value = self.string(node, key, what)
@@ -454,8 +371,6 @@ class _Loader:
         raise self.fail("package.source needs git: or path:", node, "source")
 
     def recipe(self, root: Mapping[str, Any], package: PackageSpec, compat: CompatData) -> Recipe:
-        from factory.recipes import BUILTIN_RECIPES, default_recipe_for
-
         if "recipe" not in root:
             return default_recipe_for(package)
         value = root["recipe"]
@@ -520,7 +435,7 @@ class _Loader:
                     value, "local_version_env", "recipe.local_version_env"
                 )
         if "env" in value:
-            changes["env"] = _frozen({**base.env, **self.env(value, "env", "recipe.env")})
+            changes["env"] = frozen_mapping({**base.env, **self.env(value, "env", "recipe.env")})
         if "patches" in value:
             patches = value["patches"]
             if not isinstance(patches, list):
@@ -629,7 +544,10 @@ class _Loader:
         if not axes and not include:
             raise self.fail("matrix has no axes and no include entries", root, "matrix", at_key=True)
         return MatrixSpec(
-            axes=_frozen(axes), include=include, exclude=exclude, line=self.doc.key_line(root, "matrix")
+            axes=frozen_mapping(axes),
+            include=include,
+            exclude=exclude,
+            line=self.doc.key_line(root, "matrix"),
         )
 
     def _lossy(self, node: Any, key: object) -> bool:
@@ -694,7 +612,7 @@ class _Loader:
                     )
                 else:
                     values[k] = _plain(item[k])
-            out.append(MatrixEntry(values=_frozen(values), line=line))
+            out.append(MatrixEntry(values=frozen_mapping(values), line=line))
         return tuple(out)
 
     def build(self, root: Mapping[str, Any]) -> BuildOptions:
@@ -771,7 +689,7 @@ class _Loader:
             if not _CUDA.match(cuda):
                 raise self.fail(f"{what}: {cuda!r} is not a CUDA version like 12.8", value, cuda, at_key=True)
             out[cuda] = self.string(value, cuda, f"{what}.{cuda}")
-        return _frozen(out)
+        return frozen_mapping(out)
 
     def publish(self, root: Mapping[str, Any]) -> PublishOptions:
         if "publish" not in root or root["publish"] is None:

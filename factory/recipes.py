@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
-from factory.config import PackageSpec, Recipe
 from factory.measured import (
     flash_attn_file_estimates,
     flash_attn_file_seconds,
     measured_after_peak,
     measured_compile_gib,
 )
+from factory.options import PackageSpec, Recipe
 from factory.variants import format_arch_list
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from factory.config import Recipe
 from factory.memory import admission, profiles, runner
+from factory.options import Recipe
 from factory.recipes import FLASH_ATTN
 
 sys.path.insert(0, str(runner.wrapper_host_dir()))  # the wrapper imports its neighbours as top-level modules
