@@ -21,7 +21,8 @@ from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
 from factory.options import BuildOptions, PackageSpec, PublishOptions, Recipe, Source, frozen_mapping
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
-from factory.urls import HTTP_SCHEMES, INDEX_SCHEMES, checked_url
+from factory.stores import check_destination, check_endpoint_url
+from factory.urls import INDEX_SCHEMES, checked_url
 from factory.variants import arch_key, parse_arch_set
 from factory.yamlload import YamlDoc, load_yaml
 
@@ -699,8 +700,16 @@ class _Loader:
         c: dict[str, Any] = {}
         if "to" in node:
             c["to"] = self.string(node, "to", "publish.to")
+            try:
+                check_destination(c["to"], what="publish.to")
+            except ConfigError as exc:
+                raise self.fail(str(exc), node, "to") from None
         if "endpoint_url" in node:
-            c["endpoint_url"] = self.url(node, "endpoint_url", "publish.endpoint_url", schemes=HTTP_SCHEMES)
+            c["endpoint_url"] = self.string(node, "endpoint_url", "publish.endpoint_url")
+            try:
+                check_endpoint_url(c["endpoint_url"], what="publish.endpoint_url")
+            except ConfigError as exc:
+                raise self.fail(str(exc), node, "endpoint_url") from None
         opts = PublishOptions(**c)
         if opts.endpoint_url and not opts.to.startswith("s3://"):
             raise self.fail("publish.endpoint_url only applies to an s3:// destination", node, "endpoint_url")
