@@ -281,6 +281,13 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
                 "base",
             )
         base = replace(BUILTIN_RECIPES[base_name], name=name)
+    return _with_import_name(replace(base, **_recipe_fields(check, value, base, compat)), package)
+
+
+def _recipe_fields(
+    check: Checker, value: Mapping[str, Any], base: Recipe, compat: CompatData
+) -> dict[str, Any]:
+    """The fields a recipe mapping sets over its base; `env` adds to the base's."""
     changes: dict[str, Any] = {}
     if "arch_env" in value:
         changes["arch_env"] = check.env_name(value, "arch_env", "recipe.arch_env")
@@ -348,7 +355,7 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
         if std is not None and std not in ("14", "17", "20", "23"):
             raise check.fail(f"recipe.cxx_std {std!r} must be one of 14, 17, 20, 23", value, "cxx_std")
         changes["cxx_std"] = std
-    return _with_import_name(replace(base, **changes), package)
+    return changes
 
 
 def _by_file(check: Checker, node: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
