@@ -28,7 +28,7 @@ from typing import Any
 import docker.errors
 import psutil
 
-from factory import images, wheelcheck, wheelhouse
+from factory import home, images, wheelcheck, wheelhouse
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, protocol
 from factory.errors import BuildError, ConfigError, FactoryError
@@ -232,7 +232,7 @@ class Runner:
             PID_LABEL: str(os.getpid()),
             HOST_LABEL: socket.gethostname(),
         }
-        self.home = wheelhouse.factory_home()
+        self.home = home.factory_home()
         self.run_dir = self.home / "runs" / settings.run_id
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()

@@ -17,8 +17,6 @@ from __future__ import annotations
 import email.parser
 import hashlib
 import json
-import random
-import time
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,13 +30,11 @@ from packaging.version import Version
 from factory import index
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord
-from factory.stores import PreconditionFailed, Store, open_store
+from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
 
 Progress = Callable[[str, str], None]
 """progress(event, key): event is "file", "metadata", "unchanged", "page" or "skip"."""
-
-_ATTEMPTS = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,13 +142,9 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
     return jobs
 
 
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
-
-
 def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *, content_type: str) -> bool:
     """Create `key` with these bytes; True if written, False if already there with the same bytes."""
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(CONFLICT_ATTEMPTS):
         try:
             store.put(
                 key,
@@ -166,7 +158,7 @@ def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *,
         except PreconditionFailed:
             existing = store.sha256_of(key)
             if existing is None:  # a concurrent conflicting write that did not complete
-                _backoff(attempt)
+                backoff(attempt)
                 continue
             if existing != sha256:
                 raise PublishError(
@@ -175,34 +167,6 @@ def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *,
                 ) from None
             return False
     raise PublishError(f"could not write {key} in {store.description}: too many conflicting writers")
-
-
-def compare_and_swap(
-    store: Store,
-    key: str,
-    update: Callable[[bytes | None], bytes | None],
-    *,
-    content_type: str,
-) -> bool:
-    """Compare-and-swap `key` through `update(current) -> new | None` (None: nothing to change)."""
-    for attempt in range(_ATTEMPTS):
-        current = store.get(key)
-        new = update(current.data if current else None)
-        if new is None:
-            return False
-        try:
-            store.put(
-                key,
-                new,
-                content_type=content_type,
-                cache_control=index.PAGE_CACHE_CONTROL,
-                if_match=current.etag if current else None,
-                if_none_match=current is None,
-            )
-            return True
-        except PreconditionFailed:
-            _backoff(attempt)
-    raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
 
 
 def _converge(
@@ -214,7 +178,7 @@ def _converge(
     written: list[str],
 ) -> None:
     """Make each derived page equal render(current state), robust against publishers doing the same."""
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(CONFLICT_ATTEMPTS):
         state = store.get(state_key)
         if state is None:
             return
@@ -241,7 +205,7 @@ def _converge(
             after = store.get(state_key)
             if after is not None and after.etag == state.etag:
                 return
-        _backoff(attempt)
+        backoff(attempt)
     raise PublishError(f"could not update the pages of {state_key}: too many concurrent publishers")
 
 
@@ -334,7 +298,9 @@ def publish_wheels(
             return index.project_json(project, merged, variant_id=variant_id).encode()
 
         state_key = f"{directory}index.json"
-        changed = compare_and_swap(store, state_key, merge, content_type=index.PYPI_JSON_TYPE)
+        changed = compare_and_swap(
+            store, state_key, merge, content_type=index.PYPI_JSON_TYPE, cache_control=index.PAGE_CACHE_CONTROL
+        )
         notify("page" if changed else "skip", state_key)
         if changed:
             written.append(state_key)
@@ -364,7 +330,13 @@ def publish_wheels(
             merged = index.merge_names(existing, projects)
             return None if merged is None else index.variant_root_json(merged).encode()
 
-        if compare_and_swap(store, state_key, merge_projects, content_type=index.PYPI_JSON_TYPE):
+        if compare_and_swap(
+            store,
+            state_key,
+            merge_projects,
+            content_type=index.PYPI_JSON_TYPE,
+            cache_control=index.PAGE_CACHE_CONTROL,
+        ):
             written.append(state_key)
         _converge(
             store,
@@ -384,7 +356,13 @@ def publish_wheels(
         merged = index.merge_names(existing, projects_by_variant)
         return None if merged is None else index.top_root_json(merged).encode()
 
-    if compare_and_swap(store, "simple/variants.json", merge_variants, content_type="application/json"):
+    if compare_and_swap(
+        store,
+        "simple/variants.json",
+        merge_variants,
+        content_type="application/json",
+        cache_control=index.PAGE_CACHE_CONTROL,
+    ):
         written.append("simple/variants.json")
     _converge(
         store,
@@ -410,7 +388,13 @@ def publish_wheels(
         merged = index.merge_cells(existing, cells)
         return None if merged is None else index.cells_to_json(merged).encode()
 
-    if compare_and_swap(store, "matrix.json", merge_matrix, content_type="application/json"):
+    if compare_and_swap(
+        store,
+        "matrix.json",
+        merge_matrix,
+        content_type="application/json",
+        cache_control=index.PAGE_CACHE_CONTROL,
+    ):
         written.append("matrix.json")
     _converge(
         store,

@@ -12,9 +12,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -191,7 +193,7 @@ class S3Store:
             from botocore.config import Config
 
             if endpoint_url is not None:
-                checked_url(endpoint_url, schemes=HTTP_SCHEMES, what="endpoint URL")
+                check_endpoint_url(endpoint_url)
             try:
                 # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
                 client = boto3.client(
@@ -301,6 +303,44 @@ class S3Store:
         return str(resp["ETag"])
 
 
+# How often a conditional write is retried against other writers before giving up.
+CONFLICT_ATTEMPTS = 200
+
+
+def backoff(attempt: int) -> None:
+    """A random pause, growing with the attempt, so writers that collided do not collide again."""
+    time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+
+
+def compare_and_swap(
+    store: Store,
+    key: str,
+    update: Callable[[bytes | None], bytes | None],
+    *,
+    content_type: str,
+    cache_control: str,
+) -> bool:
+    """Compare-and-swap `key` through `update(current) -> new | None` (None: nothing to change)."""
+    for attempt in range(CONFLICT_ATTEMPTS):
+        current = store.get(key)
+        new = update(current.data if current else None)
+        if new is None:
+            return False
+        try:
+            store.put(
+                key,
+                new,
+                content_type=content_type,
+                cache_control=cache_control,
+                if_match=current.etag if current else None,
+                if_none_match=current is None,
+            )
+            return True
+        except PreconditionFailed:
+            backoff(attempt)
+    raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
     """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix")."""
     parts = urlsplit(url)
@@ -309,13 +349,33 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return parts.netloc, parts.path.strip("/")
 
 
+def check_endpoint_url(url: str, *, what: str = "endpoint URL") -> None:
+    """An S3 endpoint botocore will take: an http(s) URL whose host it accepts; else a ConfigError naming
+    `what` and the URL without its credentials."""
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    checked_url(url, schemes=HTTP_SCHEMES, what=what)
+    if not (is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)):
+        raise ConfigError(f"{what} {without_credentials(url)}: Invalid endpoint (not a host name or address)")
+
+
+def check_destination(to: str, *, what: str = "--to") -> None:
+    """Where an index may go, by its spelling alone: s3://bucket/prefix or a directory, no other URL."""
+    if to.startswith("s3://"):
+        try:
+            parse_s3_url(to)
+        except ConfigError as exc:
+            raise ConfigError(f"{what} {exc}") from None
+    elif "://" in to:
+        raise ConfigError(f"{what} {to!r}: use a directory or s3://bucket/prefix")
+
+
 def open_store(to: str, *, endpoint_url: str | None = None) -> Store:
     """A store for "--to": s3://bucket/prefix, or a local directory (created on first write)."""
+    check_destination(to)
     if to.startswith("s3://"):
         bucket, prefix = parse_s3_url(to)
         return S3Store(bucket, prefix, endpoint_url=endpoint_url)
-    if "://" in to:
-        raise ConfigError(f"--to {to!r}: use a directory or s3://bucket/prefix")
     if endpoint_url:
         raise ConfigError("--endpoint-url only applies to an s3:// destination")
     path = Path(to).expanduser()

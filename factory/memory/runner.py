@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from factory.config import Recipe
 from factory.container import NVCC_LAUNCHER
 from factory.container.admission import DEFAULT_BASE_BYTES, GIB, format_by_file, raised_by_file
 from factory.memory import profiles
 from factory.memory.planner import Parallelism, container_limits, plan_parallelism
 from factory.memory.planner import next_attempt as _next_attempt
+from factory.options import Recipe
 
 __all__ = [
     "PROFILE_DIR",

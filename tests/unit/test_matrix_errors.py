@@ -218,6 +218,21 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: http://:9000 #<\n",
         "publish.endpoint_url http://:9000: not a URL of http:// or https://",
     ),
+    "publish-to-scheme": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: https://example.com/idx #<\n",
+        "publish.to 'https://example.com/idx': use a directory or s3://bucket/prefix",
+    ),
+    "publish-to-no-bucket": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3:///prefix #<\n",
+        "publish.to 's3:///prefix' is not an s3://bucket/prefix URL",
+    ),
+    "publish-endpoint-bad-host": (
+        HEAD
+        + "matrix:\n"
+        + GOOD_AXES
+        + "publish:\n  to: s3://b/p\n  endpoint_url: http://t0ken@mi_nio:9000 #<\n",
+        "publish.endpoint_url http://mi_nio:9000: Invalid endpoint",
+    ),
     "publish-endpoint": (
         HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: ./index\n  endpoint_url: http://x #<\n",
         "publish.endpoint_url only applies to an s3:// destination",

@@ -8,10 +8,10 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from factory.config import Recipe
 from factory.container import admission, predictor
 from factory.container.protocol import ProfileEntry
 from factory.memory import profiles, runner
+from factory.options import Recipe
 from factory.recipes import FLASH_ATTN
 
 GIB = 2**30
@@ -100,9 +100,9 @@ def test_flash_attn_seconds_by_file_from_the_measured_courses() -> None:
 
 
 def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
-    from factory.recipes import _csv_rows
+    from factory.measured import compile_rows
 
-    seen = [float(r["after_peak"]) for r in _csv_rows() if r["after_peak"]]
+    seen = [float(r["after_peak"]) for r in compile_rows() if r["after_peak"]]
     assert len(seen) == 10  # one per measured course
     # the worst course (backward hdim256 held 64% of its peak after falling to 3/4 of it), with its margin
     assert max(seen) == 0.638
