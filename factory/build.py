@@ -264,7 +264,7 @@ class Runner:
                 path=src.path,
                 patches=self.mf.recipe.patches,
             ),
-        )
+        ).tree
 
     def image(self, job: Job) -> str:
         b = self.mf.build
