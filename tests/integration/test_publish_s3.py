@@ -301,7 +301,7 @@ def test_credentials_never_printed(tmp_path: Path) -> None:
             "publish",
             str(tmp_path / "wh"),
             "--to",
-            "s3://b/p",
+            "s3://bkt/p",
             "--endpoint-url",
             "http://127.0.0.1:9",
         ],
@@ -311,8 +311,8 @@ def test_credentials_never_printed(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: reading s3://b/p") or proc.stderr.startswith(
-        "error: writing to s3://b/p"
+    assert proc.stderr.startswith("error: reading s3://bkt/p") or proc.stderr.startswith(
+        "error: writing to s3://bkt/p"
     )
     assert len(proc.stderr.strip().splitlines()) == 1
     assert secret not in proc.stdout + proc.stderr and "AKIDTESTNOTREAL" not in proc.stdout + proc.stderr
