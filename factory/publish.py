@@ -645,12 +645,12 @@ def _wheel_metadata(store: Store, key: str) -> bytes:
             shutil.copyfileobj(stream, tmp, 1 << 20)
         tmp.seek(0)
         metadata = read_metadata(tmp, key)
-    store.put(
+    _put_immutable(
+        store,
         key + ".metadata",
         metadata,
+        hashlib.sha256(metadata).hexdigest(),
         content_type="text/plain; charset=utf-8",
-        cache_control=index.FILE_CACHE_CONTROL,
-        sha256=hashlib.sha256(metadata).hexdigest(),
     )
     return metadata
 
