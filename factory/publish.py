@@ -324,6 +324,7 @@ def _converge(
 
 _VARIANTS = "simple/variants.json"
 _MATRIX = "matrix.json"
+_STATE_TYPES = {_VARIANTS: "application/json", _MATRIX: "application/json"}  # the rest are PEP 691 pages
 
 
 def _state(
@@ -700,9 +701,20 @@ def _readable(store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]]) 
         return ()
 
 
-def _replace_state(store: Store, key: str, body: bytes, *, content_type: str, written: list[str]) -> None:
-    if compare_and_swap(store, key, lambda cur: None if cur == body else body, content_type=content_type):
-        written.append(key)
+def _replace_page(
+    store: Store, directory: str, *, state: tuple[str, str], html: str, written: list[str]
+) -> None:
+    """Make a state object and the HTML page of `directory` these bodies, writing only what differs."""
+    state_key, state_body = state
+    writes = [(state_key, state_body.encode(), _STATE_TYPES.get(state_key, index.PYPI_JSON_TYPE))]
+    writes += [(key, html.encode(), index.HTML_TYPE) for key in _page_keys(store, directory)]
+    for key, body, content_type in writes:
+
+        def replace(current: bytes | None, body: bytes = body) -> bytes | None:
+            return None if current == body else body
+
+        if compare_and_swap(store, key, replace, content_type=content_type):
+            written.append(key)
 
 
 def repair_index(
@@ -762,62 +774,45 @@ def repair_index(
         pages.setdefault((parts[1], parts[2]), ())
     for (variant_id, project), recs in sorted(pages.items()):
         directory = index.project_dir(variant_id, project)
-        body = index.project_json(project, recs, variant_id=variant_id).encode()
-        _replace_state(
-            store, f"{directory}index.json", body, content_type=index.PYPI_JSON_TYPE, written=written
+        _replace_page(
+            store,
+            directory,
+            state=(f"{directory}index.json", index.project_json(project, recs, variant_id=variant_id)),
+            html=index.project_html(project, recs, variant_id=variant_id),
+            written=written,
         )
-        html_body = index.project_html(project, recs, variant_id=variant_id).encode()
-        for key in _page_keys(store, directory):
-            _replace_state(store, key, html_body, content_type=index.HTML_TYPE, written=written)
         notify("page", f"{directory}index.html")
     projects_by_variant: dict[str, set[str]] = {}
     for (variant_id, project), recs in pages.items():
         if recs:
             projects_by_variant.setdefault(variant_id, set()).add(project)
-    for variant_id in sorted({v for v, _ in pages} | set(wheel_keys)):
+    for variant_id in sorted({v for v, _ in pages}):
         directory = index.variant_dir(variant_id)
         projects = sorted(projects_by_variant.get(variant_id, set()))
-        root_json = index.variant_root_json(projects).encode()
-        _replace_state(
-            store, f"{directory}index.json", root_json, content_type=index.PYPI_JSON_TYPE, written=written
-        )
-        for key in _page_keys(store, directory):
-            _replace_state(
-                store,
-                key,
-                index.variant_root_html(projects).encode(),
-                content_type=index.HTML_TYPE,
-                written=written,
-            )
-        notify("page", f"{directory}index.html")
-    variant_ids = sorted(projects_by_variant)
-    _replace_state(
-        store,
-        _VARIANTS,
-        index.top_root_json(variant_ids).encode(),
-        content_type="application/json",
-        written=written,
-    )
-    for key in _page_keys(store, "simple/"):
-        _replace_state(
+        _replace_page(
             store,
-            key,
-            index.top_root_html(variant_ids).encode(),
-            content_type=index.HTML_TYPE,
+            directory,
+            state=(f"{directory}index.json", index.variant_root_json(projects)),
+            html=index.variant_root_html(projects),
             written=written,
         )
+        notify("page", f"{directory}index.html")
+    variant_ids = sorted(projects_by_variant)
+    _replace_page(
+        store,
+        "simple/",
+        state=(_VARIANTS, index.top_root_json(variant_ids)),
+        html=index.top_root_html(variant_ids),
+        written=written,
+    )
     notify("page", "simple/index.html")
     # The grid: every listed wheel is built; what older reports said about the rest (failed, not built) stays.
     published = [(v, rec) for (v, _p), recs in pages.items() for rec in recs]
     reported = [c for c in _readable(store, _MATRIX, index.cells_from_json) if c.status != "built"]
     cells = index.merge_cells(reported, index.matrix_cells([], published)) or tuple(reported)
-    _replace_state(
-        store, _MATRIX, index.cells_to_json(cells).encode(), content_type="application/json", written=written
+    _replace_page(
+        store, "", state=(_MATRIX, index.cells_to_json(cells)), html=index.human_page(cells), written=written
     )
-    for key in _page_keys(store, ""):
-        _replace_state(
-            store, key, index.human_page(cells).encode(), content_type=index.HTML_TYPE, written=written
-        )
     notify("page", "index.html")
     return RepairResult(
         destination=store.description,
