@@ -78,7 +78,7 @@ class Store(Protocol):
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
 
 
-def shown(text: str) -> str:
+def urls_without_credentials(text: str) -> str:
     """An outside message (botocore's) as one line, every URL in it through without_credentials."""
     return " ".join(_URL_IN_TEXT.sub(lambda m: without_credentials(m.group()), text).split())
 
@@ -249,10 +249,12 @@ class S3Store:
                 raise PreconditionFailed(kwargs.get("Key", "")) from None
             if code in {"NoSuchKey", "404", "NotFound"}:
                 return None
-            raise PublishError(f"{what} {self.description}: {code or shown(str(exc))}") from None
+            raise PublishError(
+                f"{what} {self.description}: {code or urls_without_credentials(str(exc))}"
+            ) from None
         except BotoCoreError as exc:
             # The message names the endpoint (shown without credentials) or which credentials are missing.
-            raise PublishError(f"{what} {self.description}: {shown(str(exc))}") from None
+            raise PublishError(f"{what} {self.description}: {urls_without_credentials(str(exc))}") from None
 
     def get(self, key: str) -> Blob | None:
         resp = self._call("reading", self.client.get_object, Bucket=self.bucket, Key=self._key(key))

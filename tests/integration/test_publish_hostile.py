@@ -68,6 +68,20 @@ def test_other_spellings_of_a_published_release_are_refused(tmp_path: Path) -> N
         assert "bump the version" in line, line
     assert listed(idx) == [wheel.name]
     assert sorted(p.relative_to(idx) for p in idx.rglob("*") if p.is_file()) == before
+    # what an installer gets for that release is the file published first
+    pip = [sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--disable-pip-version-check"]
+    download = subprocess.run(
+        [
+            *pip,
+            *("--index-url", (idx / "simple" / VID_NEW).as_uri() + "/", "-d", str(tmp_path / "got")),
+            f"demo-ext==0.1.0+{LABEL_NEW}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert download.returncode == 0, download.stdout + download.stderr
+    assert [p.read_bytes() for p in (tmp_path / "got").iterdir()] == [wheel.read_bytes()]
 
 
 def test_a_wheel_is_published_under_its_canonical_filename(tmp_path: Path) -> None:

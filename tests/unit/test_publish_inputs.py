@@ -12,7 +12,7 @@ import pytest
 from factory import index
 from factory.errors import ConfigError
 from factory.publish import MAX_METADATA_BYTES, inspect_wheel, load_report
-from factory.stores import parse_s3_url, shown
+from factory.stores import parse_s3_url, urls_without_credentials
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
 VID = "cu130-torch2.14-abi1-sm80.90"
@@ -209,4 +209,7 @@ def test_good_s3_urls() -> None:
 
 def test_messages_show_urls_without_credentials() -> None:
     text = 'Could not connect to the endpoint URL: "http://user:PASSWORD@127.0.0.1:9/b/x?token=SECRET"\nretry'
-    assert shown(text) == 'Could not connect to the endpoint URL: "http://127.0.0.1:9/b/x" retry'
+    assert (
+        urls_without_credentials(text)
+        == 'Could not connect to the endpoint URL: "http://127.0.0.1:9/b/x" retry'
+    )
