@@ -371,16 +371,17 @@ def bucket_problem(bucket: str) -> str | None:
 def parse_s3_url(url: str) -> tuple[str, str]:
     """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix"); ConfigError for a bucket S3 would refuse
     and for a prefix whose keys would leave it ("..", "." or empty segments)."""
-    # without_credentials lower-cases the host; a bucket name is shown as given when there is nothing to hide
-    shown_url = without_credentials(url) if "@" in url else url
+    shown_url = without_credentials(url)
     try:
         parts = urlsplit(url)
     except ValueError as exc:
         raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL ({exc})") from None
     if parts.scheme != "s3" or not parts.netloc:
         raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL")
-    if parts.query or parts.fragment or "?" in url or "#" in url:
-        raise ConfigError(f"{shown_url}: an s3://bucket/prefix URL has no ?query or #fragment")
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"{shown_url}: an s3:// URL carries no credentials (boto3 takes them from the AWS chain)"
+        )
     problem = bucket_problem(parts.netloc)
     if problem is not None:
         raise ConfigError(f"{shown_url}: bucket {parts.netloc!r}: {problem}")
@@ -390,10 +391,12 @@ def parse_s3_url(url: str) -> tuple[str, str]:
         if bad is not None:
             raise ConfigError(
                 f"{shown_url}: the prefix {prefix!r} has an empty, '.' or '..' segment "
-                f"({bad or 'empty'!r}); give a plain path like s3://{parts.netloc}/team/index"
+                f"({bad!r}); give a plain path like s3://{parts.netloc}/team/index"
             )
         if any(ord(c) < 32 or ord(c) == 127 for c in prefix):
             raise ConfigError(f"{shown_url}: the prefix has control characters")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ConfigError(f"{shown_url}: an s3://bucket/prefix URL has no ?query or #fragment")
     return parts.netloc, prefix
 
 
