@@ -288,6 +288,10 @@ def _state_str(entry: Mapping[str, object], key: str, *, where: str) -> str:
     value = entry.get(key)
     if not isinstance(value, str):
         raise DamagedState(f'{where}: "{key}" is {json.dumps(value)[:40]}, not a string')
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): no page could be written with it
+        raise DamagedState(f'{where}: "{key}" is not Unicode text') from None
     return value
 
 

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from factory import index
 from factory.errors import FactoryError
 
+# Text with lone surrogates too: a JSON "\\ud800" reads back as a string no page can be encoded with.
+TEXT = st.text(st.characters(codec=None), max_size=20)
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
     ),
@@ -66,27 +68,32 @@ SHAPED = {
 }
 
 
+# Each reader, then what publishing does with what it read: render the pages and encode them for the store.
+
+
 def _project(data: bytes) -> None:
     recs = index.records_from_project_json(data)
-    index.project_html("demo-ext", recs, variant_id="v")
-    index.project_json("demo-ext", recs, variant_id="v")
+    index.project_html("demo-ext", recs, variant_id="v").encode()
+    index.project_json("demo-ext", recs, variant_id="v").encode()
     index.merge_records(recs, [])
 
 
 def _root(data: bytes) -> None:
     names = index.projects_from_root_json(data)
-    index.variant_root_html(names)
-    index.variant_root_json(names)
+    index.variant_root_html(names).encode()
+    index.variant_root_json(names).encode()
 
 
 def _variants(data: bytes) -> None:
     ids = index.variant_ids_from_top_root_json(data)
-    index.top_root_html(ids)
-    index.top_root_json(ids)
+    index.top_root_html(ids).encode()
+    index.top_root_json(ids).encode()
 
 
 def _matrix(data: bytes) -> None:
-    index.human_page(index.cells_from_json(data))
+    cells = index.cells_from_json(data)
+    index.human_page(cells).encode()
+    index.cells_to_json(cells).encode()
 
 
 READERS: dict[str, Callable[[bytes], None]] = {
@@ -139,6 +146,7 @@ def test_json_shaped_like_the_state(kind: str, data: st.DataObject) -> None:
         (index.projects_from_root_json, b'{"projects": [{"name": "../x"}]}', "not a normalised project name"),
         (index.cells_from_json, b'{"cells": [{"project": 1}]}', '"project" is 1, not a string'),
         (index.records_from_project_json, b"[" * 100_000, "nested too deep|not JSON"),
+        (index.cells_from_json, b'{"cells": [{"project": "\\ud800"}]}', "not Unicode text"),
     ],
 )
 def test_damage_is_said_plainly(read: Callable[[bytes], object], text: bytes, why: str) -> None:
