@@ -28,7 +28,7 @@ from typing import Any
 import docker.errors
 import psutil
 
-from factory import images, wheelcheck, wheelhouse
+from factory import images, platform_tag, wheelcheck, wheelhouse
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR
 from factory.errors import BuildError, ConfigError, FactoryError
@@ -667,6 +667,7 @@ class Runner:
         with log_path.open("a") as fh:
             fh.write("::factory:: checking the wheel\n")
         wheelcheck.pin_torch_requirement(wheel, torch)
+        wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
         problems = wheelcheck.check_wheel(
             wheel,
             name=self.mf.package.name,
