@@ -1,4 +1,5 @@
-"""`factory which`: on a consumer host, find the variant index that matches its torch, CUDA, ABI and GPUs.
+"""`factory which`: on a consumer host, find the variant index that matches its torch, CUDA, ABI and GPUs,
+and leave out the projects whose manylinux wheels need a newer glibc than the host has.
 
 pip and uv cannot see the installed torch, so the choice of index is the consumer's; this makes it exact.
 Detection (`detect_environment`) runs a probe in the target interpreter; matching (`choose_variant`) is pure.

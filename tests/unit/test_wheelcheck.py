@@ -580,11 +580,13 @@ def nvcc_so(host_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 def test_a_real_nvcc_extension_is_checked_exactly(tmp_path: Path, nvcc_so: bytes) -> None:
+    # As the build runner accepts a wheel: pin torch, then retag, then check.
     built = "cp311-cp311-linux_x86_64"
-    files = members(so=nvcc_so, wheel=wheel_text(built))
-    wheel = repair_platform_tag(
-        write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{built}.whl", files), tmp_path / "repaired"
-    )
+    files = members(so=nvcc_so, wheel=wheel_text(built), metadata=metadata_text(requires=("torch>=2",)))
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{built}.whl", files)
+    pin_torch_requirement(wheel, "2.14.1+cu130")
+    assert check_wheel(wheel, **JOB)[0].startswith("filename: platform tag linux_x86_64 is not a manylinux")
+    wheel = repair_platform_tag(wheel, tmp_path / "repaired")
     assert wheel.name.startswith(f"factory_demo_ext-{VERSION}-cp311-cp311-manylinux_2_")
     assert check_wheel(wheel, **JOB) == []
     assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0", "12.0")}) == [
