@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ TORCH_PROVIDED: tuple[str, ...] = (
     "libnccl*",
 )
 _TIMEOUT_S = 3600
+_LOG_PREFIX = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:")
 # auditwheel reads these; the factory decides its options itself, and libraries are looked up in the wheel.
 _SCRUBBED_ENV = ("LD_LIBRARY_PATH", "AUDITWHEEL_LD_LIBRARY_PATH", "AUDITWHEEL_PLAT", "AUDITWHEEL_PATCHER")
 
@@ -90,7 +92,7 @@ def _auditwheel(args: Sequence[str], wheel: Path) -> str:
             raise CheckError(f"{wheel.name}: auditwheel {args[0]} did not run ({exc})") from None
     if proc.returncode != 0:
         lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-        last = lines[-1] if lines else f"exit code {proc.returncode}"
+        last = _LOG_PREFIX.sub("", lines[-1]) if lines else f"exit code {proc.returncode}"
         raise CheckError(f"{wheel.name}: auditwheel {args[0]} failed: {last}")
     return proc.stdout
 
@@ -133,9 +135,9 @@ def _exclude_args() -> list[str]:
 def repair_platform_tag(wheel: Path, out_dir: Path) -> Path:
     """Write `wheel` retagged with the manylinux tag auditwheel allows into `out_dir`; return its path.
 
-    `wheel` itself is left as it is. RECORD is rewritten by auditwheel; METADATA (the torch pin) and the
-    extension's bytes are not touched, since nothing is grafted. CheckError, one line, when no manylinux tag
-    fits or auditwheel fails.
+    `wheel` itself is left as it is, unless the new name is its own. auditwheel rewrites RECORD; METADATA (the
+    torch pin) and the extension's bytes are not touched, since nothing is grafted. CheckError, one line, when
+    no manylinux tag fits or auditwheel fails.
     """
     verdict = audit(wheel)
     problems = verdict.problems()

@@ -174,5 +174,8 @@ def test_another_library_is_refused_not_grafted_from_this_host(
 
 def test_a_wheel_without_elf_files_is_one_line(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / LINUX, b"not an ELF file\n")
-    with pytest.raises(CheckError, match=r"^demo_ext-\S+\.whl: auditwheel show failed: .*platform wheel"):
+    with pytest.raises(CheckError) as raised:
         repair_platform_tag(wheel, tmp_path / "out")
+    assert str(raised.value).startswith(
+        f"{LINUX}: auditwheel show failed: This does not look like a platform"
+    )
