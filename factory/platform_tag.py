@@ -28,14 +28,13 @@ from pathlib import Path
 from factory.errors import CheckError
 from factory.tags import parse_manylinux
 
-# SONAME patterns of what the torch wheel and the nvidia-* wheels it depends on install (torch/lib, the CUDA
-# runtime and libraries, NCCL), plus libcuda.so.1 from the driver: present wherever torch imports.
+# SONAME patterns of what the torch wheel and the nvidia-* wheels it depends on install (torch/lib; libcudart,
+# cuBLAS, cuDNN, NVRTC, NCCL, ...), plus libcuda.so.1 from the driver: present wherever torch imports.
 TORCH_PROVIDED: tuple[str, ...] = (
     "libtorch*",
     "libc10*",
     "libcaffe2*",
     "libshm.so*",
-    "libcudart*",
     "libcu*",
     "libnv*",
     "libnccl*",
@@ -106,8 +105,6 @@ def audit(wheel: Path) -> Audit:
         external = [str(name) for name in report.get("external_libs", {})]
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise CheckError(f"{wheel.name}: auditwheel show printed no report this factory can read") from None
-    if report.get("pure"):
-        raise CheckError(f"{wheel.name}: auditwheel finds no platform-specific ELF file in the wheel")
     parsed = parse_manylinux(policy)
     if parsed is None:
         raise CheckError(f"{wheel.name}: auditwheel's symbol policy {policy!r} is not a manylinux tag")
