@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side clean
+.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve clean
 
 install: $(VENV)/.installed
 
@@ -51,6 +51,11 @@ bench-side-by-side: install
 	$(PY) -m bench.side_by_side --first light1 --second light2 --rounds 20
 	$(PY) -m bench.side_by_side --first medium1 --second medium2 --rounds 10
 	$(PY) -m bench.side_by_side --first heavy1 --second heavy2 --rounds 10
+
+# `factory serve` on loopback under 200 concurrent clients x 2000 requests, every response's bytes checked;
+# three runs, each against a fresh server (under a minute).
+bench-serve: install
+	$(PY) -m bench.serve_load --clients 200 --requests 2000 --repeat 3
 
 clean:
 	rm -rf wheelhouse index .pytest_cache

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from factory.memory.admission import PAST_PEAK_DROP
+from factory.container.admission import PAST_PEAK_DROP
 
 GIB = 1 << 30
 

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.offline import best_offline
+from factory.container.admission import Prediction, format_by_file, raised_by_file
+from factory.container.protocol import Measurement
 from factory.memory import profiles
 from factory.memory import simulate as S
-from factory.memory.admission import Prediction, format_by_file, raised_by_file
 from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
 from factory.memory.simulate import StrategyResult
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "memext"
-WRAPPER = ROOT / "factory" / "memory" / "nvcc_wrapper.py"
+WRAPPER = ROOT / "factory" / "container" / "nvcc"
 CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
 MIB = 1 << 20
 GIB = 1 << 30
@@ -69,7 +70,7 @@ class RealRun:
     peak_bytes: int
     objects_kept: int
     objects_total: int
-    measurements: tuple[profiles.Measurement, ...] = ()
+    measurements: tuple[Measurement, ...] = ()
     cpu_s: float = 0.0  # of the whole build: ninja, the wrappers, the compiles, the link
     # CPU time the hypervisor gave other guests while this build ran (all CPUs of this machine)
     steal_s: float = 0.0
@@ -339,7 +340,7 @@ def bracketed(before_s: float, after_s: float | None) -> float:
     return before_s if after_s is None else (before_s + after_s) / 2
 
 
-def _courses(measurements: tuple[profiles.Measurement, ...]) -> list[S.Task]:
+def _courses(measurements: tuple[Measurement, ...]) -> list[S.Task]:
     """Each compile as a task of steps at its measured rise, which for a compile whose RSS only grows, as
     the fixture's do, is its course."""
     return [
@@ -354,7 +355,7 @@ def own_best_offline(run: RealRun, limit_bytes: int, cores: int) -> float:
                         tries=3000).makespan_s  # fmt: skip
 
 
-def replayed(measurements: tuple[profiles.Measurement, ...], *, limit_bytes: int, cores: int) -> float:
+def replayed(measurements: tuple[Measurement, ...], *, limit_bytes: int, cores: int) -> float:
     """The profiled factory build replayed by the simulator on these compiles' measured courses
     (`_courses`): what the same admission gives without the machine's noise."""
     tasks = _courses(measurements)

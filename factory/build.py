@@ -28,9 +28,9 @@ from typing import Any
 import docker.errors
 import psutil
 
-from factory import images, wheelcheck, wheelhouse
+from factory import home, images, platform_tag, wheelcheck, wheelhouse
 from factory.config import MatrixFile, format_size
-from factory.container import CONTAINER_DIR
+from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, protocol
 from factory.errors import BuildError, ConfigError, FactoryError
 from factory.memory import runner as memory
 from factory.plan import Job, job_env
@@ -44,7 +44,6 @@ WORK_VOLUME = "factory-work"
 WORK_MOUNT = "/var/factory"
 CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
-MARKER = "::factory:: "
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
@@ -170,7 +169,9 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     `error:`, ninja's `FAILED:`) is usually far above it.
     """
     try:
-        text = [line for line in path.read_text(errors="replace").splitlines() if not line.startswith(MARKER)]
+        text = [
+            line for line in path.read_text(errors="replace").splitlines() if not protocol.is_marked(line)
+        ]
     except OSError:
         return []
     tail = text[-lines:]
@@ -231,7 +232,7 @@ class Runner:
             PID_LABEL: str(os.getpid()),
             HOST_LABEL: socket.gethostname(),
         }
-        self.home = wheelhouse.factory_home()
+        self.home = home.factory_home()
         self.run_dir = self.home / "runs" / settings.run_id
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -263,7 +264,7 @@ class Runner:
                 path=src.path,
                 patches=self.mf.recipe.patches,
             ),
-        )
+        ).tree
 
     def image(self, job: Job) -> str:
         b = self.mf.build
@@ -380,15 +381,12 @@ class Runner:
                     for raw in lines:
                         line = raw.decode("utf-8", "replace")
                         fh.write(line + "\n")
-                        if line.startswith(MARKER):
-                            fields = None
-                            with contextlib.suppress(ValueError):
-                                fields = json.loads(line[len(MARKER) :])
-                            if isinstance(fields, dict):
-                                markers.update(fields)
-                                if "phase" in fields:
-                                    result.phase = fields["phase"]
-                                    self.on_change(result)
+                        fields = protocol.parse_mark(line)
+                        if fields is not None:
+                            markers.update(fields)
+                            if "phase" in fields:
+                                result.phase = fields["phase"]
+                                self.on_change(result)
                     fh.flush()
                 if buf:
                     fh.write(buf.decode("utf-8", "replace") + "\n")
@@ -454,6 +452,7 @@ class Runner:
             "UV_LINK_MODE": "hardlink",
             "UV_PYTHON_DOWNLOADS": "never",
             "UV_NO_CONFIG": "1",
+            "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
         }
 
     def job_env(self, job: Job, parallel: memory.Parallelism) -> dict[str, str]:
@@ -514,8 +513,7 @@ class Runner:
                 str(source): {"bind": "/src", "mode": "ro"},
                 str(wh): {"bind": "/wheelhouse", "mode": "ro"},
                 str(out_tmp): {"bind": "/out", "mode": "rw"},
-                str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
-                str(memory.wrapper_host_dir()): {"bind": memory.WRAPPER_DIR, "mode": "ro"},
+                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
                 str(self.profile_dir(job)): {"bind": memory.PROFILE_DIR, "mode": "ro"},
             }
             built = self.build_with_retries(
@@ -550,7 +548,7 @@ class Runner:
             return
         self.client.containers.run(
             image,
-            ["python3", "/opt/factory/driver.py", "clean"],
+            [*DRIVER, "clean"],
             environment=self.driver_env(job),
             user=CONTAINER_USER,
             cap_drop=["ALL"],
@@ -559,7 +557,7 @@ class Runner:
             labels=self.labels,
             volumes={
                 WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                str(CONTAINER_DIR): {"bind": "/opt/factory", "mode": "ro"},
+                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
             },
         )
 
@@ -584,13 +582,16 @@ class Runner:
             with log_path.open("a") as fh:
                 # After an OOM the plan's reason is already the attempt's report line.
                 line = parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}"
-                fh.write(f"{MARKER}{line}\n")
+                fh.write(protocol.note_line(line) + "\n")
                 env = self.job_env(job, parallel)
-                fh.write(f"{MARKER}MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS={env['NVCC_THREADS']}\n")
+                fh.write(
+                    protocol.note_line(f"MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS={env['NVCC_THREADS']}")
+                    + "\n"
+                )
             attempt.ninja_jobs = int(env["MAX_JOBS"]) if env["MAX_JOBS"].isdigit() else None
             t0 = time.monotonic()
             outcome = self.run_container(
-                image=image, command=["python3", "/opt/factory/driver.py", "build"],
+                image=image, command=[*DRIVER, "build"],
                 env=env, mounts=mounts, memory_limit=self.memory_limit,
                 log_path=log_path, result=result,
             )  # fmt: skip
@@ -665,8 +666,9 @@ class Runner:
         result.phase = "check"
         self.on_change(result)
         with log_path.open("a") as fh:
-            fh.write("::factory:: checking the wheel\n")
+            fh.write(protocol.note_line("checking the wheel") + "\n")
         wheelcheck.pin_torch_requirement(wheel, torch)
+        wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
         problems = wheelcheck.check_wheel(
             wheel,
             name=self.mf.package.name,
@@ -687,7 +689,7 @@ class Runner:
         }
         outcome = self.run_container(
             image=image,
-            command=["python3", "/opt/factory/driver.py", "check"],
+            command=[*DRIVER, "check"],
             env=env,
             mounts=mounts,
             memory_limit=self.memory_limit,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from factory.variants import arch_digits, arch_key, torch_minor, version_tuple
+from factory.variants import Arch, arch_key, torch_minor, version_tuple
 
 TOP_KEYS = ("cuda_versions", "archs", "torch", "recipes")
 ARCH_KEYS = ("min_cuda", "max_cuda", "why")
@@ -76,7 +76,7 @@ class CompatData:
         if rule is None:
             return None
         cu = version_tuple(cuda)
-        sm = f"sm_{arch_digits(arch)}"
+        sm = Arch.parse(arch).sm
         if "min_cuda" in rule and cu < version_tuple(rule["min_cuda"]):
             return f"CUDA {cuda} cannot target {sm} (needs CUDA >= {rule['min_cuda']})"
         if "max_cuda" in rule and cu > version_tuple(rule["max_cuda"]):
@@ -157,7 +157,7 @@ class CompatData:
         for arch in archs:
             problem = self.arch_problem(arch, cuda)
             if problem is None and floor is not None and arch_key(arch) < arch_key(floor):
-                problem = f"{recipe} needs sm_{arch_digits(floor)} or newer"
+                problem = f"{recipe} needs {Arch.parse(floor).sm} or newer"
             if problem is None:
                 kept.append(arch)
             else:

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, ImageError
+from factory.home import factory_home
 from factory.imageref import check_image_reference
-from factory.wheelhouse import download_wheelhouse, factory_home, link_wheels, wheel_files
+from factory.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 
 Progress = Callable[[str], None]
 

@@ -2,7 +2,12 @@
 
 Static hosting cannot negotiate; this server can, so a project URL answers PEP 691 JSON to clients that ask
 for it (uv, recent pip) and PEP 503 HTML to the rest, with directory URLs, content types, Cache-Control and
-optional HTTP basic auth. The access log goes to stderr and never contains credentials.
+optional HTTP basic auth. The access log goes to stderr, one escaped line per request, never with credentials.
+
+Under load and odd clients: a deep listen queue, so a crowd connecting at once is queued rather than dropped;
+one thread per connection, each bounded by a deadline for its request head and a timeout when idle; paths that
+cannot name anything answered 414 or 400 before the store is asked; a store that fails (an S3 endpoint down)
+answered 502 with the reason on the request's log line.
 """
 
 from __future__ import annotations
@@ -10,16 +15,23 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import io
+import re
 import shutil
+import socket
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from factory import index
-from factory.errors import ConfigError
+from factory.errors import ConfigError, FactoryError
 from factory.stores import Store
+from factory.urls import without_credentials
 
 _JSON_TYPES = {index.PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
 _HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}
@@ -85,104 +97,215 @@ def parse_basic_auth(value: str) -> tuple[str, str]:
     return user, password
 
 
-def make_server(
-    store: Store,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    basic_auth: tuple[str, str] | None = None,
-    log: Callable[[str], None] | None = None,
-) -> ThreadingHTTPServer:
-    """An HTTP server for the index in `store` (call serve_forever(); port 0 picks a free port)."""
-    write_log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    expected = None
-    if basic_auth is not None:
-        expected = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
+# Connections the kernel holds for accept(): a crowd of clients connecting at once must not find the queue
+# full, or each of their retried SYNs waits 1, 3, 7... seconds (the kernel caps it at net.core.somaxconn).
+BACKLOG = 1024
+# A request path longer than S3's longest key, or a segment longer than a file name may be, names nothing.
+MAX_PATH_BYTES = 1024
+MAX_SEGMENT_BYTES = 255
+MAX_LOG_LINE = 2048
+MAX_LOGGED_REQUEST = 512  # of a request line, so that its status still fits on the line
+_CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0), ord("\\"))})
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s\"'<>]+")
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "wheel-factory"
-        protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: object) -> None:
-            write_log(f"{self.client_address[0]} {format % args}")
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port
+    basic_auth: tuple[str, str] | None = None
+    # A request head must arrive in full, and an idle connection is closed, within this many seconds; a
+    # response write that stalls this long ends its connection too.
+    timeout_s: float = 30.0
 
-        def _authorized(self) -> bool:
-            if expected is None:
-                return True
-            header = self.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "basic":
-                return False
-            try:
-                base64.b64decode(token, validate=True)
-            except (binascii.Error, ValueError):
-                return False
-            return hmac.compare_digest(token.strip().encode(), expected.encode())
 
-        def _reply(
-            self, status: HTTPStatus, body: bytes = b"", headers: dict[str, str] | None = None
-        ) -> None:
-            self.send_response(status)
-            for name, value in (headers or {}).items():
+def printable(text: str) -> str:
+    """`text` as one log line: control characters (ESC, CR, LF, C1) and backslashes escaped, URLs without
+    their credentials, cut at MAX_LOG_LINE characters."""
+    line = _URL.sub(lambda m: without_credentials(m.group()), text).translate(_CONTROL)
+    return line if len(line) <= MAX_LOG_LINE else line[: MAX_LOG_LINE - 3] + "..."
+
+
+def path_problem(path: str) -> HTTPStatus | None:
+    """Why a decoded request path (without its leading "/") cannot name anything in an index, if it cannot."""
+    if len(path.encode()) > MAX_PATH_BYTES or any(
+        len(part.encode()) > MAX_SEGMENT_BYTES for part in path.split("/")
+    ):
+        return HTTPStatus.REQUEST_URI_TOO_LONG
+    if any(part.startswith(".") for part in path.split("/")) or "\\" in path:
+        return HTTPStatus.BAD_REQUEST
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in path):
+        return HTTPStatus.BAD_REQUEST
+    return None
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads a socket so that a whole request head must arrive before `deadline`, not merely each of its
+    bytes within a timeout of the one before: a client that drips a byte a second still runs out of time."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.deadline = time.monotonic()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request head not received in time")
+        self.sock.settimeout(remaining)
+        return self.sock.recv_into(buffer)
+
+
+class IndexServer(ThreadingHTTPServer):
+    """One thread per connection; the store, the options and the log for the handlers."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+    def __init__(self, store: Store, options: ServeOptions, write_log: Callable[[str], None]) -> None:
+        self.store = store
+        self.options = options
+        self.write_log = write_log
+        self.auth_token: bytes | None = None
+        if options.basic_auth is not None:
+            user, password = options.basic_auth
+            self.auth_token = base64.b64encode(f"{user}:{password}".encode())
+        super().__init__((options.host, options.port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed outside a reply (the client went away mid-download): one line."""
+        exc = sys.exc_info()[1]
+        self.write_log(printable(f"{client_address[0]} connection ended: {exc.__class__.__name__}: {exc}"))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: IndexServer
+    server_version = "wheel-factory"
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms delayed-ACK stall
+
+    def setup(self) -> None:
+        super().setup()
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+        self._note = ""
+
+    def handle_one_request(self) -> None:
+        self._reader.deadline = time.monotonic() + self.server.options.timeout_s
+        self._note = ""
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        # The head is in: from here on the socket's plain timeout bounds each write of the reply.
+        self.connection.settimeout(self.server.options.timeout_s)
+        return ok
+
+    def log_message(self, format: str, *args: object) -> None:
+        self.server.write_log(printable(f"{self.client_address[0]} {format % args}"))
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        code = code.value if isinstance(code, HTTPStatus) else code
+        note = f" ({self._note})" if self._note else ""
+        request = self.requestline
+        if len(request) > MAX_LOGGED_REQUEST:
+            request = request[: MAX_LOGGED_REQUEST - 3] + "..."
+        self.log_message('"%s" %s %s%s', request, code, size, note)
+
+    def _authorized(self) -> bool:
+        expected = self.server.auth_token
+        if expected is None:
+            return True
+        header = self.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            base64.b64decode(token, validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        return hmac.compare_digest(token.strip().encode(), expected)
+
+    def _reply(self, status: HTTPStatus, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in {"Content-Type": "text/plain", **(headers or {})}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        if not self._authorized():
+            self._reply(
+                HTTPStatus.UNAUTHORIZED,
+                b"authentication required\n",
+                {"WWW-Authenticate": 'Basic realm="wheel index"'},
+            )
+            return
+        raw_path = urlsplit(self.path).path
+        path = unquote(raw_path).lstrip("/")
+        problem = path_problem(path)
+        if problem is not None:
+            self._reply(problem, f"{problem.phrase.lower()}\n".encode())
+            return
+        headers = {"Vary": "Accept"}
+        if path == "" or path.endswith("/"):
+            kind = negotiate(self.headers.get("Accept"))
+            is_simple_page = path.startswith("simple/") and path != "simple/"
+            if kind == index.PYPI_JSON_TYPE and is_simple_page:
+                key = f"{path}index.json"
+            else:
+                key = f"{path}index.html"
+                kind = kind if kind != index.PYPI_JSON_TYPE else index.HTML_TYPE
+            headers["Content-Type"] = kind
+        else:
+            key = path
+            headers["Content-Type"] = content_type_of(key)
+        store = self.server.store
+        try:
+            opened = store.open(key)
+            is_directory = (
+                opened is None
+                and not key.endswith("index.html")
+                and store.head(f"{key}/index.html") is not None
+            )
+        except FactoryError as exc:  # the S3 endpoint down or refusing: a gateway's failure, not the client's
+            self._note = str(exc)
+            self._reply(HTTPStatus.BAD_GATEWAY, b"index store unavailable\n")
+            return
+        except OSError as exc:
+            self._note = f"reading {key}: {exc.strerror or exc}"
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, b"cannot read the index\n")
+            return
+        if opened is None:
+            if is_directory:
+                self._reply(HTTPStatus.MOVED_PERMANENTLY, b"", {"Location": raw_path + "/"})
+            else:
+                self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
+            return
+        stream, size = opened
+        try:
+            self.send_response(HTTPStatus.OK)
+            for name, value in headers.items():
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", cache_control_of(key))
+            self.send_header("Content-Length", str(size))
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(body)
+                shutil.copyfileobj(stream, self.wfile, 1 << 20)
+        finally:
+            stream.close()
 
-        def do_HEAD(self) -> None:
-            self.do_GET()
 
-        def do_GET(self) -> None:
-            if not self._authorized():
-                self._reply(
-                    HTTPStatus.UNAUTHORIZED,
-                    b"authentication required\n",
-                    {"WWW-Authenticate": 'Basic realm="wheel index"', "Content-Type": "text/plain"},
-                )
-                return
-            raw_path = urlsplit(self.path).path
-            path = unquote(raw_path).lstrip("/")
-            if any(part.startswith(".") for part in path.split("/")) or "\\" in path:
-                self._reply(HTTPStatus.BAD_REQUEST, b"bad path\n", {"Content-Type": "text/plain"})
-                return
-            headers = {"Vary": "Accept"}
-            if path == "" or path.endswith("/"):
-                kind = negotiate(self.headers.get("Accept"))
-                is_simple_page = path.startswith("simple/") and path != "simple/"
-                if kind == index.PYPI_JSON_TYPE and is_simple_page:
-                    key = f"{path}index.json"
-                else:
-                    key = f"{path}index.html"
-                    kind = kind if kind != index.PYPI_JSON_TYPE else index.HTML_TYPE
-                headers["Content-Type"] = kind
-            else:
-                key = path
-                headers["Content-Type"] = content_type_of(key)
-            opened = store.open(key)
-            if opened is None:
-                if not key.endswith("index.html") and store.head(f"{key}/index.html") is not None:
-                    self._reply(
-                        HTTPStatus.MOVED_PERMANENTLY,
-                        b"",
-                        {"Location": raw_path + "/", "Content-Type": "text/plain"},
-                    )
-                    return
-                self._reply(HTTPStatus.NOT_FOUND, b"not found\n", {"Content-Type": "text/plain"})
-                return
-            stream, size = opened
-            try:
-                self.send_response(HTTPStatus.OK)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Cache-Control", cache_control_of(key))
-                self.send_header("Content-Length", str(size))
-                self.end_headers()
-                if self.command != "HEAD":
-                    shutil.copyfileobj(stream, self.wfile, 1 << 20)
-            finally:
-                stream.close()
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+def make_server(
+    store: Store, options: ServeOptions, *, log: Callable[[str], None] | None = None
+) -> IndexServer:
+    """An HTTP server for the index in `store`, listening already (call serve_forever())."""
+    write_log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    return IndexServer(store, options, write_log)

@@ -1,39 +1,118 @@
 """Variants: what one wheel is built for, its stable id and its PEP 440 local version label.
 
 A variant is (package version, CUDA, torch, C++11 ABI, arch set); Python is only a wheel tag inside a variant.
+This module owns every spelling of a variant and of a GPU arch, both directions: composing them and parsing
+them back (`VariantKey.parse_id`, `VariantKey.parse_local_version`, `Arch.parse`).
+
 The local label keeps every number in its own dot-separated segment because PEP 440 compares a segment with
 letters as text: flash-attn's `+cu12torch2.7` sorts above `+cu12torch2.10`, while our `torch2.10` splits into
 `torch2` and `10`, and `10 > 7` numerically.
+
+The variant id spells CUDA the way PyTorch's indexes do (`cu128` for 12.8) while the minor is one digit; a
+minor of 10 or more keeps its dot (`cu12.10`), since `cu1210` could be 12.10 or 121.0. The compact form takes
+a one- or two-digit major only, so `cu1210` is no id at all rather than a misread CUDA 121.0.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, cast
 
-# "8.0", "10.0", "9.0a" (arch-specific features); the "a" form is only meaningful from Hopper on.
-_ARCH = re.compile(r"^(\d{1,2})\.(\d)(a?)$")
-_LABEL = re.compile(
-    r"^cu(?P<cuda>\d+\.\d+)\.torch(?P<torch>\d+(?:\.\d+)*)\.abi(?P<abi>[01])\.sm(?P<archs>\d+a?(?:\.\d+a?)*)$"
+ArchSuffix = Literal["", "a", "f"]
+
+# Numbers without leading zeros: PEP 440 drops them from a local label ("12.08" comes back as "12.8").
+_N = r"(?:0|[1-9]\d*)"
+_CUDA = re.compile(rf"^(?P<major>[1-9]\d?)\.(?P<minor>{_N})$")
+_TORCH = re.compile(rf"^{_N}(?:\.{_N}){{1,2}}$")
+# A compute capability has a one-digit minor (8.6, 10.3, 12.1): that makes "100" readable as 10.0.
+_ARCH_DOTTED = re.compile(r"^(?P<major>[1-9]\d?)\.(?P<minor>\d)(?P<suffix>[af]?)$")
+_ARCH_DIGITS = re.compile(r"^(?:sm_?)?(?P<major>[1-9]\d?)(?P<minor>\d)(?P<suffix>[af]?)$")
+_SM_LIST = r"(?P<archs>[1-9]\d?\d[af]?(?:\.[1-9]\d?\d[af]?)*)"
+_ID = re.compile(
+    r"^cu(?:(?P<major>[1-9]\d?)(?P<minor>\d)|(?P<dmajor>[1-9]\d?)\.(?P<dminor>[1-9]\d+))"
+    rf"-torch(?P<torch>[^-]+)-abi(?P<abi>[01])-sm{_SM_LIST}$"
 )
+_LABEL = re.compile(rf"^cu(?P<cuda>[^.]+\.[^.]+)\.torch(?P<torch>.+)\.abi(?P<abi>[01])\.sm{_SM_LIST}$")
 
 
-def arch_key(arch: str) -> tuple[int, int, str]:
-    """Numeric sort key of a compute capability ("10.0" after "9.0a" after "9.0")."""
-    match = _ARCH.match(arch)
-    if match is None:
-        raise ValueError(f"arch {arch!r} is not a compute capability like 8.0 or 9.0a")
-    return int(match.group(1)), int(match.group(2)), match.group(3)
+@dataclass(frozen=True, order=True)
+class Arch:
+    """A GPU target: a compute capability, optionally architecture-specific ("a": sm_90a, runs only on that
+    exact capability) or family-specific ("f": sm_100f, runs on the family's same or later minors)."""
+
+    major: int
+    minor: int
+    suffix: ArchSuffix = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Arch:
+        """ "9.0a", "90a", "sm_90a" and "sm90a" are all Arch(9, 0, "a"); ValueError for anything else."""
+        value = text.strip()
+        match = _ARCH_DOTTED.match(value) or _ARCH_DIGITS.match(value)
+        if match is None:
+            raise ValueError(
+                f"arch {text!r} is not a compute capability like 8.0, 9.0a, 10.0f, 90a or sm_90a"
+            )
+        return cls(int(match["major"]), int(match["minor"]), cast(ArchSuffix, match["suffix"]))
+
+    @classmethod
+    def parse_dotted(cls, text: str) -> Arch:
+        """Only torch's spelling "9.0a", the one a matrix file's `arch` axis is written in."""
+        match = _ARCH_DOTTED.match(text.strip())
+        if match is None:
+            raise ValueError(
+                f"arch {text!r} is not a compute capability like 8.0 or 9.0a (10.0f for a family target)"
+            )
+        return cls(int(match["major"]), int(match["minor"]), cast(ArchSuffix, match["suffix"]))
+
+    @property
+    def dotted(self) -> str:
+        """torch's spelling (TORCH_CUDA_ARCH_LIST, the `arch` axis): "9.0a"."""
+        return f"{self.major}.{self.minor}{self.suffix}"
+
+    @property
+    def digits(self) -> str:
+        """nvcc's number without the prefix (ids, labels, FLASH_ATTN_CUDA_ARCHS): "90a"."""
+        return f"{self.major}{self.minor}{self.suffix}"
+
+    @property
+    def sm(self) -> str:
+        """nvcc's cubin target: "sm_90a"."""
+        return f"sm_{self.digits}"
+
+    @property
+    def sm_number(self) -> int:
+        """The SM number a cubin carries in its fatbin entry, suffix aside: 90 for sm_90a."""
+        return self.major * 10 + self.minor
+
+    def runs_on(self, gpu: Arch) -> bool:
+        """Does a cubin for this target run on a GPU of compute capability `gpu`?
+
+        Plain and family ("f") code runs on the same major at the same or a later minor (sm_80 on 8.6,
+        sm_100f on 10.3); architecture-specific ("a") code only on exactly its capability.
+        """
+        if self.suffix == "a":
+            return (self.major, self.minor) == (gpu.major, gpu.minor)
+        return self.major == gpu.major and self.minor <= gpu.minor
+
+
+def parse_arch(text: str) -> str:
+    """Any spelling of one arch ("90a", "sm_90a", " 9.0a") -> its canonical dotted spelling "9.0a"."""
+    return Arch.parse(text).dotted
+
+
+def arch_key(arch: str) -> Arch:
+    """Sort key of an arch in any spelling: 9.0 before 9.0a before 9.0f before 10.0."""
+    return Arch.parse(arch)
 
 
 def parse_arch_set(value: str) -> tuple[str, ...]:
-    """ "9.0;8.0" -> ("8.0", "9.0"), sorted and de-duplicated; ValueError on bad syntax or an empty set."""
-    parts = [p.strip() for p in re.split(r"[;\s,]+", value.strip()) if p.strip()]
+    """ "9.0;8.0" -> ("8.0", "9.0"): sorted and de-duplicated; ValueError on bad syntax or no arch."""
+    parts = [p for p in re.split(r"[;\s,]+", value.strip()) if p]
     if not parts:
         raise ValueError("arch set is empty")
-    for part in parts:
-        arch_key(part)
-    return tuple(sorted(set(parts), key=arch_key))
+    return tuple(a.dotted for a in sorted({Arch.parse_dotted(p) for p in parts}))
 
 
 def arch_set_str(archs: tuple[str, ...]) -> str:
@@ -41,23 +120,104 @@ def arch_set_str(archs: tuple[str, ...]) -> str:
     return ";".join(archs)
 
 
-def arch_digits(arch: str) -> str:
-    """ "8.0" -> "80", "10.0" -> "100", "9.0a" -> "90a" (nvcc's sm_XX spelling without the prefix)."""
-    major, minor, suffix = arch_key(arch)
-    return f"{major}{minor}{suffix}"
-
-
 def format_arch_list(archs: tuple[str, ...], style: str) -> str:
     """Arch list for a build env var: style "flash-attn" -> "80;90", "torch" -> "8.0;9.0"."""
     if style == "flash-attn":
-        return ";".join(arch_digits(a) for a in archs)
+        return ";".join(Arch.parse(a).digits for a in archs)
     if style == "torch":
-        return ";".join(archs)
+        return ";".join(Arch.parse(a).dotted for a in archs)
     raise ValueError(f"unknown arch format {style!r} (use 'flash-attn' or 'torch')")
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("."))
+@dataclass(frozen=True, kw_only=True, order=True)
+class VariantKey:
+    """What a variant id and a local label say: CUDA, torch, ABI and the arch set (dotted, sorted).
+
+    Built only from valid parts (ValueError otherwise), so its id and label always parse back to it."""
+
+    cuda: str  # "12.8", "12.10"
+    torch: str  # "2.10" or "2.14.1"
+    cxx11_abi: bool
+    archs: tuple[str, ...]  # "8.0", "9.0a", "10.0f"
+
+    def __post_init__(self) -> None:
+        if not _CUDA.match(self.cuda):
+            raise ValueError(f"CUDA version {self.cuda!r} is not like 12.8 or 12.10")
+        if not _TORCH.match(self.torch):
+            raise ValueError(f"torch version {self.torch!r} is not like 2.10 or 2.14.1")
+        if not self.archs:
+            raise ValueError("arch set is empty")
+        if self.archs != tuple(a.dotted for a in sorted({Arch.parse(a) for a in self.archs})):
+            raise ValueError(f"arch set {self.archs!r} is not sorted, de-duplicated dotted archs")
+
+    @property
+    def cuda_tag(self) -> str:
+        """ "12.8" -> "cu128" as PyTorch spells it; "12.10" -> "cu12.10", unambiguous (see the module doc)."""
+        major, minor = self.cuda.split(".")
+        return f"cu{major}{minor}" if len(minor) == 1 else f"cu{major}.{minor}"
+
+    @property
+    def _sm(self) -> str:
+        return ".".join(Arch.parse(a).digits for a in self.archs)
+
+    @property
+    def id(self) -> str:
+        """ "cu128-torch2.10-abi1-sm80.90.100.120": the variant's index directory name."""
+        return f"{self.cuda_tag}-torch{self.torch}-abi{int(self.cxx11_abi)}-sm{self._sm}"
+
+    @property
+    def local_version(self) -> str:
+        """ "cu12.8.torch2.10.abi1.sm80.90.100.120": the PEP 440 local label, every number its own segment."""
+        return f"cu{self.cuda}.torch{self.torch}.abi{int(self.cxx11_abi)}.sm{self._sm}"
+
+    @classmethod
+    def _from_match(cls, cuda: str, match: re.Match[str]) -> VariantKey | None:
+        try:
+            return cls(
+                cuda=cuda,
+                torch=match["torch"],
+                cxx11_abi=match["abi"] == "1",
+                archs=tuple(Arch.parse(d).dotted for d in match["archs"].split(".")),
+            )
+        except ValueError:
+            return None
+
+    @classmethod
+    def parse_id(cls, variant_id: str) -> VariantKey:
+        """The inverse of `id`; ValueError for a name that is not exactly a variant id this module makes."""
+        match = _ID.match(variant_id)
+        key = None
+        if match is not None:
+            major = match["major"] or match["dmajor"]
+            minor = match["minor"] or match["dminor"]
+            key = cls._from_match(f"{major}.{minor}", match)
+        if key is None or key.id != variant_id:  # one spelling per variant: "sm90.80" is not an id
+            raise ValueError(
+                f"{variant_id!r} is not a variant id (expected like cu128-torch2.10-abi1-sm80.90 "
+                "or cu12.10-torch2.10-abi1-sm90a.100f)"
+            )
+        return key
+
+    @classmethod
+    def parse_local_version(cls, label: str) -> VariantKey:
+        """The inverse of `local_version`, with or without a leading "VERSION+"; ValueError for a label the
+        factory did not make. Takes packaging's normalised form as well as the label as written."""
+        local = label.split("+", 1)[1] if "+" in label else label
+        match = _LABEL.match(local)
+        key = None if match is None else cls._from_match(match["cuda"], match)
+        if key is None or key.local_version != local:
+            raise ValueError(
+                f"{label!r} is not a factory local version label "
+                "(expected like cu12.8.torch2.10.abi1.sm80.90)"
+            )
+        return key
+
+
+def variant_id_from_local_version(label: str) -> str:
+    """ "cu12.8.torch2.10.abi1.sm80.90.100.120" -> "cu128-torch2.10-abi1-sm80.90.100.120".
+
+    Raises ValueError for a label the factory did not make."""
+    return VariantKey.parse_local_version(label).id
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
@@ -72,21 +232,16 @@ class Variant:
     archs: tuple[str, ...]
 
     @property
-    def cuda_tag(self) -> str:
-        """ "12.8" -> "cu128", the spelling PyTorch's own indexes use."""
-        return "cu" + self.cuda.replace(".", "")
+    def key(self) -> VariantKey:
+        return VariantKey(cuda=self.cuda, torch=self.torch, cxx11_abi=self.cxx11_abi, archs=self.archs)
 
     @property
     def id(self) -> str:
-        abi = "abi1" if self.cxx11_abi else "abi0"
-        sm = ".".join(arch_digits(a) for a in self.archs)
-        return f"{self.cuda_tag}-torch{self.torch}-{abi}-sm{sm}"
+        return self.key.id
 
     @property
     def local_version(self) -> str:
-        abi = "abi1" if self.cxx11_abi else "abi0"
-        sm = ".".join(arch_digits(a) for a in self.archs)
-        return f"cu{self.cuda}.torch{self.torch}.{abi}.sm{sm}"
+        return self.key.local_version
 
     @property
     def full_version(self) -> str:
@@ -99,43 +254,6 @@ class Variant:
         return arch_set_str(self.archs)
 
 
-def parse_local_version(label: str) -> dict[str, object]:
-    """Split a label (with or without a leading "VERSION+") into cuda, torch, cxx11_abi and archs."""
-    local = label.split("+", 1)[1] if "+" in label else label
-    match = _LABEL.match(local)
-    if match is None:
-        raise ValueError(
-            f"{label!r} is not a factory local version label (expected like cu12.8.torch2.10.abi1.sm80.90)"
-        )
-    archs = []
-    for digits in match.group("archs").split("."):
-        suffix = "a" if digits.endswith("a") else ""
-        num = digits.rstrip("a")
-        archs.append(f"{num[:-1]}.{num[-1]}{suffix}")
-    return {
-        "cuda": match.group("cuda"),
-        "torch": match.group("torch"),
-        "cxx11_abi": match.group("abi") == "1",
-        "archs": tuple(archs),
-    }
-
-
-def variant_id_from_local_version(label: str) -> str:
-    """ "cu12.8.torch2.10.abi1.sm80.90.100.120" -> "cu128-torch2.10-abi1-sm80.90.100.120".
-
-    Raises ValueError for a label the factory did not make."""
-    parts = parse_local_version(label)
-    variant = Variant(
-        package="",
-        version="",
-        cuda=str(parts["cuda"]),
-        torch=str(parts["torch"]),
-        cxx11_abi=bool(parts["cxx11_abi"]),
-        archs=tuple(parts["archs"]),  # type: ignore[arg-type]
-    )
-    return variant.id
-
-
 def torch_minor(torch: str) -> str:
     """ "2.14.1" -> "2.14": compatibility data is kept per torch minor release."""
     return ".".join(torch.split(".")[:2])
@@ -143,4 +261,4 @@ def torch_minor(torch: str) -> str:
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """ "12.10" -> (12, 10): numeric comparison of CUDA/torch/Python versions (ValueError if not numeric)."""
-    return _version_key(version)
+    return tuple(int(p) for p in version.split("."))

@@ -1,9 +1,10 @@
 """Acceptance checks of a built wheel, and the METADATA torch pin that keeps its RECORD valid.
 
-A wheel is accepted only when its name, tags and version say what the job built, its METADATA pins the
-torch it was compiled against, its RECORD matches its contents, and every extension module carries cubins for
-exactly the requested GPU architectures. All of this is read from the zip on the host; nothing here runs
-Docker.
+A wheel is accepted only when its name, tags and version say what the job built, its manylinux tag promises
+no older glibc than auditwheel finds its symbols need, its METADATA pins the torch it was compiled against,
+its RECORD matches its contents, it vendors none of torch's libraries, and every extension module carries
+cubins for exactly the requested GPU architectures. All of this is read from the zip on the host (auditwheel
+included); nothing here runs Docker.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
+from factory.platform_tag import audit, vendored_torch_libraries
+from factory.tags import manylinux_tag, parse_manylinux, python_tag
+from factory.variants import Arch
 
 _TORCH = "torch"
 _RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
-_MANYLINUX = re.compile(r"^(manylinux_\d+_\d+|manylinux1|manylinux2010|manylinux2014)_(?P<machine>.+)$")
-_ARCH = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[af]?)$")
 _COPY_CHUNK = 1 << 20
 
 
@@ -51,30 +53,6 @@ def torch_pin(torch_version: str) -> Requirement:
         raise CheckError(f"torch version {torch_version!r} is not a PEP 440 version") from None
     major, minor = (*release, 0)[:2]
     return Requirement(f"{_TORCH}=={major}.{minor}.*")
-
-
-def sm_number(arch: str) -> int:
-    """The SM number a cubin for a torch-style arch carries: "8.0" -> 80, "9.0a" -> 90, "12.0" -> 120."""
-    match = _ARCH.match(arch.strip())
-    if match is None:
-        raise CheckError(f"arch {arch!r} is not a compute capability like 8.0, 9.0a or 12.0")
-    return int(match["major"]) * 10 + int(match["minor"])
-
-
-def python_tag(python: str) -> str:
-    """The CPython interpreter tag of a "3.11"-style version: "cp311"."""
-    parts = python.strip().split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        raise CheckError(f"python version {python!r} is not like 3.11")
-    return f"cp{parts[0]}{parts[1]}"
-
-
-def is_linux_platform(platform: str, machine: str = "x86_64") -> bool:
-    """True for linux_<machine> and every manylinux flavour for that machine."""
-    if platform == f"linux_{machine}":
-        return True
-    match = _MANYLINUX.match(platform)
-    return match is not None and match["machine"] == machine
 
 
 def record_hash(data: bytes) -> str:
@@ -333,14 +311,18 @@ def check_wheel(
     if file_version is not None and file_version != expected_version:
         problems.append(f"filename: version {file_version} is not the job's {expected_version}")
     if tags:
-        interpreter = python_tag(python)
+        try:
+            interpreter = python_tag(python)
+        except ValueError as exc:
+            raise CheckError(str(exc)) from None
         if not any(t.interpreter == interpreter for t in tags):
             found = ", ".join(sorted({t.interpreter for t in tags}))
             problems.append(f"filename: interpreter tag {found} is not {interpreter}")
-        bad_platforms = sorted({t.platform for t in tags if not is_linux_platform(t.platform, machine)})
+        bad_platforms = sorted({t.platform for t in tags if _manylinux_for(t.platform, machine) is None})
         if bad_platforms:
             problems.append(
-                f"filename: platform tag {', '.join(bad_platforms)} is not linux_{machine} or manylinux"
+                f"filename: platform tag {', '.join(bad_platforms)} is not a manylinux tag for {machine} "
+                "(auditwheel repair gives the wheel the one its symbols allow)"
             )
 
     try:
@@ -354,9 +336,42 @@ def check_wheel(
             file_version=file_version,
             torch_version=torch_version,
             tags={str(t) for t in tags},
-            expected_sms=frozenset(sm_number(a) for a in archs),
+            expected_sms=_sm_numbers(archs),
         )
+    if problems:
+        return problems  # auditwheel's errors about a broken wheel would only repeat these
+    return _check_platform(wheel, {t.platform for t in tags}, machine)
+
+
+def _manylinux_for(platform: str, machine: str) -> tuple[int, int] | None:
+    parsed = parse_manylinux(platform)
+    return parsed.glibc if parsed is not None and parsed.machine == machine else None
+
+
+def _check_platform(wheel: Path, platforms: set[str], machine: str) -> list[str]:
+    """The manylinux tags must not promise an older glibc than auditwheel finds the extension needs."""
+    try:
+        verdict = audit(wheel)
+    except CheckError as exc:
+        return [str(exc).removeprefix(f"{wheel.name}: ")]
+    problems = verdict.problems()
+    for platform in sorted(platforms):
+        glibc = _manylinux_for(platform, machine)
+        if glibc is not None and glibc < verdict.glibc:
+            problems.append(
+                f"filename: platform tag {platform} promises glibc {glibc[0]}.{glibc[1]}, but the "
+                f"extension's symbols need {verdict.glibc[0]}.{verdict.glibc[1]} "
+                f"({manylinux_tag(verdict.glibc, machine)})"
+            )
     return problems
+
+
+def _sm_numbers(archs: Sequence[str]) -> frozenset[int]:
+    """The SM numbers cubins for `archs` carry; a suffix does not change it ("9.0a" and "9.0" are 90)."""
+    try:
+        return frozenset(Arch.parse(a).sm_number for a in archs)
+    except ValueError as exc:
+        raise CheckError(str(exc)) from None
 
 
 def _expected_version(version: str, local_version: str) -> Version:
@@ -397,6 +412,11 @@ def _check_contents(
     else:
         problems.append(f"{record_path}: missing")
     problems += _check_extensions(archive, expected_sms)
+    problems += [
+        f"{member}: a vendored copy of a library torch provides at runtime "
+        "(exclude it from auditwheel repair)"
+        for member in vendored_torch_libraries(names)
+    ]
     return problems
 
 

@@ -1,4 +1,5 @@
-"""`factory which`: on a consumer host, find the variant index that matches its torch, CUDA, ABI and GPUs.
+"""`factory which`: on a consumer host, find the variant index that matches its torch, CUDA, ABI and GPUs,
+and leave out the projects whose manylinux wheels need a newer glibc than the host has.
 
 pip and uv cannot see the installed torch, so the choice of index is the consumer's; this makes it exact.
 Detection (`detect_environment`) runs a probe in the target interpreter; matching (`choose_variant`) is pure.
@@ -9,24 +10,28 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
+from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, without_credentials
+from factory.variants import Arch, VariantKey
 
 EXTRA_INDEX = "https://pypi.org/simple"
-_VARIANT_ID = re.compile(
-    r"^cu(?P<cuda>\d+)-torch(?P<torch>\d+(?:\.\d+)*)-abi(?P<abi>[01])-sm(?P<archs>\d+a?(?:\.\d+a?)*)$"
-)
+# PEP 508 project names: anything else an index page lists is not printed into a command.
+_PROJECT = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,15 +44,7 @@ class Environment:
     cxx11_abi: bool | None
     gpus: tuple[str, ...]  # compute capabilities of the visible GPUs, "9.0"
     gpu_source: str = "none"  # "torch", "nvidia-smi" or "none"
-
-
-@dataclass(frozen=True, kw_only=True)
-class VariantKey:
-    id: str
-    cuda: str  # "13.0"
-    torch: str  # "2.14" or "2.14.1"
-    cxx11_abi: bool
-    archs: tuple[str, ...]  # "8.0", "9.0a"
+    glibc: str | None = None  # "2.36"; None where unknown (not glibc, or not probed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,47 +57,31 @@ class Choice:
 
 def parse_variant_id(variant_id: str) -> VariantKey | None:
     """ "cu130-torch2.14-abi1-sm80.90" -> its parts; None for names that are not variant ids."""
-    m = _VARIANT_ID.match(variant_id)
-    if m is None:
+    try:
+        return VariantKey.parse_id(variant_id)
+    except ValueError:
         return None
-    cuda_digits = m.group("cuda")
-    archs = []
-    for digits in m.group("archs").split("."):
-        suffix = "a" if digits.endswith("a") else ""
-        num = digits.rstrip("a")
-        if len(num) < 2:
-            return None
-        archs.append(f"{num[:-1]}.{num[-1]}{suffix}")
-    return VariantKey(
-        id=variant_id,
-        # CUDA minors are single digits (12.8, 13.0), so the last digit is the minor.
-        cuda=f"{cuda_digits[:-1]}.{cuda_digits[-1]}",
-        torch=m.group("torch"),
-        cxx11_abi=m.group("abi") == "1",
-        archs=tuple(archs),
-    )
 
 
-def _cc(arch: str) -> tuple[int, int, bool]:
-    specific = arch.endswith("a")
-    major, minor = arch.rstrip("a").split(".")
-    return int(major), int(minor), specific
+def _gpu(capability: str) -> Arch | None:
+    """A GPU's compute capability ("9.0"); None for anything else a probe or nvidia-smi printed."""
+    try:
+        arch = Arch.parse(capability)
+    except ValueError:
+        return None
+    return arch if "." in capability and not arch.suffix else None
+
+
+def _gpus(capabilities: Iterable[str]) -> tuple[str, ...]:
+    found = {_gpu(str(c).strip()) for c in capabilities}
+    return tuple(g.dotted for g in sorted(g for g in found if g is not None))
 
 
 def covers(archs: Iterable[str], gpu: str) -> bool:
-    """Does code for `archs` run on a GPU of compute capability `gpu`?
-
-    SASS for sm_XY runs on the same major with a minor >= Y (sm_80 code runs on 8.6 and 8.9); arch-specific
-    "a" code (sm_90a) runs only on exactly that capability. PTX may be absent, so it is not counted on.
-    """
-    g_major, g_minor, _ = _cc(gpu)
-    for arch in archs:
-        major, minor, specific = _cc(arch)
-        if specific and (major, minor) == (g_major, g_minor):
-            return True
-        if not specific and major == g_major and minor <= g_minor:
-            return True
-    return False
+    """Does code for `archs` run on a GPU of compute capability `gpu`? (`Arch.runs_on`; PTX may be absent,
+    so it is not counted on.)"""
+    capability = Arch.parse(gpu)
+    return any(Arch.parse(arch).runs_on(capability) for arch in archs)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -174,17 +155,53 @@ def choose_variant(env: Environment, variant_ids: Iterable[str]) -> Choice:
     return Choice(match=None, notes=(), nearest=nearest[0][-1], reasons=nearest[1])
 
 
+def glibc_misfit(filenames: Iterable[str], *, python: str, glibc: str) -> str | None:
+    """Why pip on a host with `glibc` ("2.31") installs none of these wheels for CPython `python`, or None.
+
+    A manylinux_X_Y tag installs where glibc >= X.Y (what `packaging.tags.sys_tags()` lists); linux_<machine>
+    promises nothing, so pip installs it anywhere and it is not counted against the host."""
+    have = parse_glibc(glibc)
+    if have is None:
+        return None
+    interpreter = python_tag(python)
+    needs: list[tuple[tuple[int, int], str]] = []
+    for filename in filenames:
+        try:
+            tags = parse_wheel_filename(filename)[3]
+        except InvalidWheelFilename:
+            continue
+        mine = [t for t in tags if t.interpreter == interpreter]
+        if not mine:
+            continue
+        parsed = [parse_manylinux(t.platform) for t in mine]
+        if any(p is None or p.glibc <= have for p in parsed):
+            return None
+        needs += [(p.glibc, p.machine) for p in parsed if p is not None]
+    if not needs:
+        return None
+    oldest, machine = min(needs)
+    return (
+        f"its wheels for Python {python} need glibc {oldest[0]}.{oldest[1]} or newer "
+        f"({manylinux_tag(oldest, machine)}); this host has glibc {glibc}"
+    )
+
+
 def install_commands(index_url: str, project: str) -> tuple[str, str]:
-    """The exact pip and uv commands for one variant index (other dependencies from PyPI)."""
-    pip = f"pip install --index-url {index_url} --extra-index-url {EXTRA_INDEX} {project}"
-    uv = f"uv pip install --index-url {index_url} --extra-index-url {EXTRA_INDEX} {project}"
-    return pip, uv
+    """The exact pip and uv commands for one variant index (other dependencies from PyPI), shell-quoted."""
+    url, name = shlex.quote(index_url), shlex.quote(project)
+    args = f"install --index-url {url} --extra-index-url {EXTRA_INDEX} {name}"
+    return f"pip {args}", f"uv pip {args}"
 
 
 _PROBE = r"""
 import json, sys
 out = {"python": "%d.%d" % sys.version_info[:2], "torch": None, "cuda": None, "abi": None, "gpus": []}
 out["gpu_source"] = "none"
+try:
+    import os
+    out["glibc"] = os.confstr("CS_GNU_LIBC_VERSION").split()[1]  # "glibc 2.36"
+except Exception:
+    out["glibc"] = None
 try:
     import torch
 except Exception:
@@ -206,12 +223,7 @@ print(json.dumps(out))
 
 def parse_nvidia_smi(output: str) -> tuple[str, ...]:
     """Lines of `nvidia-smi --query-gpu=compute_cap --format=csv,noheader` -> ("9.0", ...)."""
-    caps = []
-    for line in output.splitlines():
-        line = line.strip()
-        if re.fullmatch(r"\d+\.\d+", line):
-            caps.append(line)
-    return tuple(sorted(set(caps), key=_cc))
+    return _gpus(output.splitlines())
 
 
 def detect_environment(python: str | None = None) -> Environment:
@@ -225,7 +237,7 @@ def detect_environment(python: str | None = None) -> Environment:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise FactoryError(f"probing {exe} failed: {last}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    gpus = tuple(sorted(set(data["gpus"]), key=_cc))
+    gpus = _gpus(data["gpus"])
     source = data["gpu_source"]
     if not gpus and shutil.which("nvidia-smi"):
         smi = subprocess.run(
@@ -245,6 +257,7 @@ def detect_environment(python: str | None = None) -> Environment:
         cxx11_abi=data["abi"],
         gpus=gpus,
         gpu_source=source,
+        glibc=data.get("glibc"),
     )
 
 
@@ -297,28 +310,61 @@ class WhichResult:
     commands: tuple[tuple[str, str], ...]  # (pip, uv) per project
 
 
+def _index_links(page: str, base: str) -> dict[str, str]:
+    """Anchor text -> absolute URL for the links of an index page that stay on a readable scheme (and hold
+    no control characters, which would reach the terminal when printed)."""
+    links = {}
+    for anchor in parse_anchors(page):
+        url = urljoin(base, anchor.href)
+        if urlsplit(url).scheme in INDEX_SCHEMES and url.isprintable():
+            links[anchor.text] = url
+    return links
+
+
 def which(index: str, *, env: Environment, project: str | None = None) -> WhichResult:
-    """Read the index's list of variant indexes and pick the one for `env`."""
+    """Read the index's list of variant indexes and pick the one for `env`.
+
+    The index is not trusted: only anchors whose text is a variant id (the grammar of `factory.variants`)
+    and, inside the variant index, a PEP 508 project name are considered, so nothing else it says reaches
+    the printed commands."""
     root = normalize_index_url(index)
-    anchors = parse_anchors(fetch_page(root))
-    variants = {a.text: urljoin(root, a.href) for a in anchors if parse_variant_id(a.text) is not None}
+    links = _index_links(fetch_page(root), root)
+    variants = {vid: url for vid, url in links.items() if parse_variant_id(vid) is not None}
     choice = choose_variant(env, variants)
     if choice.match is None:
         return WhichResult(env=env, choice=choice, variant_url=None, projects=(), commands=())
     variant_url = variants[choice.match]
-    listed = tuple(a.text for a in parse_anchors(fetch_page(variant_url)))
+    links = _index_links(fetch_page(variant_url), variant_url)
+    pages = {canonicalize_name(p): url for p, url in links.items() if _PROJECT.match(p)}
+    listed = tuple(p for p in links if _PROJECT.match(p))
     projects: Sequence[str] = listed
     if project is not None:
-        from packaging.utils import canonicalize_name
-
         wanted = canonicalize_name(project)
-        if wanted not in {canonicalize_name(p) for p in listed}:
+        if wanted not in pages:
             raise FactoryError(
                 f"{project} is not in the matching index {without_credentials(variant_url)} (it has: "
                 f"{', '.join(listed) or 'nothing'})"
             )
         projects = (project,)
+    notes: list[str] = []
+    if env.glibc is not None:
+        fitting = []
+        for name in projects:
+            page = pages[canonicalize_name(name)]
+            filenames = [a.text for a in parse_anchors(fetch_page(page))]
+            misfit = glibc_misfit(filenames, python=env.python, glibc=env.glibc)
+            if misfit is None:
+                fitting.append(name)
+            elif project is not None:
+                raise FactoryError(f"{name} in {without_credentials(variant_url)}: {misfit}")
+            else:
+                notes.append(f"{name} left out: {misfit}")
+        projects = fitting
     commands = tuple(install_commands(variant_url, p) for p in projects)
     return WhichResult(
-        env=env, choice=choice, variant_url=variant_url, projects=tuple(projects), commands=commands
+        env=env,
+        choice=replace(choice, notes=(*choice.notes, *notes)),
+        variant_url=variant_url,
+        projects=tuple(projects),
+        commands=commands,
     )

@@ -64,7 +64,7 @@ def session_factory_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     the path a test takes. The wheelhouse cache is shared: its entries are keyed by a hash of their inputs,
     never change once made, and hold GBs of torch wheels that each session would otherwise download again.
     """
-    from factory.wheelhouse import factory_home
+    from factory.home import factory_home
 
     shared = factory_home() / "wheelhouses"
     shared.mkdir(parents=True, exist_ok=True)

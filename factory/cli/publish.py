@@ -48,14 +48,27 @@ def serve(
     endpoint_url: Annotated[
         str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint.")
     ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds a request head may take to arrive, or a connection idle."),
+    ] = 30.0,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
-    from factory.serve import make_server, parse_basic_auth
+    import math
+
+    from factory.serve import ServeOptions, make_server, parse_basic_auth
     from factory.stores import LocalStore, S3Store, Store, parse_s3_url
 
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0-65535, not {port}")
-    auth = parse_basic_auth(basic_auth) if basic_auth is not None else None
+    if not 0 < timeout < math.inf:
+        raise ConfigError(f"--timeout must be more than 0 seconds, not {timeout}")
+    options = ServeOptions(
+        host=host,
+        port=port,
+        basic_auth=parse_basic_auth(basic_auth) if basic_auth is not None else None,
+        timeout_s=timeout,
+    )
     store: Store
     if from_s3 is not None:
         bucket, prefix = parse_s3_url(from_s3)
@@ -67,11 +80,11 @@ def serve(
             raise ConfigError(f"{directory}: not a published index (no simple/ inside); run factory publish")
         store = LocalStore(directory.resolve())
     try:
-        server = make_server(store, host=host, port=port, basic_auth=auth)
+        server = make_server(store, options)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     bound_host, bound_port = server.server_address[:2]
-    typer.echo(f"serving {store.description} at http://{bound_host}:{bound_port}/simple/", err=False)
+    typer.echo(f"serving {store.description} at http://{bound_host}:{bound_port}/simple/")
     import sys
 
     sys.stdout.flush()

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
-"""Runs one job's phases inside a build container.
+"""Runs one job's phases inside a build container: `python3 -m factory.container.driver build|check|clean`.
 
 Stdlib only: it runs with the image's system Python before any venv exists. The host reads progress from
-lines starting with ``::factory::`` on stdout; everything else is the build log.
+its marked lines on stdout (`protocol.mark_line`); everything else is the build log.
 
 Layout inside the shared work volume (so uv can hardlink from its cache into the venvs):
   $FACTORY_JOB_DIR/venv     build environment (torch, build backend), kept across attempts
@@ -19,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import protocol
+
 WHEELHOUSE = Path("/wheelhouse")
 SOURCE = Path("/src")
 OUT = Path("/out")
@@ -26,7 +27,7 @@ OBJECT_SUFFIXES = (".o", ".obj")
 
 
 def mark(**fields: object) -> None:
-    print("::factory:: " + json.dumps(fields, sort_keys=True), flush=True)
+    print(protocol.mark_line(**fields), flush=True)
 
 
 def run(cmd: list[str], **kwargs: object) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from factory.container.admission import DEFAULT_BASE_BYTES, GIB, default_headroom, per_compile_estimate
 from factory.errors import ConfigError
-from factory.memory.admission import DEFAULT_BASE_BYTES, GIB, default_headroom, per_compile_estimate
 
 # flash-attn's setup.py default; more threads than archs buy nothing since each thread compiles one arch.
 DEFAULT_NVCC_THREADS = 4

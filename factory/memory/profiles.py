@@ -13,32 +13,10 @@ from types import MappingProxyType
 
 from packaging.utils import canonicalize_name
 
+from factory.container import protocol
+from factory.container.protocol import Measurement, ProfileEntry
 from factory.errors import ConfigError
-from factory.wheelhouse import factory_home
-
-FORMAT = 1
-MARKER = "::factory-compile::"  # the nvcc wrapper's measurement lines in a build log
-
-
-@dataclass(frozen=True, kw_only=True)
-class Measurement:
-    key: str
-    peak_bytes: int
-    wall_s: float
-    rc: int = 0
-    envelope: tuple[int, ...] = ()
-    rise: tuple[int, ...] = ()
-    cpu_s: float | None = None  # absent from the lines of wrappers older than this field
-    mem_s: float = 0.0  # byte-seconds
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProfileEntry:
-    peak_bytes: int
-    wall_s: float | None
-    samples: int
-    envelope: tuple[int, ...] = ()
-    rise: tuple[int, ...] = ()
+from factory.home import factory_home
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,22 +26,9 @@ class Profile:
     entries: Mapping[str, ProfileEntry] = field(default_factory=lambda: MappingProxyType({}))
 
     def to_json(self) -> dict[str, object]:
-        """The file format, also what the nvcc wrapper reads from FACTORY_PROFILE_IN."""
-        return {
-            "format": FORMAT,
-            "package": self.package,
-            "version": self.version,
-            "entries": {
-                k: {
-                    "peak_bytes": e.peak_bytes,
-                    "wall_s": e.wall_s,
-                    "samples": e.samples,
-                    "envelope": list(e.envelope),
-                    "rise": list(e.rise),
-                }
-                for k, e in sorted(self.entries.items())
-            },
-        }
+        """The file format (`protocol.profile_json`), also what the nvcc wrapper reads from
+        FACTORY_PROFILE_IN."""
+        return protocol.profile_json(self.package, self.version, self.entries)
 
 
 def profile_path(package: str, version: str, *, home: Path | None = None) -> Path:
@@ -71,25 +36,11 @@ def profile_path(package: str, version: str, *, home: Path | None = None) -> Pat
 
 
 def profile_from_json(data: object, *, source: str = "profile") -> Profile:
-    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
-        raise ConfigError("not a compile profile (no 'entries' object)", file=source)
-    entries: dict[str, ProfileEntry] = {}
-    for key, raw in data["entries"].items():
-        try:
-            entries[str(key)] = ProfileEntry(
-                peak_bytes=int(raw["peak_bytes"]),
-                wall_s=float(raw["wall_s"]) if raw.get("wall_s") is not None else None,
-                samples=int(raw.get("samples", 1)),
-                envelope=_ints(raw.get("envelope")),
-                rise=_ints(raw.get("rise")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"bad profile entry {key!r}: {exc}", file=source) from None
-    return Profile(
-        package=str(data.get("package", "")),
-        version=str(data.get("version", "")),
-        entries=MappingProxyType(entries),
-    )
+    try:
+        package, version, entries = protocol.parse_profile(data)
+    except ValueError as exc:
+        raise ConfigError(str(exc), file=source) from None
+    return Profile(package=package, version=version, entries=MappingProxyType(entries))
 
 
 def load_profile(path: Path, *, package: str = "", version: str = "") -> Profile:
@@ -116,34 +67,12 @@ def save_profile(profile: Profile, path: Path) -> None:
 
 
 def read_measurements(path: Path) -> list[Measurement]:
-    """The wrapper's JSON lines, or its marker lines in a build log; a line cut short by a kill is skipped."""
+    """The wrapper's JSON lines, or its marked lines in a build log; a line cut short by a kill is skipped."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         return []
-    found: list[Measurement] = []
-    for line in lines:
-        if MARKER in line:
-            line = line.split(MARKER, 1)[1]
-        elif not line.startswith("{"):
-            continue
-        try:
-            raw = json.loads(line)
-            found.append(
-                Measurement(
-                    key=str(raw["key"]),
-                    peak_bytes=int(raw["peak_bytes"]),
-                    wall_s=float(raw["wall_s"]),
-                    rc=int(raw.get("rc", 0)),
-                    envelope=_ints(raw.get("envelope")),
-                    rise=_ints(raw.get("rise")),
-                    cpu_s=None if raw.get("cpu_s") is None else float(raw["cpu_s"]),
-                    mem_s=float(raw.get("mem_s", 0)),
-                )
-            )
-        except (ValueError, KeyError, TypeError):
-            continue
-    return found
+    return [m for m in map(protocol.parse_measurement, lines) if m is not None]
 
 
 def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
@@ -175,10 +104,6 @@ def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
             rise=_pointwise_max(old.rise, m.rise if m.rc == 0 else ()),
         )
     return replace(profile, entries=MappingProxyType(entries))
-
-
-def _ints(value: object) -> tuple[int, ...]:
-    return tuple(int(v) for v in value or ())  # type: ignore[attr-defined]
 
 
 def _pointwise_max(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -218,10 +143,11 @@ def raised_per_arch(per_arch_bytes: int, profile: Profile, *, base_bytes: int) -
     """The recipe's estimate for files never measured, raised to the worst per-arch peak measured so far."""
     worst = per_arch_bytes
     for key, entry in profile.entries.items():
-        parts = key.split("|")
-        if len(parts) != 3:
+        parsed = protocol.parse_compile_key(key)
+        if parsed is None:
             continue
-        width = max(1, min(int(parts[2]) if parts[2].isdigit() else 1, len(parts[1].split(","))))
+        _, archs, threads = parsed
+        width = max(1, min(threads, len(archs)))
         worst = max(worst, (entry.peak_bytes - base_bytes) // width)
     return worst
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from factory.config import Recipe
+from factory.container import NVCC_LAUNCHER
+from factory.container.admission import DEFAULT_BASE_BYTES, GIB, format_by_file, raised_by_file
 from factory.memory import profiles
-from factory.memory.admission import DEFAULT_BASE_BYTES, GIB, format_by_file, raised_by_file
 from factory.memory.planner import Parallelism, container_limits, plan_parallelism
 from factory.memory.planner import next_attempt as _next_attempt
+from factory.options import Recipe
 
 __all__ = [
     "PROFILE_DIR",
-    "WRAPPER_DIR",
     "Parallelism",
     "container_limits",
     "file_estimate_bytes",
@@ -25,11 +25,8 @@ __all__ = [
     "next_attempt",
     "record_profiles",
     "wrapper_env",
-    "wrapper_host_dir",
 ]
 
-# Where the runner mounts `wrapper_host_dir()` (read-only) in a build container.
-WRAPPER_DIR = "/opt/factory-memory"
 # Above this, the inline profile would press against the kernel's 128 KiB limit on one environment string
 # (a flash-attn profile of 72 compiles, each course at 2 x 80 points, is about 130 KB): a larger one goes in a
 # file.
@@ -37,11 +34,6 @@ INLINE_PROFILE_MAX = 100_000
 # Where the runner mounts a job's profile snapshot directory (read-only) in a build container.
 PROFILE_DIR = "/opt/factory-profile"
 PROFILE_FILE = "profile.json"
-
-
-def wrapper_host_dir() -> Path:
-    """The directory holding nvcc_wrapper.py with the admission.py and cgroup.py it imports."""
-    return Path(__file__).resolve().parent
 
 
 def initial_parallelism(
@@ -60,7 +52,7 @@ def initial_parallelism(
 def wrapper_env(
     parallel: Parallelism, *, recipe: Recipe, job_dir: str, memory_limit: int,
     package: str | None = None, version: str | None = None, home: Path | None = None,
-    wrapper_dir: str = WRAPPER_DIR, profile_dir: Path | None = None,
+    profile_dir: Path | None = None,
 ) -> dict[str, str]:  # fmt: skip
     """Environment of the build container that routes every nvcc call through the admission wrapper.
 
@@ -71,7 +63,7 @@ def wrapper_env(
     """
     per_arch = parallel.per_arch_bytes or int(recipe.compile_gib_per_arch * GIB)
     env = {
-        "PYTORCH_NVCC": f"{wrapper_dir}/nvcc_wrapper.py",
+        "PYTORCH_NVCC": NVCC_LAUNCHER,
         "FACTORY_STATE_DIR": f"{job_dir}/memory-state",
         "FACTORY_PROFILE_OUT": f"{job_dir}/compile-measurements.jsonl",
         "FACTORY_MEM_LIMIT": str(memory_limit),

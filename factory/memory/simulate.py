@@ -4,7 +4,7 @@ Each task is a sequence of phases (seconds at full speed, resident bytes, busy t
 adds
 up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same
 admission
-decision (`factory.memory.admission.decide`) the nvcc wrapper runs in a build container.
+decision (`factory.container.admission.decide`) the nvcc wrapper runs in a build container.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from factory.memory import admission
-from factory.memory.admission import Prediction
+from factory.container import admission
+from factory.container.admission import Prediction
 from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
 
 EPS = 1e-9
@@ -249,7 +249,7 @@ def run_attempt(
                 still.append(r)
         if admit is not None and admit.online and len(still) < len(running):
             # waiting wrappers re-read the measurements and predict again; so do running ones the profile
-            # does not know (nvcc_wrapper.Admission.sampled)
+            # does not know (`factory.container.gate.Admission.sampled`)
             for i, (arrival, task, _) in enumerate(waiting):
                 waiting[i] = (arrival, task, admit.predict(task.name, measured))
             for r in still:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -267,3 +268,60 @@ def test_which_without_torch(served: Served, tmp_path: Path) -> None:
     # every variant is as far: which one is named does not matter, only why
     assert proc.stderr.startswith("error: no variant index matches this host; nearest: ")
     assert proc.stderr.strip().endswith(" (torch is not installed)")
+
+
+STUB_TORCH_12_10 = """
+__version__ = "2.10.0+cu1210"
+class version:
+    cuda = "12.10"
+class _C:
+    _GLIBCXX_USE_CXX11_ABI = True
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 1
+    @staticmethod
+    def get_device_capability(i):
+        return (10, 3)
+"""
+
+
+def python_with_stub_torch(tmp_path: Path, source: str) -> Path:
+    """An interpreter that imports a stand-in torch module (the probe reads only these attributes): for a
+    host no real torch wheel makes, as a CUDA 12.10 one."""
+    (tmp_path / "stub" / "torch").mkdir(parents=True)
+    (tmp_path / "stub" / "torch" / "__init__.py").write_text(source)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "stub"} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_path: Path) -> None:
+    # Two-digit minors everywhere: CUDA 12.10 (not 121.0, not the 12.9 index), torch 2.10, sm_100/sm_103.
+    label = "cu12.10.torch2.10.abi1.sm80.100.103"
+    wheels = [make_wheel(tmp_path / "wh", label=label), make_wheel(tmp_path / "wh", label=LABEL_OLD)]
+    publish_wheels(wheels, to=str(tmp_path / "idx"))
+    vid = "cu12.10-torch2.10-abi1-sm80.100.103"
+    assert (tmp_path / "idx" / "simple" / vid / "tinyvar" / "index.html").is_file()
+    python = python_with_stub_torch(tmp_path, STUB_TORCH_12_10)
+    proc = subprocess.run(
+        [FACTORY, "which", "--index", str(tmp_path / "idx"), "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "python 3.11, torch 2.10.0, CUDA 12.10, cxx11 ABI 1, GPUs 10.3 (from torch)"
+    assert f"variant: {vid}" in lines and not any(line.startswith("note:") for line in lines)
+    (pip_line,) = [line for line in lines if line.startswith("pip install ")]
+    index_url = shlex.split(pip_line)[3]
+    assert index_url == (tmp_path / "idx" / "simple" / vid).resolve().as_uri() + "/"
+    venv = fresh_venv(tmp_path / "venv", tool="pip")
+    proc = pip_install(venv, index_url, "tinyvar")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed_label(venv) == label

@@ -16,10 +16,10 @@ if str(ROOT) not in sys.path:
 from bench import compile_course as C  # noqa: E402
 from bench import model as M  # noqa: E402
 from bench import offline as O  # noqa: E402
+from factory.measured import flash_attn_file_estimates  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
 from factory.memory.profiles import Measurement  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
-from factory.recipes import flash_attn_file_estimates  # noqa: E402
 
 GIB = 2**30
 
@@ -36,9 +36,9 @@ def test_every_kind_of_kernel_file_was_measured() -> None:
 
 
 def test_the_recipe_data_holds_each_course_s_after_peak_fraction() -> None:
-    from factory.recipes import _csv_rows
+    from factory.measured import compile_rows
 
-    rows = {r["note"].rpartition("course: ")[2]: r for r in _csv_rows() if "course: " in r["note"]}
+    rows = {r["note"].rpartition("course: ")[2]: r for r in compile_rows() if "course: " in r["note"]}
     for path in sorted(M.COURSES.glob("*.json")):
         data = json.loads(path.read_text())
         after = C.after_peak([int(m) for _, _, m in data["samples"]])

@@ -10,6 +10,8 @@ import pytest
 
 from factory import build
 from factory.config import load_matrix_file
+from factory.container import NVCC_LAUNCHER
+from factory.container.protocol import ProfileEntry
 from factory.errors import ConfigError
 from factory.memory import profiles
 from factory.plan import plan_matrix
@@ -61,7 +63,7 @@ def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
     assert env["DEMO_LOCAL_VERSION"] == "cu13.0.torch2.14.abi1.sm90.120"
     # The admission wrapper bounds memory per compile, so ninja may run more jobs than fit by estimate alone.
     assert env["MAX_JOBS"] == str(parallel.ninja_jobs) and parallel.ninja_jobs >= parallel.max_jobs
-    assert env["PYTORCH_NVCC"] == f"{build.memory.WRAPPER_DIR}/nvcc_wrapper.py"
+    assert env["PYTORCH_NVCC"] == NVCC_LAUNCHER
     assert env["FACTORY_MEM_LIMIT"] == str(demo.memory_limit)
     assert env["FACTORY_REQUIREMENTS"].splitlines()[0] == "torch==2.14.*"
     assert not any(k.startswith("AWS") for k in env)
@@ -137,7 +139,7 @@ def test_job_env_hands_the_learned_profile_to_the_wrappers_in_the_job_s_snapshot
     monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
     mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
     runner = build.Runner(None, mf, build.BuildSettings(output=tmp_path / "out", run_id="r1"))
-    entry = profiles.ProfileEntry(peak_bytes=2**30, wall_s=3.0, samples=15, envelope=(2**30,), rise=(2**30,))
+    entry = ProfileEntry(peak_bytes=2**30, wall_s=3.0, samples=15, envelope=(2**30,), rise=(2**30,))
     learned = profiles.Profile(
         package=mf.package.name, version=mf.package.version, entries={"k.cu|compute_90|1": entry}
     )

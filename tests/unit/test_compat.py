@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.compat import CompatData
+from factory.compat import TORCH_KEYS, CompatData
 from factory.config import load_matrix_file
 from factory.plan import plan_matrix
 from factory.variants import arch_key
@@ -125,10 +125,62 @@ def test_cuda_archs_table() -> None:
     assert min(cu130, key=arch_key) == "7.5"
 
 
+def test_family_targets_need_cuda_12_9() -> None:
+    verdict = judge(cuda="12.8", archs=("9.0a", "10.0a", "10.0f", "12.0f"))
+    assert verdict.archs == ("9.0a", "10.0a")
+    assert "arch 10.0f trimmed: CUDA 12.8 cannot target sm_100f (needs CUDA >= 12.9)" in verdict.notes
+    assert {"10.0f", "10.3f", "12.0f", "12.1f"} <= set(DATA.cuda_archs("12.9"))
+    assert "10.1f" not in DATA.cuda_archs("13.0") and "11.0f" in DATA.cuda_archs("13.0")
+
+
 def test_required_cxx_std() -> None:
     assert DATA.required_cxx_std("2.14.1") == "20"
+    assert DATA.required_cxx_std("2.15") == "20"
+    # 2.12 and 2.13 compile extensions as C++20 by default, but their headers still accept C++17
+    assert DATA.required_cxx_std("2.13") == "17"
     assert DATA.required_cxx_std("2.9") == "17"
     assert DATA.required_cxx_std("2.99") is None
+
+
+@pytest.mark.parametrize(
+    ("torch", "cuda", "pythons"),
+    [
+        ("2.11", "13.0", ("3.10", "3.11", "3.12", "3.13", "3.14")),
+        ("2.12", "13.0", ("3.10", "3.11", "3.12", "3.13", "3.14")),
+        ("2.13.0", "13.0", ("3.10", "3.11", "3.12", "3.13", "3.14")),
+        ("2.14.1", "13.0", ("3.10", "3.11", "3.12", "3.13", "3.14")),
+        ("2.15", "13.2", ("3.11", "3.12", "3.13", "3.14", "3.15")),
+    ],
+)
+def test_current_torch_releases_are_known(torch: str, cuda: str, pythons: tuple[str, ...]) -> None:
+    for python in pythons:
+        verdict = judge(torch=torch, cuda=cuda, python=python, archs=("8.0", "9.0", "10.0", "12.0"))
+        assert verdict.dropped is None and verdict.verified, (python, verdict)
+        assert verdict.archs == ("8.0", "9.0", "10.0", "12.0")
+
+
+def test_torch_2_15_has_no_python_3_10_and_other_cuda_builds_are_unverified() -> None:
+    # the 2.12-2.15 entries list the CUDA build the index has; pytorch.org's others are not known here
+    assert judge(torch="2.15", cuda="13.0", python="3.12").verified is False
+    assert "torch 2.15 with CUDA 13.0" in judge(torch="2.15", cuda="13.0", python="3.12").notes[-1]
+    assert "torch 2.15 on Python 3.10" in judge(torch="2.15", cuda="13.2", python="3.10").notes[-1]
+    assert (
+        judge(torch="2.14", cxx11_abi=False, cuda="13.0").dropped
+        == "torch 2.14 wheels use cxx11_abi: true only"
+    )
+
+
+def test_data_is_consistent() -> None:
+    data = DATA.data
+    known_cuda = data["cuda_versions"]
+    assert known_cuda == sorted(known_cuda, key=lambda v: tuple(map(int, v.split("."))))
+    for minor, entry in data["torch"].items():
+        assert set(entry) <= set(TORCH_KEYS), minor
+        assert set(entry["cuda"]) <= set(known_cuda), minor  # a build torch ships is a CUDA the data knows
+        assert entry["python"] == sorted(entry["python"], key=lambda v: tuple(map(int, v.split(".")))), minor
+        assert entry["cxx_std"] in ("17", "20"), minor
+    minors = sorted(data["torch"], key=lambda v: tuple(map(int, v.split("."))))
+    assert minors[-5:] == ["2.11", "2.12", "2.13", "2.14", "2.15"]
 
 
 def write(tmp_path: Path, body: str) -> Path:
@@ -167,6 +219,43 @@ def test_plan_drops_trims_and_marks(tmp_path: Path) -> None:
     # No emitted job targets an arch its CUDA cannot compile.
     for j in plan.jobs:
         assert all(mf.compat.arch_problem(a, j.variant.cuda) is None for a in j.variant.archs)
+
+
+def test_plan_keeps_suffixed_targets_apart_in_ids(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: flash-attn, version: "2.8.3"}
+        matrix:
+          cuda: ["12.9"]
+          torch: ["2.9"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: ["12.0f;9.0a;10.0a;10.0f;10.0"]
+        """,
+    )
+    (job,) = plan_matrix(load_matrix_file(path), prune=False).jobs
+    assert job.variant.archs == ("9.0a", "10.0", "10.0a", "10.0f", "12.0f")
+    assert job.id == "cu129-torch2.9-abi1-sm90a.100.100a.100f.120f-py311"
+    assert job.variant.local_version == "cu12.9.torch2.9.abi1.sm90a.100.100a.100f.120f"
+
+
+def test_a_matrix_naming_torch_2_15_is_verified(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        package: {name: x-ext, version: "1.0"}
+        matrix:
+          cuda: ["13.2"]
+          torch: ["2.15"]
+          python: ["3.11", "3.13", "3.15"]
+          cxx11_abi: [true]
+          arch: ["7.5;8.0;9.0;10.0;12.0"]
+        """,
+    )
+    plan = plan_matrix(load_matrix_file(path))
+    assert len(plan.jobs) == 3 and not plan.dropped
+    assert all(j.verified and not j.notes for j in plan.jobs), [j.notes for j in plan.jobs]
 
 
 def test_no_prune_is_the_raw_expansion(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.config import BuildOptions, PublishOptions, Source, load_matrix_file, parse_size
+from factory.config import load_matrix_file, parse_size
+from factory.options import BuildOptions, PublishOptions, Source
 from factory.plan import job_env, plan_matrix
 from factory.recipes import BUILTIN_RECIPES, recipe_env
 from factory.variants import Variant

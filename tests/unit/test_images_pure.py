@@ -42,7 +42,7 @@ def test_python_suite_for() -> None:
 def test_each_python_gets_the_base_whose_suite_ships_it() -> None:
     """A matrix without build.base_image builds 3.11 on bookworm and 3.13 on trixie (it used to give every job
     bookworm, whose image build then failed for 3.13: no python3.13 there)."""
-    from factory.config import BuildOptions
+    from factory.options import BuildOptions
 
     default = BuildOptions().base_image
     assert images.base_image_for(cuda="13.0", python="3.11", flavor="pypi", base_image=default) == (

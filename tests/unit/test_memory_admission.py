@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from factory.memory import admission
-from factory.memory.admission import Prediction, Running, decide
+from factory.container import admission
+from factory.container.admission import Prediction, Running, decide
+from factory.container.protocol import compile_key
 
 GIB = 2**30
 LIMIT = 16 * GIB
@@ -149,7 +150,7 @@ def test_parse_torch_style_nvcc_call() -> None:
     assert call.source == "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu"
     assert call.archs == ("compute_80", "compute_90")
     assert call.threads == 4
-    key = admission.profile_key(call.source, call.archs, call.threads)
+    key = compile_key(call.source, call.archs, call.threads)
     assert key == "flash_fwd_hdim64_fp16_sm80.cu|compute_80,compute_90|4"
 
 
@@ -318,9 +319,9 @@ def test_per_file_estimate_first_matching_pattern_on_the_base_name() -> None:
 
 def test_predict_uses_the_pattern_for_unprofiled_files_and_the_profile_when_present() -> None:
     kw = {"per_arch_bytes": 6 * GIB, "archs": 4, "nvcc_threads": 4, "base_bytes": 0, "by_file": BY_FILE}
-    key = admission.profile_key("/a/flash_fwd_hdim64.cu", ["compute_80"], 4)
+    key = compile_key("/a/flash_fwd_hdim64.cu", ["compute_80"], 4)
     assert admission.predict({}, key, **kw).peak_bytes == 4 * 4 * GIB
-    other = admission.profile_key("/a/other.cu", ["compute_80"], 4)
+    other = compile_key("/a/other.cu", ["compute_80"], 4)
     assert admission.predict({}, other, **kw).peak_bytes == 4 * 6 * GIB
     learned = {key: {"peak_bytes": 10 * GIB, "wall_s": 50.0, "envelope": [10 * GIB] * 10}}
     assert admission.predict(learned, key, **kw).peak_bytes == admission.with_margin(10 * GIB)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.memory import cgroup
+from factory.container import cgroup
 
 V1_UNLIMITED = "9223372036854771712\n"
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from factory.container.admission import DEFAULT_BASE_BYTES, default_headroom, per_compile_estimate
 from factory.errors import ConfigError
-from factory.memory.admission import DEFAULT_BASE_BYTES, default_headroom, per_compile_estimate
 from factory.memory.planner import Parallelism, container_limits, next_attempt, plan_parallelism
 
 GIB = 2**30

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-from factory.config import Recipe
-from factory.memory import admission, profiles, runner
+from factory.container import admission, predictor
+from factory.container.protocol import ProfileEntry
+from factory.memory import profiles, runner
+from factory.options import Recipe
 from factory.recipes import FLASH_ATTN
-
-sys.path.insert(0, str(runner.wrapper_host_dir()))  # the wrapper imports its neighbours as top-level modules
-import nvcc_wrapper
 
 GIB = 2**30
 
@@ -102,9 +100,9 @@ def test_flash_attn_seconds_by_file_from_the_measured_courses() -> None:
 
 
 def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
-    from factory.recipes import _csv_rows
+    from factory.measured import compile_rows
 
-    seen = [float(r["after_peak"]) for r in _csv_rows() if r["after_peak"]]
+    seen = [float(r["after_peak"]) for r in compile_rows() if r["after_peak"]]
     assert len(seen) == 10  # one per measured course
     # the worst course (backward hdim256 held 64% of its peak after falling to 3/4 of it), with its margin
     assert max(seen) == 0.638
@@ -115,7 +113,7 @@ def flash_attn_sized_profile(home: Path) -> profiles.Profile:
     """72 compiles, each course at the current resolution, saved where the runner looks for it."""
     course = tuple(6 * GIB - i * 2**20 for i in range(admission.ENVELOPE_POINTS))
     entries = {
-        f"flash_fwd_hdim{i}_fp16_sm80.cu|compute_80,compute_90|4": profiles.ProfileEntry(
+        f"flash_fwd_hdim{i}_fp16_sm80.cu|compute_80,compute_90|4": ProfileEntry(
             peak_bytes=6 * GIB, wall_s=300.0 + i, samples=1500, envelope=course, rise=course[::-1]
         )
         for i in range(72)
@@ -139,7 +137,7 @@ def test_a_large_profile_reaches_the_wrapper_in_a_file(tmp_path: Path) -> None:
     written = snapshot / runner.PROFILE_FILE
     assert written.stat().st_mode & 0o777 == 0o644  # the container's unprivileged user reads it
     # what the wrapper reads from it is the whole profile
-    read = nvcc_wrapper.load_profile(str(written))
+    read = predictor.read_profile(str(written))
     assert read == learned.to_json()["entries"]
     # without a snapshot directory a profile this large would not reach the wrappers at all
     without = runner.wrapper_env(
@@ -150,7 +148,7 @@ def test_a_large_profile_reaches_the_wrapper_in_a_file(tmp_path: Path) -> None:
 
 
 def test_a_small_profile_without_a_snapshot_directory_goes_inline(tmp_path: Path) -> None:
-    entry = profiles.ProfileEntry(peak_bytes=GIB, wall_s=3.0, samples=15, envelope=(GIB,), rise=(GIB,))
+    entry = ProfileEntry(peak_bytes=GIB, wall_s=3.0, samples=15, envelope=(GIB,), rise=(GIB,))
     learned = profiles.Profile(package="p", version="1", entries={"a.cu|compute_80|1": entry})
     profiles.save_profile(learned, profiles.profile_path("p", "1", home=tmp_path))
     env = runner.wrapper_env(

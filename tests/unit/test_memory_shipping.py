@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from factory.container.protocol import Measurement
 from factory.memory import profiles, shipping
 from factory.stores import LocalStore
 
@@ -11,9 +12,7 @@ from factory.stores import LocalStore
 def learn(home: Path, key: str, peak: int) -> None:
     path = profiles.profile_path("flash-attn", "2.8.3", home=home)
     base = profiles.load_profile(path, package="flash-attn", version="2.8.3")
-    profiles.save_profile(
-        profiles.merge(base, [profiles.Measurement(key=key, peak_bytes=peak, wall_s=10.0)]), path
-    )
+    profiles.save_profile(profiles.merge(base, [Measurement(key=key, peak_bytes=peak, wall_s=10.0)]), path)
 
 
 def entries(home: Path) -> dict[str, int]:

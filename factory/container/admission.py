@@ -1,9 +1,8 @@
 """The admission decision for one nvcc compile: the single implementation used by the wrapper and the
-simulator.
+host's simulator and planner.
 
-Standard library only: this file is copied into build containers next to the nvcc wrapper, whose Python may
-not
-have the factory installed.
+Standard library only, like the whole of its package: it runs in build containers, whose Python has nothing
+of the factory's dependencies.
 """
 
 from __future__ import annotations
@@ -278,11 +277,6 @@ def front_bytes(prediction: Prediction) -> int | None:
 def priority(predicted_s: float | None, ticket: int) -> tuple[float, int]:
     """Order of waiters: longest predicted compile first (shortens the tail), ninja's order among unknowns."""
     return (-(predicted_s or 0.0), ticket)
-
-
-def profile_key(source: str, archs: Sequence[str], nvcc_threads: int) -> str:
-    """Key of a measured compile: paths differ between builds, so only the file name counts."""
-    return f"{os.path.basename(source)}|{','.join(sorted(archs))}|{nvcc_threads}"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Memory and CPU limits of the cgroup a process runs in (v1 and v2), read from files under a root directory.
 
-Standard library only: copied into build containers next to the nvcc wrapper.
+Standard library only: the nvcc wrapper reads them in build containers, the host for its planner.
 """
 
 from __future__ import annotations

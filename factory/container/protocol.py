@@ -1,0 +1,171 @@
+"""The lines and files that cross the container boundary: each format with both directions, in one place.
+
+- progress marks: `::factory:: {json}` lines the driver prints on stdout (`mark_line`), which the host's build
+  runner reads (`parse_mark`); the host writes its own notes into the build log behind the same mark
+  (`note_line`), and leaves every marked line out of a failure's log tail (`is_marked`)
+- compile measurements: one JSON object per compile the nvcc wrapper ran, appended to FACTORY_PROFILE_OUT
+  (`measurement_json`) and printed into the build log behind `::factory-compile::` (`measurement_line`);
+  `parse_measurement` reads either
+- learned profiles: `{"format", "package", "version", "entries": {compile key: entry}}`, written by the host
+  (`profile_json`) and read by the host and by the wrapper (`parse_profile`)
+- compile keys: `file|arch,arch|threads`, the keys of a profile (`compile_key`)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MARK = "::factory::"
+MEASUREMENT_MARK = "::factory-compile::"
+PROFILE_FORMAT = 1
+
+
+# --- progress marks ----------------------------------------------------------------------------------------
+
+
+def mark_line(**fields: object) -> str:
+    return f"{MARK} {json.dumps(fields, sort_keys=True)}"
+
+
+def note_line(text: str) -> str:
+    """A line of the host's own in the build log: marked, so that it is not taken for the build's output."""
+    return f"{MARK} {text}"
+
+
+def is_marked(line: str) -> bool:
+    return line.startswith(f"{MARK} ")
+
+
+def parse_mark(line: str) -> dict[str, Any] | None:
+    """The fields of a driver's progress mark; None for any other line (a note, the build's output)."""
+    if not is_marked(line):
+        return None
+    try:
+        fields = json.loads(line[len(MARK) + 1 :])
+    except ValueError:
+        return None
+    return fields if isinstance(fields, dict) else None
+
+
+# --- compile measurements ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    key: str
+    peak_bytes: int
+    wall_s: float
+    rc: int = 0
+    envelope: tuple[int, ...] = ()
+    rise: tuple[int, ...] = ()
+    cpu_s: float | None = None  # absent from the lines of wrappers older than this field
+    mem_s: float = 0.0  # byte-seconds
+
+
+def measurement_json(record: Mapping[str, object]) -> str:
+    """One line of FACTORY_PROFILE_OUT: the wrapper's whole record (`parse_measurement` reads what the
+    host needs of it)."""
+    return json.dumps(record, sort_keys=True)
+
+
+def measurement_line(record: Mapping[str, object]) -> str:
+    """The same record as a build log line."""
+    return f"{MEASUREMENT_MARK} {measurement_json(record)}"
+
+
+def parse_measurement(line: str) -> Measurement | None:
+    """A measurement from a line of FACTORY_PROFILE_OUT or of a build log; None for any other line and for
+    one cut short by a kill."""
+    if MEASUREMENT_MARK in line:
+        line = line.split(MEASUREMENT_MARK, 1)[1]
+    elif not line.startswith("{"):
+        return None
+    try:
+        raw = json.loads(line)
+        return Measurement(
+            key=str(raw["key"]),
+            peak_bytes=int(raw["peak_bytes"]),
+            wall_s=float(raw["wall_s"]),
+            rc=int(raw.get("rc", 0)),
+            envelope=_ints(raw.get("envelope")),
+            rise=_ints(raw.get("rise")),
+            cpu_s=None if raw.get("cpu_s") is None else float(raw["cpu_s"]),
+            mem_s=float(raw.get("mem_s", 0)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+# --- learned profiles --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileEntry:
+    peak_bytes: int
+    wall_s: float | None
+    samples: int
+    envelope: tuple[int, ...] = ()
+    rise: tuple[int, ...] = ()
+
+
+def entry_json(entry: ProfileEntry) -> dict[str, Any]:
+    """One entry as a profile file holds it; also the shape `admission.predict_from` reads entries in."""
+    return {
+        "peak_bytes": entry.peak_bytes,
+        "wall_s": entry.wall_s,
+        "samples": entry.samples,
+        "envelope": list(entry.envelope),
+        "rise": list(entry.rise),
+    }
+
+
+def profile_json(package: str, version: str, entries: Mapping[str, ProfileEntry]) -> dict[str, object]:
+    return {
+        "format": PROFILE_FORMAT,
+        "package": package,
+        "version": version,
+        "entries": {key: entry_json(e) for key, e in sorted(entries.items())},
+    }
+
+
+def parse_profile(data: object) -> tuple[str, str, dict[str, ProfileEntry]]:
+    """A profile's package, version and entries; ValueError, saying what is wrong, for anything else."""
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        raise ValueError("not a compile profile (no 'entries' object)")
+    entries: dict[str, ProfileEntry] = {}
+    for key, raw in data["entries"].items():
+        try:
+            entries[str(key)] = ProfileEntry(
+                peak_bytes=int(raw["peak_bytes"]),
+                wall_s=float(raw["wall_s"]) if raw.get("wall_s") is not None else None,
+                samples=int(raw.get("samples", 1)),
+                envelope=_ints(raw.get("envelope")),
+                rise=_ints(raw.get("rise")),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"bad profile entry {key!r}: {exc}") from None
+    return str(data.get("package", "")), str(data.get("version", "")), entries
+
+
+# --- compile keys ------------------------------------------------------------------------------------------
+
+
+def compile_key(source: str, archs: Sequence[str], nvcc_threads: int) -> str:
+    """Key of a measured compile: paths differ between builds, so only the file name counts."""
+    return f"{os.path.basename(source)}|{','.join(sorted(archs))}|{nvcc_threads}"
+
+
+def parse_compile_key(key: str) -> tuple[str, tuple[str, ...], int] | None:
+    """A compile key's file name, archs and nvcc threads; None for a key that is not one."""
+    parts = key.split("|")
+    if len(parts) != 3:
+        return None
+    return parts[0], tuple(parts[1].split(",")), int(parts[2]) if parts[2].isdigit() else 1
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    return tuple(int(v) for v in value or ())  # type: ignore[attr-defined]

@@ -1,0 +1,141 @@
+"""nvcc admission wrapper: every nvcc call of a build passes through here (PYTORCH_NVCC, or `nvcc` first on
+PATH, is its launcher `nvcc` beside this file, which runs `python3 -m` this module).
+
+A compile starts only when its predicted peak fits the cgroup's remaining memory, or, when its profile shows
+a low front end (preprocessing, parsing), when that fits: it is then stopped (SIGSTOP of its process group)
+as it rises past it, until its peak fits. Its real peak RSS, wall and CPU time and course are measured and
+appended to a profile. Standard library only, like the whole of its package: it runs with the build
+container's Python.
+
+One waiting wrapper at a time (the holder of FACTORY_STATE_DIR/dispatch.lock) decides for every waiting
+compile of the build and starts each that may start; the others only look for their grant file (`gate`). It
+predicts them from their keys and estimates with its own profile and recipe figures: the wrappers of one
+build share their environment. Between polls each wrapper naps on its doorbell (`bell`): a compile that ends
+rings the waiting ones, a dispatcher rings those it started, so a core passes from one compile to the next
+within milliseconds, not a poll or two.
+
+Environment:
+  FACTORY_REAL_NVCC            the real nvcc (default $CUDA_HOME/bin/nvcc)
+  FACTORY_STATE_DIR            directory shared by all compiles of one build; without it nvcc runs unadmitted
+  FACTORY_PROFILE_IN           learned profile JSON ({"entries": {key: {"peak_bytes", "wall_s"}}})
+  FACTORY_PROFILE_JSON         the same profile inline (wins over FACTORY_PROFILE_IN)
+  FACTORY_PROFILE_OUT          JSON lines file the measurements are appended to
+  FACTORY_MEM_LIMIT            bytes (default: the cgroup's limit)
+  FACTORY_EST_PER_ARCH_BYTES   estimate per arch per nvcc thread for files without a profile entry
+  FACTORY_EST_BY_FILE          per-file estimates before that one: JSON [[glob on the base name, bytes], ...],
+                               the first match wins
+  FACTORY_AFTER_PEAK           the recipe's compile_after_peak: what an unprofiled compile holds at most
+                               past its peak, as a fraction of it
+  FACTORY_SECONDS_BY_FILE      the recipe's compile_seconds_by_file: JSON [[glob, seconds], ...]; unprofiled
+                               compiles wait in its order, longest first
+  FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
+  FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
+  FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
+  FACTORY_CGROUP_ROOT          where the cgroup file system is mounted (default /sys/fs/cgroup)
+  FACTORY_POLL_S               seconds between admission checks (default 0.5)
+  FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from . import admission, protocol
+from .environ import env_fraction, env_int, log, read_cgroup
+from .gate import Admission
+from .measure import append_measurement, mem_seconds, run_measured
+from .predictor import Predictor, read_profile
+
+DEFAULT_EST_PER_ARCH = 4 << 30
+LAUNCHER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "nvcc")
+
+
+def real_nvcc() -> str:
+    real = os.environ.get("FACTORY_REAL_NVCC") or os.path.join(
+        os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
+    )
+    if os.path.realpath(real) == LAUNCHER:
+        sys.exit("factory-nvcc: FACTORY_REAL_NVCC points at the wrapper itself")
+    if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+        sys.exit(f"factory-nvcc: no nvcc at {real} (set FACTORY_REAL_NVCC, or CUDA_HOME)")
+    return real
+
+
+def main(argv: list[str]) -> int:
+    nvcc = real_nvcc()
+    call = admission.parse_nvcc_args(argv)
+    state_dir = os.environ.get("FACTORY_STATE_DIR")
+    if not call.is_compile or not state_dir:
+        os.execv(nvcc, [nvcc, *argv])
+    assert call.source is not None
+    key = protocol.compile_key(call.source, call.archs, call.threads)
+    base = env_int("FACTORY_EST_BASE_BYTES", None)
+    estimate = admission.compile_estimate(
+        call.source,
+        per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
+        archs=len(call.archs),
+        nvcc_threads=call.threads,
+        base_bytes=admission.DEFAULT_BASE_BYTES if base is None else base,
+        by_file=admission.parse_by_file(os.environ.get("FACTORY_EST_BY_FILE")),
+    )
+    predictor = Predictor(
+        read_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
+        after_peak=env_fraction("FACTORY_AFTER_PEAK"),
+        seconds_by_file=admission.parse_seconds_by_file(os.environ.get("FACTORY_SECONDS_BY_FILE")),
+    )
+    prediction = predictor.predict(key, estimate)
+    threads = max(1, min(call.threads, len(call.archs)))
+    info = read_cgroup()
+    limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
+    waited = stopped = 0.0
+    if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None:
+        # measured only: for comparisons, or with no limit anywhere there is nothing to protect
+        run = run_measured([nvcc, *argv])
+    else:
+        gate = Admission(
+            state_dir, limit=limit, info=info, threads=threads, waves=-(-len(call.archs) // threads)
+        )
+        try:
+            waited, prediction = gate.wait(key, estimate, predictor)
+            refresh = functools.partial(predictor.predict, key, estimate)
+            run = run_measured([nvcc, *argv], on_sample=lambda rss, child: gate.sampled(rss, child, refresh))
+        finally:
+            gate.release()
+        stopped = gate.stopped_s
+    code, samples, wall = run.code, run.samples, run.wall_s
+    peak = max((rss for _, rss in samples), default=0)
+    out = os.environ.get("FACTORY_PROFILE_OUT")
+    record = {
+        "key": key,
+        "source": os.path.basename(call.source),
+        "archs": list(call.archs),
+        "threads": call.threads,
+        "peak_bytes": peak,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(run.cpu_s, 3),
+        "rc": code,
+        "predicted_bytes": prediction.peak_bytes,
+        "predicted_s": prediction.wall_s,
+        "waited_s": round(waited, 3),
+        "stopped_s": round(stopped, 3),  # at its rise, until its peak was granted (not in wall_s)
+        "envelope": list(admission.envelope(samples, wall)),
+        "rise": list(admission.rise(samples, wall)),
+        "mem_s": round(mem_seconds(samples, wall)),
+    }
+    if out:
+        append_measurement(out, record)
+    # the build log carries the measurement too: the host reads it from there when the state dir is out of
+    # reach
+    print(protocol.measurement_line(record), file=sys.stderr, flush=True)
+    if peak > prediction.peak_bytes:
+        log(
+            f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB "
+            f"over its {prediction.peak_bytes / 2**30:.2f} GiB estimate"
+        )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
