@@ -99,7 +99,7 @@ class BuildOptions:
     memory_budget: int | None = None
     cpus: float | None = None
     concurrency: int = 1
-    flavor: Literal["devel", "pypi"] = "devel"
+    flavor: Literal["devel", "pypi", "manylinux"] = "devel"
     # None: for the pypi flavor, the factory base whose Debian suite ships each job's Python
     base_image: str | None = None
     images: Mapping[str, str] = field(default_factory=_frozen)
@@ -726,8 +726,10 @@ class _Loader:
             c["concurrency"] = self.integer(node, "concurrency", "build.concurrency")
         if "flavor" in node:
             flavor = self.string(node, "flavor", "build.flavor")
-            if flavor not in ("devel", "pypi"):
-                raise self.fail(f"build.flavor {flavor!r} must be 'devel' or 'pypi'", node, "flavor")
+            if flavor not in ("devel", "pypi", "manylinux"):
+                raise self.fail(
+                    f"build.flavor {flavor!r} must be 'devel', 'pypi' or 'manylinux'", node, "flavor"
+                )
             c["flavor"] = flavor
         if "base_image" in node:
             c["base_image"] = self.string(node, "base_image", "build.base_image")

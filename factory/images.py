@@ -191,13 +191,17 @@ def cuda_major(cuda: str) -> int:
     return int(cuda.split(".", 1)[0])
 
 
-def toolkit_requirements(cuda: str) -> tuple[str, ...]:
-    """The PyPI wheels that together form a CUDA toolkit tree (site-packages/nvidia/cu<major>)."""
+def _check_pypi_toolkit(cuda: str) -> None:
     if cuda_major(cuda) < 13:
         raise ImageError(
             f"the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13 (CUDA {cuda}'s PyPI wheels "
             "do not form one toolkit tree); use flavor devel with NVIDIA's image"
         )
+
+
+def toolkit_requirements(cuda: str) -> tuple[str, ...]:
+    """The PyPI wheels that together form a CUDA toolkit tree (site-packages/nvidia/cu<major>)."""
+    _check_pypi_toolkit(cuda)
     series = ".".join(cuda.split(".")[:2])
     names = ("nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime")
     return tuple(f"{name}=={series}.*" for name in names)
@@ -256,6 +260,7 @@ def build_args(*, cuda: str, python: str, flavor: str, base_image: str) -> dict[
 
 def standin_build_args(*, cuda: str, base_image: str) -> dict[str, str]:
     """The `--build-arg` values of docker/Dockerfile.standin-devel."""
+    _check_pypi_toolkit(cuda)
     return {"BASE_IMAGE": base_image, "CUDA": cuda, "CUDA_MAJOR": str(cuda_major(cuda))}
 
 
