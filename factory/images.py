@@ -81,6 +81,8 @@ _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _DOCKER_DIRS = (Path(__file__).resolve().parent / "docker", Path(__file__).resolve().parent.parent / "docker")
 
 _STEP_ID_RE = re.compile(r"^---> ([0-9a-f]{12})$")
+# The legacy builder wraps a step's stderr in colour codes; a `factory:` line must still be found.
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -556,7 +558,7 @@ def pull_hint(*, flavor: str, image: str) -> str:
         return f"use a bootstrapped base ({DEFAULT_BASE_IMAGE}, made by `factory images bootstrap`)"
     offline = f"`docker save {image}` on a host that reaches the registry and `docker load` it here"
     if flavor == "manylinux":
-        return f"{offline}, or set build.images to an image with the same layout"
+        return f"{offline}, or set build.base_image to an image with its layout"
     return (
         f"{offline}, or use the local stand-in (`factory images standin-devel --cuda <cuda>`, "
         f"build.base_image: {STANDIN_REPOSITORY}:cuda<cuda>-devel)"
@@ -771,7 +773,7 @@ def _build(
                     continue
                 log.write(text)
                 for line in text.splitlines():
-                    line = line.strip()
+                    line = _ANSI_RE.sub("", line).strip()
                     if not line:
                         continue
                     tail = [*tail[-19:], line]

@@ -8,11 +8,14 @@ Python) then goes through docker/Dockerfile.devel and every phase of the driver,
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
 import textwrap
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +126,47 @@ def test_manylinux_image_that_cannot_be_pulled_is_one_line(docker_client: Any) -
     assert "\n" not in message
     assert message.startswith(f"cannot pull {image}: ")
     assert "docker load" in message
+
+
+# An image with the manylinux builder's layout, for what of the manylinux flavor runs here: the Debian base's
+# CPython 3.11 as /opt/python/cp311-cp311 (a free-threaded cp313-cp313t beside it, never to be picked) and the
+# stand-in's toolkit in /usr/local/cuda.
+FAKE_MANYLINUX = """\
+FROM {base}
+COPY --from={standin} /usr/local/cuda-13.0 /usr/local/cuda-13.0
+RUN ln -s cuda-13.0 /usr/local/cuda && ln -s python3.11 /usr/bin/python \\
+    && mkdir -p /opt/python/cp313-cp313t/bin && ln -s /usr /opt/python/cp311-cp311
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_manylinux(standin: str, docker_client: Any) -> Iterator[str]:
+    tag = "factory-test-manylinux:cuda13.0"
+    dockerfile = FAKE_MANYLINUX.format(base=images.DEFAULT_BASE_IMAGE, standin=standin)
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, network_mode="none")
+    yield tag
+    for name in (images.builder_image_name(cuda=CUDA, python="3.11", flavor="manylinux"), tag):
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(name)
+
+
+def test_manylinux_flavor_picks_the_jobs_cpython(fake_manylinux: str, docker_client: Any) -> None:
+    tag = images.ensure_builder_image(
+        docker_client, cuda=CUDA, python="3.11", flavor="manylinux", base_image=fake_manylinux
+    )
+    script = (
+        "readlink /usr/local/bin/python3.11; readlink /usr/local/bin/python3;"
+        " python3 -c 'import sys; print(sys.version_info[:2])'"
+    )
+    out = docker_client.containers.run(tag, ["sh", "-c", script], remove=True).decode().split("\n")
+    assert out[:3] == ["/opt/python/cp311-cp311/bin/python", "/opt/python/cp311-cp311/bin/python", "(3, 11)"]
+
+
+def test_manylinux_flavor_without_the_jobs_cpython_says_so(fake_manylinux: str, docker_client: Any) -> None:
+    with pytest.raises(ImageError) as info:
+        images.ensure_builder_image(
+            docker_client, cuda=CUDA, python="3.12", flavor="manylinux", base_image=fake_manylinux
+        )
+    assert "factory: the base image has no /opt/python/cp312-cp312/bin/python (Python 3.12)" in str(
+        info.value
+    )

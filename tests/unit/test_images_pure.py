@@ -167,7 +167,7 @@ def test_devel_dockerfile_keeps_deadsnakes_in_one_step() -> None:
 @pytest.mark.parametrize(
     ("flavor", "image", "says"),
     [
-        ("manylinux", "pytorch/manylinux2_28-builder:cuda12.8", "build.images"),
+        ("manylinux", "pytorch/manylinux2_28-builder:cuda12.8", "build.base_image"),
         ("devel", "nvidia/cuda:12.8.1-devel-ubuntu22.04", "factory images standin-devel"),
         ("pypi", "my/base:1", "factory images bootstrap"),
     ],
