@@ -261,8 +261,9 @@ def build_args(*, cuda: str, python: str, flavor: str, base_image: str) -> dict[
 
 
 def standin_build_args(*, cuda: str, base_image: str) -> dict[str, str]:
-    """The `--build-arg` values of docker/Dockerfile.standin-devel."""
+    """The `--build-arg` values of docker/Dockerfile.standin-devel; bad values are errors before any build."""
     _check_pypi_toolkit(cuda)
+    check_image_reference(base_image, "base image")
     return {"BASE_IMAGE": base_image, "CUDA": cuda, "CUDA_MAJOR": str(cuda_major(cuda))}
 
 
@@ -649,7 +650,7 @@ def ensure_standin_devel(
 ) -> str:
     """The tag of the local stand-in for `nvidia/cuda:<cuda>-devel` (docker/Dockerfile.standin-devel), built
     only when missing or its inputs (Dockerfile, base, toolkit wheels) changed."""
-    check_image_reference(base_image, "base image")
+    args = standin_build_args(cuda=cuda, base_image=base_image)
     base_obj = _ensure_base(client, base_image, flavor="pypi", bootstrap=bootstrap, progress=progress)
     # The toolkit wheels are `py3-none`; the base's own Python only runs pip while the image is built.
     suite = base_suite_of(base_image) or DEFAULT_SUITE
@@ -660,7 +661,7 @@ def ensure_standin_devel(
         base=base_image,
         base_id=base_obj.id,
         dockerfile=dockerfile_text(STANDIN_DEVEL),
-        args=standin_build_args(cuda=cuda, base_image=base_image),
+        args=args,
         requirements=toolkit_requirements(cuda),
         python=python,
         labels={LABEL: "standin", LABEL_CUDA: cuda},

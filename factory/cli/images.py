@@ -54,6 +54,7 @@ def standin_devel(
     flavor where no registry is reachable (build.base_image: factory-standin:cuda<cuda>-devel)."""
     from factory import images
 
+    images.standin_build_args(cuda=cuda, base_image=base)  # a bad value is one line, without a daemon
     client = images.connect()
     tag = images.ensure_standin_devel(
         client, cuda=cuda, base_image=base, bootstrap=not no_bootstrap, progress=_progress

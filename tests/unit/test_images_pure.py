@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,25 @@ def test_standin_build_args_match_its_dockerfile() -> None:
     assert set(args) == images.declared_build_args(text)
     with pytest.raises(ImageError, match="CUDA >= 13"):
         images.standin_build_args(cuda="12.8", base_image="factory-base:bookworm")
+    with pytest.raises(ConfigError, match="base image 'a b'"):
+        images.standin_build_args(cuda="13.0", base_image="a b")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["--cuda", "12.8"], 1, "error: the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13"),
+        (["--cuda", "13"], 2, "error: invalid CUDA version '13': expected MAJOR.MINOR"),
+        (["--cuda", "13.0", "--base", "a b"], 2, "error: base image 'a b'"),
+    ],
+)
+def test_standin_cli_refuses_bad_values_in_one_line(
+    argv: list[str], code: int, says: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    got, output = factory_cli(["images", "standin-devel", *argv])
+    assert got == code
+    assert output.strip().splitlines() == [output.strip()]
+    assert output.startswith(says)
 
 
 def test_standin_dockerfile_has_the_devel_layout() -> None:
