@@ -527,8 +527,10 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         c["concurrency"] = check.integer(node, "concurrency", "build.concurrency")
     if "flavor" in node:
         flavor = check.string(node, "flavor", "build.flavor")
-        if flavor not in ("devel", "pypi"):
-            raise check.fail(f"build.flavor {flavor!r} must be 'devel' or 'pypi'", node, "flavor")
+        if flavor not in ("devel", "pypi", "manylinux"):
+            raise check.fail(
+                f"build.flavor {flavor!r} must be 'devel', 'pypi' or 'manylinux'", node, "flavor"
+            )
         c["flavor"] = flavor
     if "base_image" in node:
         c["base_image"] = check.string(node, "base_image", "build.base_image")

@@ -74,7 +74,7 @@ class BuildOptions:
     memory_budget: int | None = None
     cpus: float | None = None
     concurrency: int = 1
-    flavor: Literal["devel", "pypi"] = "devel"
+    flavor: Literal["devel", "pypi", "manylinux"] = "devel"
     # None: for the pypi flavor, the factory base whose Debian suite ships each job's Python
     base_image: str | None = None
     images: Mapping[str, str] = field(default_factory=frozen_mapping)
