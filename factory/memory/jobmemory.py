@@ -1,6 +1,7 @@
 """A build job's view of memory: its first parallelism, the wrappers' environment, learned profiles.
 
-The environment's MAX_JOBS and NVCC_THREADS are set here (`wrapper_env`) and nowhere else in the factory.
+The factory sets a build's MAX_JOBS and NVCC_THREADS here (`wrapper_env`) and nowhere else; a matrix's own env
+for a job may still set them, and wins.
 """
 
 from __future__ import annotations
