@@ -20,8 +20,8 @@ from factory.config import format_size, load_matrix_file, parse_size
 from factory.errors import ConfigError
 
 if TYPE_CHECKING:
-    from factory.build import BuildReport, JobResult
     from factory.plan import Job
+    from factory.report import BuildReport, JobResult
 
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
 
@@ -87,7 +87,8 @@ def build(
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
-    from factory.build import BuildSettings, check_docker, run_build
+    from factory.build import BuildSettings, run_build
+    from factory.engine import check_docker
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
 
@@ -163,7 +164,7 @@ def _show_report(console: Console, report: BuildReport, output: Path) -> None:
             if a.note:
                 console.print(f"{r.job_id}: {a.note}")
         if r.result not in ("ok", "skipped") and r.log_tail:
-            # Compiler errors lead the tail (see build.log_tail); then the last lines of the log.
+            # Compiler errors lead the tail (see jobrun.log_tail); then the last lines of the log.
             errors = r.log_tail[: r.log_tail.index("...") + 1] if "..." in r.log_tail else []
             shown = [*errors, *r.log_tail[len(errors) :][-15:]]
             console.print(f"[bold]{escape(r.job_id)}[/]: {escape(r.reason or '')}\n  log: {r.log}")

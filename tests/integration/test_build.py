@@ -23,6 +23,7 @@ import pytest
 from test_publish_s3 import moto  # noqa: F401
 
 from factory import build as build_mod
+from factory import engine
 from factory.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -183,11 +184,11 @@ def test_jobs_of_a_matrix_run_side_by_side_within_the_budget(demo_build: dict[st
 
 def test_no_container_left_after_build(demo_build: dict[str, Any], docker_client: Any) -> None:
     run_id = demo_build["report"]["run_id"]
-    assert docker_client.containers.list(all=True, filters={"label": f"{build_mod.RUN_LABEL}={run_id}"}) == []
+    assert docker_client.containers.list(all=True, filters={"label": f"{engine.RUN_LABEL}={run_id}"}) == []
 
 
 def _containers_of(client: Any, pid: int) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"{build_mod.PID_LABEL}={pid}"})
+    return client.containers.list(all=True, filters={"label": f"{engine.PID_LABEL}={pid}"})
 
 
 def test_sigterm_leaves_no_container(tmp_path: Path, docker_client: Any) -> None:
@@ -218,16 +219,16 @@ def test_containers_of_a_crashed_run_are_removed_by_the_next(tmp_path: Path, doc
     dead = subprocess.Popen(["true"])
     dead.wait()
     labels = {
-        build_mod.LABEL: "1",
-        build_mod.RUN_LABEL: "crashed",
-        build_mod.PID_LABEL: str(dead.pid),
-        build_mod.HOST_LABEL: os.uname().nodename,
+        engine.LABEL: "1",
+        engine.RUN_LABEL: "crashed",
+        engine.PID_LABEL: str(dead.pid),
+        engine.HOST_LABEL: os.uname().nodename,
     }
     container = docker_client.containers.run(
         image[0].id, ["sleep", "600"], detach=True, labels=labels, network_mode="none"
     )
     try:
-        assert build_mod.remove_stale_containers(docker_client) >= 1
+        assert engine.remove_stale_containers(docker_client) >= 1
         assert _containers_of(docker_client, dead.pid) == []
     finally:
         with pytest.raises(Exception):  # noqa: B017 - already removed: any docker error is fine here

@@ -244,7 +244,7 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
 
     built: list[str] = []
 
-    def run_build(
+    def cgroup_build(
         build_dir: Path, *, max_jobs: int, admission_on: bool, limit_bytes: int, **_: object
     ) -> real.RealRun:
         built.append(build_dir.name)
@@ -260,7 +260,7 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
         return real.RealRun(wall_s=wall, rc=0, oom_kills=0, peak_bytes=GIB, objects_kept=0,
                             objects_total=real.OBJECTS, measurements=_memext(scale=scale))  # fmt: skip
 
-    monkeypatch.setattr(real, "run_build", run_build)
+    monkeypatch.setattr(real, "cgroup_build", cgroup_build)
     monkeypatch.setattr(real.os, "sched_getaffinity", lambda _: {0, 1})
     result = real.run_real(work=tmp_path / "work")
     # the reference runs one at a time right before the profiled build, and again right after it
