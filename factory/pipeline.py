@@ -19,8 +19,8 @@ from factory.publish import PublishResult, describe, publish_wheels, published_f
 from factory.stores import Store, open_store
 
 if TYPE_CHECKING:
-    from factory.build import BuildReport
     from factory.plan import Job
+    from factory.report import BuildReport
 
 Log = Callable[[str], None]
 

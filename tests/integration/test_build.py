@@ -22,7 +22,6 @@ import pytest
 # The S3-protocol server fixture (moto in server mode) of the publish tests, reused for the real demo wheel.
 from test_publish_s3 import moto  # noqa: F401
 
-from factory import build as build_mod
 from factory import engine
 from factory.fatbin import device_code
 

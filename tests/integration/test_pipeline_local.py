@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from publish_helpers import make_wheel
 
-from factory.build import BuildReport, JobResult
 from factory.config import MatrixFile, load_matrix_file
 from factory.errors import ConfigError
 from factory.memory import profiles
 from factory.memory.shipping import profile_key
 from factory.pipeline import build_matrix
 from factory.plan import Job, plan_matrix
+from factory.report import BuildReport, JobResult
 from factory.stores import LocalStore
 
 pytestmark = pytest.mark.integration

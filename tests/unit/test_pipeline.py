@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from factory.build import BuildReport, JobResult
 from factory.config import load_matrix_file
 from factory.memory import profiles
 from factory.options import PublishOptions
 from factory.pipeline import RunOutcome, build_matrix, sync_profile
 from factory.plan import Job, plan_matrix
+from factory.report import BuildReport, JobResult
 from factory.stores import LocalStore
 
 ROOT = Path(__file__).resolve().parents[2]
