@@ -92,7 +92,9 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
         publish_to=tmp / "index",
     )
     out = tmp / "wheels"
-    proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going", "--publish")
+    proc = run_factory(
+        "build", "--trust-paths", "--matrix", str(matrix), "--output", str(out), "--keep-going", "--publish"
+    )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     return {
@@ -167,7 +169,7 @@ def _containers_of(client: Any, pid: int) -> list[Any]:
 def test_sigterm_leaves_no_container(tmp_path: Path, docker_client: Any) -> None:
     matrix = demo_matrix(tmp_path, arch=["8.0"])
     proc = subprocess.Popen(
-        [*FACTORY, "build", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
+        [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -230,7 +232,7 @@ def test_consumer_installs_the_real_wheel_from_the_served_index(
     from factory.config import load_matrix_file
     from factory.plan import plan_matrix
 
-    mf = load_matrix_file(demo_build["matrix"])
+    mf = load_matrix_file(demo_build["matrix"], trust_paths=True)
     job = plan_matrix(mf).jobs[0]
     normal = build_mod.Runner(None, mf, build_mod.BuildSettings(output=tmp_path)).wheelhouse_for(job)
     server, url = start_server(demo_build["index"], tmp_path / "access.log")
@@ -279,7 +281,7 @@ def test_consumer_installs_the_real_wheel_straight_from_an_s3_bucket(
     wheels = [out / j["wheel"] for j in demo_build["report"]["jobs"] if j["wheel"]]
     moto.bucket("demo-wheels")
     publish_wheels(wheels, to="s3://demo-wheels/ci", endpoint_url=moto.endpoint, report=out / "report.json")
-    mf = load_matrix_file(demo_build["matrix"])
+    mf = load_matrix_file(demo_build["matrix"], trust_paths=True)
     normal = build_mod.Runner(None, mf, build_mod.BuildSettings(output=tmp_path)).wheelhouse_for(
         plan_matrix(mf).jobs[0]
     )

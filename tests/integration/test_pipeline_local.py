@@ -31,7 +31,7 @@ def demo_matrix(tmp_path: Path, to: Path) -> MatrixFile:
     text = (DEMO / "demo.yaml").read_text().replace("{path: demo-ext}", f"{{path: {DEMO / 'demo-ext'}}}")
     path = tmp_path / "m.yaml"
     path.write_text(text.replace("to: ./index", f"to: {to}"))
-    return load_matrix_file(path)
+    return load_matrix_file(path, trust_paths=True)
 
 
 class Builder:
@@ -151,7 +151,16 @@ def test_a_destination_that_cannot_be_a_store_stops_the_run_before_any_build(
         )  # fmt: skip
     assert build.calls == []
     code, output = factory_cli(
-        ["build", "--matrix", str(mf.path), "--publish", "--rebuild", "-o", str(tmp_path / "out")]
+        [
+            "build",
+            "--trust-paths",
+            "--matrix",
+            str(mf.path),
+            "--publish",
+            "--rebuild",
+            "-o",
+            str(tmp_path / "out"),
+        ]
     )
     assert code == 2, output
     assert output.strip() == f"error: --to {taken}: exists and is not a directory"
