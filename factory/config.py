@@ -115,7 +115,9 @@ def format_size(n: int) -> str:
     """Bytes for people: 8224690176 -> "7.7 GiB", 734003200 -> "700 MiB", 2**46 -> "64.0 TiB"."""
     if n >= 2**40:
         return f"{n / 2**40:.1f} TiB"
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 def canonical_arch(value: str) -> str:
@@ -508,7 +510,9 @@ def _entries(
     if not isinstance(items, list):
         raise check.fail(f"matrix.{key} must be a list of mappings, not {kind(items)}", node, key)
     if len(items) > MAX_ENTRIES:
-        raise check.fail(f"matrix.{key} has {len(items)} entries; at most {MAX_ENTRIES}", node, key)
+        raise check.fail(
+            f"matrix.{key} has {len(items)} entries; at most {MAX_ENTRIES}", node, key, at_key=True
+        )
     out: list[MatrixEntry] = []
     for i, item in enumerate(items):
         line = check.doc.line_of(items, i)
@@ -687,6 +691,8 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
             check_destination(c["to"], what="publish.to")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "to") from None
+        except ValueError as exc:  # urllib's own, on a broken s3:// URL ("s3://b[/p": Invalid IPv6 URL)
+            raise check.fail(f"publish.to {c['to']!r}: {exc}", node, "to") from None
         # like factory.stores.open_store, which is where a relative one is resolved (against the cwd)
         local = None if "://" in c["to"] else Path(c["to"]).expanduser()
         if local is not None and local.exists() and not local.is_dir():

@@ -56,7 +56,9 @@ class YamlDoc:
     def key_line(self, node: Any, key: object) -> int | None:
         """1-based line of a mapping key (where an unknown-key error should point)."""
         if isinstance(node, CommentedMap) and key in node:
-            return node.lc.key(key)[0] + 1
+            line = node.lc.key(key)[0]
+            if isinstance(line, int):
+                return line + 1
         return self.line_of(node, key)
 
     def source_text(self, node: Any, key: object) -> str | None:
@@ -71,25 +73,29 @@ class YamlDoc:
         """A mapping key as written in the file."""
         try:
             line, col = node.lc.key(key)
-        except (KeyError, AttributeError, TypeError):
+        except (KeyError, AttributeError, TypeError, ValueError):
             return None
-        if line >= len(self.lines):
+        if not isinstance(line, int) or not isinstance(col, int) or line >= len(self.lines):
             return None
         match = _PLAIN_KEY.match(self.lines[line], col)
         return match.group(0) if match else None
 
     @staticmethod
     def _pos(node: Any, key: object) -> tuple[int, int] | None:
+        pos: Any = None
         try:
             if key is None:
-                return (node.lc.line, node.lc.col) if hasattr(node, "lc") else None
-            if isinstance(node, CommentedMap):
-                return node.lc.value(key)
-            if isinstance(node, CommentedSeq) and isinstance(key, int):
-                return node.lc.item(key)
+                pos = (node.lc.line, node.lc.col) if hasattr(node, "lc") else None
+            elif isinstance(node, CommentedMap):
+                pos = node.lc.value(key)
+            elif isinstance(node, CommentedSeq) and isinstance(key, int):
+                pos = node.lc.item(key)
         except (KeyError, IndexError, TypeError, AttributeError):
             return None
-        return None
+        # ruamel leaves some positions unset (a tagged scalar's)
+        if pos is None or not all(isinstance(p, int) for p in pos):
+            return None
+        return pos[0], pos[1]
 
 
 def _one_line(exc: MarkedYAMLError) -> tuple[str, int | None]:
@@ -181,6 +187,11 @@ def load_yaml(path: str | Path) -> YamlDoc:
         raise ConfigError(f"YAML error: {str(exc).splitlines()[0]}", file=display) from None
     except RecursionError:
         raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", file=display) from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        # ruamel's constructors fail in plain Python on some valid YAML: a mapping as a key ("? {a: 1}"
+        # is unhashable), a timestamp that is no date ("2020-13-45")
+        first = (str(exc).splitlines() or [""])[0]
+        raise ConfigError(f"YAML this loader cannot read: {first}", file=display) from None
     doc = YamlDoc(path=p, display=display, root=root, lines=tuple(text.splitlines()))
     _bounded(doc)
     return doc
