@@ -28,7 +28,7 @@ from typing import Any
 import docker.errors
 import psutil
 
-from factory import home, images, wheelcheck, wheelhouse
+from factory import home, images, platform_tag, wheelcheck, wheelhouse
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, protocol
 from factory.errors import BuildError, ConfigError, FactoryError
@@ -668,6 +668,7 @@ class Runner:
         with log_path.open("a") as fh:
             fh.write(protocol.note_line("checking the wheel") + "\n")
         wheelcheck.pin_torch_requirement(wheel, torch)
+        wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
         problems = wheelcheck.check_wheel(
             wheel,
             name=self.mf.package.name,

@@ -691,8 +691,6 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
             check_destination(c["to"], what="publish.to")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "to") from None
-        except ValueError as exc:  # urllib's own, on a broken s3:// URL ("s3://b[/p": Invalid IPv6 URL)
-            raise check.fail(f"publish.to {c['to']!r}: {exc}", node, "to") from None
         # like factory.stores.open_store, which is where a relative one is resolved (against the cwd)
         local = None if "://" in c["to"] else Path(c["to"]).expanduser()
         if local is not None and local.exists() and not local.is_dir():

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -69,6 +71,18 @@ class Store(Protocol):
     def open(self, key: str) -> tuple[IO[bytes], int] | None: ...
 
     def sha256_of(self, key: str) -> str | None: ...
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        """Every key under `prefix` (a "dir/" key), in no particular order."""
+        ...
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def urls_without_credentials(text: str) -> str:
+    """An outside message (botocore's) as one line, every URL in it through without_credentials."""
+    return " ".join(_URL_IN_TEXT.sub(lambda m: without_credentials(m.group()), text).split())
 
 
 def _sha256_file(path: Path) -> str:
@@ -134,6 +148,13 @@ class LocalStore:
         if not path.is_file():
             return None
         return path.open("rb"), path.stat().st_size
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        _check_key(prefix)
+        for path in (self.root / prefix).rglob("*"):
+            # put()'s temporaries are hidden (".<name>.<random>.tmp"); nothing published starts with "."
+            if path.is_file() and not path.name.startswith("."):
+                yield path.relative_to(self.root).as_posix()
 
     def put(
         self,
@@ -230,10 +251,12 @@ class S3Store:
                 raise PreconditionFailed(kwargs.get("Key", "")) from None
             if code in {"NoSuchKey", "404", "NotFound"}:
                 return None
-            raise PublishError(f"{what} {self.description}: {code or exc}") from None
+            raise PublishError(
+                f"{what} {self.description}: {code or urls_without_credentials(str(exc))}"
+            ) from None
         except BotoCoreError as exc:
-            # The message names the endpoint or the missing credentials, never their values.
-            raise PublishError(f"{what} {self.description}: {exc}") from None
+            # The message names the endpoint (shown without credentials) or which credentials are missing.
+            raise PublishError(f"{what} {self.description}: {urls_without_credentials(str(exc))}") from None
 
     def get(self, key: str) -> Blob | None:
         resp = self._call("reading", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
@@ -269,6 +292,26 @@ class S3Store:
         if resp is None:
             return None
         return resp["Body"], int(resp["ContentLength"])
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        _check_key(prefix)
+        full = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self._call("listing", self.client.list_objects_v2, **kwargs)
+            if resp is None:
+                return
+            for obj in resp.get("Contents", []):
+                key = str(obj["Key"])[strip:]
+                if not key.endswith("/"):  # the directory keys of pages are pages, not files
+                    yield key
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                return
 
     def put(
         self,
@@ -341,12 +384,60 @@ def compare_and_swap(
     raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
 
 
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_problem(bucket: str) -> str | None:
+    """Why `bucket` is not a valid S3 bucket name (AWS's general-purpose bucket naming rules), or None."""
+    if not 3 <= len(bucket) <= 63:
+        return "a bucket name is 3 to 63 characters long"
+    if not _BUCKET.fullmatch(bucket):
+        return (
+            "a bucket name has only lower-case letters, digits, dots and hyphens, "
+            "and begins and ends with a letter or digit"
+        )
+    if ".." in bucket:
+        return "a bucket name has no two dots in a row"
+    with contextlib.suppress(ValueError):
+        ipaddress.IPv4Address(bucket)
+        return "a bucket name is not an IP address"
+    if bucket.startswith(_BUCKET_RESERVED_PREFIXES) or bucket.endswith(_BUCKET_RESERVED_SUFFIXES):
+        return "that bucket name prefix or suffix is reserved by S3"
+    return None
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix")."""
-    parts = urlsplit(url)
+    """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix"); ConfigError for a bucket S3 would refuse
+    and for a prefix whose keys would leave it ("..", "." or empty segments)."""
+    shown_url = without_credentials(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL ({exc})") from None
     if parts.scheme != "s3" or not parts.netloc:
-        raise ConfigError(f"{url!r} is not an s3://bucket/prefix URL")
-    return parts.netloc, parts.path.strip("/")
+        raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL")
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"{shown_url}: an s3:// URL carries no credentials (boto3 takes them from the AWS chain)"
+        )
+    problem = bucket_problem(parts.netloc)
+    if problem is not None:
+        raise ConfigError(f"{shown_url}: bucket {parts.netloc!r}: {problem}")
+    prefix = parts.path.strip("/")
+    if prefix:
+        bad = next((seg for seg in prefix.split("/") if seg in {"", ".", ".."}), None)
+        if bad is not None:
+            raise ConfigError(
+                f"{shown_url}: the prefix {prefix!r} has an empty, '.' or '..' segment "
+                f"({bad!r}); give a plain path like s3://{parts.netloc}/team/index"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in prefix):
+            raise ConfigError(f"{shown_url}: the prefix has control characters")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ConfigError(f"{shown_url}: an s3://bucket/prefix URL has no ?query or #fragment")
+    return parts.netloc, prefix
 
 
 def check_endpoint_url(url: str, *, what: str = "endpoint URL") -> None:
@@ -371,7 +462,7 @@ def check_destination(to: str, *, what: str = "--to") -> None:
 
 
 def open_store(to: str, *, endpoint_url: str | None = None) -> Store:
-    """A store for "--to": s3://bucket/prefix, or a local directory (created on first write)."""
+    """A store for "--to": s3://bucket/prefix, or a local directory (created here)."""
     check_destination(to)
     if to.startswith("s3://"):
         bucket, prefix = parse_s3_url(to)
@@ -381,4 +472,13 @@ def open_store(to: str, *, endpoint_url: str | None = None) -> Store:
     path = Path(to).expanduser()
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--to {to}: exists and is not a directory")
-    return LocalStore(path.resolve())
+    # Created now, so a destination that cannot hold an index (/dev/null/x, /proc/self/x, read-only) is
+    # a usage error before anything is published, not an OSError halfway through.
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        root = path.resolve(strict=True)
+    except OSError as exc:
+        raise ConfigError(f"--to {to}: cannot create the index directory ({exc.strerror})") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigError(f"--to {to}: the index directory is not writable")
+    return LocalStore(root)

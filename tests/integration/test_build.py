@@ -124,7 +124,7 @@ def test_good_arch_sets_produce_checked_wheels(demo_build: dict[str, Any]) -> No
         wheel = demo_build["out"] / job["wheel"]
         assert wheel.is_file()
         label = job_id.removesuffix("-py311").replace("cu130", "cu13.0").replace("-", ".")
-        assert wheel.name.startswith(f"factory_demo_ext-0.1.0+{label}-cp311-cp311-linux_x86_64")
+        assert wheel.name.startswith(f"factory_demo_ext-0.1.0+{label}-cp311-cp311-manylinux_2_")
         with zipfile.ZipFile(wheel) as zf:
             metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             text = zf.read(metadata).decode()

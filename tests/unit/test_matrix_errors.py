@@ -211,11 +211,11 @@ CASES: dict[str, tuple[str, str]] = {
         "build.torch_index.13.0 https://[::1/x: Invalid IPv6 URL",
     ),
     "publish-endpoint-scheme": (
-        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: ftp://minio:9000 #<\n",
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://bkt/p\n  endpoint_url: ftp://minio:9000 #<\n",
         "publish.endpoint_url ftp://minio:9000: not a URL of http:// or https://",
     ),
     "publish-endpoint-no-host": (
-        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: http://:9000 #<\n",
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://bkt/p\n  endpoint_url: http://:9000 #<\n",
         "publish.endpoint_url http://:9000: not a URL of http:// or https://",
     ),
     "publish-to-scheme": (
@@ -224,13 +224,13 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "publish-to-no-bucket": (
         HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3:///prefix #<\n",
-        "publish.to 's3:///prefix' is not an s3://bucket/prefix URL",
+        "publish.to s3:///prefix: not an s3://bucket/prefix URL",
     ),
     "publish-endpoint-bad-host": (
         HEAD
         + "matrix:\n"
         + GOOD_AXES
-        + "publish:\n  to: s3://b/p\n  endpoint_url: http://t0ken@mi_nio:9000 #<\n",
+        + "publish:\n  to: s3://bkt/p\n  endpoint_url: http://t0ken@mi_nio:9000 #<\n",
         "publish.endpoint_url http://mi_nio:9000: Invalid endpoint",
     ),
     "publish-endpoint": (
@@ -287,11 +287,11 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "publish-to-s3-nothing": (
         HEAD + "matrix:\n" + GOOD_AXES + 'publish:\n  to: "s3://" #<\n',
-        "publish.to 's3://' is not an s3://bucket/prefix URL",
+        "publish.to s3://: not an s3://bucket/prefix URL",
     ),
     "publish-to-s3-bracket": (
         HEAD + "matrix:\n" + GOOD_AXES + 'publish:\n  to: "s3://b[/p" #<\n',
-        "publish.to 's3://b[/p': Invalid IPv6 URL",
+        "publish.to s3://b[/p: not an s3://bucket/prefix URL (Invalid IPv6 URL)",
     ),
     "publish-to-http": (
         HEAD + "matrix:\n" + GOOD_AXES + 'publish:\n  to: "http://x" #<\n',

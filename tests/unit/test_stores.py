@@ -79,8 +79,8 @@ def test_parse_s3_url() -> None:
 
 def test_open_store_choices(tmp_path: Path) -> None:
     assert isinstance(open_store(str(tmp_path / "new")), LocalStore)
-    s3 = open_store("s3://b/p", endpoint_url="http://127.0.0.1:1")
-    assert isinstance(s3, S3Store) and s3.description == "s3://b/p"
+    s3 = open_store("s3://bkt/p", endpoint_url="http://127.0.0.1:1")
+    assert isinstance(s3, S3Store) and s3.description == "s3://bkt/p"
     with pytest.raises(ConfigError, match="endpoint-url"):
         open_store(str(tmp_path), endpoint_url="http://x")
     with pytest.raises(ConfigError):

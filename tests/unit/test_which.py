@@ -259,6 +259,7 @@ def test_output_that_is_no_probe_answer_is_a_bad_python(output: str, line: str) 
         ({"torch": "banana"}, "probing /py: torch 'banana' is not a version"),
         ({"abi": 1}, "probing /py: abi 1 is not true, false or null"),
         ({"gpu_source": "x"}, "probing /py: gpu_source 'x' is not 'torch' or 'none'"),
+        ({"glibc": "banana"}, "probing /py: glibc 'banana' is not a glibc version like 2.36"),
     ],
 )
 def test_a_malformed_probe_answer_is_a_probe_failure(change: dict[str, object], line: str) -> None:
