@@ -233,3 +233,11 @@ def test_a_good_file_with_pieces_spliced_in_is_loaded_or_refused(position: int, 
 @given(st.text(max_size=200))
 def test_any_text_is_loaded_or_refused_in_one_line(text: str) -> None:
     _load_text(text.replace("\x00", ""))
+
+
+def test_a_memory_for_a_larger_machine_passes_the_check(tmp_path: Path) -> None:
+    # memory x concurrency beyond this host is the build's to refuse, on the host it runs on
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD + "build:\n  memory: 64GiB\n  concurrency: 64\n")
+    build = load_matrix_file(path).build
+    assert (build.memory, build.concurrency) == (64 * 2**30, 64)

@@ -278,6 +278,11 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  memory_budget: 8GiB\n  concurrency: 16 #<\n",
         "build.concurrency 16 leaves each container 512 MiB of build.memory_budget, below 1.0 GiB",
     ),
+    # without a budget, the host's: this machine has far less than 256 GiB of memory
+    "build-concurrency-starves-the-host": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 256 #<\n",
+        "of 3/4 of this host's memory, below 1.0 GiB; lower the concurrency",
+    ),
     "build-memory-over-budget": (
         HEAD
         + "matrix:\n"
