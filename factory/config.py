@@ -622,8 +622,9 @@ def _check_container_memory(check: Checker, node: Mapping[str, Any], opts: Build
     """What the file says alone must fit (`memory` x `concurrency` within `memory_budget`), and without a
     `memory` each of `concurrency` containers gets at least MIN_CONTAINER_MEMORY of the budget (by default
     this host's: 1000 containers on a 24 GiB host would get 18 MiB each). A `memory` with no budget is
-    checked against the host by the build, not here, so a file for a larger machine still passes --check."""
-    if opts.memory is not None and opts.memory_budget is None:
+    checked against the host by the build, not here, so a file for a larger machine still passes --check;
+    so is the default concurrency of 1."""
+    if opts.memory_budget is None and (opts.memory is not None or "concurrency" not in node):
         return
     try:
         limits = container_limits(
