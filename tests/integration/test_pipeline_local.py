@@ -141,8 +141,9 @@ def test_a_destination_that_cannot_be_a_store_stops_the_run_before_any_build(
     tmp_path: Path, home: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
     taken = tmp_path / "taken"
-    taken.write_text("a file, not an index directory")
     mf = demo_matrix(tmp_path, taken)
+    # made after the load, which refuses a destination that is a file already; the run checks it again
+    taken.write_text("a file, not an index directory")
     build = Builder(mf, tmp_path / "out")
     with pytest.raises(ConfigError, match="exists and is not a directory"):
         build_matrix(
@@ -163,5 +164,7 @@ def test_a_destination_that_cannot_be_a_store_stops_the_run_before_any_build(
         ]
     )
     assert code == 2, output
-    assert output.strip() == f"error: --to {taken}: exists and is not a directory"
+    # through the CLI the loader says it first, at the file's line
+    assert output.strip().endswith(f"publish.to '{taken}' exists and is not a directory"), output
+    assert output.startswith(f"error: {mf.path}:")
     assert not (tmp_path / "out").exists()
