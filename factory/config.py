@@ -6,6 +6,7 @@ All validation happens here, once; later stages (expansion, pruning, builds) can
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,21 +19,36 @@ from packaging.version import InvalidVersion, Version
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
+from factory.memory.planner import container_limits
 from factory.options import BuildOptions, PackageSpec, PublishOptions, Recipe, Source, frozen_mapping
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
 from factory.stores import check_destination, check_endpoint_url
 from factory.urls import INDEX_SCHEMES
 from factory.variants import arch_key, parse_arch_set
+from factory.wheelhouse import requirement_problem
 from factory.yamlcheck import Checker, kind, plain
 from factory.yamlload import load_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch")
 
-_CUDA = re.compile(r"^\d{1,2}\.\d{1,2}$")
+# Numbers without leading zeros, as factory.variants reads them back from a variant id or a local label
+# (PEP 440 turns "12.08" into "12.8"); fullmatch, so no trailing newline passes either.
+_N = r"(?:0|[1-9]\d*)"
+_CUDA = re.compile(r"[1-9]\d?\.(?:0|[1-9]\d?)")
 # what git check-ref-format allows in practice for a tag, a branch or a commit: no leading "-" or "/"
-_GIT_REF = re.compile(r"^[\w.+][\w./+-]*$")
-_TORCH = re.compile(r"^\d+\.\d+(\.\d+)?$")
-_PYTHON = re.compile(r"^3\.\d{1,2}$")
+_GIT_REF = re.compile(r"[\w.+][\w./+-]*")
+_TORCH = re.compile(rf"{_N}\.{_N}(?:\.{_N})?")
+_TORCH_MINOR = re.compile(rf"{_N}\.{_N}")
+_PYTHON = re.compile(r"3\.(?:0|[1-9]\d?)")
+# Bounds said in the messages that enforce them. Jobs: the product of the axes' lengths, checked before
+# anything is expanded (50 x 2000 x 100 values would be ten million jobs in memory); entries: include and
+# exclude each, as every entry is compared with every job.
+MAX_JOBS = 4096
+MAX_ENTRIES = 256
+# A container below this cannot compile a CUDA extension (Docker's own minimum is 6 MB): a smaller
+# build.memory, or a concurrency that leaves each container less, only gets every job OOM-killed.
+MIN_CONTAINER_MEMORY = 2**30
+MAX_CONCURRENCY = 256
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 
@@ -86,15 +102,22 @@ def parse_size(value: str | int) -> int:
     number, unit, binary, byte = match.groups()
     power = "KMGT".find(unit.upper()) + 1 if unit else 0
     base = 1000 if (unit and byte and not binary) else 1024
-    size = int(float(number) * base**power)
+    scaled = float(number) * base**power
+    if not math.isfinite(scaled):
+        raise ValueError(f"size {value!r} is not a finite size")
+    size = int(scaled)
     if size <= 0:
         raise ValueError(f"size {value!r} must be positive")
     return size
 
 
 def format_size(n: int) -> str:
-    """Bytes for people: 8224690176 -> "7.7 GiB", 734003200 -> "700 MiB"."""
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+    """Bytes for people: 8224690176 -> "7.7 GiB", 734003200 -> "700 MiB", 2**46 -> "64.0 TiB"."""
+    if n >= 2**40:
+        return f"{n / 2**40:.1f} TiB"
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 def canonical_arch(value: str) -> str:
@@ -106,9 +129,11 @@ def canonical_arch(value: str) -> str:
 # The loader: the top level, then each section by its own rules
 
 
-def load_matrix_file(path: str | Path) -> MatrixFile:
-    """Read and validate a matrix file; any problem is a ConfigError "FILE:LINE: message" (exit code 2)."""
-    return _load(Checker(load_yaml(path)))
+def load_matrix_file(path: str | Path, *, trust_paths: bool = False) -> MatrixFile:
+    """Read and validate a matrix file; any problem is a ConfigError "FILE:LINE: message" (exit code 2).
+
+    Paths in it (package.source.path, recipe.patches) must lie inside its directory unless `trust_paths`."""
+    return _load(Checker(load_yaml(path), trust_paths=trust_paths))
 
 
 def _load(check: Checker) -> MatrixFile:
@@ -180,6 +205,11 @@ def _package(check: Checker, root: Mapping[str, Any]) -> PackageSpec:
     except InvalidName:
         raise check.fail(f"package.name {name!r} is not a valid distribution name", node, "name") from None
     version = check.string(node, "version", "package.version")
+    if version != version.strip():
+        # packaging would read "2.8.3 " as 2.8.3, but the name of every wheel and index page is built from it
+        raise check.fail(
+            f"package.version {version!r} has spaces around it; write {version.strip()!r}", node, "version"
+        )
     try:
         parsed = Version(version)
     except InvalidVersion:
@@ -221,7 +251,7 @@ def _source(check: Checker, node: Mapping[str, Any]) -> Source:
         if url.startswith("-"):
             raise check.fail(f"package.source.git {url!r} is not a repository URL", value, "git")
         ref = check.string(value, "ref", "package.source.ref")
-        if not _GIT_REF.match(ref) or ".." in ref:
+        if not _GIT_REF.fullmatch(ref) or ".." in ref:
             raise check.fail(f"package.source.ref {ref!r} is not a tag, branch or commit", value, "ref")
         return Source(kind="git", url=url, ref=ref)
     if "path" in value:
@@ -343,19 +373,33 @@ def _recipe_fields(
     if "compile_seconds_by_file" in value:
         changes["compile_seconds_by_file"] = _by_file(check, value, "compile_seconds_by_file")
     if "extra_build_requires" in value:
-        changes["extra_build_requires"] = check.str_list(
-            value, "extra_build_requires", "recipe.extra_build_requires"
-        )
+        changes["extra_build_requires"] = _requirements(check, value, "extra_build_requires")
     if "cxx_std" in value:
-        std = value["cxx_std"]
-        if isinstance(std, int) and not isinstance(std, bool):
-            std = str(std)
-        elif std is not None:
-            std = check.string(value, "cxx_std", "recipe.cxx_std")
-        if std is not None and std not in ("14", "17", "20", "23"):
-            raise check.fail(f"recipe.cxx_std {std!r} must be one of 14, 17, 20, 23", value, "cxx_std")
-        changes["cxx_std"] = std
+        changes["cxx_std"] = (
+            None if value["cxx_std"] is None else _cxx_std(check, value, "cxx_std", "recipe.cxx_std")
+        )
     return changes
+
+
+def _cxx_std(check: Checker, node: Any, key: object, what: str) -> str:
+    """A C++ standard, 17 or "17"."""
+    value = node[key]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    std = str(value) if is_int else check.string(node, key, what)
+    if std not in ("14", "17", "20", "23"):
+        raise check.fail(f"{what} {std!r} must be one of 14, 17, 20, 23", node, key)
+    return std
+
+
+def _requirements(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """Requirements the host's pip downloads (`wheelhouse.requirement_problem` says which may be)."""
+    what = f"recipe.{key}"
+    items = check.str_list(node, key, what)
+    for i, text in enumerate(items):
+        problem = requirement_problem(text)
+        if problem is not None:
+            raise check.fail(f"{what} item {text!r} {problem}", node[key], i)
+    return items
 
 
 def _by_file(check: Checker, node: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
@@ -419,6 +463,10 @@ def _matrix(check: Checker, root: Mapping[str, Any], compat: CompatData) -> Matr
             if item in parsed[:i]:
                 raise check.fail(f"matrix.{key} lists {item!r} twice", values, i)
         axes[key] = parsed
+    jobs = math.prod(len(v) for v in axes.values()) if axes else 0
+    if jobs > MAX_JOBS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items())
+        raise check.fail(f"matrix: {sizes} make {jobs} jobs; at most {MAX_JOBS}", root, "matrix", at_key=True)
     if "exclude" in node:
         exclude = _entries(check, node, "exclude", known, axes_only=True, axes=axes)
     if "include" in node:
@@ -461,6 +509,10 @@ def _entries(
         return ()
     if not isinstance(items, list):
         raise check.fail(f"matrix.{key} must be a list of mappings, not {kind(items)}", node, key)
+    if len(items) > MAX_ENTRIES:
+        raise check.fail(
+            f"matrix.{key} has {len(items)} entries; at most {MAX_ENTRIES}", node, key, at_key=True
+        )
     out: list[MatrixEntry] = []
     for i, item in enumerate(items):
         line = check.doc.line_of(items, i)
@@ -517,14 +569,24 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
     )
     check.keys(node, allowed, "build")
     c: dict[str, Any] = {}
-    if "memory" in node:
-        c["memory"] = _size(check, node, "memory", "build.memory")
-    if "memory_budget" in node:
-        c["memory_budget"] = _size(check, node, "memory_budget", "build.memory_budget")
+    for key in ("memory", "memory_budget"):
+        if key in node:
+            c[key] = _size(check, node, key, f"build.{key}")
+            if c[key] < MIN_CONTAINER_MEMORY:
+                raise check.fail(
+                    f"build.{key} {format_size(c[key])} is below {format_size(MIN_CONTAINER_MEMORY)}, "
+                    "too little for a container that compiles CUDA",
+                    node,
+                    key,
+                )
     if "cpus" in node:
         c["cpus"] = check.number(node, "cpus", "build.cpus")
     if "concurrency" in node:
         c["concurrency"] = check.integer(node, "concurrency", "build.concurrency")
+        if c["concurrency"] > MAX_CONCURRENCY:
+            raise check.fail(
+                f"build.concurrency {c['concurrency']} is above {MAX_CONCURRENCY}", node, "concurrency"
+            )
     if "flavor" in node:
         flavor = check.string(node, "flavor", "build.flavor")
         if flavor not in ("devel", "pypi", "manylinux"):
@@ -553,7 +615,35 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
             what = f"build.torch_index.{cuda}"
             check.url(node["torch_index"], cuda, what, schemes=INDEX_SCHEMES, besides="default")
         c["torch_index"] = mapping
-    return BuildOptions(**c)
+    opts = BuildOptions(**c)
+    _check_container_memory(check, node, opts)
+    return opts
+
+
+def _check_container_memory(check: Checker, node: Mapping[str, Any], opts: BuildOptions) -> None:
+    """What the file says alone must fit (`memory` x `concurrency` within `memory_budget`), and without a
+    `memory` each of `concurrency` containers gets at least MIN_CONTAINER_MEMORY of the budget (by default
+    this host's: 1000 containers on a 24 GiB host would get 18 MiB each). A `memory` with no budget is
+    checked against the host by the build, not here, so a file for a larger machine still passes --check;
+    so is the default concurrency of 1."""
+    if opts.memory_budget is None and (opts.memory is not None or "concurrency" not in node):
+        return
+    try:
+        limits = container_limits(
+            budget_bytes=opts.memory_budget, concurrency=opts.concurrency, per_job_bytes=opts.memory
+        )
+    except ConfigError as exc:
+        raise check.fail(
+            f"build: {exc}", node, "concurrency" if "concurrency" in node else "memory"
+        ) from None
+    if limits[0] < MIN_CONTAINER_MEMORY:
+        budget = "build.memory_budget" if opts.memory_budget else "3/4 of this host's memory"
+        raise check.fail(
+            f"build.concurrency {opts.concurrency} leaves each container {format_size(limits[0])} of "
+            f"{budget}, below {format_size(MIN_CONTAINER_MEMORY)}; lower the concurrency",
+            node,
+            "concurrency",
+        )
 
 
 def _cuda_map(check: Checker, node: Mapping[str, Any], key: str, what: str) -> Mapping[str, str]:
@@ -573,7 +663,7 @@ def _cuda_map(check: Checker, node: Mapping[str, Any], key: str, what: str) -> M
                 cuda,
                 at_key=True,
             )
-        if not _CUDA.match(cuda):
+        if not _CUDA.fullmatch(cuda):
             raise check.fail(f"{what}: {cuda!r} is not a CUDA version like 12.8", value, cuda, at_key=True)
         out[cuda] = check.string(value, cuda, f"{what}.{cuda}")
     return frozen_mapping(out)
@@ -606,6 +696,10 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
             check_destination(c["to"], what="publish.to")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "to") from None
+        # like factory.stores.open_store, which is where a relative one is resolved (against the cwd)
+        local = None if "://" in c["to"] else Path(c["to"]).expanduser()
+        if local is not None and local.exists() and not local.is_dir():
+            raise check.fail(f"publish.to {c['to']!r} exists and is not a directory", node, "to")
     if "endpoint_url" in node:
         c["endpoint_url"] = check.string(node, "endpoint_url", "publish.endpoint_url")
         try:
@@ -630,7 +724,10 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
     check.keys(node, TOP_KEYS, "compat")
     out: dict[str, Any] = {}
     if "cuda_versions" in node:
-        vals = check.str_list(node, "cuda_versions", "compat.cuda_versions")
+        listed = check.items(node, "cuda_versions", "compat.cuda_versions")
+        vals = [
+            check.pattern(listed, i, "compat.cuda_versions item", _CUDA, "12.8") for i in range(len(listed))
+        ]
         out["cuda_versions"] = sorted(
             set(vals) | set(CompatData.load().data.get("cuda_versions", [])), key=_vkey
         )
@@ -657,7 +754,7 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
         torches = check.mapping(node, "torch", "compat.torch")
         out["torch"] = {}
         for tv in torches:
-            if not isinstance(tv, str) or not re.match(r"^\d+\.\d+$", tv):
+            if not isinstance(tv, str) or not _TORCH_MINOR.fullmatch(tv):
                 raise check.fail(
                     f'compat.torch: {tv!r} must be a quoted torch minor version like "2.10"',
                     torches,
@@ -681,17 +778,25 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
                     d[k] = [check.boolean(e[k], i, w) for i in range(len(check.items(e, k, w)))]
                 elif k == "complete":
                     d[k] = check.boolean(e, k, w)
+                elif k == "cxx_std":
+                    d[k] = _cxx_std(check, e, k, w)
                 else:
                     d[k] = str(e[k]) if isinstance(e[k], int) else check.string(e, k, w)
             out["torch"][tv] = d
     if "recipes" in node:
+        # min_arch is checked against the archs known with this file's additions
+        known = CompatData.load(out).known_archs
         recipes = check.mapping(node, "recipes", "compat.recipes")
         out["recipes"] = {}
         for name in recipes:
-            r = check.mapping(recipes, name, f"compat.recipes.{name}")
-            check.keys(r, RECIPE_KEYS, f"compat.recipes.{name}")
+            w = f"compat.recipes.{name}"
+            r = check.mapping(recipes, name, w)
+            check.keys(r, RECIPE_KEYS, w)
             out["recipes"][str(name)] = {
-                k: str(r[k]) if isinstance(r[k], int) else check.string(r, k, k) for k in r
+                k: _single_arch(check, r, k, f"{w}.{k}", known)
+                if k == "min_arch"
+                else _cxx_std(check, r, k, f"{w}.{k}")
+                for k in r
             }
     return CompatData.load(out)
 

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.errors import ConfigError, FactoryError
@@ -61,6 +62,19 @@ def compatible_platforms(platform: str) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def requirement_problem(text: str) -> str | None:
+    """Why `text` may not be one of pip's requirement arguments, or None. Only PEP 508 requirements by name
+    (`ninja>=1.11`) pass: an option (`--index-url=...`, `-r FILE`) or a direct URL (`x @ https://...`) would
+    change where the host's pip downloads from or what it reads."""
+    try:
+        parsed = Requirement(text)
+    except InvalidRequirement:
+        return "is not a requirement like 'ninja>=1.11' (no pip options)"
+    if parsed.url is not None:
+        return "is a direct URL; name a requirement that an index serves"
+    return None
+
+
 def pip_download_args(
     requirements: Sequence[str],
     dest: Path,
@@ -72,6 +86,10 @@ def pip_download_args(
     only_binary: bool = True,
 ) -> list[str]:
     """The `pip download` command line (without the interpreter) for these inputs."""
+    for requirement in requirements:
+        problem = requirement_problem(requirement)
+        if problem is not None:
+            raise ConfigError(f"requirement {requirement!r} {problem}")
     args = ["-m", "pip", "download", "--dest", str(dest), "--progress-bar", "off"]
     if only_binary:
         args += ["--only-binary=:all:", "--python-version", python]

@@ -226,39 +226,97 @@ def parse_nvidia_smi(output: str) -> tuple[str, ...]:
     return _gpus(output.splitlines())
 
 
-def detect_environment(python: str | None = None) -> Environment:
-    """Probe `python` (default: this interpreter) for torch, its CUDA and ABI, and the GPUs."""
-    exe = python or sys.executable
+_PROBE_TIMEOUT = 300
+_PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
+_GLIBC_VERSION = re.compile(r"\d+\.\d+")
+_CUDA_VERSION = re.compile(r"\d{1,2}\.\d{1,2}(?:\.\d+)?")
+
+
+def parse_probe(output: str, exe: str) -> Environment:
+    """The probe's JSON line (the last line of `output`) -> the environment, GPUs from torch only.
+
+    Output that is no JSON object means `exe` is not a Python (exit 2: the --python given is wrong); an
+    object with a missing or malformed field is a probe that went wrong (exit 1)."""
+    lines = output.strip().splitlines()
     try:
-        proc = subprocess.run([exe, "-c", _PROBE], capture_output=True, text=True, timeout=300, check=False)
-    except OSError as exc:
-        raise ConfigError(f"--python {exe}: cannot run ({exc.strerror})") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise FactoryError(f"probing {exe} failed: {last}")
-    data = json.loads(proc.stdout.strip().splitlines()[-1])
-    gpus = _gpus(data["gpus"])
-    source = data["gpu_source"]
-    if not gpus and shutil.which("nvidia-smi"):
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if smi.returncode == 0:
-            gpus = parse_nvidia_smi(smi.stdout)
-            source = "nvidia-smi" if gpus else "none"
+        data = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        said = f"it printed {lines[-1][:60]!r}" if lines else "it printed nothing"
+        raise ConfigError(f"--python {exe}: not a Python interpreter ({said})")
+
+    def field(key: str, ok: bool, want: str) -> None:
+        if key not in data:
+            raise FactoryError(f"probing {exe}: its answer lacks {key!r}")
+        if not ok:
+            raise FactoryError(f"probing {exe}: {key} {data[key]!r} is not {want}")
+
+    def text(key: str, pattern: re.Pattern[str] | None = None) -> bool:
+        value = data.get(key)
+        return isinstance(value, str) and (pattern is None or pattern.fullmatch(value) is not None)
+
+    field("python", text("python", _PYTHON_VERSION), "a Python version like 3.11")
+    field(
+        "torch", data.get("torch") is None or (text("torch") and bool(_release(data["torch"]))), "a version"
+    )
+    field("cuda", data.get("cuda") is None or text("cuda", _CUDA_VERSION), "a CUDA version like 12.8")
+    field("abi", data.get("abi") is None or isinstance(data.get("abi"), bool), "true, false or null")
+    gpus = data.get("gpus")
+    field("gpus", isinstance(gpus, list) and all(isinstance(g, str) for g in gpus), "a list of strings")
+    for gpu in gpus:
+        field("gpus", _gpu(gpu) is not None, "a list of compute capabilities like 9.0")
+    field("gpu_source", data.get("gpu_source") in ("torch", "none"), "'torch' or 'none'")
+    if data.get("glibc") is not None:  # absent or null: not glibc, or not known
+        field("glibc", text("glibc", _GLIBC_VERSION), "a glibc version like 2.36")
     return Environment(
         python=data["python"],
         torch=data["torch"],
         cuda=data["cuda"],
         cxx11_abi=data["abi"],
-        gpus=gpus,
-        gpu_source=source,
+        gpus=_gpus(gpus),
+        gpu_source=data["gpu_source"],
         glibc=data.get("glibc"),
     )
+
+
+def detect_environment(python: str | None = None) -> Environment:
+    """Probe `python` (default: this interpreter) for torch, its CUDA and ABI, and the GPUs."""
+    exe = python or sys.executable
+    try:
+        proc = subprocess.run(
+            [exe, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_PROBE_TIMEOUT,
+            check=False,
+        )
+    except OSError as exc:
+        raise ConfigError(f"--python {exe}: cannot run ({exc.strerror})") from None
+    except subprocess.TimeoutExpired:
+        raise FactoryError(f"probing {exe}: no answer within {_PROBE_TIMEOUT} s") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise FactoryError(f"probing {exe} failed: {last}")
+    env = parse_probe(proc.stdout, exe)
+    gpus, source = env.gpus, env.gpu_source
+    if not gpus and shutil.which("nvidia-smi"):
+        try:
+            smi = subprocess.run(
+                ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            smi = None  # no second opinion on the GPUs: torch's (none) stands
+        if smi is not None and smi.returncode == 0:
+            gpus = parse_nvidia_smi(smi.stdout)
+            source = "nvidia-smi" if gpus else "none"
+    return replace(env, gpus=gpus, gpu_source=source)
 
 
 def normalize_index_url(index: str) -> str:

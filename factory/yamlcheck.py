@@ -24,11 +24,14 @@ def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
 
 
 class Checker:
-    """Checks `doc`'s values; relative paths are resolved against the document's directory."""
+    """Checks `doc`'s values; relative paths are resolved against the document's directory, and unless
+    `trust_paths`, a path (once its symlinks are resolved) must stay inside that directory: a file that names
+    /etc/shadow as a patch must not get it read into a build."""
 
-    def __init__(self, doc: YamlDoc) -> None:
+    def __init__(self, doc: YamlDoc, *, trust_paths: bool = False) -> None:
         self.doc = doc
         self.base_dir = doc.path.resolve().parent
+        self.trust_paths = trust_paths
 
     def fail(
         self, message: str, node: Any = None, key: object = None, *, at_key: bool = False
@@ -82,7 +85,7 @@ class Checker:
 
     def pattern(self, node: Any, key: object, what: str, regex: re.Pattern[str], example: str) -> str:
         value = self.string(node, key, what)
-        if not regex.match(value):
+        if not regex.fullmatch(value):
             raise self.fail(f"{what} {value!r} is not a version like {example}", node, key)
         return value
 
@@ -149,9 +152,14 @@ class Checker:
 
     def rel_path(self, node: Any, key: object, what: str, *, directory: bool) -> Path:
         text = self.string(node, key, what)
-        path = Path(text).expanduser()
-        if not path.is_absolute():
-            path = (self.base_dir / path).resolve()
+        path = (self.base_dir / Path(text).expanduser()).resolve()
+        if not self.trust_paths and not path.is_relative_to(self.base_dir):
+            raise self.fail(
+                f"{what} {text!r} is outside the matrix file's directory {self.base_dir} "
+                "(pass --trust-paths to allow it)",
+                node,
+                key,
+            )
         if directory and not path.is_dir():
             raise self.fail(f"{what} {text!r}: no such directory ({path})", node, key)
         if not directory and not path.is_file():

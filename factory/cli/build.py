@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from factory.cli import app, cpus_option
+from factory.cli.matrix import TRUST_PATHS
 from factory.config import format_size, load_matrix_file, parse_size
 from factory.errors import ConfigError
 
@@ -63,6 +64,7 @@ def _summary_table(report: BuildReport) -> Table:
 @app.command()
 def build(
     matrix: Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")] = Path("matrix.yaml"),
+    trust_paths: Annotated[bool, TRUST_PATHS] = False,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where accepted wheels go.")] = Path(
         "wheelhouse"
     ),
@@ -93,7 +95,7 @@ def build(
     from factory.plan import plan_matrix
 
     console = Console(stderr=True)
-    mf = load_matrix_file(matrix)
+    mf = load_matrix_file(matrix, trust_paths=trust_paths)
     jobs = list(plan_matrix(mf).only(only).jobs)
     if not jobs:
         raise ConfigError(

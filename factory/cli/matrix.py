@@ -15,6 +15,12 @@ from factory.cli import app
 from factory.config import load_matrix_file
 from factory.plan import Plan, plan_matrix
 
+# Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
+TRUST_PATHS = typer.Option(
+    "--trust-paths",
+    help="Allow package.source.path and recipe.patches outside the matrix file's directory.",
+)
+
 
 class Format(StrEnum):
     table = "table"
@@ -53,9 +59,10 @@ def matrix_command(
     only: Annotated[str | None, typer.Option("--only", help="Glob on the variant or job id.")] = None,
     no_prune: Annotated[bool, typer.Option("--no-prune", help="Show the raw expansion.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Only validate; exit 0 or 2.")] = False,
+    trust_paths: Annotated[bool, TRUST_PATHS] = False,
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
-    mf = load_matrix_file(matrix)
+    mf = load_matrix_file(matrix, trust_paths=trust_paths)
     plan = plan_matrix(mf, prune=not no_prune).only(only)
     if check:
         unverified = sum(not j.verified for j in plan.jobs)

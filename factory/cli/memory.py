@@ -21,11 +21,27 @@ memory_app = typer.Typer(help="Memory planning and learned compile profiles.", n
 app.add_typer(memory_app, name="memory")
 
 
+# Beyond any machine; past them a plan is arithmetic on nonsense (--cpus 1e308 printed a 300-digit MAX_JOBS).
+MAX_CPUS = 4096
+MAX_MEMORY = 64 * 2**40
+MAX_COUNT = 1024  # --archs, --nvcc-threads
+
+
 def _size(value: str, option: str) -> int:
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except ValueError as exc:
         raise ConfigError(f"{option}: {exc}") from None
+    if size > MAX_MEMORY:
+        raise ConfigError(f"{option} {value} is above {format_size(MAX_MEMORY)}")
+    return size
+
+
+def _count(value: int | None, option: str) -> None:
+    if value is not None and value < 1:
+        raise ConfigError(f"{option} must be at least 1, not {value}")
+    if value is not None and value > MAX_COUNT:
+        raise ConfigError(f"{option} must be at most {MAX_COUNT}, not {value}")
 
 
 @memory_app.command("plan")
@@ -61,11 +77,11 @@ def plan_cmd(
         raise ConfigError(
             f"--recipe: unknown recipe {recipe!r} (known: {', '.join(sorted(BUILTIN_RECIPES))})"
         )
-    if archs < 1:
-        raise ConfigError(f"--archs must be at least 1, not {archs}")
-    if nvcc_threads is not None and nvcc_threads < 1:
-        raise ConfigError(f"--nvcc-threads must be at least 1, not {nvcc_threads}")
+    _count(archs, "--archs")
+    _count(nvcc_threads, "--nvcc-threads")
     cpus = cpus_option(cpus)
+    if cpus is not None and cpus > MAX_CPUS:
+        raise ConfigError(f"--cpus must be at most {MAX_CPUS}, not {cpus:g}")
     p = plan_parallelism(
         limit_bytes=limit, cpus=cgroup.effective_cpus(info) if cpus is None else cpus, archs=archs,
         per_arch_bytes=per_arch_bytes, nvcc_threads=nvcc_threads,

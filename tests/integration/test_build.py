@@ -92,7 +92,9 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
         publish_to=tmp / "index",
     )
     out = tmp / "wheels"
-    proc = run_factory("build", "--matrix", str(matrix), "--output", str(out), "--keep-going", "--publish")
+    proc = run_factory(
+        "build", "--trust-paths", "--matrix", str(matrix), "--output", str(out), "--keep-going", "--publish"
+    )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     return {
@@ -193,7 +195,7 @@ def _containers_of(client: Any, pid: int) -> list[Any]:
 def test_sigterm_leaves_no_container(tmp_path: Path, docker_client: Any) -> None:
     matrix = demo_matrix(tmp_path, arch=["8.0"])
     proc = subprocess.Popen(
-        [*FACTORY, "build", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
+        [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix), "--output", str(tmp_path / "w")],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -93,7 +93,17 @@ def test_devel_flavor_builds_a_checked_wheel(standin: str, tmp_path: Path, docke
     )
     out = tmp_path / "wheels"
     proc = subprocess.run(
-        [sys.executable, "-m", "factory.cli", "build", "--matrix", str(matrix), "--output", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "factory.cli",
+            "build",
+            "--matrix",
+            str(matrix),
+            "--output",
+            str(out),
+            "--trust-paths",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -89,7 +89,17 @@ def memext_matrix(
 
 def build(tmp: Path, matrix: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp / "wheels"
-    command = [sys.executable, "-m", "factory.cli", "build", "--matrix", str(matrix), "--output", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "factory.cli",
+        "build",
+        "--trust-paths",
+        "--matrix",
+        str(matrix),
+        "--output",
+        str(out),
+    ]
     proc = subprocess.run([*command, *options], capture_output=True, text=True, cwd=ROOT)
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     (job,) = json.loads((out / "report.json").read_text())["jobs"]

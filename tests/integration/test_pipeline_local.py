@@ -31,7 +31,7 @@ def demo_matrix(tmp_path: Path, to: Path) -> MatrixFile:
     text = (DEMO / "demo.yaml").read_text().replace("{path: demo-ext}", f"{{path: {DEMO / 'demo-ext'}}}")
     path = tmp_path / "m.yaml"
     path.write_text(text.replace("to: ./index", f"to: {to}"))
-    return load_matrix_file(path)
+    return load_matrix_file(path, trust_paths=True)
 
 
 class Builder:
@@ -141,8 +141,9 @@ def test_a_destination_that_cannot_be_a_store_stops_the_run_before_any_build(
     tmp_path: Path, home: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
     taken = tmp_path / "taken"
-    taken.write_text("a file, not an index directory")
     mf = demo_matrix(tmp_path, taken)
+    # made after the load, which refuses a destination that is a file already; the run checks it again
+    taken.write_text("a file, not an index directory")
     build = Builder(mf, tmp_path / "out")
     with pytest.raises(ConfigError, match="exists and is not a directory"):
         build_matrix(
@@ -151,8 +152,19 @@ def test_a_destination_that_cannot_be_a_store_stops_the_run_before_any_build(
         )  # fmt: skip
     assert build.calls == []
     code, output = factory_cli(
-        ["build", "--matrix", str(mf.path), "--publish", "--rebuild", "-o", str(tmp_path / "out")]
+        [
+            "build",
+            "--trust-paths",
+            "--matrix",
+            str(mf.path),
+            "--publish",
+            "--rebuild",
+            "-o",
+            str(tmp_path / "out"),
+        ]
     )
     assert code == 2, output
-    assert output.strip() == f"error: --to {taken}: exists and is not a directory"
+    # through the CLI the loader says it first, at the file's line
+    assert output.strip().endswith(f"publish.to '{taken}' exists and is not a directory"), output
+    assert output.startswith(f"error: {mf.path}:")
     assert not (tmp_path / "out").exists()

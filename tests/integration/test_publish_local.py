@@ -224,7 +224,7 @@ def test_build_skips_the_jobs_whose_wheel_is_already_published(
     text = (demo / "demo.yaml").read_text().replace("{path: demo-ext}", f"{{path: {demo / 'demo-ext'}}}")
     matrix = tmp_path / "m.yaml"
     matrix.write_text(text.replace("to: ./index", f"to: {tmp_path / 'index'}"))
-    jobs = plan_matrix(load_matrix_file(matrix)).jobs
+    jobs = plan_matrix(load_matrix_file(matrix, trust_paths=True)).jobs
     assert len(jobs) == 2
     wheels = [
         make_wheel(tmp_path / "w", name="factory-demo-ext", label=j.variant.local_version,
@@ -232,11 +232,13 @@ def test_build_skips_the_jobs_whose_wheel_is_already_published(
         for j in jobs
     ]  # fmt: skip
     publish_wheels(wheels, to=str(tmp_path / "index"))
-    code, output = factory_cli(["build", "--matrix", str(matrix), "--publish", "-o", str(tmp_path / "out")])
+    code, output = factory_cli(
+        ["build", "--trust-paths", "--matrix", str(matrix), "--publish", "-o", str(tmp_path / "out")]
+    )
     assert code == 0, output
     for job, wheel in zip(jobs, wheels, strict=True):
         assert f"{job.id}: already published as {wheel.name}; skipped" in output
     assert "nothing to build" in output
     assert not (tmp_path / "out").exists()  # no container was started
-    code, output = factory_cli(["build", "--matrix", str(matrix), "--rebuild", "--dry-run"])
+    code, output = factory_cli(["build", "--trust-paths", "--matrix", str(matrix), "--rebuild", "--dry-run"])
     assert code == 2 and "--rebuild only applies with --publish" in output

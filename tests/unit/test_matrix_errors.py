@@ -241,6 +241,133 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + 'compat:\n  torch:\n    2.15: {cuda: ["13.0"]} #<\nmatrix:\n' + GOOD_AXES,
         "compat.torch: 2.15 must be a quoted torch minor version",
     ),
+    # values --check accepted that failed later, in a build or at publish
+    "package-version-space": (
+        'package:\n  name: flash-attn\n  version: "2.8.3 " #<\nmatrix:\n' + GOOD_AXES,
+        "package.version '2.8.3 ' has spaces around it; write '2.8.3'",
+    ),
+    "cuda-leading-zero": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["13.0"]', '["12.08"] #<'),
+        "cuda version '12.08' is not a version like 12.8",
+    ),
+    "torch-leading-zero": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["2.10"]', '["2.010"] #<'),
+        "torch version '2.010' is not a version like 2.10",
+    ),
+    "cuda-trailing-newline": (
+        HEAD + "matrix:\n" + GOOD_AXES.replace('["13.0"]', '["13.0\\n"] #<'),
+        "cuda version '13.0\\n' is not a version like 12.8",
+    ),
+    "build-memory-tiny": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  memory: 1KiB #<\n",
+        "build.memory 1024 bytes is below 1.0 GiB, too little for a container that compiles CUDA",
+    ),
+    "build-memory-budget-tiny": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  memory_budget: 1B #<\n",
+        "build.memory_budget 1 bytes is below 1.0 GiB",
+    ),
+    "build-concurrency-huge": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 1000 #<\n",
+        "build.concurrency 1000 is above 256",
+    ),
+    "build-concurrency-float": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 1e30 #<\n",
+        "build.concurrency must be an integer",
+    ),
+    "build-concurrency-starves": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  memory_budget: 8GiB\n  concurrency: 16 #<\n",
+        "build.concurrency 16 leaves each container 512 MiB of build.memory_budget, below 1.0 GiB",
+    ),
+    # without a budget, the host's: this machine has far less than 256 GiB of memory
+    "build-concurrency-starves-the-host": (
+        HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 256 #<\n",
+        "of 3/4 of this host's memory, below 1.0 GiB; lower the concurrency",
+    ),
+    "build-memory-over-budget": (
+        HEAD
+        + "matrix:\n"
+        + GOOD_AXES
+        + "build:\n  memory: 4GiB\n  memory_budget: 8GiB\n  concurrency: 4 #<\n",
+        "build: 4 containers x 4.0 GiB exceed the memory budget of 8.0 GiB",
+    ),
+    "publish-to-s3-nothing": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'publish:\n  to: "s3://" #<\n',
+        "publish.to s3://: not an s3://bucket/prefix URL",
+    ),
+    "publish-to-s3-bracket": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'publish:\n  to: "s3://b[/p" #<\n',
+        "publish.to s3://b[/p: not an s3://bucket/prefix URL (Invalid IPv6 URL)",
+    ),
+    "publish-to-http": (
+        HEAD + "matrix:\n" + GOOD_AXES + 'publish:\n  to: "http://x" #<\n',
+        "publish.to 'http://x': use a directory or s3://bucket/prefix",
+    ),
+    "publish-to-file": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: /etc/passwd #<\n",
+        "publish.to '/etc/passwd' exists and is not a directory",
+    ),
+    "compat-recipe-min-arch": (
+        HEAD + "compat:\n  recipes:\n    r:\n      min_arch: banana #<\nmatrix:\n" + GOOD_AXES,
+        "compat.recipes.r.min_arch 'banana'",
+    ),
+    "compat-recipe-cxx-std": (
+        HEAD + "compat:\n  recipes:\n    r:\n      cxx_std: 98 #<\nmatrix:\n" + GOOD_AXES,
+        "compat.recipes.r.cxx_std '98' must be one of 14, 17, 20, 23",
+    ),
+    "compat-cuda-versions": (
+        HEAD + 'compat:\n  cuda_versions: ["13.0", "thirteen"] #<\nmatrix:\n' + GOOD_AXES,
+        "compat.cuda_versions item 'thirteen' is not a version like 12.8",
+    ),
+    # what the host's pip is given: requirements, never options or URLs
+    "requirement-index-option": (
+        HEAD
+        + 'recipe:\n  name: r\n  extra_build_requires: ["--index-url=http://evil/"] #<\nmatrix:\n'
+        + GOOD_AXES,
+        "recipe.extra_build_requires item '--index-url=http://evil/' is not a requirement like 'ninja>=1.11'",
+    ),
+    "requirement-file-option": (
+        HEAD
+        + 'recipe:\n  name: r\n  extra_build_requires:\n    - ninja\n    - "-r /etc/passwd" #<\nmatrix:\n'
+        + GOOD_AXES,
+        "recipe.extra_build_requires item '-r /etc/passwd' is not a requirement",
+    ),
+    "requirement-url": (
+        HEAD
+        + 'recipe:\n  name: r\n  extra_build_requires: ["x @ https://evil/x.whl"] #<\nmatrix:\n'
+        + GOOD_AXES,
+        "recipe.extra_build_requires item 'x @ https://evil/x.whl' is a direct URL",
+    ),
+    # paths stay inside the matrix file's directory (without --trust-paths)
+    "patch-absolute-outside": (
+        HEAD + "recipe:\n  name: r\n  patches:\n    - /etc/passwd #<\nmatrix:\n" + GOOD_AXES,
+        "recipe.patches item '/etc/passwd' is outside the matrix file's directory",
+    ),
+    "patch-dotdot-outside": (
+        HEAD + "recipe:\n  name: r\n  patches: [../../x.diff] #<\nmatrix:\n" + GOOD_AXES,
+        "recipe.patches item '../../x.diff' is outside the matrix file's directory",
+    ),
+    "source-proc": (
+        'package:\n  name: x\n  version: "1.0"\n  source: {path: /proc/self} #<\nmatrix:\n' + GOOD_AXES,
+        "package.source.path '/proc/self' is outside the matrix file's directory",
+    ),
+    # bounds, said in the message
+    "too-many-jobs": (
+        HEAD
+        + "matrix: #<\n"
+        + "  cuda: [{}]\n".format(", ".join(f'"12.{i}"' for i in range(50)))
+        + "  torch: [{}]\n".format(", ".join(f'"2.{i}"' for i in range(2000)))
+        + "  python: [{}]\n".format(", ".join(f'"3.{i}"' for i in range(100)))
+        + '  cxx11_abi: [true]\n  arch: ["8.0"]\n',
+        "matrix: 50 cuda x 2000 torch x 100 python x 1 cxx11_abi x 1 arch make 10000000 jobs; at most 4096",
+    ),
+    "too-many-includes": (
+        HEAD + "matrix:\n" + GOOD_AXES + "  include: #<\n" + "    - {env: {A: x}}\n" * 300,
+        "matrix.include has 300 entries; at most 256",
+    ),
+    "nested-too-deep": (
+        HEAD + "matrix:\n" + GOOD_AXES + "  include:\n    - {deep: " + "[" * 40 + "]" * 40 + "} #<\n",
+        "nested more than 32 levels deep",
+    ),
     "top-level-list": ("- a #<\n- b\n", "the top level must be a mapping, not a list"),
     "empty-file": ("#<\n", "the file is empty"),
     "no-axes": (HEAD + "matrix: {} #<\n", "matrix has no axes and no include entries"),

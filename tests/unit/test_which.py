@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from factory import index
-from factory.errors import ConfigError
+from factory.errors import ConfigError, FactoryError
 from factory.variants import Variant
 from factory.which import (
     Environment,
@@ -18,6 +20,7 @@ from factory.which import (
     install_commands,
     normalize_index_url,
     parse_nvidia_smi,
+    parse_probe,
     parse_variant_id,
     which,
 )
@@ -211,3 +214,106 @@ def test_a_hostile_index_is_read_without_surprises(tmp_path: Path) -> None:
     # they would suit.
     assert which(str(tmp_path), env=env(torch="2.10.0", cuda="12.8")).choice.match is None
     assert which(str(tmp_path), env=env(cxx11_abi=False)).choice.match is None
+
+
+PROBED = {
+    "python": "3.11",
+    "torch": "2.14.1",
+    "cuda": "13.0",
+    "abi": True,
+    "gpus": ["9.0"],
+    "gpu_source": "torch",
+}
+
+
+def test_parse_probe_reads_the_last_line() -> None:
+    found = parse_probe("a warning torch printed\n" + json.dumps(PROBED) + "\n", "/py")
+    assert found == env(gpu_source="torch")
+    cpu = parse_probe(json.dumps({**PROBED, "torch": None, "cuda": None, "abi": None, "gpus": []}), "/py")
+    assert (cpu.torch, cpu.cuda, cpu.cxx11_abi, cpu.gpus) == (None, None, None, ())
+
+
+@pytest.mark.parametrize(
+    ("output", "line"),
+    [
+        ("", "--python /py: not a Python interpreter (it printed nothing)"),
+        ("-c import json\n", "--python /py: not a Python interpreter (it printed '-c import json')"),
+        ("[1, 2]", "--python /py: not a Python interpreter (it printed '[1, 2]')"),
+    ],
+)
+def test_output_that_is_no_probe_answer_is_a_bad_python(output: str, line: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_probe(output, "/py")
+    assert str(exc.value) == line
+    assert exc.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        ({"gpus": ["sm_80"]}, "probing /py: gpus ['sm_80'] is not a list of compute capabilities like 9.0"),
+        ({"gpus": "9.0"}, "probing /py: gpus '9.0' is not a list of strings"),
+        ({"gpus": [9.0]}, "probing /py: gpus [9.0] is not a list of strings"),
+        ({"python": 3}, "probing /py: python 3 is not a Python version like 3.11"),
+        ({"cuda": "banana"}, "probing /py: cuda 'banana' is not a CUDA version like 12.8"),
+        ({"torch": "banana"}, "probing /py: torch 'banana' is not a version"),
+        ({"abi": 1}, "probing /py: abi 1 is not true, false or null"),
+        ({"gpu_source": "x"}, "probing /py: gpu_source 'x' is not 'torch' or 'none'"),
+        ({"glibc": "banana"}, "probing /py: glibc 'banana' is not a glibc version like 2.36"),
+    ],
+)
+def test_a_malformed_probe_answer_is_a_probe_failure(change: dict[str, object], line: str) -> None:
+    with pytest.raises(FactoryError) as exc:
+        parse_probe(json.dumps({**PROBED, **change}), "/py")
+    assert str(exc.value) == line
+    assert exc.value.exit_code == 1
+
+
+@pytest.mark.parametrize("key", sorted(PROBED))
+def test_a_probe_answer_without_a_key_is_a_probe_failure(key: str) -> None:
+    answer = {k: v for k, v in PROBED.items() if k != key}
+    with pytest.raises(FactoryError, match=f"^probing /py: its answer lacks '{key}'$"):
+        parse_probe(json.dumps(answer), "/py")
+
+
+def fake_python(tmp_path: Path, prints: str) -> str:
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\ncat <<'EOF'\n{prints}\nEOF\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.parametrize(
+    ("python", "code", "fragment"),
+    [
+        ("/bin/true", 2, "--python /bin/true: not a Python interpreter (it printed nothing)"),
+        (
+            "/bin/echo",
+            2,
+            "--python /bin/echo: not a Python interpreter (it printed 'print(json.dumps(out))')",
+        ),
+        ("/bin/false", 1, "probing /bin/false failed: no output"),
+        ("/nonexistent/python", 2, "--python /nonexistent/python: cannot run (No such file or directory)"),
+        ("gpus", 1, "gpus ['sm_80'] is not a list of compute capabilities like 9.0"),
+        ("lacks", 1, "its answer lacks 'gpus'"),
+    ],
+)
+def test_the_which_command_says_a_bad_interpreter_in_one_line(
+    python: str,
+    code: int,
+    fragment: str,
+    tmp_path: Path,
+    factory_cli: Callable[[list[str]], tuple[int, str]],
+) -> None:
+    (tmp_path / "index" / "simple").mkdir(parents=True)
+    (tmp_path / "index" / "simple" / "index.html").write_text("<html></html>")
+    if python == "gpus":
+        python = fake_python(tmp_path, json.dumps({**PROBED, "gpus": ["sm_80"]}))
+    elif python == "lacks":
+        python = fake_python(tmp_path, json.dumps({k: v for k, v in PROBED.items() if k != "gpus"}))
+    got, output = factory_cli(["which", "--index", str(tmp_path / "index"), "--python", python])
+    assert got == code, output
+    assert "Traceback" not in output
+    (line,) = output.strip().splitlines()
+    assert line.startswith("error: ") and line.endswith(fragment), line
+    assert python in line
