@@ -24,20 +24,18 @@ from factory.options import BuildOptions, PackageSpec, PublishOptions, Recipe, S
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
 from factory.stores import check_destination, check_endpoint_url
 from factory.urls import INDEX_SCHEMES
-from factory.variants import arch_key, parse_arch_set
+from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
 from factory.wheelhouse import requirement_problem
 from factory.yamlcheck import Checker, kind, plain
 from factory.yamlload import load_yaml
 
 AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch")
 
-# Numbers without leading zeros, as factory.variants reads them back from a variant id or a local label
-# (PEP 440 turns "12.08" into "12.8"); fullmatch, so no trailing newline passes either.
-_N = r"(?:0|[1-9]\d*)"
-_CUDA = re.compile(r"[1-9]\d?\.(?:0|[1-9]\d?)")
 # what git check-ref-format allows in practice for a tag, a branch or a commit: no leading "-" or "/"
 _GIT_REF = re.compile(r"[\w.+][\w./+-]*")
-_TORCH = re.compile(rf"{_N}\.{_N}(?:\.{_N})?")
+# Versions without leading zeros, as factory.variants reads CUDA and torch back from a variant id or a local
+# label (PEP 440 turns "12.08" into "12.8"); matched whole, so no trailing newline passes either.
+_N = r"(?:0|[1-9]\d*)"
 _TORCH_MINOR = re.compile(rf"{_N}\.{_N}")
 _PYTHON = re.compile(r"3\.(?:0|[1-9]\d?)")
 # Bounds said in the messages that enforce them. Jobs: the product of the axes' lengths, checked before
@@ -485,9 +483,9 @@ def _axis_value(check: Checker, node: Any, key: object, axis: str, known: Sequen
     """One value of one axis, in that axis's form."""
     what = {"cuda": "cuda version", "torch": "torch version", "python": "python version"}.get(axis, axis)
     if axis == "cuda":
-        return check.pattern(node, key, what, _CUDA, "12.8")
+        return check.pattern(node, key, what, CUDA_VERSION, "12.8")
     if axis == "torch":
-        return check.pattern(node, key, what, _TORCH, "2.10")
+        return check.pattern(node, key, what, TORCH_VERSION, "2.10")
     if axis == "python":
         return check.pattern(node, key, what, _PYTHON, "3.11")
     if axis == "cxx11_abi":
@@ -663,7 +661,7 @@ def _cuda_map(check: Checker, node: Mapping[str, Any], key: str, what: str) -> M
                 cuda,
                 at_key=True,
             )
-        if not _CUDA.fullmatch(cuda):
+        if not CUDA_VERSION.fullmatch(cuda):
             raise check.fail(f"{what}: {cuda!r} is not a CUDA version like 12.8", value, cuda, at_key=True)
         out[cuda] = check.string(value, cuda, f"{what}.{cuda}")
     return frozen_mapping(out)
@@ -726,7 +724,8 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
     if "cuda_versions" in node:
         listed = check.items(node, "cuda_versions", "compat.cuda_versions")
         vals = [
-            check.pattern(listed, i, "compat.cuda_versions item", _CUDA, "12.8") for i in range(len(listed))
+            check.pattern(listed, i, "compat.cuda_versions item", CUDA_VERSION, "12.8")
+            for i in range(len(listed))
         ]
         out["cuda_versions"] = sorted(
             set(vals) | set(CompatData.load().data.get("cuda_versions", [])), key=_vkey
@@ -745,7 +744,7 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
             r = check.mapping(archs, arch, f"compat.archs.{a}")
             check.keys(r, ARCH_KEYS, f"compat.archs.{a}")
             out["archs"][a] = {
-                k: check.pattern(r, k, f"compat.archs.{a}.{k}", _CUDA, "12.8")
+                k: check.pattern(r, k, f"compat.archs.{a}.{k}", CUDA_VERSION, "12.8")
                 if k != "why"
                 else check.string(r, k, "why")
                 for k in r
@@ -768,7 +767,8 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
                 w = f"compat.torch.{tv}.{k}"
                 if k == "cuda":
                     d[k] = [
-                        check.pattern(e[k], i, w, _CUDA, "12.8") for i in range(len(check.items(e, k, w)))
+                        check.pattern(e[k], i, w, CUDA_VERSION, "12.8")
+                        for i in range(len(check.items(e, k, w)))
                     ]
                 elif k == "python":
                     d[k] = [

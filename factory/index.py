@@ -22,10 +22,11 @@ from typing import Literal
 from urllib.parse import quote
 
 from packaging.tags import Tag
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, is_normalized_name, parse_wheel_filename
 from packaging.version import Version
 
 from factory.errors import PublishError
+from factory.variants import is_variant_id
 
 API_VERSION = "1.1"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -48,8 +49,6 @@ class DamagedState(PublishError):
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A variant id names a directory: no "/", no dot segments (see factory.variants.Variant.id).
-_VARIANT_ID = re.compile(r"[a-z0-9][a-z0-9.\-]*")
-_PROJECT = re.compile(r"[a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9]")  # a PEP 503 normalised name
 
 
 def canonical_wheel_filename(filename: str) -> str:
@@ -359,7 +358,7 @@ def projects_from_root_json(text: str | bytes) -> tuple[str, ...]:
     names = []
     for n, p in enumerate(_state_list(_state_doc(text, what=what), "projects", what=what)):
         name = _state_str(p, "name", where=f"project {n + 1}")
-        if not _PROJECT.fullmatch(name):
+        if not is_normalized_name(name):
             raise DamagedState(f"project {n + 1}: {name!r} is not a normalised project name")
         names.append(name)
     return tuple(names)
@@ -386,7 +385,7 @@ def variant_ids_from_top_root_json(text: str | bytes) -> tuple[str, ...]:
     ids = []
     for n, v in enumerate(_state_list(_state_doc(text, what=what), "variants", what=what)):
         vid = _state_str(v, "id", where=f"variant {n + 1}")
-        if not _VARIANT_ID.fullmatch(vid):
+        if not is_variant_id(vid):
             raise DamagedState(f"variant {n + 1}: {vid!r} is not a variant id")
         ids.append(vid)
     return tuple(ids)

@@ -23,8 +23,8 @@ ArchSuffix = Literal["", "a", "f"]
 
 # Numbers without leading zeros: PEP 440 drops them from a local label ("12.08" comes back as "12.8").
 _N = r"(?:0|[1-9]\d*)"
-_CUDA = re.compile(rf"^(?P<major>[1-9]\d?)\.(?P<minor>{_N})$")
-_TORCH = re.compile(rf"^{_N}(?:\.{_N}){{1,2}}$")
+CUDA_VERSION = re.compile(rf"^(?P<major>[1-9]\d?)\.(?P<minor>{_N})$")
+TORCH_VERSION = re.compile(rf"^{_N}(?:\.{_N}){{1,2}}$")
 # A compute capability has a one-digit minor (8.6, 10.3, 12.1): that makes "100" readable as 10.0.
 _ARCH_DOTTED = re.compile(r"^(?P<major>[1-9]\d?)\.(?P<minor>\d)(?P<suffix>[af]?)$")
 _ARCH_DIGITS = re.compile(r"^(?:sm_?)?(?P<major>[1-9]\d?)(?P<minor>\d)(?P<suffix>[af]?)$")
@@ -141,9 +141,9 @@ class VariantKey:
     archs: tuple[str, ...]  # "8.0", "9.0a", "10.0f"
 
     def __post_init__(self) -> None:
-        if not _CUDA.match(self.cuda):
+        if not CUDA_VERSION.match(self.cuda):
             raise ValueError(f"CUDA version {self.cuda!r} is not like 12.8 or 12.10")
-        if not _TORCH.match(self.torch):
+        if not TORCH_VERSION.match(self.torch):
             raise ValueError(f"torch version {self.torch!r} is not like 2.10 or 2.14.1")
         if not self.archs:
             raise ValueError("arch set is empty")
@@ -218,6 +218,15 @@ def variant_id_from_local_version(label: str) -> str:
 
     Raises ValueError for a label the factory did not make."""
     return VariantKey.parse_local_version(label).id
+
+
+def is_variant_id(text: str) -> bool:
+    """Whether `text` is exactly a variant id the factory makes."""
+    try:
+        VariantKey.parse_id(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
