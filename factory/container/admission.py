@@ -57,8 +57,9 @@ class Running:
     def booked_bytes(self) -> int:
         """What it will hold at most: its peak when that is still to be granted (a front end, or a stopped
         line)."""
-        waits = self.front_bytes is not None or (self.line_bytes is not None and self.paused)
-        return max(self.held_bytes, self.peak_bytes) if waits else self.held_bytes
+        if self.paused or (self.front_bytes is not None and self.line_bytes is None):
+            return max(self.held_bytes, self.peak_bytes)
+        return self.held_bytes
 
 
 def running(
@@ -83,7 +84,8 @@ def running(
         else reservation(prediction, elapsed_s, seen_bytes, rss_bytes, waves=waves)
     )
     if line_bytes is not None:
-        reserved = min(reserved, line_bytes)
+        # it may grow to its line without asking, from its front end too
+        reserved = line_bytes if front_bytes is not None else min(reserved, line_bytes)
     return Running(
         pid=pid,
         reserved_bytes=reserved,
@@ -225,6 +227,10 @@ def choose(
         front = front_bytes(w.prediction) if two_stage else None
         if front is not None and running and booked + w.prediction.peak_bytes > OVERBOOK * capacity:
             d = Decision(False, "peaks booked: wait for one to pass", booked, capacity)
+            if measured and is_estimated(w.prediction) and _cpu_free(view, w.threads, cpus):
+                m = metered(w, capacity_bytes=capacity, untracked_bytes=untracked, running=view)
+                if m is not None:
+                    return w, m
         else:
             d = decide(
                 limit_bytes=limit_bytes,
@@ -237,7 +243,7 @@ def choose(
             )
             if d.admit:
                 return w, d
-            if measured and front is None and is_estimated(w.prediction) and d.reason.startswith("memory"):
+            if measured and is_estimated(w.prediction) and d.reason.startswith(("memory", "peaks")):
                 m = metered(w, capacity_bytes=capacity, untracked_bytes=untracked, running=view)
                 if m is not None:
                     return w, m
@@ -265,6 +271,7 @@ def choose(
 LINE_FLOOR = 0.75
 LINE_MARGIN = 1.25
 PLATEAU_S = 10.0
+LIGHT_FRACTION = 0.65
 # RSS growth below this factor of the level it held does not count as growing (allocator noise).
 STEADY_GROWTH = 1.05
 
@@ -280,24 +287,26 @@ def metered(
     fixed = untracked_bytes
     flexible: list[tuple[int | None, int, int]] = []  # (pid, lowest line, reservation)
     worth = 0.0  # the most a steady compile was seen at, of its estimate
+    peak = w.prediction.peak_bytes
     for r in running:
         low = max(math.ceil(r.rss_bytes * LINE_MARGIN), r.seen_bytes)
+        cuttable = r.estimated and not r.paused
         steady = (
-            r.estimated
-            and r.front_bytes is None
-            and not r.paused
+            cuttable
             and r.seen_bytes >= FRONT_FRACTION * r.peak_bytes
             and (r.steady_s >= PLATEAU_S or r.rss_bytes <= PAST_PEAK_DROP * r.seen_bytes)
         )
         if steady:
             worth = max(worth, r.seen_bytes / max(1, r.peak_bytes))
-        if steady and low < r.held_bytes:
-            flexible.append((r.pid, low, r.held_bytes))
+        elif cuttable and peak <= LIGHT_FRACTION * r.peak_bytes:
+            # a light compile beside one whose peak may still come: a line of LINE_FLOOR of its estimate
+            steady = True
+        if steady and low < r.booked_bytes:
+            flexible.append((r.pid, low, r.booked_bytes))
         else:
             fixed += r.booked_bytes
-    if not worth:
+    if not flexible:
         return None
-    peak = w.prediction.peak_bytes
     flexible.append((None, min(peak, math.ceil(max(LINE_FLOOR, worth) * peak)), peak))
     spare = capacity_bytes - fixed - sum(low for _, low, _ in flexible)
     if spare < 0:
@@ -317,6 +326,12 @@ def metered(
     )
 
 
+def _cpu_free(running: Sequence[Running], threads: int, cpus: float | None) -> bool:
+    """Whether `threads` more busy threads stay within the CPUs and CPU_OVERCOMMIT (as `decide` checks)."""
+    busy = sum(r.threads for r in running)
+    return cpus is None or busy + threads <= max(1.0, cpus * CPU_OVERCOMMIT)
+
+
 def grant_peak(
     own: Running,
     *,
@@ -329,7 +344,10 @@ def grant_peak(
 ) -> Decision:
     """Whether a compile stopped at its rise may go on to its peak: when it fits beside what the others hold,
     or when every other compile is stopped too (one of them must go on; the booking kept their peaks within
-    reach)."""
+    reach). A compile with a line (`metered`) rising from its front end goes on up to its line: the lines
+    were made to fit; once past its line it needs its peak."""
+    if own.line_bytes is not None and own.rss_bytes <= own.line_bytes:
+        return Decision(True, "within its line", 0, limit_bytes - headroom_bytes)
     if all(o.paused for o in others):
         return Decision(True, "every other compile waits", 0, limit_bytes - headroom_bytes)
     return decide(

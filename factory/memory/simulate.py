@@ -241,6 +241,8 @@ def run_attempt(
                 r.left -= step * speed
             while not r.paused and r.left <= EPS:
                 after = r.task.phases[r.phase + 1][1] if r.phase + 1 < len(r.task.phases) else 0
+                if r.front is not None and admission.rises(r.front, after) and r.line is not None:
+                    r.front = None  # rising from its front end within its line: it goes on to its line
                 if (r.front is not None and admission.rises(r.front, after)) or (
                     r.line is not None and after > r.line
                 ):
@@ -441,12 +443,14 @@ def simulate_factory(
     by_file: Sequence[tuple[str, int]] = (),
     after_peak: float | None = None,
     seconds_by_file: Sequence[tuple[str, float]] = (),
+    measured: bool = True,
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
     """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned.
 
     `by_file` is the recipe's per-file table in bytes (runner.file_estimate_bytes), raised with the plan's
     per-arch figure after an OOM as the runner raises it; `after_peak` is the recipe's compile_after_peak,
-    `seconds_by_file` its compile_seconds_by_file."""
+    `seconds_by_file` its compile_seconds_by_file; `measured` lets a compile start by what the others hold
+    (`admission.metered`)."""
     par: Parallelism = plan_parallelism(
         limit_bytes=limit_bytes,
         cpus=cores,
@@ -494,6 +498,7 @@ def simulate_factory(
             waves=-(-max(1, archs) // max(1, min(par.nvcc_threads, archs))),
             after_peak=after_peak,
             seconds_by_file=tuple(seconds_by_file),
+            measured=measured,
         )
         r = run_attempt(
             tasks,
