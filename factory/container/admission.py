@@ -113,7 +113,8 @@ class Decision:
     reason: str
     committed_bytes: int
     capacity_bytes: int
-    # a metered start (`metered`): the lines of running compiles (pid -> bytes) and the started one's own
+    # a metered start (`metered`): the lines of running compiles (pid -> bytes) and the started one's own;
+    # a peak granted (`grant_peak`): the line the compile keeps, None when it may go on to its peak
     lines: tuple[tuple[int, int], ...] = ()
     line_bytes: int | None = None
 
@@ -254,20 +255,27 @@ def choose(
 # A compile whose peak is the recipe's estimate may start beside others by what they hold now, not by what
 # they reserve (`metered`). A recipe's estimate is its author's rounded-up guess (memext: heavy files 1.5 GiB
 # per arch for 1.3 GiB measured, light files 0.35 for 0.26; causal-conv1d: 4 GiB for 2.45), and a first
-# build that books it whole runs its heaviest compile alone. The running compiles whose peaks are estimates
-# too and which have shown where their peak is get lines: those that hold at least FRONT_FRACTION of their
-# estimate (past any front end) and either have fallen from the most they were seen at (PAST_PEAK_DROP) or
-# have not grown for PLATEAU_S. A line is at least the most the compile was seen at and LINE_MARGIN above
-# what it holds now. The compile started gets a line too, at least LINE_FLOOR of its estimate and not below
-# what the steady ones showed their estimates to be worth (their peak seen of their estimate). A wrapper
-# stops its compile (SIGSTOP) once its RSS passes its line, until its peak is granted, so the reservations
-# and lines still add up to the capacity whatever the estimates were worth: a wrong bet costs a stop, never
-# an OOM kill. A compile still climbing is never cut: flash-attn's cicc climbs to its peak (near the
+# build that books it whole runs its heaviest compile alone. Running compiles whose peaks are estimates get
+# lines: a wrapper stops its compile (SIGSTOP) once its RSS passes its line, until its peak is granted
+# (`grant_peak`), so the reservations and lines still add up to the capacity whatever the estimates were
+# worth: a wrong bet costs a stop, never an OOM kill. Which compiles get lines, and how low:
+# - one that has shown where its peak is: it holds at least FRONT_FRACTION of its estimate and has either
+#   fallen from the most it was seen at (PAST_PEAK_DROP) or not grown for PLATEAU_S; its line is at least
+#   that most, and LINE_MARGIN above what it holds now;
+# - any other, beside a compile started of at most LIGHT_FRACTION of its estimate: its line is at least
+#   LINE_MARGIN above what it holds now. The bet is that the lighter one ends, or the line holds, before it
+#   climbs (memext's TUs hold their front end, 0.26 GiB for a heavy one, for 70% of their time and climb at
+#   the end);
+# - the compile started: at least LINE_FLOOR of its estimate, and not below what those that showed their
+#   peak proved the estimates worth (their peak seen of their estimate).
+# A compile still climbing beside one as heavy is never cut: flash-attn's cicc climbs to its peak (near the
 # recipe's per-file estimate) in steps of a few seconds, longer when the cores are shared (3.4 s seen in the
 # model), and a line below its peak would stop it there for the time of the compile that took its memory.
-# Measured on the flash-attn model's first build (432 GiB / 128 cores): with the recipe's per-file table
-# 326 -> 328.6 s, with its single per-arch figure 452 -> 394 s, the same for PLATEAU_S from 6 to 40 s; a
-# PLATEAU_S of 3 s, or no FRONT_FRACTION condition, cut compiles mid-climb (362 and 384 s).
+# Measured on the flash-attn model's first build (432 GiB / 128 cores; 326.3 s before) and a model of the
+# memext first build (2.25 GiB / 2 cores, its measured course shape, bound 58.5 s; 79.5 s before):
+# LIGHT_FRACTION 0.5 -> 326.3 and 75.5 s, 0.6 and 0.65 -> 339 and 63.1 s; with the recipe's single per-arch
+# figure the model's first build 452 -> 391 s at any of them. PLATEAU_S from 6 to 40 s gave the same; 3 s,
+# or no FRONT_FRACTION condition, cut the model's compiles mid-climb (362 and 384 s).
 LINE_FLOOR = 0.75
 LINE_MARGIN = 1.25
 PLATEAU_S = 10.0
@@ -280,10 +288,10 @@ def metered(
     w: Waiting, *, capacity_bytes: int, untracked_bytes: int, running: Sequence[Running]
 ) -> Decision | None:
     """A start by measured memory for `w`, whose peak (an estimate) does not fit beside the running
-    compiles' reservations: the running compiles whose peaks are estimates and which hold steady (not
-    stopped, not waiting for a profiled peak) and `w` itself get lines, each at least its lowest (see
-    PLATEAU_S), the room left shared in proportion to what each line is below its reservation; the others
-    count at what they book. None when even the lowest lines do not fit."""
+    compiles' bookings: the running compiles that may get lines (not stopped, their peaks estimates; see
+    LIGHT_FRACTION) and `w` itself get lines, each at least its lowest, the room left shared in proportion
+    to what each line is below its booking; the others count at what they book. None when no running
+    compile may get a line, or even the lowest lines do not fit."""
     fixed = untracked_bytes
     flexible: list[tuple[int | None, int, int]] = []  # (pid, lowest line, reservation)
     worth = 0.0  # the most a steady compile was seen at, of its estimate
@@ -347,7 +355,7 @@ def grant_peak(
     reach). A compile with a line (`metered`) rising from its front end goes on up to its line: the lines
     were made to fit; once past its line it needs its peak."""
     if own.line_bytes is not None and own.rss_bytes <= own.line_bytes:
-        return Decision(True, "within its line", 0, limit_bytes - headroom_bytes)
+        return Decision(True, "within its line", 0, limit_bytes - headroom_bytes, line_bytes=own.line_bytes)
     if all(o.paused for o in others):
         return Decision(True, "every other compile waits", 0, limit_bytes - headroom_bytes)
     return decide(

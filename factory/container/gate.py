@@ -317,8 +317,8 @@ class Admission:
                 )
                 mine = state["running"][self.me]
                 if decision.admit:
-                    mine.update(front=None, paused=False, line=None)
-                    set_line(self.state_dir, self.me, None)
+                    mine.update(front=None, paused=False, line=decision.line_bytes)
+                    set_line(self.state_dir, self.me, decision.line_bytes)
                     mine["paused_s"] = float(mine.get("paused_s", 0.0)) + time.monotonic() - t0
                     break
                 if not stopped:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from factory.container import admission
@@ -302,18 +302,20 @@ def _admit(
         (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.rank_s, r.ticket)
     ):
         state = [_state(o, n, now, admit) for n, o in enumerate(running)]
-        own = state[running.index(r)]
+        mine = state[running.index(r)]
+        # its wrapper asks once it has sampled its RSS above its front end or line: the next phase's
+        own = replace(mine, rss_bytes=max(mine.rss_bytes, r.task.phases[r.phase + 1][1]))
         decision = admission.grant_peak(
             own,
-            used_bytes=base_bytes + sum(x.rss_bytes for x in state),
-            others=[x for x in state if x is not own],
+            used_bytes=base_bytes + sum(x.rss_bytes for x in state if x is not mine) + own.rss_bytes,
+            others=[x for x in state if x is not mine],
             threads=max(t for _, _, t in r.task.phases),
             **limits,
         )
         if decision.admit:
             r.paused = False
             r.front = None
-            r.line = None
+            r.line = decision.line_bytes
             r.phase += 1
             r.left = r.task.phases[r.phase][0]
             r.sampled(now)

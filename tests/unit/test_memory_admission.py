@@ -570,11 +570,22 @@ def test_a_compile_on_a_plateau_below_its_estimate_gets_a_line() -> None:
     assert chosen is None
 
 
-def test_compiles_in_their_front_end_or_with_a_profile_are_not_cut() -> None:
-    # steady for long, but below half its estimate: a front end (preprocessing), its climb still to come
-    front = heavy(rss=0.8, seen=0.8, steady_s=60.0)
-    chosen, _ = admission.choose([light()], used_bytes=used(front), running=[front], **FIRST)
-    assert chosen is None
+def test_a_light_compile_starts_beside_one_in_its_front_end_and_a_heavier_one_waits() -> None:
+    # the memext heavy TU holds 0.26 GiB for 70% of its time, then climbs to 1.3 at its end
+    h = heavy(rss=0.26, seen=0.26, steady_s=1.0)
+    chosen, d = admission.choose([light()], used_bytes=used(h), running=[h], **FIRST)
+    assert chosen is not None and d is not None
+    ((_, line),) = d.lines
+    assert line >= 0.26 * admission.LINE_MARGIN * GIB and d.line_bytes is not None
+    # a compile of more than LIGHT_FRACTION of its estimate may well be running when it climbs, and would
+    # stop it: it waits, however long the running one has held steady below half its estimate
+    for steady_s in (1.0, 60.0):
+        h = heavy(rss=0.26, seen=0.26, steady_s=steady_s)
+        chosen, _ = admission.choose([light(peak=1.2)], used_bytes=used(h), running=[h], **FIRST)
+        assert chosen is None
+
+
+def test_a_compile_with_its_own_profile_is_not_cut() -> None:
     # past a profiled peak its envelope already tells what it holds: no line
     course = Prediction(peak_bytes=int(1.75 * GIB), wall_s=30.0, envelope=(int(1.75 * GIB),) * 80)
     profiled = admission.running(
@@ -616,3 +627,10 @@ def test_a_compile_stopped_at_its_line_books_its_estimate_until_granted() -> Non
     d = admission.grant_peak(stopped, used_bytes=used(stopped, small), others=[small], threads=1, **FIRST)
     assert not d.admit
     assert admission.grant_peak(stopped, used_bytes=used(stopped), others=[], threads=1, **FIRST).admit
+    # rising from its front end below its line, it goes on to its line: the lines were made to fit
+    front = admission.running(
+        1, p, **{**now, "rss_bytes": int(0.4 * GIB)}, front_bytes=int(0.26 * GIB), line_bytes=int(1.35 * GIB)
+    )
+    assert front.held_bytes == int(1.35 * GIB)  # it may grow to its line without asking
+    d = admission.grant_peak(front, used_bytes=used(front, small), others=[small], threads=1, **FIRST)
+    assert d.admit and d.reason == "within its line"
