@@ -228,10 +228,7 @@ def choose(
         front = front_bytes(w.prediction) if two_stage else None
         if front is not None and running and booked + w.prediction.peak_bytes > OVERBOOK * capacity:
             d = Decision(False, "peaks booked: wait for one to pass", booked, capacity)
-            if measured and is_estimated(w.prediction) and _cpu_free(view, w.threads, cpus):
-                m = metered(w, capacity_bytes=capacity, untracked_bytes=untracked, running=view)
-                if m is not None:
-                    return w, m
+            for_memory = _cpu_free(view, w.threads, cpus)
         else:
             d = decide(
                 limit_bytes=limit_bytes,
@@ -244,10 +241,11 @@ def choose(
             )
             if d.admit:
                 return w, d
-            if measured and is_estimated(w.prediction) and d.reason.startswith(("memory", "peaks")):
-                m = metered(w, capacity_bytes=capacity, untracked_bytes=untracked, running=view)
-                if m is not None:
-                    return w, m
+            for_memory = d.reason.startswith("memory")
+        if measured and for_memory and is_estimated(w.prediction):
+            m = metered(w, capacity_bytes=capacity, untracked_bytes=untracked, running=view)
+            if m is not None:
+                return w, m
         first = first or d
     return None, first
 
@@ -294,22 +292,21 @@ def metered(
     compile may get a line, or even the lowest lines do not fit."""
     fixed = untracked_bytes
     flexible: list[tuple[int | None, int, int]] = []  # (pid, lowest line, reservation)
-    worth = 0.0  # the most a steady compile was seen at, of its estimate
+    worth = 0.0  # the most a compile that showed its peak was seen at, of its estimate
     peak = w.prediction.peak_bytes
     for r in running:
         low = max(math.ceil(r.rss_bytes * LINE_MARGIN), r.seen_bytes)
         cuttable = r.estimated and not r.paused
-        steady = (
+        shown = (
             cuttable
             and r.seen_bytes >= FRONT_FRACTION * r.peak_bytes
             and (r.steady_s >= PLATEAU_S or r.rss_bytes <= PAST_PEAK_DROP * r.seen_bytes)
         )
-        if steady:
+        if shown:
             worth = max(worth, r.seen_bytes / max(1, r.peak_bytes))
-        elif cuttable and peak <= LIGHT_FRACTION * r.peak_bytes:
-            # a light compile beside one whose peak may still come: a line of LINE_FLOOR of its estimate
-            steady = True
-        if steady and low < r.booked_bytes:
+        # one whose peak may still come gets a line only beside a light compile
+        lined = shown or (cuttable and peak <= LIGHT_FRACTION * r.peak_bytes)
+        if lined and low < r.booked_bytes:
             flexible.append((r.pid, low, r.booked_bytes))
         else:
             fixed += r.booked_bytes
