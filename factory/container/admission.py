@@ -271,9 +271,10 @@ def choose(
 # model), and a line below its peak would stop it there for the time of the compile that took its memory.
 # Measured on the flash-attn model's first build (432 GiB / 128 cores; 326.3 s before) and a model of the
 # memext first build (2.25 GiB / 2 cores, its measured course shape, bound 58.5 s; 79.5 s before):
-# LIGHT_FRACTION 0.5 -> 326.3 and 75.5 s, 0.6 and 0.65 -> 339 and 63.1 s; with the recipe's single per-arch
-# figure the model's first build 452 -> 391 s at any of them. PLATEAU_S from 6 to 40 s gave the same; 3 s,
-# or no FRONT_FRACTION condition, cut the model's compiles mid-climb (362 and 384 s).
+# LIGHT_FRACTION 0.5 -> 326.3 and 75.5 s, 0.65 -> 337.6 and 67.0 s (the first build of the real fixture
+# needs the medium TUs beside the heavy ones, 0.6 of their estimate); with the recipe's single per-arch figure
+# the model's first build 452 -> 394 s. PLATEAU_S from 6 to 40 s gave the same; 3 s, or no FRONT_FRACTION
+# condition, cut the model's compiles mid-climb (362 and 384 s).
 LINE_FLOOR = 0.75
 LINE_MARGIN = 1.25
 PLATEAU_S = 10.0
