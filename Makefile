@@ -1,16 +1,25 @@
 # Every target works on a fresh Debian 12 machine as root; `make demo` and `make test` are README's two commands.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The CUDA toolkit the tests compile with (NVIDIA's PyPI wheels in the venv: scripts/test-toolkit.sh).
+TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve clean
+.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	bash scripts/host-tools.sh
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+toolkit: $(VENV)/.toolkit-$(TEST_CUDA)
+
+$(VENV)/.toolkit-$(TEST_CUDA): $(VENV)/.installed scripts/test-toolkit.sh
+	bash scripts/test-toolkit.sh $(PY) $(TEST_CUDA)
 	touch $@
 
 # dockerd (with debootstrap for making base images) installed and running.
@@ -21,10 +30,10 @@ docker:
 images: install docker
 	$(FACTORY) images build --cuda 13.0 --python 3.11 --flavor pypi
 
-test: install docker images
+test: install toolkit docker images
 	$(PY) -m pytest -ra
 
-test-unit: install
+test-unit: install toolkit
 	$(PY) -m pytest -ra tests/unit
 
 lint: install

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from factory.container import admission
+from factory.measured import interpolate
 from factory.memory.simulate import Task
-from factory.recipes import interpolate
 
 GIB = 1 << 30
 HOST_BYTES = 432 * GIB

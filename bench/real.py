@@ -1,9 +1,8 @@
 """The real benchmark: the memext fixture compiled by the real nvcc under a real cgroup v1 memory limit.
 
 Each build runs in a fresh memory cgroup (`/sys/fs/cgroup/memory/factory-memext-*`, root needed) with the
-host's
-nvcc, so a limit overrun is a real kernel OOM kill. Every strategy compiles through the nvcc wrapper, which
-measures each compile; only the factory's runs let it admit (FACTORY_ADMISSION=off for the others).
+host's nvcc, so a limit overrun is a real kernel OOM kill. Every strategy compiles through the nvcc wrapper,
+which measures each compile; only the factory's runs let it admit (FACTORY_ADMISSION=off for the others).
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ from pathlib import Path
 from bench.offline import best_offline
 from factory.container.admission import Prediction, format_by_file, raised_by_file
 from factory.container.protocol import Measurement
-from factory.memory import profiles
+from factory.memory import profiles, retry
 from factory.memory import simulate as S
-from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
+from factory.memory.planner import Parallelism, plan_parallelism
 from factory.memory.simulate import StrategyResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +98,7 @@ def _marker(text: str, name: str) -> int:
     return value
 
 
-def run_build(
+def cgroup_build(
     build_dir: Path,
     *,
     limit_bytes: int,
@@ -237,37 +236,40 @@ def factory_build(
     ninja_jobs: int | None = None,
     by_file: tuple[tuple[str, int], ...] = (),
 ) -> FactoryBuild:
-    """Planner + admission + resume: what the runner does for a job, against a cgroup instead of a
-    container."""
+    """Planner + admission + resume (`retry.run_attempts`): what a factory job does, against a cgroup instead
+    of a container."""
     learned = profile or profiles.Profile(package="memext", version="0")
-    par: Parallelism = plan_parallelism(
+    first = plan_parallelism(
         limit_bytes=limit_bytes, cpus=cpus, archs=1, per_arch_bytes=est_per_arch, nvcc_threads=1
     )
     runs: list[RealRun] = []
-    lines: list[str] = [f"attempt 1: {par.reason}"]
-    for number in range(1, max_attempts + 1):
-        run = run_build(
+
+    def attempt(_number: int, par: Parallelism) -> retry.Outcome:
+        nonlocal learned
+        run = cgroup_build(
             build_dir, limit_bytes=limit_bytes, max_jobs=ninja_jobs or par.ninja_jobs, work=work,
             admission_on=True,
             est_per_arch=par.per_arch_bytes, profile=learned, order=order, log=log, cpus=cpus,
             keep_going=keep_going,
-            # raised with the plan after an OOM, as the runner raises it
+            # raised with the plan after an OOM, as a job raises it
             by_file=raised_by_file(by_file, per_arch_bytes=par.per_arch_bytes, fallback_bytes=est_per_arch),
         )  # fmt: skip
         runs.append(run)
         learned = profiles.merge(learned, run.measurements)
-        if run.ok or not run.oom_kills or number == max_attempts:
-            break
-        par = next_attempt(
-            par, oom_peak_bytes=run.peak_bytes, limit_bytes=limit_bytes, objects_done=run.objects_total,
-            objects_total=OBJECTS, attempt=number + 1, archs=1,
+        return retry.Outcome(
+            ok=run.ok, oom=run.oom_kills > 0, peak_bytes=run.peak_bytes, objects_done=run.objects_total,
+            objects_total=OBJECTS,
         )  # fmt: skip
-        lines.append(par.reason)
+
+    retries = retry.run_attempts(first, attempt, max_attempts=max_attempts, limit_bytes=limit_bytes, archs=1)
+    lines = [f"attempt 1: {first.reason}"] + [
+        t.next_plan.reason for t in retries.tried[:-1] if t.next_plan is not None
+    ]
     last = runs[-1]
     result = StrategyResult(
         makespan_s=sum(r.wall_s for r in runs), oom_kills=sum(1 for r in runs if r.oom_kills),
         failed=not last.ok, peak_bytes=max(r.peak_bytes for r in runs), attempts=tuple(lines),
-        jobs=par.ninja_jobs,
+        jobs=retries.last.plan.ninja_jobs,
     )  # fmt: skip
     return FactoryBuild(result=result, runs=tuple(runs), profile=learned, lines=tuple(lines))
 
@@ -412,7 +414,7 @@ def run_real(*, limit_bytes: int = DEFAULT_LIMIT, work: Path) -> dict[str, objec
     fixed: dict[int, RealRun] = {}
 
     def fixed_build(jobs: int, name: str, *, limit: int = limit_bytes) -> RealRun:
-        return run_build(work / name, limit_bytes=limit, max_jobs=jobs, work=work, admission_on=False,
+        return cgroup_build(work / name, limit_bytes=limit, max_jobs=jobs, work=work, admission_on=False,
                          log=log)  # fmt: skip
 
     def fixed_run(jobs: int) -> RealRun:

@@ -1,7 +1,13 @@
 """Builder images: a base bootstrapped from the distribution mirror, and builder flavors built via docker.
 
 Flavors:
-- "devel": NVIDIA's `nvidia/cuda:<cuda>-devel-<os>` image (pulled when missing) plus the job's Python.
+- "devel": NVIDIA's `nvidia/cuda:<cuda>-devel-<os>` image (pulled when missing) plus the job's Python from
+  the OS packages (or, on Ubuntu without it, the deadsnakes PPA). Where no registry is reachable, a stand-in
+  with the same layout (`factory-standin:cuda<cuda>-devel`, from the PyPI toolkit wheels on the bootstrapped
+  base) takes the devel image's place.
+- "manylinux": PyTorch's `pytorch/manylinux2_28-builder:cuda<cuda>` image (an old glibc, every CPython in
+  /opt/python, the toolkit in /usr/local/cuda), as the portable-wheel projects use; the job's Python is the
+  image's /opt/python/cpXY-cpXY.
 - "pypi": any base with the job's Python plus the CUDA toolkit from NVIDIA's PyPI wheels (CUDA >= 13), built
   with the network off from a host-side wheelhouse. The default base, `factory-base:<suite>`, is made locally
   with debootstrap, so this flavor works on hosts that reach no container registry.
@@ -26,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from factory.errors import ConfigError, ImageError
+from factory.home import factory_home
 from factory.imageref import check_image_reference
-from factory.wheelhouse import download_wheelhouse, factory_home, link_wheels, wheel_files
+from factory.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 
 Progress = Callable[[str], None]
 
-LABEL = "io.wheel-factory.image"  # kind: "base" or "builder"; the factory's images are found by this key
+# kind: "base", "standin" or "builder"; the factory's images are found by this key
+LABEL = "io.wheel-factory.image"
 LABEL_INPUTS = "io.wheel-factory.inputs"
 LABEL_CUDA = "io.wheel-factory.cuda"
 LABEL_TOOLKIT = "io.wheel-factory.toolkit"
@@ -41,9 +49,11 @@ LABEL_BASE = "io.wheel-factory.base"
 LABEL_SUITE = "io.wheel-factory.suite"
 LABEL_MIRROR = "io.wheel-factory.mirror"
 
-FLAVORS = ("devel", "pypi")
+FLAVORS = ("devel", "pypi", "manylinux")
 BASE_REPOSITORY = "factory-base"
 BUILDER_REPOSITORY = "factory-builder"
+STANDIN_REPOSITORY = "factory-standin"
+MANYLINUX_REPOSITORY = "pytorch/manylinux2_28-builder"
 DEFAULT_SUITE = "bookworm"
 DEFAULT_BASE_IMAGE = f"{BASE_REPOSITORY}:{DEFAULT_SUITE}"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -72,6 +82,8 @@ _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _DOCKER_DIRS = (Path(__file__).resolve().parent / "docker", Path(__file__).resolve().parent.parent / "docker")
 
 _STEP_ID_RE = re.compile(r"^---> ([0-9a-f]{12})$")
+# The legacy builder wraps a step's stderr in colour codes; a `factory:` line must still be found.
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -146,18 +158,53 @@ def devel_base_image(cuda: str, *, os_name: str = DEFAULT_DEVEL_OS) -> str:
     return f"nvidia/cuda:{release}-devel-{os_name}"
 
 
+def manylinux_base_image(cuda: str) -> str:
+    """PyTorch's manylinux_2_28 builder image for a CUDA version: "12.8" ->
+    `pytorch/manylinux2_28-builder:cuda12.8`."""
+    _check_version("CUDA", cuda)
+    series = ".".join(cuda.split(".")[:2])
+    return f"{MANYLINUX_REPOSITORY}:cuda{series}"
+
+
+def manylinux_python(python: str) -> str:
+    """The interpreter of a manylinux image for a Python version: "3.11" -> /opt/python/cp311-cp311/bin/python
+    (the GIL build; the free-threaded one is cp313-cp313t)."""
+    _check_version("Python", python)
+    tag = "cp" + "".join(python.split(".")[:2])
+    return f"/opt/python/{tag}-{tag}/bin/python"
+
+
+def standin_devel_image(cuda: str) -> str:
+    """The local stand-in for NVIDIA's devel image: "13.0" -> `factory-standin:cuda13.0-devel`."""
+    _check_version("CUDA", cuda)
+    return f"{STANDIN_REPOSITORY}:cuda{cuda}-devel"
+
+
+def standin_cuda_of(image: str) -> str | None:
+    """The CUDA version of a stand-in tag (`factory-standin:cuda13.0-devel` -> "13.0"), else None."""
+    repo, sep, tag = image.rpartition(":")
+    match = re.fullmatch(r"cuda(\d+\.\d+)-devel", tag)
+    if not sep or repo != STANDIN_REPOSITORY or match is None:
+        return None
+    return match.group(1)
+
+
 def cuda_major(cuda: str) -> int:
     _check_version("CUDA", cuda)
     return int(cuda.split(".", 1)[0])
 
 
-def toolkit_requirements(cuda: str) -> tuple[str, ...]:
-    """The PyPI wheels that together form a CUDA toolkit tree (site-packages/nvidia/cu<major>)."""
+def _check_pypi_toolkit(cuda: str) -> None:
     if cuda_major(cuda) < 13:
         raise ImageError(
-            f"flavor pypi needs CUDA >= 13 (CUDA {cuda}'s PyPI wheels do not form one toolkit tree); "
-            "use flavor devel"
+            f"the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13 (CUDA {cuda}'s PyPI wheels "
+            "do not form one toolkit tree); use flavor devel with NVIDIA's image"
         )
+
+
+def toolkit_requirements(cuda: str) -> tuple[str, ...]:
+    """The PyPI wheels that together form a CUDA toolkit tree (site-packages/nvidia/cu<major>)."""
+    _check_pypi_toolkit(cuda)
     series = ".".join(cuda.split(".")[:2])
     names = ("nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime")
     return tuple(f"{name}=={series}.*" for name in names)
@@ -174,8 +221,13 @@ def image_requirements(*, cuda: str, flavor: str) -> tuple[str, ...]:
     return TOOL_REQUIREMENTS
 
 
+STANDIN_DEVEL = "standin-devel"  # the Dockerfile of the devel stand-in: docker/Dockerfile.standin-devel
+
+
 def dockerfile_path(flavor: str) -> Path:
-    _check_flavor(flavor)
+    """docker/Dockerfile.<flavor>; `flavor` may also be STANDIN_DEVEL."""
+    if flavor != STANDIN_DEVEL:
+        _check_flavor(flavor)
     for directory in _DOCKER_DIRS:
         if (directory / f"Dockerfile.{flavor}").is_file():
             return directory / f"Dockerfile.{flavor}"
@@ -204,7 +256,16 @@ def build_args(*, cuda: str, python: str, flavor: str, base_image: str) -> dict[
     args = {"BASE_IMAGE": base_image, "PYTHON": python, "FACTORY_UID": str(FACTORY_UID)}
     if flavor == "pypi":
         args["CUDA_MAJOR"] = str(cuda_major(cuda))
+    if flavor == "manylinux":
+        args["PYTHON_BIN"] = manylinux_python(python)
     return args
+
+
+def standin_build_args(*, cuda: str, base_image: str) -> dict[str, str]:
+    """The `--build-arg` values of docker/Dockerfile.standin-devel; bad values are errors before any build."""
+    _check_pypi_toolkit(cuda)
+    check_image_reference(base_image, "base image")
+    return {"BASE_IMAGE": base_image, "CUDA": cuda, "CUDA_MAJOR": str(cuda_major(cuda))}
 
 
 def inputs_hash(
@@ -475,10 +536,13 @@ def _import_rootfs(client: Any, rootfs: Path, *, repository: str, tag: str, chan
         raise ImageError(f"docker import of {repository}:{tag} failed: {text.strip()[:300]}")
 
 
-_PULL_HINT = "use flavor pypi or `factory images bootstrap`"
-
-
-def pull_image(client: Any, ref: str, *, progress: Progress | None = None, hint: str = _PULL_HINT) -> None:
+def pull_image(
+    client: Any,
+    ref: str,
+    *,
+    progress: Progress | None = None,
+    hint: str = "use flavor pypi or `factory images bootstrap`",
+) -> None:
     """Pull `ref`; an unreachable registry is an ImageError that says what to do instead."""
     repository, _, tag = ref.rpartition(":")
     if not repository or "/" in tag:
@@ -490,6 +554,19 @@ def pull_image(client: Any, ref: str, *, progress: Progress | None = None, hint:
         raise ImageError(f"cannot pull {ref}: no registry reachable ({_short(exc)}); {hint}") from None
 
 
+def pull_hint(*, flavor: str, image: str) -> str:
+    """What to do when a flavor's base image cannot be pulled."""
+    if flavor == "pypi":
+        return f"use a bootstrapped base ({DEFAULT_BASE_IMAGE}, made by `factory images bootstrap`)"
+    offline = f"`docker save {image}` on a host that reaches the registry and `docker load` it here"
+    if flavor == "manylinux":
+        return f"{offline}, or set build.base_image to an image with its layout"
+    return (
+        f"{offline}, or use the local stand-in (`factory images standin-devel --cuda <cuda>`, "
+        f"build.base_image: {STANDIN_REPOSITORY}:cuda<cuda>-devel)"
+    )
+
+
 def _ensure_base(
     client: Any, base_image: str, *, flavor: str, bootstrap: bool, progress: Progress | None
 ) -> Any:
@@ -497,17 +574,17 @@ def _ensure_base(
     if image is not None:
         return image
     suite = base_suite_of(base_image)
+    standin_cuda = standin_cuda_of(base_image)
     if suite is not None:
         if not bootstrap:
             raise ImageError(
                 f"base image {base_image} is missing; make it with `factory images bootstrap --suite {suite}`"
             )
         bootstrap_base(client, suite=suite, name=base_image, progress=progress)
-    elif flavor == "pypi":
-        hint = f"use a bootstrapped base ({DEFAULT_BASE_IMAGE}, made by `factory images bootstrap`)"
-        pull_image(client, base_image, progress=progress, hint=hint)
+    elif standin_cuda is not None:
+        ensure_standin_devel(client, cuda=standin_cuda, bootstrap=bootstrap, progress=progress)
     else:
-        pull_image(client, base_image, progress=progress)
+        pull_image(client, base_image, progress=progress, hint=pull_hint(flavor=flavor, image=base_image))
     image = _get_image(client, base_image)
     if image is None:
         raise ImageError(f"base image {base_image} is still missing after it was made")
@@ -516,15 +593,16 @@ def _ensure_base(
 
 def base_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
     """The image a builder image is made on: for pypi, `base_image` or the factory base whose Debian suite
-    ships `python`; for devel, NVIDIA's devel image for `cuda` unless `base_image` names another image that is
-    not a factory base."""
+    ships `python`; for devel and manylinux, NVIDIA's devel image or PyTorch's manylinux builder for `cuda`
+    unless `base_image` names another image that is not a factory base (the devel stand-in, say)."""
     if base_image is not None:
         check_image_reference(base_image, "base image")
+    _check_flavor(flavor)
     if flavor == "pypi":
         return base_image or default_base_image(python)
     if base_image and base_suite_of(base_image) is None:
         return base_image
-    return devel_base_image(cuda)
+    return devel_base_image(cuda) if flavor == "devel" else manylinux_base_image(cuda)
 
 
 def ensure_builder_image(
@@ -540,21 +618,81 @@ def ensure_builder_image(
     """The tag of a builder image for (cuda, python, flavor), built only when missing or its inputs changed.
 
     `base_image` is the pypi flavor's base (None: `factory-base:<suite for python>`, bootstrapped when absent
-    and `bootstrap` allows it). The devel flavor uses NVIDIA's devel image for `cuda` unless `base_image`
-    names another image that is not a factory base.
+    and `bootstrap` allows it). The devel and manylinux flavors use NVIDIA's devel image or PyTorch's
+    manylinux builder for `cuda` unless `base_image` names another image that is not a factory base; the
+    devel stand-in (`factory-standin:cuda<cuda>-devel`) is made when missing.
     """
     name = builder_image_name(cuda=cuda, python=python, flavor=flavor)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
-    requirements = image_requirements(cuda=cuda, flavor=flavor)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
+    return _make_image(
+        client,
+        name=name,
+        base=base,
+        base_id=base_obj.id,
+        dockerfile=dockerfile_text(flavor),
+        args=build_args(cuda=cuda, python=python, flavor=flavor, base_image=base),
+        requirements=image_requirements(cuda=cuda, flavor=flavor),
+        python=python,
+        labels={LABEL: "builder", LABEL_CUDA: cuda, LABEL_PYTHON: python, LABEL_FLAVOR: flavor},
+        # Everything is in the context, so the build cannot reach anything; devel needs apt for Python.
+        network_mode=None if flavor == "devel" else "none",
+        progress=progress,
+    )
+
+
+def ensure_standin_devel(
+    client: Any,
+    *,
+    cuda: str,
+    base_image: str = DEFAULT_BASE_IMAGE,
+    bootstrap: bool = True,
+    progress: Progress | None = None,
+) -> str:
+    """The tag of the local stand-in for `nvidia/cuda:<cuda>-devel` (docker/Dockerfile.standin-devel), built
+    only when missing or its inputs (Dockerfile, base, toolkit wheels) changed."""
+    args = standin_build_args(cuda=cuda, base_image=base_image)
+    base_obj = _ensure_base(client, base_image, flavor="pypi", bootstrap=bootstrap, progress=progress)
+    # The toolkit wheels are `py3-none`; the base's own Python only runs pip while the image is built.
+    suite = base_suite_of(base_image) or DEFAULT_SUITE
+    python = next((v for v, s in _SUITE_FOR_PYTHON.items() if s == suite), "3.11")
+    return _make_image(
+        client,
+        name=standin_devel_image(cuda),
+        base=base_image,
+        base_id=base_obj.id,
+        dockerfile=dockerfile_text(STANDIN_DEVEL),
+        args=args,
+        requirements=toolkit_requirements(cuda),
+        python=python,
+        labels={LABEL: "standin", LABEL_CUDA: cuda},
+        network_mode="none",
+        progress=progress,
+    )
+
+
+def _make_image(
+    client: Any,
+    *,
+    name: str,
+    base: str,
+    base_id: str,
+    dockerfile: str,
+    args: Mapping[str, str],
+    requirements: Sequence[str],
+    python: str,
+    labels: Mapping[str, str],
+    network_mode: str | None,
+    progress: Progress | None,
+) -> str:
+    """Build `name` from `dockerfile` with `requirements` as wheels/ in its context, unless an image of that
+    name carries the same inputs hash already."""
     wheelhouse = download_wheelhouse(requirements, python=python)
     wheels = [w.name for w in wheel_files(wheelhouse)]
-    dockerfile = dockerfile_text(flavor)
-    args = build_args(cuda=cuda, python=python, flavor=flavor, base_image=base)
     digest = inputs_hash(
         dockerfile=dockerfile,
         args=args,
-        base_id=base_obj.id,
+        base_id=base_id,
         wheels=wheels,
         extra={"requirements": "\n".join(requirements)},
     )
@@ -563,17 +701,10 @@ def ensure_builder_image(
         _say(progress, f"reusing {name}")
         return name
     _say(progress, f"building {name} on {base}" + (" (inputs changed)" if existing is not None else ""))
-    labels = {
-        LABEL: "builder",
-        LABEL_INPUTS: digest,
-        LABEL_CUDA: cuda,
-        LABEL_PYTHON: python,
-        LABEL_FLAVOR: flavor,
-        LABEL_BASE: base,
-    }
+    all_labels = {**labels, LABEL_INPUTS: digest, LABEL_BASE: base}
     version = toolkit_version(wheels)
     if version is not None:
-        labels[LABEL_TOOLKIT] = version
+        all_labels[LABEL_TOOLKIT] = version
     with tempfile.TemporaryDirectory(prefix="factory-image-") as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile)
@@ -584,9 +715,8 @@ def ensure_builder_image(
             context,
             tag=name,
             buildargs=args,
-            labels=labels,
-            # pypi: everything is in the context, so the build cannot reach anything; devel needs apt.
-            network_mode="none" if flavor == "pypi" else None,
+            labels=all_labels,
+            network_mode=network_mode,
             progress=progress,
         )
     built = _get_image(client, name)
@@ -645,7 +775,7 @@ def _build(
                     continue
                 log.write(text)
                 for line in text.splitlines():
-                    line = line.strip()
+                    line = _ANSI_RE.sub("", line).strip()
                     if not line:
                         continue
                     tail = [*tail[-19:], line]

@@ -21,8 +21,11 @@ from html.parser import HTMLParser
 from typing import Literal
 from urllib.parse import quote
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
+
+from factory.errors import PublishError
 
 API_VERSION = "1.1"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -36,7 +39,36 @@ CellStatus = Literal["built", "failed", "not built"]
 
 
 class RecordConflict(ValueError):
-    """Two records claim the same filename with different contents."""
+    """Two records claim the same release (project, PEP 440 version, a tag) with different files."""
+
+
+class DamagedState(PublishError):
+    """A state object (a page's JSON) that this module did not write: the reader says what is wrong."""
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# A variant id names a directory: no "/", no dot segments (see factory.variants.Variant.id).
+_VARIANT_ID = re.compile(r"[a-z0-9][a-z0-9.\-]*")
+_PROJECT = re.compile(r"[a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9]")  # a PEP 503 normalised name
+
+
+def canonical_wheel_filename(filename: str) -> str:
+    """The one spelling of a wheel's filename: normalised project name with "_", normalised version,
+    lower-case tags ("Demo_Ext-0.1.0+CU13...-PY3-none-any.whl" -> "demo_ext-0.1.0+cu13...-py3-none-any.whl").
+
+    Raises InvalidWheelFilename."""
+    name, version, build, _tags = parse_wheel_filename(filename)
+    tag_part = "-".join(filename[: -len(".whl")].split("-")[-3:]).lower()
+    build_part = f"-{build[0]}{build[1]}" if build else ""
+    return f"{name.replace('-', '_')}-{version}{build_part}-{tag_part}.whl"
+
+
+def release_of(filename: str) -> tuple[str, Version, frozenset[Tag]]:
+    """What makes two wheels the same release for an installer: project, PEP 440 version (0.1.0 ==
+    0.1.0.0), tags. The build tag is left out on purpose: a higher build number wins in pip, so another
+    build of a published release would replace it for every installer."""
+    name, version, _build, tags = parse_wheel_filename(filename)
+    return str(name), version, tags
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
@@ -105,14 +137,33 @@ def python_of_wheel(filename: str) -> str:
 def merge_records(existing: Iterable[FileRecord], new: Iterable[FileRecord]) -> tuple[FileRecord, ...] | None:
     """The union of two record sets, or None when `new` adds nothing (so the page need not be rewritten).
 
-    A record already published wins (it keeps its upload time); the same filename with another hash is a
-    RecordConflict because a published file never changes.
+    A record already published wins (it keeps its upload time). A published release never changes, so
+    RecordConflict for the same filename with another hash, and for another filename of the same release
+    (project, PEP 440 version, a shared tag: `demo_ext-0.1.0.0+l-py3-none-any.whl` beside
+    `demo_ext-0.1.0+l-py3-none-any.whl`), which installers could pick instead of the published one.
     """
-    by_name = {r.filename: r for r in existing}
+    by_name: dict[str, FileRecord] = {}
+    by_release: dict[tuple[str, Version, Tag], str] = {}
+
+    def claim(rec: FileRecord, *, published: bool = False) -> None:
+        name, version, tags = release_of(rec.filename)
+        for tag in tags:
+            other = by_release.setdefault((name, version, tag), rec.filename)
+            # Pages written before this rule may list two spellings already; they stay listed.
+            if other != rec.filename and not published:
+                raise RecordConflict(
+                    f"{rec.filename} is the same release as {other} (project {name}, version {version}, "
+                    f"tag {tag}), which is already published"
+                )
+
+    for rec in existing:
+        by_name[rec.filename] = rec
+        claim(rec, published=True)
     changed = False
     for rec in new:
         old = by_name.get(rec.filename)
         if old is None:
+            claim(rec)
             by_name[rec.filename] = rec
             changed = True
         elif old.sha256 != rec.sha256:
@@ -211,20 +262,77 @@ def project_json(project: str, records: Iterable[FileRecord], *, variant_id: str
     return json.dumps(doc, indent=2) + "\n"
 
 
+def _state_doc(text: str | bytes, *, what: str) -> dict[str, object]:
+    """The JSON object of a state file, or DamagedState saying why it is not one."""
+    try:
+        doc = json.loads(text)
+    except UnicodeDecodeError:
+        raise DamagedState(f"not UTF-8 text, not {what}") from None
+    except json.JSONDecodeError as exc:
+        raise DamagedState(f"line {exc.lineno}: not JSON ({exc.msg}), not {what}") from None
+    except RecursionError:
+        raise DamagedState(f"JSON nested too deep, not {what}") from None
+    if not isinstance(doc, dict):
+        raise DamagedState(f"a JSON {type(doc).__name__}, not {what} (an object)")
+    return doc
+
+
+def _state_list(doc: Mapping[str, object], key: str, *, what: str) -> list[dict[str, object]]:
+    items = doc.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise DamagedState(f'"{key}" is not a list of objects, not {what}')
+    return items
+
+
+def _state_str(entry: Mapping[str, object], key: str, *, where: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str):
+        raise DamagedState(f'{where}: "{key}" is {json.dumps(value)[:40]}, not a string')
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): no page could be written with it
+        raise DamagedState(f'{where}: "{key}" is not Unicode text') from None
+    return value
+
+
+def _state_optional_str(entry: Mapping[str, object], key: str, *, where: str) -> str | None:
+    return None if entry.get(key) is None else _state_str(entry, key, where=where)
+
+
 def records_from_project_json(text: str | bytes) -> tuple[FileRecord, ...]:
-    """The records of a page written by project_json (the page is the state that publishers merge into)."""
-    doc = json.loads(text)
+    """The records of a page written by project_json (the page is the state that publishers merge into);
+    DamagedState for anything else."""
+    what = "a project page"
+    doc = _state_doc(text, what=what)
     out = []
-    for f in doc.get("files", []):
+    for n, f in enumerate(_state_list(doc, "files", what=what)):
+        where = f"file {n + 1}"
+        filename = _state_str(f, "filename", where=where)
+        try:
+            parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            raise DamagedState(f"{where}: {filename[:80]!r} is not a wheel filename") from None
+        hashes = f.get("hashes")
+        sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
+        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+            raise DamagedState(f"{where} ({filename}): no sha256 hash")
+        size = f.get("size", 0)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise DamagedState(f"{where} ({filename}): size {json.dumps(size)[:40]} is not a byte count")
         meta = f.get("core-metadata")
+        metadata_sha256 = meta.get("sha256") if isinstance(meta, dict) else None
+        if metadata_sha256 is not None and (
+            not isinstance(metadata_sha256, str) or not _SHA256.fullmatch(metadata_sha256)
+        ):
+            raise DamagedState(f"{where} ({filename}): core-metadata has no sha256 hash")
         out.append(
             FileRecord(
-                filename=f["filename"],
-                sha256=f["hashes"]["sha256"],
-                size=int(f.get("size", 0)),
-                upload_time=f.get("upload-time", ""),
-                requires_python=f.get("requires-python"),
-                metadata_sha256=meta.get("sha256") if isinstance(meta, dict) else None,
+                filename=filename,
+                sha256=sha256,
+                size=size,
+                upload_time=_state_optional_str(f, "upload-time", where=where) or "",
+                requires_python=_state_optional_str(f, "requires-python", where=where),
+                metadata_sha256=metadata_sha256,
             )
         )
     return tuple(out)
@@ -246,7 +354,15 @@ def variant_root_json(projects: Iterable[str]) -> str:
 
 
 def projects_from_root_json(text: str | bytes) -> tuple[str, ...]:
-    return tuple(p["name"] for p in json.loads(text).get("projects", []))
+    """The projects of a page written by variant_root_json; DamagedState for anything else."""
+    what = "a variant index root page"
+    names = []
+    for n, p in enumerate(_state_list(_state_doc(text, what=what), "projects", what=what)):
+        name = _state_str(p, "name", where=f"project {n + 1}")
+        if not _PROJECT.fullmatch(name):
+            raise DamagedState(f"project {n + 1}: {name!r} is not a normalised project name")
+        names.append(name)
+    return tuple(names)
 
 
 def top_root_html(variant_ids: Iterable[str]) -> str:
@@ -265,7 +381,15 @@ def top_root_json(variant_ids: Iterable[str]) -> str:
 
 
 def variant_ids_from_top_root_json(text: str | bytes) -> tuple[str, ...]:
-    return tuple(v["id"] for v in json.loads(text).get("variants", []))
+    """The variant ids of a list written by top_root_json; DamagedState for anything else."""
+    what = "a list of variant indexes"
+    ids = []
+    for n, v in enumerate(_state_list(_state_doc(text, what=what), "variants", what=what)):
+        vid = _state_str(v, "id", where=f"variant {n + 1}")
+        if not _VARIANT_ID.fullmatch(vid):
+            raise DamagedState(f"variant {n + 1}: {vid!r} is not a variant id")
+        ids.append(vid)
+    return tuple(ids)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -388,17 +512,29 @@ def cells_to_json(cells: Iterable[MatrixCell]) -> str:
     return json.dumps({"cells": rows}, indent=2) + "\n"
 
 
+_STATUSES: tuple[CellStatus, ...] = ("built", "failed", "not built")
+
+
 def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
-    return tuple(
-        MatrixCell(
-            project=r["project"],
-            variant_id=r["variant_id"],
-            python=r["python"],
-            status=r["status"],
-            detail=r.get("detail", ""),
+    """The cells of a grid written by cells_to_json; DamagedState for anything else."""
+    what = "a build matrix"
+    cells = []
+    for n, r in enumerate(_state_list(_state_doc(text, what=what), "cells", what=what)):
+        where = f"cell {n + 1}"
+        fields = {k: _state_str(r, k, where=where) for k in ("project", "variant_id", "python", "status")}
+        status = next((s for s in _STATUSES if s == fields["status"]), None)
+        if status is None:
+            raise DamagedState(f"{where}: status {fields['status']!r} is not one of {', '.join(_STATUSES)}")
+        cells.append(
+            MatrixCell(
+                project=fields["project"],
+                variant_id=fields["variant_id"],
+                python=fields["python"],
+                status=status,
+                detail=_state_optional_str(r, "detail", where=where) or "",
+            )
         )
-        for r in json.loads(text).get("cells", [])
-    )
+    return tuple(cells)
 
 
 def _python_key(python: str) -> tuple[int, ...] | tuple[int, str]:

@@ -101,7 +101,7 @@ def _glob(pattern: str, *names: str) -> bool:
     return any(fnmatch.fnmatchcase(n, pattern) for n in names)
 
 
-def job_env(mf: MatrixFile, job: Job) -> dict[str, str]:
+def matrix_env(mf: MatrixFile, job: Job) -> dict[str, str]:
     """The full build environment of a job: the recipe's env for its variant, then the job's own env."""
     return {**recipe_env(mf.recipe, job.variant), **job.env}
 
@@ -163,4 +163,4 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
     return Plan(jobs=tuple(jobs), dropped=tuple(dropped))
 
 
-__all__ = ["DroppedJob", "Job", "Plan", "arch_set_str", "job_env", "plan_matrix"]
+__all__ = ["DroppedJob", "Job", "Plan", "arch_set_str", "matrix_env", "plan_matrix"]

@@ -17,28 +17,28 @@ from __future__ import annotations
 import email.parser
 import hashlib
 import json
-import random
-import time
+import shutil
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal, NoReturn, TypeVar
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from factory import index
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord
-from factory.stores import PreconditionFailed, Store, open_store
+from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
 
+T = TypeVar("T")
 Progress = Callable[[str, str], None]
 """progress(event, key): event is "file", "metadata", "unchanged", "page" or "skip"."""
-
-_ATTEMPTS = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,13 +82,62 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# A wheel's core metadata is a few KB; a bigger one is a mistake or an attack on whoever reads the index.
+MAX_METADATA_BYTES = 1 << 20
+REPAIR_HINT = "rebuild the index pages from the wheel files with: factory index repair --to {to}"
+
+
+def read_metadata(source: Path | IO[bytes], shown: str) -> bytes:
+    """The *.dist-info/METADATA of a wheel, read at most MAX_METADATA_BYTES + 1 bytes deep (never
+    inflated whole); ConfigError naming `shown` for anything but one such file of at most that size."""
+    try:
+        with zipfile.ZipFile(source) as zf:
+            candidates = [i for i in zf.infolist() if i.filename.count("/") == 1]
+            candidates = [i for i in candidates if i.filename.endswith(".dist-info/METADATA")]
+            if len(candidates) != 1:
+                raise ConfigError(f"{shown}: expected one *.dist-info/METADATA, found {len(candidates)}")
+            with zf.open(candidates[0]) as fh:
+                metadata = fh.read(MAX_METADATA_BYTES + 1)
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as exc:
+        raise ConfigError(f"{shown}: cannot read wheel ({exc})") from None
+    if len(metadata) > MAX_METADATA_BYTES:
+        raise ConfigError(
+            f"{shown}: METADATA is larger than {MAX_METADATA_BYTES // (1 << 20)} MiB, the most this index "
+            "publishes (core metadata is normally a few KB)"
+        )
+    return metadata
+
+
+def check_metadata(metadata: bytes, *, name: str, version: Version, shown: str) -> str | None:
+    """Requires-Python of a METADATA whose Name and Version are the filename's (pip refuses a wheel whose
+    metadata disagrees with its name: "inconsistent version"); ConfigError otherwise."""
+    parsed = email.parser.BytesHeaderParser().parsebytes(metadata)
+    meta_name = parsed.get("Name")
+    if meta_name is None or canonicalize_name(str(meta_name)) != name:
+        raise ConfigError(f"{shown}: METADATA Name {meta_name!r} does not match the filename's {name!r}")
+    meta_version = parsed.get("Version")
+    try:
+        same = meta_version is not None and Version(str(meta_version)) == version
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise ConfigError(
+            f"{shown}: METADATA Version {meta_version!r} does not match the filename's {str(version)!r} "
+            "(pip refuses such a wheel as inconsistent)"
+        )
+    requires_python = parsed.get("Requires-Python")
+    return str(requires_python).strip() if requires_python else None
+
+
 def inspect_wheel(path: Path) -> WheelInfo:
-    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel."""
+    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel.
+
+    `filename` is the canonical spelling (index.canonical_wheel_filename), whatever the file is called."""
     from factory.variants import variant_id_from_local_version
 
-    filename = path.name
     try:
-        name, version, _build, _tags = parse_wheel_filename(filename)
+        name, version, _build, _tags = parse_wheel_filename(path.name)
+        filename = index.canonical_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         raise ConfigError(f"{path}: not a wheel filename ({exc})") from None
     if version.local is None:
@@ -106,18 +155,10 @@ def inspect_wheel(path: Path) -> WheelInfo:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
                 size += len(chunk)
-        with zipfile.ZipFile(path) as zf:
-            candidates = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(candidates) != 1:
-                raise ConfigError(f"{path}: expected one *.dist-info/METADATA, found {len(candidates)}")
-            metadata = zf.read(candidates[0])
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise ConfigError(f"{path}: cannot read wheel ({exc})") from None
-    parsed = email.parser.BytesHeaderParser().parsebytes(metadata)
-    meta_name = parsed.get("Name")
-    if meta_name is None or canonicalize_name(meta_name) != name:
-        raise ConfigError(f"{path}: METADATA Name {meta_name!r} does not match the filename")
-    requires_python = parsed.get("Requires-Python")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read wheel ({exc.strerror})") from None
+    metadata = read_metadata(path, str(path))
+    requires_python = check_metadata(metadata, name=str(name), version=version, shown=str(path))
     return WheelInfo(
         path=path,
         filename=filename,
@@ -126,16 +167,29 @@ def inspect_wheel(path: Path) -> WheelInfo:
         sha256=digest.hexdigest(),
         size=size,
         metadata=metadata,
-        requires_python=str(requires_python).strip() if requires_python else None,
+        requires_python=requires_python,
     )
 
 
+# The fields of a build report's job (factory.build.JobResult) that publishing reads, and their types.
+_JOB_FIELDS: Mapping[str, tuple[type, ...]] = {
+    "variant_id": (str,),
+    "python": (str,),
+    "result": (str,),
+    "package": (str, type(None)),
+    "wheel": (str, type(None)),
+}
+
+
 def load_report(path: Path) -> list[Mapping[str, object]]:
-    """The jobs of a build report (a list of jobs, or an object with a "jobs" list)."""
+    """The jobs of a build report (a list of jobs, or an object with a "jobs" list), every one checked
+    before anything is published."""
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read build report ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a build report (not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
     jobs = doc.get("jobs") if isinstance(doc, dict) else doc
@@ -143,16 +197,34 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
         raise ConfigError(
             f"{path}: a build report is a list of jobs (objects with variant_id, python, result)"
         )
+    for n, job in enumerate(jobs, 1):
+        for key, types in _JOB_FIELDS.items():
+            value = job.get(key)
+            if value is None and type(None) not in types:
+                raise ConfigError(f"{path}: job {n} has no {key!r}")
+            if not isinstance(value, types):
+                raise ConfigError(f"{path}: job {n}: {key!r} is {json.dumps(value)[:60]}, not a string")
+        wheel = job.get("wheel")
+        if wheel:
+            try:
+                parse_wheel_filename(str(wheel))
+            except InvalidWheelFilename:
+                raise ConfigError(
+                    f"{path}: job {n}: wheel {str(wheel)[:80]!r} is not a wheel filename"
+                ) from None
     return jobs
 
 
-def _backoff(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+def _refuse_overwrite(store: Store, key: str, published: str, new: str) -> NoReturn:
+    raise PublishError(
+        f"refusing to overwrite {key} in {store.description}: a different file of that name is "
+        f"already published (sha256 {published[:12]}…, this one {new[:12]}…); bump the version"
+    )
 
 
 def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *, content_type: str) -> bool:
     """Create `key` with these bytes; True if written, False if already there with the same bytes."""
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(CONFLICT_ATTEMPTS):
         try:
             store.put(
                 key,
@@ -166,43 +238,12 @@ def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *,
         except PreconditionFailed:
             existing = store.sha256_of(key)
             if existing is None:  # a concurrent conflicting write that did not complete
-                _backoff(attempt)
+                backoff(attempt)
                 continue
             if existing != sha256:
-                raise PublishError(
-                    f"refusing to overwrite {key} in {store.description}: a different file of that name is "
-                    f"already published (sha256 {existing[:12]}…, this one {sha256[:12]}…); bump the version"
-                ) from None
+                _refuse_overwrite(store, key, existing, sha256)
             return False
     raise PublishError(f"could not write {key} in {store.description}: too many conflicting writers")
-
-
-def compare_and_swap(
-    store: Store,
-    key: str,
-    update: Callable[[bytes | None], bytes | None],
-    *,
-    content_type: str,
-) -> bool:
-    """Compare-and-swap `key` through `update(current) -> new | None` (None: nothing to change)."""
-    for attempt in range(_ATTEMPTS):
-        current = store.get(key)
-        new = update(current.data if current else None)
-        if new is None:
-            return False
-        try:
-            store.put(
-                key,
-                new,
-                content_type=content_type,
-                cache_control=index.PAGE_CACHE_CONTROL,
-                if_match=current.etag if current else None,
-                if_none_match=current is None,
-            )
-            return True
-        except PreconditionFailed:
-            _backoff(attempt)
-    raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
 
 
 def _converge(
@@ -214,7 +255,7 @@ def _converge(
     written: list[str],
 ) -> None:
     """Make each derived page equal render(current state), robust against publishers doing the same."""
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(CONFLICT_ATTEMPTS):
         state = store.get(state_key)
         if state is None:
             return
@@ -241,8 +282,62 @@ def _converge(
             after = store.get(state_key)
             if after is not None and after.etag == state.etag:
                 return
-        _backoff(attempt)
+        backoff(attempt)
     raise PublishError(f"could not update the pages of {state_key}: too many concurrent publishers")
+
+
+_VARIANTS = "simple/variants.json"
+_MATRIX = "matrix.json"
+_STATE_TYPES = {_VARIANTS: "application/json", _MATRIX: "application/json"}  # the rest are PEP 691 pages
+
+
+def _state(
+    store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None, *, to: str
+) -> tuple[T, ...]:
+    """What a state object says (nothing when it is absent); a damaged one is a PublishError naming it
+    and the command that rebuilds it."""
+    if data is None:
+        return ()
+    try:
+        return reader(data)
+    except index.DamagedState as exc:
+        raise PublishError(
+            f"{key} in {store.description} is damaged ({exc}); {REPAIR_HINT.format(to=to)}"
+        ) from None
+
+
+def _check_before_writing(
+    store: Store, records: Mapping[tuple[str, str], Sequence[FileRecord]], *, to: str
+) -> None:
+    """Refuse before the first write what the page merges would refuse after the files: a damaged state
+    object, another spelling of a published release, a published filename with other bytes."""
+    for (variant_id, project), recs in sorted(records.items()):
+        directory = index.project_dir(variant_id, project)
+        key = f"{directory}index.json"
+        current = store.get(key)
+        existing = _state(
+            store, key, index.records_from_project_json, current.data if current else None, to=to
+        )
+        listed = {r.filename: r.sha256 for r in existing}
+        for rec in recs:
+            if listed.get(rec.filename, rec.sha256) != rec.sha256:
+                _refuse_overwrite(
+                    store, index.files_path(variant_id, rec.filename), listed[rec.filename], rec.sha256
+                )
+        try:
+            index.merge_records(existing, recs)
+        except index.RecordConflict as exc:
+            raise PublishError(f"{directory}: {exc}; bump the version") from None
+    keys = [
+        (f"{index.variant_dir(v)}index.json", index.projects_from_root_json) for v in {v for v, _ in records}
+    ]
+    for key, reader in [
+        *sorted(keys),
+        (_VARIANTS, index.variant_ids_from_top_root_json),
+        (_MATRIX, index.cells_from_json),
+    ]:
+        current = store.get(key)
+        _state(store, key, reader, current.data if current else None, to=to)
 
 
 def _page_keys(store: Store, directory: str) -> list[str]:
@@ -270,7 +365,10 @@ def publish_wheels(
         info = inspect_wheel(Path(path))
         seen = infos.get(info.filename)
         if seen is not None and seen.sha256 != info.sha256:
-            raise ConfigError(f"{seen.path} and {info.path}: same filename, different contents")
+            raise ConfigError(
+                f"{seen.path} and {info.path}: both are {info.filename} (canonical spelling), "
+                "different contents"
+            )
         infos[info.filename] = info
     jobs = load_report(report) if report is not None else []
     if store is None:
@@ -279,9 +377,22 @@ def publish_wheels(
     written: list[str] = []
     results: list[PublishedFile] = []
 
-    # 1-2. Files first, each immutable: a page may only ever point at complete files.
     records: dict[tuple[str, str], list[FileRecord]] = {}
     upload_time = _now()
+    for info in infos.values():
+        records.setdefault((info.variant_id, info.project), []).append(
+            FileRecord(
+                filename=info.filename,
+                sha256=info.sha256,
+                size=info.size,
+                upload_time=upload_time,
+                requires_python=info.requires_python,
+                metadata_sha256=info.metadata_sha256,
+            )
+        )
+    _check_before_writing(store, records, to=to)
+
+    # 1-2. Files first, each immutable: a page may only ever point at complete files.
     for info in sorted(infos.values(), key=lambda i: (i.variant_id, i.filename)):
         key = index.files_path(info.variant_id, info.filename)
         wrote = _put_immutable(store, key, info.path, info.sha256, content_type="application/octet-stream")
@@ -302,20 +413,12 @@ def publish_wheels(
                 status="published" if wrote else "unchanged",
             )
         )
-        records.setdefault((info.variant_id, info.project), []).append(
-            FileRecord(
-                filename=info.filename,
-                sha256=info.sha256,
-                size=info.size,
-                upload_time=upload_time,
-                requires_python=info.requires_python,
-                metadata_sha256=info.metadata_sha256,
-            )
-        )
 
     # 3. Project pages.
     for (variant_id, project), recs in sorted(records.items()):
         directory = index.project_dir(variant_id, project)
+
+        state_key = f"{directory}index.json"
 
         def merge(
             current: bytes | None,
@@ -323,24 +426,28 @@ def publish_wheels(
             project: str = project,
             variant_id: str = variant_id,
             directory: str = directory,
+            state_key: str = state_key,
         ) -> bytes | None:
-            existing = index.records_from_project_json(current) if current else ()
+            existing = _state(store, state_key, index.records_from_project_json, current, to=to)
             try:
                 merged = index.merge_records(existing, recs)
             except index.RecordConflict as exc:
-                raise PublishError(f"{directory}: {exc}") from None
+                raise PublishError(f"{directory}: {exc}; bump the version") from None
             if merged is None:
                 return None
             return index.project_json(project, merged, variant_id=variant_id).encode()
 
-        state_key = f"{directory}index.json"
-        changed = compare_and_swap(store, state_key, merge, content_type=index.PYPI_JSON_TYPE)
+        changed = compare_and_swap(
+            store, state_key, merge, content_type=index.PYPI_JSON_TYPE, cache_control=index.PAGE_CACHE_CONTROL
+        )
         notify("page" if changed else "skip", state_key)
         if changed:
             written.append(state_key)
 
-        def render(state: bytes, project: str = project, variant_id: str = variant_id) -> bytes:
-            recs = index.records_from_project_json(state)
+        def render(
+            state: bytes, project: str = project, variant_id: str = variant_id, state_key: str = state_key
+        ) -> bytes:
+            recs = _state(store, state_key, index.records_from_project_json, state, to=to)
             return index.project_html(project, recs, variant_id=variant_id).encode()
 
         _converge(
@@ -359,18 +466,31 @@ def publish_wheels(
         directory = index.variant_dir(variant_id)
         state_key = f"{directory}index.json"
 
-        def merge_projects(current: bytes | None, projects: set[str] = projects) -> bytes | None:
-            existing = index.projects_from_root_json(current) if current else ()
+        def merge_projects(
+            current: bytes | None, projects: set[str] = projects, state_key: str = state_key
+        ) -> bytes | None:
+            existing = _state(store, state_key, index.projects_from_root_json, current, to=to)
             merged = index.merge_names(existing, projects)
             return None if merged is None else index.variant_root_json(merged).encode()
 
-        if compare_and_swap(store, state_key, merge_projects, content_type=index.PYPI_JSON_TYPE):
+        if compare_and_swap(
+            store,
+            state_key,
+            merge_projects,
+            content_type=index.PYPI_JSON_TYPE,
+            cache_control=index.PAGE_CACHE_CONTROL,
+        ):
             written.append(state_key)
         _converge(
             store,
             state_key,
             [
-                (k, lambda s: index.variant_root_html(index.projects_from_root_json(s)).encode())
+                (
+                    k,
+                    lambda s, key=state_key: index.variant_root_html(
+                        _state(store, key, index.projects_from_root_json, s, to=to)
+                    ).encode(),
+                )
                 for k in _page_keys(store, directory)
             ],
             content_type=index.HTML_TYPE,
@@ -380,17 +500,28 @@ def publish_wheels(
 
     # 5. The list of variant indexes.
     def merge_variants(current: bytes | None) -> bytes | None:
-        existing = index.variant_ids_from_top_root_json(current) if current else ()
+        existing = _state(store, _VARIANTS, index.variant_ids_from_top_root_json, current, to=to)
         merged = index.merge_names(existing, projects_by_variant)
         return None if merged is None else index.top_root_json(merged).encode()
 
-    if compare_and_swap(store, "simple/variants.json", merge_variants, content_type="application/json"):
-        written.append("simple/variants.json")
+    if compare_and_swap(
+        store,
+        _VARIANTS,
+        merge_variants,
+        content_type="application/json",
+        cache_control=index.PAGE_CACHE_CONTROL,
+    ):
+        written.append(_VARIANTS)
     _converge(
         store,
-        "simple/variants.json",
+        _VARIANTS,
         [
-            (k, lambda s: index.top_root_html(index.variant_ids_from_top_root_json(s)).encode())
+            (
+                k,
+                lambda s: index.top_root_html(
+                    _state(store, _VARIANTS, index.variant_ids_from_top_root_json, s, to=to)
+                ).encode(),
+            )
             for k in _page_keys(store, "simple/")
         ],
         content_type=index.HTML_TYPE,
@@ -406,16 +537,21 @@ def publish_wheels(
     )
 
     def merge_matrix(current: bytes | None) -> bytes | None:
-        existing = index.cells_from_json(current) if current else ()
+        existing = _state(store, _MATRIX, index.cells_from_json, current, to=to)
         merged = index.merge_cells(existing, cells)
         return None if merged is None else index.cells_to_json(merged).encode()
 
-    if compare_and_swap(store, "matrix.json", merge_matrix, content_type="application/json"):
-        written.append("matrix.json")
+    if compare_and_swap(
+        store, _MATRIX, merge_matrix, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
+    ):
+        written.append(_MATRIX)
     _converge(
         store,
-        "matrix.json",
-        [(k, lambda s: index.human_page(index.cells_from_json(s)).encode()) for k in _page_keys(store, "")],
+        _MATRIX,
+        [
+            (k, lambda s: index.human_page(_state(store, _MATRIX, index.cells_from_json, s, to=to)).encode())
+            for k in _page_keys(store, "")
+        ],
         content_type=index.HTML_TYPE,
         written=written,
     )
@@ -429,7 +565,7 @@ def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str
     page = store.get(f"{index.project_dir(variant_id, project)}index.json")
     try:
         return tuple(r.filename for r in index.records_from_project_json(page.data)) if page else ()
-    except (ValueError, KeyError, TypeError):
+    except index.DamagedState:
         return ()
 
 
@@ -465,3 +601,205 @@ def describe(result: PublishResult) -> Iterable[str]:
     for f in result.files:
         yield f"{f.status:9} {f.variant_id}/{f.filename}"
     yield f"index: {result.destination} ({len(result.pages_written)} page objects written)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepairResult:
+    destination: str
+    wheels: int
+    variant_ids: tuple[str, ...]
+    skipped: tuple[str, ...]  # "files/<variant>/<name>: why", for files no page may list
+    pages_written: tuple[str, ...]
+
+
+def _wheel_metadata(store: Store, key: str) -> bytes:
+    """The wheel's METADATA, from its .metadata file or else (re-published) from the wheel itself."""
+    blob = store.get(key + ".metadata")
+    if blob is not None and len(blob.data) <= MAX_METADATA_BYTES:
+        return blob.data
+    opened = store.open(key)
+    if opened is None:
+        raise ConfigError(f"{key}: vanished while repairing")
+    stream, _size = opened
+    with tempfile.TemporaryFile() as tmp:
+        with stream:
+            shutil.copyfileobj(stream, tmp, 1 << 20)
+        tmp.seek(0)
+        metadata = read_metadata(tmp, key)
+    _put_immutable(
+        store,
+        key + ".metadata",
+        metadata,
+        hashlib.sha256(metadata).hexdigest(),
+        content_type="text/plain; charset=utf-8",
+    )
+    return metadata
+
+
+def _repair_record(store: Store, key: str, variant_id: str, old: Mapping[str, FileRecord]) -> FileRecord:
+    """The record of one stored wheel; ConfigError when no page may list it."""
+    from factory.variants import variant_id_from_local_version
+
+    filename = key.rsplit("/", 1)[1]
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+        canonical = index.canonical_wheel_filename(filename)
+    except InvalidWheelFilename:
+        raise ConfigError("not a wheel filename") from None
+    if canonical != filename:
+        raise ConfigError(f"not the canonical spelling {canonical}")
+    try:
+        label_variant = variant_id_from_local_version(version.local or "")
+    except ValueError:
+        label_variant = None
+    if label_variant != variant_id:
+        raise ConfigError(f"its local label names variant {label_variant}, not {variant_id}")
+    head = store.head(key)
+    sha256 = store.sha256_of(key)
+    if head is None or sha256 is None:
+        raise ConfigError("vanished while repairing")
+    metadata = _wheel_metadata(store, key)
+    requires_python = check_metadata(metadata, name=str(name), version=version, shown=key)
+    known = old.get(filename)
+    return FileRecord(
+        filename=filename,
+        sha256=sha256,
+        size=head.size,
+        # the only thing a page says that the file does not: kept from a readable page that listed it
+        upload_time=known.upload_time if known and known.sha256 == sha256 else _now(),
+        requires_python=requires_python,
+        metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+    )
+
+
+def _readable(store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]]) -> tuple[T, ...]:
+    """What a state object says, nothing when it is absent or damaged (repair rebuilds it anyway)."""
+    blob = store.get(key)
+    try:
+        return reader(blob.data) if blob is not None else ()
+    except index.DamagedState:
+        return ()
+
+
+def _replace_page(
+    store: Store, directory: str, *, state: tuple[str, str], html: str, written: list[str]
+) -> None:
+    """Make a state object and the HTML page of `directory` these bodies, writing only what differs."""
+    state_key, state_body = state
+    writes = [(state_key, state_body.encode(), _STATE_TYPES.get(state_key, index.PYPI_JSON_TYPE))]
+    writes += [(key, html.encode(), index.HTML_TYPE) for key in _page_keys(store, directory)]
+    for key, body, content_type in writes:
+
+        def replace(current: bytes | None, body: bytes = body) -> bytes | None:
+            return None if current == body else body
+
+        if compare_and_swap(
+            store, key, replace, content_type=content_type, cache_control=index.PAGE_CACHE_CONTROL
+        ):
+            written.append(key)
+
+
+def repair_index(
+    *, to: str, endpoint_url: str | None = None, store: Store | None = None, progress: Progress | None = None
+) -> RepairResult:
+    """Rewrite every page and state object of an index from the wheel files in it (files/<variant>/*.whl),
+    under the rules publish applies: canonical filenames, one file per release. Run it while nobody
+    publishes to the index: a publish in between may be left off the pages until it is rerun."""
+    if store is None:
+        store = open_store(to, endpoint_url=endpoint_url)
+    notify: Progress = progress or (lambda _event, _key: None)
+    written: list[str] = []
+    skipped: list[str] = []
+    wheel_keys: dict[str, list[str]] = {}
+    for key in store.keys("files/"):
+        parts = key.split("/")
+        if len(parts) == 3 and parts[2].endswith(".whl"):
+            wheel_keys.setdefault(parts[1], []).append(key)
+    old_pages: dict[str, dict[str, FileRecord]] = {}
+
+    def old_page(state_key: str) -> dict[str, FileRecord]:
+        if state_key not in old_pages:
+            recs = _readable(store, state_key, index.records_from_project_json)
+            old_pages[state_key] = {r.filename: r for r in recs}
+        return old_pages[state_key]
+
+    page_keys = [k for k in store.keys("simple/") if k.count("/") == 3 and k.endswith("/index.json")]
+    if not wheel_keys and not page_keys:
+        raise ConfigError(f"--to {to}: not a published index (no wheel files or pages in it)")
+    pages: dict[tuple[str, str], tuple[FileRecord, ...]] = {}
+    for variant_id, keys in sorted(wheel_keys.items()):
+        by_project: dict[str, list[FileRecord]] = {}
+        for key in sorted(keys):
+            project = str(canonicalize_name(key.rsplit("/", 1)[1].split("-", 1)[0]))
+            state_key = f"{index.project_dir(variant_id, project)}index.json"
+            try:
+                rec = _repair_record(store, key, variant_id, old_page(state_key))
+            except ConfigError as exc:
+                skipped.append(f"{key}: {exc}")
+                continue
+            by_project.setdefault(rec.project, []).append(rec)
+        for project, recs in by_project.items():
+            state_key = f"{index.project_dir(variant_id, project)}index.json"
+            listed = old_page(state_key)
+            # Of two spellings of one release, the one the page listed stays; else the first by name.
+            kept: tuple[FileRecord, ...] = ()
+            for rec in sorted(recs, key=lambda r: (r.filename not in listed, r.filename)):
+                try:
+                    kept = index.merge_records(kept, [rec]) or kept
+                except index.RecordConflict as exc:
+                    skipped.append(f"{index.files_path(variant_id, rec.filename)}: {exc}")
+            if kept:
+                pages[(variant_id, project)] = kept
+    # Project pages with no wheel left are rewritten empty rather than left listing what is not there.
+    for key in page_keys:
+        parts = key.split("/")
+        pages.setdefault((parts[1], parts[2]), ())
+    for (variant_id, project), recs in sorted(pages.items()):
+        directory = index.project_dir(variant_id, project)
+        _replace_page(
+            store,
+            directory,
+            state=(f"{directory}index.json", index.project_json(project, recs, variant_id=variant_id)),
+            html=index.project_html(project, recs, variant_id=variant_id),
+            written=written,
+        )
+        notify("page", f"{directory}index.html")
+    projects_by_variant: dict[str, set[str]] = {}
+    for (variant_id, project), recs in pages.items():
+        if recs:
+            projects_by_variant.setdefault(variant_id, set()).add(project)
+    for variant_id in sorted({v for v, _ in pages}):
+        directory = index.variant_dir(variant_id)
+        projects = sorted(projects_by_variant.get(variant_id, set()))
+        _replace_page(
+            store,
+            directory,
+            state=(f"{directory}index.json", index.variant_root_json(projects)),
+            html=index.variant_root_html(projects),
+            written=written,
+        )
+        notify("page", f"{directory}index.html")
+    variant_ids = sorted(projects_by_variant)
+    _replace_page(
+        store,
+        "simple/",
+        state=(_VARIANTS, index.top_root_json(variant_ids)),
+        html=index.top_root_html(variant_ids),
+        written=written,
+    )
+    notify("page", "simple/index.html")
+    # The grid: every listed wheel is built; what older reports said about the rest (failed, not built) stays.
+    published = [(v, rec) for (v, _p), recs in pages.items() for rec in recs]
+    reported = [c for c in _readable(store, _MATRIX, index.cells_from_json) if c.status != "built"]
+    cells = index.merge_cells(reported, index.matrix_cells([], published)) or tuple(reported)
+    _replace_page(
+        store, "", state=(_MATRIX, index.cells_to_json(cells)), html=index.human_page(cells), written=written
+    )
+    notify("page", "index.html")
+    return RepairResult(
+        destination=store.description,
+        wheels=len(published),
+        variant_ids=tuple(variant_ids),
+        skipped=tuple(skipped),
+        pages_written=tuple(written),
+    )

@@ -11,10 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import os
+import random
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -67,6 +71,18 @@ class Store(Protocol):
     def open(self, key: str) -> tuple[IO[bytes], int] | None: ...
 
     def sha256_of(self, key: str) -> str | None: ...
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        """Every key under `prefix` (a "dir/" key), in no particular order."""
+        ...
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+
+
+def urls_without_credentials(text: str) -> str:
+    """An outside message (botocore's) as one line, every URL in it through without_credentials."""
+    return " ".join(_URL_IN_TEXT.sub(lambda m: without_credentials(m.group()), text).split())
 
 
 def _sha256_file(path: Path) -> str:
@@ -133,6 +149,13 @@ class LocalStore:
             return None
         return path.open("rb"), path.stat().st_size
 
+    def keys(self, prefix: str) -> Iterator[str]:
+        _check_key(prefix)
+        for path in (self.root / prefix).rglob("*"):
+            # put()'s temporaries are hidden (".<name>.<random>.tmp"); nothing published starts with "."
+            if path.is_file() and not path.name.startswith("."):
+                yield path.relative_to(self.root).as_posix()
+
     def put(
         self,
         key: str,
@@ -191,7 +214,7 @@ class S3Store:
             from botocore.config import Config
 
             if endpoint_url is not None:
-                checked_url(endpoint_url, schemes=HTTP_SCHEMES, what="endpoint URL")
+                check_endpoint_url(endpoint_url)
             try:
                 # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
                 client = boto3.client(
@@ -228,10 +251,12 @@ class S3Store:
                 raise PreconditionFailed(kwargs.get("Key", "")) from None
             if code in {"NoSuchKey", "404", "NotFound"}:
                 return None
-            raise PublishError(f"{what} {self.description}: {code or exc}") from None
+            raise PublishError(
+                f"{what} {self.description}: {code or urls_without_credentials(str(exc))}"
+            ) from None
         except BotoCoreError as exc:
-            # The message names the endpoint or the missing credentials, never their values.
-            raise PublishError(f"{what} {self.description}: {exc}") from None
+            # The message names the endpoint (shown without credentials) or which credentials are missing.
+            raise PublishError(f"{what} {self.description}: {urls_without_credentials(str(exc))}") from None
 
     def get(self, key: str) -> Blob | None:
         resp = self._call("reading", self.client.get_object, Bucket=self.bucket, Key=self._key(key))
@@ -268,6 +293,26 @@ class S3Store:
             return None
         return resp["Body"], int(resp["ContentLength"])
 
+    def keys(self, prefix: str) -> Iterator[str]:
+        _check_key(prefix)
+        full = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self._call("listing", self.client.list_objects_v2, **kwargs)
+            if resp is None:
+                return
+            for obj in resp.get("Contents", []):
+                key = str(obj["Key"])[strip:]
+                if not key.endswith("/"):  # the directory keys of pages are pages, not files
+                    yield key
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                return
+
     def put(
         self,
         key: str,
@@ -301,24 +346,139 @@ class S3Store:
         return str(resp["ETag"])
 
 
+# How often a conditional write is retried against other writers before giving up.
+CONFLICT_ATTEMPTS = 200
+
+
+def backoff(attempt: int) -> None:
+    """A random pause, growing with the attempt, so writers that collided do not collide again."""
+    time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+
+
+def compare_and_swap(
+    store: Store,
+    key: str,
+    update: Callable[[bytes | None], bytes | None],
+    *,
+    content_type: str,
+    cache_control: str,
+) -> bool:
+    """Compare-and-swap `key` through `update(current) -> new | None` (None: nothing to change)."""
+    for attempt in range(CONFLICT_ATTEMPTS):
+        current = store.get(key)
+        new = update(current.data if current else None)
+        if new is None:
+            return False
+        try:
+            store.put(
+                key,
+                new,
+                content_type=content_type,
+                cache_control=cache_control,
+                if_match=current.etag if current else None,
+                if_none_match=current is None,
+            )
+            return True
+        except PreconditionFailed:
+            backoff(attempt)
+    raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
+
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_problem(bucket: str) -> str | None:
+    """Why `bucket` is not a valid S3 bucket name (AWS's general-purpose bucket naming rules), or None."""
+    if not 3 <= len(bucket) <= 63:
+        return "a bucket name is 3 to 63 characters long"
+    if not _BUCKET.fullmatch(bucket):
+        return (
+            "a bucket name has only lower-case letters, digits, dots and hyphens, "
+            "and begins and ends with a letter or digit"
+        )
+    if ".." in bucket:
+        return "a bucket name has no two dots in a row"
+    with contextlib.suppress(ValueError):
+        ipaddress.IPv4Address(bucket)
+        return "a bucket name is not an IP address"
+    if bucket.startswith(_BUCKET_RESERVED_PREFIXES) or bucket.endswith(_BUCKET_RESERVED_SUFFIXES):
+        return "that bucket name prefix or suffix is reserved by S3"
+    return None
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix")."""
-    parts = urlsplit(url)
+    """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix"); ConfigError for a bucket S3 would refuse
+    and for a prefix whose keys would leave it ("..", "." or empty segments)."""
+    shown_url = without_credentials(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL ({exc})") from None
     if parts.scheme != "s3" or not parts.netloc:
-        raise ConfigError(f"{url!r} is not an s3://bucket/prefix URL")
-    return parts.netloc, parts.path.strip("/")
+        raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL")
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"{shown_url}: an s3:// URL carries no credentials (boto3 takes them from the AWS chain)"
+        )
+    problem = bucket_problem(parts.netloc)
+    if problem is not None:
+        raise ConfigError(f"{shown_url}: bucket {parts.netloc!r}: {problem}")
+    prefix = parts.path.strip("/")
+    if prefix:
+        bad = next((seg for seg in prefix.split("/") if seg in {"", ".", ".."}), None)
+        if bad is not None:
+            raise ConfigError(
+                f"{shown_url}: the prefix {prefix!r} has an empty, '.' or '..' segment "
+                f"({bad!r}); give a plain path like s3://{parts.netloc}/team/index"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in prefix):
+            raise ConfigError(f"{shown_url}: the prefix has control characters")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ConfigError(f"{shown_url}: an s3://bucket/prefix URL has no ?query or #fragment")
+    return parts.netloc, prefix
+
+
+def check_endpoint_url(url: str, *, what: str = "endpoint URL") -> None:
+    """An S3 endpoint botocore will take: an http(s) URL whose host it accepts; else a ConfigError naming
+    `what` and the URL without its credentials."""
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    checked_url(url, schemes=HTTP_SCHEMES, what=what)
+    if not (is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)):
+        raise ConfigError(f"{what} {without_credentials(url)}: Invalid endpoint (not a host name or address)")
+
+
+def check_destination(to: str, *, what: str = "--to") -> None:
+    """Where an index may go, by its spelling alone: s3://bucket/prefix or a directory, no other URL."""
+    if to.startswith("s3://"):
+        try:
+            parse_s3_url(to)
+        except ConfigError as exc:
+            raise ConfigError(f"{what} {exc}") from None
+    elif "://" in to:
+        raise ConfigError(f"{what} {to!r}: use a directory or s3://bucket/prefix")
 
 
 def open_store(to: str, *, endpoint_url: str | None = None) -> Store:
-    """A store for "--to": s3://bucket/prefix, or a local directory (created on first write)."""
+    """A store for "--to": s3://bucket/prefix, or a local directory (created here)."""
+    check_destination(to)
     if to.startswith("s3://"):
         bucket, prefix = parse_s3_url(to)
         return S3Store(bucket, prefix, endpoint_url=endpoint_url)
-    if "://" in to:
-        raise ConfigError(f"--to {to!r}: use a directory or s3://bucket/prefix")
     if endpoint_url:
         raise ConfigError("--endpoint-url only applies to an s3:// destination")
     path = Path(to).expanduser()
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--to {to}: exists and is not a directory")
-    return LocalStore(path.resolve())
+    # Created now, so a destination that cannot hold an index (/dev/null/x, /proc/self/x, read-only) is
+    # a usage error before anything is published, not an OSError halfway through.
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        root = path.resolve(strict=True)
+    except OSError as exc:
+        raise ConfigError(f"--to {to}: cannot create the index directory ({exc.strerror})") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigError(f"--to {to}: the index directory is not writable")
+    return LocalStore(root)

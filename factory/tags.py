@@ -1,10 +1,18 @@
-"""Wheel tags: the interpreter tag of a job's Python and the Linux platform tags a factory wheel may carry."""
+"""Wheel tags: the interpreter tag of a job's Python and the manylinux platform tags of its wheels."""
 
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
-_MANYLINUX = re.compile(r"^(manylinux_\d+_\d+|manylinux1|manylinux2010|manylinux2014)_(?P<machine>.+)$")
+_MANYLINUX = re.compile(r"^manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<machine>.+)$")
+# The pre-PEP 600 names and the glibc each stands for (PEP 513, 571, 599).
+_LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+class Manylinux(NamedTuple):
+    glibc: tuple[int, int]  # the oldest glibc the tag promises to run on
+    machine: str
 
 
 def python_tag(python: str) -> str:
@@ -15,9 +23,23 @@ def python_tag(python: str) -> str:
     return f"cp{parts[0]}{parts[1]}"
 
 
-def is_linux_platform(platform: str, machine: str = "x86_64") -> bool:
-    """True for linux_<machine> and every manylinux flavour for that machine."""
-    if platform == f"linux_{machine}":
-        return True
+def parse_manylinux(platform: str) -> Manylinux | None:
+    """manylinux_2_34_x86_64 -> ((2, 34), "x86_64"); manylinux2014_x86_64 -> ((2, 17), ...); None for any
+    other platform tag (linux_x86_64 promises nothing about glibc)."""
     match = _MANYLINUX.match(platform)
-    return match is not None and match["machine"] == machine
+    if match is not None:
+        return Manylinux((int(match["major"]), int(match["minor"])), match["machine"])
+    legacy, _, machine = platform.partition("_")
+    if legacy in _LEGACY and machine:
+        return Manylinux(_LEGACY[legacy], machine)
+    return None
+
+
+def manylinux_tag(glibc: tuple[int, int], machine: str) -> str:
+    return f"manylinux_{glibc[0]}_{glibc[1]}_{machine}"
+
+
+def parse_glibc(version: str) -> tuple[int, int] | None:
+    """ "2.36" (what `os.confstr("CS_GNU_LIBC_VERSION")` ends with) -> (2, 36); None for anything else."""
+    match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)*", version.strip())
+    return (int(match[1]), int(match[2])) if match else None

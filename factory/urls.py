@@ -22,6 +22,8 @@ def without_credentials(url: str) -> str:
     except ValueError:  # not even splittable: drop whatever comes before the last @
         scheme, sep, rest = url.partition("://")
         return f"{scheme}{sep}{rest.rpartition('@')[2]}"
+    if not netloc and url.startswith(f"{parts.scheme}://"):  # urlunsplit drops the // of s3:///x
+        return f"{parts.scheme}://{parts.path}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 

@@ -1,9 +1,10 @@
 """Acceptance checks of a built wheel, and the METADATA torch pin that keeps its RECORD valid.
 
-A wheel is accepted only when its name, tags and version say what the job built, its METADATA pins the
-torch it was compiled against, its RECORD matches its contents, and every extension module carries cubins for
-exactly the requested GPU architectures. All of this is read from the zip on the host; nothing here runs
-Docker.
+A wheel is accepted only when its name, tags and version say what the job built, its manylinux tag promises
+no older glibc than auditwheel finds its symbols need, its METADATA pins the torch it was compiled against,
+its RECORD matches its contents, it vendors none of torch's libraries, and every extension module carries
+cubins for exactly the requested GPU architectures. All of this is read from the zip on the host (auditwheel
+included); nothing here runs Docker.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
-from factory.tags import is_linux_platform, python_tag
+from factory.platform_tag import audit, vendored_torch_libraries
+from factory.tags import manylinux_tag, parse_manylinux, python_tag
 from factory.variants import Arch
 
 _TORCH = "torch"
@@ -316,10 +318,11 @@ def check_wheel(
         if not any(t.interpreter == interpreter for t in tags):
             found = ", ".join(sorted({t.interpreter for t in tags}))
             problems.append(f"filename: interpreter tag {found} is not {interpreter}")
-        bad_platforms = sorted({t.platform for t in tags if not is_linux_platform(t.platform, machine)})
+        bad_platforms = sorted({t.platform for t in tags if _manylinux_for(t.platform, machine) is None})
         if bad_platforms:
             problems.append(
-                f"filename: platform tag {', '.join(bad_platforms)} is not linux_{machine} or manylinux"
+                f"filename: platform tag {', '.join(bad_platforms)} is not a manylinux tag for {machine} "
+                "(auditwheel repair gives the wheel the one its symbols allow)"
             )
 
     try:
@@ -335,6 +338,31 @@ def check_wheel(
             tags={str(t) for t in tags},
             expected_sms=_sm_numbers(archs),
         )
+    if problems:
+        return problems  # auditwheel's errors about a broken wheel would only repeat these
+    return _check_platform(wheel, {t.platform for t in tags}, machine)
+
+
+def _manylinux_for(platform: str, machine: str) -> tuple[int, int] | None:
+    parsed = parse_manylinux(platform)
+    return parsed.glibc if parsed is not None and parsed.machine == machine else None
+
+
+def _check_platform(wheel: Path, platforms: set[str], machine: str) -> list[str]:
+    """The manylinux tags must not promise an older glibc than auditwheel finds the extension needs."""
+    try:
+        verdict = audit(wheel)
+    except CheckError as exc:
+        return [str(exc).removeprefix(f"{wheel.name}: ")]
+    problems = verdict.problems()
+    for platform in sorted(platforms):
+        glibc = _manylinux_for(platform, machine)
+        if glibc is not None and glibc < verdict.glibc:
+            problems.append(
+                f"filename: platform tag {platform} promises glibc {glibc[0]}.{glibc[1]}, but the "
+                f"extension's symbols need {verdict.glibc[0]}.{verdict.glibc[1]} "
+                f"({manylinux_tag(verdict.glibc, machine)})"
+            )
     return problems
 
 
@@ -384,6 +412,11 @@ def _check_contents(
     else:
         problems.append(f"{record_path}: missing")
     problems += _check_extensions(archive, expected_sms)
+    problems += [
+        f"{member}: a vendored copy of a library torch provides at runtime "
+        "(exclude it from auditwheel repair)"
+        for member in vendored_torch_libraries(names)
+    ]
     return problems
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.errors import ConfigError, FactoryError
+from factory.home import factory_home
 
 DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
 
@@ -28,14 +29,6 @@ _CACHE_FORMAT = 1
 # manylinux tags below 2_5 do not exist; the legacy aliases name the same glibc levels as PEP 600 tags.
 _OLDEST_GLIBC_MINOR = 5
 _LEGACY_ALIASES = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-
-
-def factory_home() -> Path:
-    """The factory's state and cache directory: `$FACTORY_HOME` or `~/.cache/wheel-factory`."""
-    env = os.environ.get("FACTORY_HOME")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "wheel-factory"
 
 
 def compatible_platforms(platform: str) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""`factory which`: on a consumer host, find the variant index that matches its torch, CUDA, ABI and GPUs.
+"""`factory which`: on a consumer host, find the variant index that matches its torch, CUDA, ABI and GPUs,
+and leave out the projects whose manylinux wheels need a newer glibc than the host has.
 
 pip and uv cannot see the installed torch, so the choice of index is the consumer's; this makes it exact.
 Detection (`detect_environment`) runs a probe in the target interpreter; matching (`choose_variant`) is pure.
@@ -16,12 +17,15 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
+from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, without_credentials
 from factory.variants import Arch, VariantKey
 
@@ -40,6 +44,7 @@ class Environment:
     cxx11_abi: bool | None
     gpus: tuple[str, ...]  # compute capabilities of the visible GPUs, "9.0"
     gpu_source: str = "none"  # "torch", "nvidia-smi" or "none"
+    glibc: str | None = None  # "2.36"; None where unknown (not glibc, or not probed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +155,37 @@ def choose_variant(env: Environment, variant_ids: Iterable[str]) -> Choice:
     return Choice(match=None, notes=(), nearest=nearest[0][-1], reasons=nearest[1])
 
 
+def glibc_misfit(filenames: Iterable[str], *, python: str, glibc: str) -> str | None:
+    """Why pip on a host with `glibc` ("2.31") installs none of these wheels for CPython `python`, or None.
+
+    A manylinux_X_Y tag installs where glibc >= X.Y (what `packaging.tags.sys_tags()` lists); linux_<machine>
+    promises nothing, so pip installs it anywhere and it is not counted against the host."""
+    have = parse_glibc(glibc)
+    if have is None:
+        return None
+    interpreter = python_tag(python)
+    needs: list[tuple[tuple[int, int], str]] = []
+    for filename in filenames:
+        try:
+            tags = parse_wheel_filename(filename)[3]
+        except InvalidWheelFilename:
+            continue
+        mine = [t for t in tags if t.interpreter == interpreter]
+        if not mine:
+            continue
+        parsed = [parse_manylinux(t.platform) for t in mine]
+        if any(p is None or p.glibc <= have for p in parsed):
+            return None
+        needs += [(p.glibc, p.machine) for p in parsed if p is not None]
+    if not needs:
+        return None
+    oldest, machine = min(needs)
+    return (
+        f"its wheels for Python {python} need glibc {oldest[0]}.{oldest[1]} or newer "
+        f"({manylinux_tag(oldest, machine)}); this host has glibc {glibc}"
+    )
+
+
 def install_commands(index_url: str, project: str) -> tuple[str, str]:
     """The exact pip and uv commands for one variant index (other dependencies from PyPI), shell-quoted."""
     url, name = shlex.quote(index_url), shlex.quote(project)
@@ -161,6 +197,11 @@ _PROBE = r"""
 import json, sys
 out = {"python": "%d.%d" % sys.version_info[:2], "torch": None, "cuda": None, "abi": None, "gpus": []}
 out["gpu_source"] = "none"
+try:
+    import os
+    out["glibc"] = os.confstr("CS_GNU_LIBC_VERSION").split()[1]  # "glibc 2.36"
+except Exception:
+    out["glibc"] = None
 try:
     import torch
 except Exception:
@@ -216,6 +257,7 @@ def detect_environment(python: str | None = None) -> Environment:
         cxx11_abi=data["abi"],
         gpus=gpus,
         gpu_source=source,
+        glibc=data.get("glibc"),
     )
 
 
@@ -292,19 +334,37 @@ def which(index: str, *, env: Environment, project: str | None = None) -> WhichR
     if choice.match is None:
         return WhichResult(env=env, choice=choice, variant_url=None, projects=(), commands=())
     variant_url = variants[choice.match]
-    listed = tuple(p for p in _index_links(fetch_page(variant_url), variant_url) if _PROJECT.match(p))
+    links = _index_links(fetch_page(variant_url), variant_url)
+    pages = {canonicalize_name(p): url for p, url in links.items() if _PROJECT.match(p)}
+    listed = tuple(p for p in links if _PROJECT.match(p))
     projects: Sequence[str] = listed
     if project is not None:
-        from packaging.utils import canonicalize_name
-
         wanted = canonicalize_name(project)
-        if wanted not in {canonicalize_name(p) for p in listed}:
+        if wanted not in pages:
             raise FactoryError(
                 f"{project} is not in the matching index {without_credentials(variant_url)} (it has: "
                 f"{', '.join(listed) or 'nothing'})"
             )
         projects = (project,)
+    notes: list[str] = []
+    if env.glibc is not None:
+        fitting = []
+        for name in projects:
+            page = pages[canonicalize_name(name)]
+            filenames = [a.text for a in parse_anchors(fetch_page(page))]
+            misfit = glibc_misfit(filenames, python=env.python, glibc=env.glibc)
+            if misfit is None:
+                fitting.append(name)
+            elif project is not None:
+                raise FactoryError(f"{name} in {without_credentials(variant_url)}: {misfit}")
+            else:
+                notes.append(f"{name} left out: {misfit}")
+        projects = fitting
     commands = tuple(install_commands(variant_url, p) for p in projects)
     return WhichResult(
-        env=env, choice=choice, variant_url=variant_url, projects=tuple(projects), commands=commands
+        env=env,
+        choice=replace(choice, notes=(*choice.notes, *notes)),
+        variant_url=variant_url,
+        projects=tuple(projects),
+        commands=commands,
     )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
+import sysconfig
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -55,11 +56,40 @@ def docker_client() -> Iterator[object]:
     client.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_factory_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A FACTORY_HOME of the session's own, for this process and every `factory` it starts.
+
+    State from `make demo` or an earlier session (a learned compile profile, runs, sources) must not change
+    the path a test takes. The wheelhouse cache is shared: its entries are keyed by a hash of their inputs,
+    never change once made, and hold GBs of torch wheels that each session would otherwise download again.
+    """
+    from factory.home import factory_home
+
+    shared = factory_home() / "wheelhouses"
+    shared.mkdir(parents=True, exist_ok=True)
+    home = tmp_path_factory.mktemp("factory-home")
+    (home / "wheelhouses").symlink_to(shared.resolve(), target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FACTORY_HOME", str(home))
+        yield home
+
+
 @pytest.fixture(scope="session")
-def host_nvcc() -> str:
-    path = shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None
-    )
-    require(path is not None, "nvcc on the host")
-    assert path is not None
-    return path
+def cuda_home() -> Path:
+    """The CUDA toolkit the tests compile with: NVIDIA's PyPI wheels in the test venv (`make toolkit`), as in
+    the builder image; FACTORY_TEST_CUDA_HOME names another on purpose. Never the host's /usr/local/cuda by
+    chance, which a fresh machine does not have."""
+    chosen = os.environ.get("FACTORY_TEST_CUDA_HOME")
+    if chosen:
+        home = Path(chosen)
+    else:
+        found = sorted((Path(sysconfig.get_paths()["purelib"]) / "nvidia").glob("cu*/bin/nvcc"))
+        home = found[-1].parent.parent if found else Path(sys.prefix)
+    require((home / "bin" / "nvcc").is_file(), f"nvcc in {home} (`make toolkit` installs it)")
+    return home
+
+
+@pytest.fixture(scope="session")
+def toolkit_nvcc(cuda_home: Path) -> str:
+    return str(cuda_home / "bin" / "nvcc")

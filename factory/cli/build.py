@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,12 +16,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from factory.cli import app, cpus_option
-from factory.config import MatrixFile, format_size, load_matrix_file, parse_size
+from factory.config import format_size, load_matrix_file, parse_size
 from factory.errors import ConfigError
 
 if TYPE_CHECKING:
-    from factory.build import BuildReport, JobResult
     from factory.plan import Job
+    from factory.report import BuildReport, JobResult
 
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
 
@@ -59,49 +60,6 @@ def _summary_table(report: BuildReport) -> Table:
     return table
 
 
-def _sync_profile(mf: MatrixFile, console: Console, *, pull: bool) -> None:
-    """Compile profiles travel with the published results; an unreachable store only costs a head start."""
-    from factory.errors import FactoryError
-    from factory.memory.shipping import pull_profile, push_profile
-    from factory.stores import open_store
-
-    name, version = mf.package.name, mf.package.version
-    try:
-        store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
-        count = (pull_profile if pull else push_profile)(store, package=name, version=version)
-    except (FactoryError, OSError, ValueError) as exc:
-        console.print(f"compile profile not {'fetched' if pull else 'shipped'}: {exc}")
-        return
-    if count:
-        console.print(
-            f"compile profile {'fetched from' if pull else 'shipped to'} {mf.publish.to}: {count} compiles"
-        )
-
-
-def _unpublished(mf: MatrixFile, jobs: list[Job], console: Console) -> list[Job]:
-    from factory.publish import published_files, published_wheel
-    from factory.stores import open_store
-
-    store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
-    pages: dict[str, tuple[str, ...]] = {}
-    left = []
-    for job in jobs:
-        vid = job.variant.id
-        if vid not in pages:
-            pages[vid] = published_files(store, project=mf.package.name, variant_id=vid)
-        found = published_wheel(
-            pages[vid], project=mf.package.name, version=job.variant.full_version, python=job.python
-        )
-        if found is None:
-            left.append(job)
-        else:
-            console.print(
-                f"{job.id}: already published as {found}; skipped (--rebuild builds it again)",
-                markup=False, highlight=False, soft_wrap=True,
-            )  # fmt: skip
-    return left
-
-
 @app.command()
 def build(
     matrix: Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")] = Path("matrix.yaml"),
@@ -129,7 +87,9 @@ def build(
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
-    from factory.build import BuildSettings, check_docker, run_build
+    from factory.build import BuildSettings, run_build
+    from factory.engine import check_docker
+    from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
 
     console = Console(stderr=True)
@@ -152,19 +112,6 @@ def build(
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
-    if publish and not rebuild:
-        # a scheduled run builds what is new: a wheel built again differs in its bytes, and publishing it
-        # would be refused (nothing published is overwritten)
-        jobs = _unpublished(mf, jobs, console)
-        if not jobs:
-            console.print(
-                f"nothing to build: every job's wheel is already published to {mf.publish.to}",
-                markup=False, highlight=False, soft_wrap=True,
-            )  # fmt: skip
-            return
-    client = check_docker()
-    if publish:
-        _sync_profile(mf, console, pull=True)
     settings = BuildSettings(output=output, keep_going=keep_going, memory=mem, cpus=cpus)
     lock = threading.Lock()
     results: list[JobResult] = []
@@ -189,34 +136,37 @@ def build(
     def log(msg: str) -> None:
         console.print(msg, markup=False, highlight=False)
 
-    if interactive:
-        live.start()
-    try:
-        report = run_build(client, mf, jobs, settings, on_change=on_change_plain, log=log)
-    finally:
+    def build_shown(todo: Sequence[Job]) -> BuildReport:
+        client = check_docker()
         if interactive:
-            live.stop()
+            live.start()
+        try:
+            report = run_build(client, mf, todo, settings, on_change=on_change_plain, log=log)
+        finally:
+            if interactive:
+                live.stop()
+        _show_report(console, report, output)
+        return report
+
+    def say(msg: str) -> None:
+        console.print(msg, markup=False, highlight=False, soft_wrap=True)
+
+    outcome = build_matrix(
+        mf, jobs, build=build_shown, output=output, publish=publish, rebuild=rebuild, log=say
+    )
+    sys.exit(0 if outcome.ok else 1)
+
+
+def _show_report(console: Console, report: BuildReport, output: Path) -> None:
     console.print(_summary_table(report))
     for r in report.jobs:
         for a in r.attempts:
             if a.note:
                 console.print(f"{r.job_id}: {a.note}")
         if r.result not in ("ok", "skipped") and r.log_tail:
-            # Compiler errors lead the tail (see build.log_tail); then the last lines of the log.
+            # Compiler errors lead the tail (see jobrun.log_tail); then the last lines of the log.
             errors = r.log_tail[: r.log_tail.index("...") + 1] if "..." in r.log_tail else []
             shown = [*errors, *r.log_tail[len(errors) :][-15:]]
             console.print(f"[bold]{escape(r.job_id)}[/]: {escape(r.reason or '')}\n  log: {r.log}")
             console.print("\n".join(f"  {line}" for line in shown), markup=False, highlight=False)
     console.print(f"report: {output / 'report.json'}")
-    wheels = [output / r.wheel for r in report.jobs if r.wheel]
-    if publish and wheels:
-        # Failed jobs do not hold back the good wheels; the index's matrix page shows what failed.
-        from factory.publish import describe, publish_wheels
-
-        result = publish_wheels(
-            wheels, to=mf.publish.to, endpoint_url=mf.publish.endpoint_url, report=output / "report.json"
-        )
-        for line in describe(result):
-            console.print(line)
-        _sync_profile(mf, console, pull=False)
-    sys.exit(0 if report.ok else 1)

@@ -40,11 +40,38 @@ def bootstrap(
     typer.echo(tag)
 
 
+@images_app.command("standin-devel")
+def standin_devel(
+    cuda: Annotated[str, typer.Option(help="CUDA version, MAJOR.MINOR (13.0 or later: the PyPI toolkit).")],
+    base: Annotated[
+        str, typer.Option(help="Debian base image to put the toolkit on.")
+    ] = "factory-base:bookworm",
+    no_bootstrap: Annotated[
+        bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
+    ] = False,
+) -> None:
+    """Make (or reuse) factory-standin:cuda<cuda>-devel: the layout of nvidia/cuda:<cuda>-devel, for the devel
+    flavor where no registry is reachable (build.base_image: factory-standin:cuda<cuda>-devel)."""
+    from factory import images
+
+    images.standin_build_args(cuda=cuda, base_image=base)  # a bad value is one line, without a daemon
+    client = images.connect()
+    tag = images.ensure_standin_devel(
+        client, cuda=cuda, base_image=base, bootstrap=not no_bootstrap, progress=_progress
+    )
+    typer.echo(tag)
+
+
 @images_app.command("build")
 def build(
     cuda: Annotated[str, typer.Option(help="CUDA version, MAJOR.MINOR.")],
     python: Annotated[str, typer.Option(help="Python version, MAJOR.MINOR.")],
-    flavor: Annotated[str, typer.Option(help="devel (nvidia/cuda base) or pypi (PyPI toolkit).")] = "pypi",
+    flavor: Annotated[
+        str,
+        typer.Option(
+            help="devel (nvidia/cuda base), pypi (PyPI toolkit) or manylinux (pytorch/manylinux2_28)."
+        ),
+    ] = "pypi",
     base: Annotated[
         str | None, typer.Option(help="Base image (pypi default: factory-base:<suite of the Python>).")
     ] = None,

@@ -13,9 +13,9 @@ from factory.config import format_size, parse_size
 from factory.container import cgroup
 from factory.container.admission import GIB
 from factory.errors import ConfigError
+from factory.home import factory_home
 from factory.memory import profiles
 from factory.memory.planner import plan_parallelism
-from factory.wheelhouse import factory_home
 
 memory_app = typer.Typer(help="Memory planning and learned compile profiles.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")

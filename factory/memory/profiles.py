@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from factory.container import protocol
 from factory.container.protocol import Measurement, ProfileEntry
 from factory.errors import ConfigError
-from factory.wheelhouse import factory_home
+from factory.home import factory_home
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from factory.index import PAGE_CACHE_CONTROL
 from factory.memory.profiles import (
     load_profile,
     merge_profiles,
@@ -18,8 +19,7 @@ from factory.memory.profiles import (
     profile_path,
     save_profile,
 )
-from factory.publish import compare_and_swap
-from factory.stores import Store
+from factory.stores import Store, compare_and_swap
 
 
 def profile_key(package: str, version: str) -> str:
@@ -54,5 +54,5 @@ def push_profile(store: Store, *, package: str, version: str, home: Path | None 
         return (json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n").encode()
 
     # Conditional writes: runners shipping at once merge with each other instead of overwriting.
-    compare_and_swap(store, key, merged, content_type="application/json")
+    compare_and_swap(store, key, merged, content_type="application/json", cache_control=PAGE_CACHE_CONTROL)
     return known

@@ -1,10 +1,9 @@
 """Deterministic discrete-event simulation of a ninja build of compile tasks under a memory limit.
 
 Each task is a sequence of phases (seconds at full speed, resident bytes, busy threads); the tasks' memory
-adds
-up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same
-admission
-decision (`factory.container.admission.decide`) the nvcc wrapper runs in a build container.
+adds up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same
+admission decision (`factory.container.admission.decide`) the nvcc wrapper runs in a build container, and
+the same OOM-retry loop (`factory.memory.retry`) a build job runs.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from types import MappingProxyType
 
 from factory.container import admission
 from factory.container.admission import Prediction
-from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
+from factory.memory import retry
+from factory.memory.planner import Parallelism, plan_parallelism
 
 EPS = 1e-9
 
@@ -447,13 +447,14 @@ def simulate_factory(
     seconds_by_file: Sequence[tuple[str, float]] = (),
     measured: bool = True,
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
-    """Planner + per-compile admission + resume after OOM; returns the result and the profile it learned.
+    """Planner + per-compile admission + resume after OOM (`retry.run_attempts`, the runner's loop); returns
+    the result and the profile it learned.
 
-    `by_file` is the recipe's per-file table in bytes (runner.file_estimate_bytes), raised with the plan's
-    per-arch figure after an OOM as the runner raises it; `after_peak` is the recipe's compile_after_peak,
+    `by_file` is the recipe's per-file table in bytes (jobmemory.file_estimate_bytes), raised with the plan's
+    per-arch figure after an OOM as a job raises it; `after_peak` is the recipe's compile_after_peak,
     `seconds_by_file` its compile_seconds_by_file; `measured` lets a compile start by what the others hold
     (`admission.metered`)."""
-    par: Parallelism = plan_parallelism(
+    first = plan_parallelism(
         limit_bytes=limit_bytes,
         cpus=cores,
         archs=archs,
@@ -464,12 +465,11 @@ def simulate_factory(
     headroom = admission.default_headroom(limit_bytes)
     learned: dict[str, Prediction] = dict(profile or {})
     done: frozenset[str] = frozenset()
-    total = 0.0
-    kills = 0
-    peak = 0
-    lines: list[str] = []
+    runs: list[AttemptResult] = []
     by_name = {t.name: t for t in tasks}
-    for number in range(1, max_attempts + 1):
+
+    def attempt(_number: int, par: Parallelism) -> retry.Outcome:
+        nonlocal done
         estimate = admission.per_compile_estimate(
             per_arch_bytes=par.per_arch_bytes,
             archs=archs,
@@ -511,40 +511,41 @@ def simulate_factory(
             admit=model,
             done=done,
         )
-        total += r.makespan_s
-        peak = max(peak, r.peak_bytes)
+        runs.append(r)
         for name in r.completed - done:
             learned[name] = by_name[name].measured()
-        if not r.oom:
-            lines.append(f"attempt {number}: ok after {r.makespan_s:.0f} s, {r.compiled} objects compiled")
-            return StrategyResult(
-                makespan_s=total,
-                oom_kills=kills,
-                failed=False,
-                peak_bytes=peak,
-                attempts=tuple(lines),
-                jobs=par.ninja_jobs,
-            ), learned
-        kills += 1
         done = r.completed
-        par = next_attempt(
-            par,
-            oom_peak_bytes=r.peak_bytes,
-            limit_bytes=limit_bytes,
+        return retry.Outcome(
+            ok=not r.oom,
+            oom=r.oom,
+            peak_bytes=r.peak_bytes,
             objects_done=len(done),
             objects_total=len(tasks),
-            attempt=number + 1,
-            archs=archs,
-            base_bytes=est_base_bytes,
         )
-        lines.append(par.reason)
+
+    retries = retry.run_attempts(
+        first,
+        attempt,
+        max_attempts=max_attempts,
+        limit_bytes=limit_bytes,
+        archs=archs,
+        base_bytes=est_base_bytes,
+    )
+    lines = [
+        f"attempt {t.number}: ok after {r.makespan_s:.0f} s, {r.compiled} objects compiled"
+        if t.outcome.ok
+        else t.next_plan.reason
+        if t.next_plan is not None
+        else f"attempt {t.number}: OOM at {r.peak_bytes / admission.GIB:.1f} GiB; no attempts left"
+        for t, r in zip(retries.tried, runs, strict=True)
+    ]
     return StrategyResult(
-        makespan_s=total,
-        oom_kills=kills,
-        failed=True,
-        peak_bytes=peak,
+        makespan_s=sum(r.makespan_s for r in runs),
+        oom_kills=sum(1 for r in runs if r.oom),
+        failed=retries.stop != retry.STOP_OK,
+        peak_bytes=max(r.peak_bytes for r in runs),
         attempts=tuple(lines),
-        jobs=par.ninja_jobs,
+        jobs=retries.last.plan.ninja_jobs,
     ), learned
 
 

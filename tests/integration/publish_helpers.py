@@ -186,3 +186,14 @@ def installed_label(venv: Path) -> str:
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def torch_wheelhouse(matrix: Path, output: Path) -> Path:
+    """The wheelhouse a build of `matrix`'s first job installs from: torch and its CUDA wheels (GBs,
+    downloaded once into the wheelhouse cache that every session shares)."""
+    from factory import build
+    from factory.config import load_matrix_file
+    from factory.plan import plan_matrix
+
+    mf = load_matrix_file(matrix)
+    return build.Runner(None, mf, build.BuildSettings(output=output)).wheelhouse_for(plan_matrix(mf).jobs[0])

@@ -22,7 +22,7 @@ import pytest
 # The S3-protocol server fixture (moto in server mode) of the publish tests, reused for the real demo wheel.
 from test_publish_s3 import moto  # noqa: F401
 
-from factory import build as build_mod
+from factory import engine
 from factory.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -122,7 +122,7 @@ def test_good_arch_sets_produce_checked_wheels(demo_build: dict[str, Any]) -> No
         wheel = demo_build["out"] / job["wheel"]
         assert wheel.is_file()
         label = job_id.removesuffix("-py311").replace("cu130", "cu13.0").replace("-", ".")
-        assert wheel.name.startswith(f"factory_demo_ext-0.1.0+{label}-cp311-cp311-linux_x86_64")
+        assert wheel.name.startswith(f"factory_demo_ext-0.1.0+{label}-cp311-cp311-manylinux_2_")
         with zipfile.ZipFile(wheel) as zf:
             metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             text = zf.read(metadata).decode()
@@ -136,6 +136,32 @@ def test_good_arch_sets_produce_checked_wheels(demo_build: dict[str, Any]) -> No
         log = Path(job["log"]).read_text()
         assert "MAX_JOBS=" in log
         assert '"phase": "install-check"' in log and '"phase": "done"' in log
+
+
+def test_only_builds_the_one_job_a_workflow_runner_is_given(tmp_path: Path, docker_client: Any) -> None:
+    """The scheduled workflow's two calls: `factory matrix --format github` plans, and each runner builds its
+    own job with `factory build --only JOB`; here on the demo matrix, its first job of two."""
+    demo = ROOT / "examples" / "demo.yaml"
+    plan = run_factory("matrix", "--matrix", str(demo), "--format", "github")
+    assert plan.returncode == 0, plan.stderr
+    job_ids = [row["job_id"] for row in json.loads(plan.stdout)["include"]]
+    assert job_ids == ["cu130-torch2.14-abi1-sm80-py311", "cu130-torch2.14-abi1-sm90.120-py311"]
+    chosen = job_ids[0]
+    out = tmp_path / "wheels"
+    proc = run_factory("build", "--matrix", str(demo), "--only", chosen, "--keep-going", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert [j["job_id"] for j in report["jobs"]] == [chosen]
+    job = report["jobs"][0]
+    assert job["result"] == "ok", (job["reason"], job["log_tail"])
+    # exactly that job's wheel came out, and the other job left no log: it never started
+    assert [w.name for w in out.glob("*.whl")] == [job["wheel"]]
+    assert job["wheel"].startswith("factory_demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80-cp311-cp311-")
+    assert [p.name for p in Path(job["log"]).parent.iterdir()] == [f"{chosen}.log"]
+    with zipfile.ZipFile(out / job["wheel"]) as zf:
+        sos = [n for n in zf.namelist() if n.endswith(".so")]
+        assert sos and all(device_code(zf.read(so)).cubin_archs == {80} for so in sos)
 
 
 def test_compile_error_is_a_failed_job_with_log_tail(demo_build: dict[str, Any]) -> None:
@@ -157,11 +183,11 @@ def test_jobs_of_a_matrix_run_side_by_side_within_the_budget(demo_build: dict[st
 
 def test_no_container_left_after_build(demo_build: dict[str, Any], docker_client: Any) -> None:
     run_id = demo_build["report"]["run_id"]
-    assert docker_client.containers.list(all=True, filters={"label": f"{build_mod.RUN_LABEL}={run_id}"}) == []
+    assert docker_client.containers.list(all=True, filters={"label": f"{engine.RUN_LABEL}={run_id}"}) == []
 
 
 def _containers_of(client: Any, pid: int) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"{build_mod.PID_LABEL}={pid}"})
+    return client.containers.list(all=True, filters={"label": f"{engine.PID_LABEL}={pid}"})
 
 
 def test_sigterm_leaves_no_container(tmp_path: Path, docker_client: Any) -> None:
@@ -192,16 +218,16 @@ def test_containers_of_a_crashed_run_are_removed_by_the_next(tmp_path: Path, doc
     dead = subprocess.Popen(["true"])
     dead.wait()
     labels = {
-        build_mod.LABEL: "1",
-        build_mod.RUN_LABEL: "crashed",
-        build_mod.PID_LABEL: str(dead.pid),
-        build_mod.HOST_LABEL: os.uname().nodename,
+        engine.LABEL: "1",
+        engine.RUN_LABEL: "crashed",
+        engine.PID_LABEL: str(dead.pid),
+        engine.HOST_LABEL: os.uname().nodename,
     }
     container = docker_client.containers.run(
         image[0].id, ["sleep", "600"], detach=True, labels=labels, network_mode="none"
     )
     try:
-        assert build_mod.remove_stale_containers(docker_client) >= 1
+        assert engine.remove_stale_containers(docker_client) >= 1
         assert _containers_of(docker_client, dead.pid) == []
     finally:
         with pytest.raises(Exception):  # noqa: B017 - already removed: any docker error is fine here
@@ -224,15 +250,10 @@ def test_consumer_installs_the_real_wheel_from_the_served_index(
     demo_build: dict[str, Any], tmp_path: Path, tool: str
 ) -> None:
     """pip/uv in a fresh venv pick the variant index's wheel and torch==2.14.* from the normal index."""
-    from publish_helpers import fresh_venv, pip_install, uv_install
+    from publish_helpers import fresh_venv, pip_install, torch_wheelhouse, uv_install
     from test_serve_install import start_server
 
-    from factory.config import load_matrix_file
-    from factory.plan import plan_matrix
-
-    mf = load_matrix_file(demo_build["matrix"])
-    job = plan_matrix(mf).jobs[0]
-    normal = build_mod.Runner(None, mf, build_mod.BuildSettings(output=tmp_path)).wheelhouse_for(job)
+    normal = torch_wheelhouse(demo_build["matrix"], tmp_path)
     server, url = start_server(demo_build["index"], tmp_path / "access.log")
     try:
         venv = fresh_venv(tmp_path / "venv", tool=tool)
@@ -269,20 +290,15 @@ def test_consumer_installs_the_real_wheel_straight_from_an_s3_bucket(
 ) -> None:
     """The same wheels published to an S3-protocol server (moto, over HTTP); pip reads the bucket URL and
     keeps the torch the venv has, which the wheel's pin accepts."""
-    from publish_helpers import fresh_venv, pip_install, uv_install
+    from publish_helpers import fresh_venv, pip_install, torch_wheelhouse, uv_install
 
-    from factory.config import load_matrix_file
-    from factory.plan import plan_matrix
     from factory.publish import publish_wheels
 
     out = demo_build["out"]
     wheels = [out / j["wheel"] for j in demo_build["report"]["jobs"] if j["wheel"]]
     moto.bucket("demo-wheels")
     publish_wheels(wheels, to="s3://demo-wheels/ci", endpoint_url=moto.endpoint, report=out / "report.json")
-    mf = load_matrix_file(demo_build["matrix"])
-    normal = build_mod.Runner(None, mf, build_mod.BuildSettings(output=tmp_path)).wheelhouse_for(
-        plan_matrix(mf).jobs[0]
-    )
+    normal = torch_wheelhouse(demo_build["matrix"], tmp_path)
     venv = fresh_venv(tmp_path / "venv", tool="pip")
     # torch and its nvidia-* wheels (GBs) go in with uv, which unpacks them in seconds where pip takes a
     # minute; pip resolving torch through the pin is the served-index and wheelcheck tests' part

@@ -1,9 +1,9 @@
-"""factory.fatbin against shared objects compiled by the host's real nvcc."""
+"""factory.fatbin against shared objects compiled by a real nvcc (the test venv's CUDA toolkit), read back by
+the toolkit's cuobjdump as well."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -50,17 +50,6 @@ def compile_so(
     return out
 
 
-def cuobjdump(nvcc: str) -> str | None:
-    for candidate in (
-        shutil.which("cuobjdump"),
-        str(Path(nvcc).resolve().parent / "cuobjdump"),
-        "/usr/local/cuda/bin/cuobjdump",
-    ):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
-
-
 def listed(tool: str, what: str, path: Path) -> set[str]:
     result = subprocess.run([tool, f"--list-{what}", str(path)], capture_output=True, text=True, check=False)
     return set(re.findall(r"\.(sm_\d+[af]?)\.(?:cubin|ptx)", result.stdout))
@@ -92,24 +81,29 @@ def listed(tool: str, what: str, path: Path) -> set[str]:
     ids=["sm80-sm90", "sm120", "sm80-ptx90", "sm90a-sm100-ptx100"],
 )
 def test_archs_of_real_nvcc_output(
-    host_nvcc: str, tmp_path: Path, gencodes: list[str], cubins: set[int], ptx: set[int], targets: set[str]
+    toolkit_nvcc: str,
+    cuda_home: Path,
+    tmp_path: Path,
+    gencodes: list[str],
+    cubins: set[int],
+    ptx: set[int],
+    targets: set[str],
 ) -> None:
-    so = compile_so(host_nvcc, tmp_path / "kernels.so", gencodes)
+    so = compile_so(toolkit_nvcc, tmp_path / "kernels.so", gencodes)
     code = read_device_code(so)
     assert code.cubin_archs == cubins
     assert code.ptx_archs == ptx
     assert code.targets == targets
 
-    tool = cuobjdump(host_nvcc)
-    if tool is not None:  # an independent reading, where the host has one
-        assert {t.removeprefix("sm_") for t in listed(tool, "elf", so)} == {
-            t.removeprefix("sm_") for t in targets if t.startswith("sm_")
-        }
+    # an independent reading of the same file
+    assert listed(str(cuda_home / "bin" / "cuobjdump"), "elf", so) == {
+        t for t in targets if t.startswith("sm_")
+    }
 
 
-def test_several_translation_units_make_several_containers(host_nvcc: str, tmp_path: Path) -> None:
+def test_several_translation_units_make_several_containers(toolkit_nvcc: str, tmp_path: Path) -> None:
     so = compile_so(
-        host_nvcc,
+        toolkit_nvcc,
         tmp_path / "two.so",
         ["arch=compute_80,code=sm_80", "arch=compute_120,code=sm_120"],
         sources=(KERNELS, SECOND_TU),
@@ -117,17 +111,17 @@ def test_several_translation_units_make_several_containers(host_nvcc: str, tmp_p
     assert read_device_code(so).cubin_archs == {80, 120}
 
 
-def test_host_only_code_has_no_device_code(host_nvcc: str, tmp_path: Path) -> None:
+def test_host_only_code_has_no_device_code(toolkit_nvcc: str, tmp_path: Path) -> None:
     so = compile_so(
-        host_nvcc, tmp_path / "host.so", [], sources=("int answer() { return 42; }\n",), suffix=".cpp"
+        toolkit_nvcc, tmp_path / "host.so", [], sources=("int answer() { return 42; }\n",), suffix=".cpp"
     )
     assert read_device_code(so).empty
 
 
-def test_a_cu_file_without_kernels_still_carries_default_arch_code(host_nvcc: str, tmp_path: Path) -> None:
+def test_a_cu_file_without_kernels_still_carries_default_arch_code(toolkit_nvcc: str, tmp_path: Path) -> None:
     # nvcc embeds default-arch code even for a .cu without kernels, so a stray TU compiled without the job's
     # flags is visible to the exact-arch check.
-    so = compile_so(host_nvcc, tmp_path / "stray.so", [], sources=("int answer() { return 42; }\n",))
+    so = compile_so(toolkit_nvcc, tmp_path / "stray.so", [], sources=("int answer() { return 42; }\n",))
     code = read_device_code(so)
     assert code.cubin_archs
     assert code.cubin_archs.isdisjoint({80, 90, 100, 120})

@@ -301,7 +301,7 @@ def test_credentials_never_printed(tmp_path: Path) -> None:
             "publish",
             str(tmp_path / "wh"),
             "--to",
-            "s3://b/p",
+            "s3://bkt/p",
             "--endpoint-url",
             "http://127.0.0.1:9",
         ],
@@ -311,8 +311,8 @@ def test_credentials_never_printed(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: reading s3://b/p") or proc.stderr.startswith(
-        "error: writing to s3://b/p"
+    assert proc.stderr.startswith("error: reading s3://bkt/p") or proc.stderr.startswith(
+        "error: writing to s3://bkt/p"
     )
     assert len(proc.stderr.strip().splitlines()) == 1
     assert secret not in proc.stdout + proc.stderr and "AKIDTESTNOTREAL" not in proc.stdout + proc.stderr
@@ -325,3 +325,81 @@ def test_a_published_wheel_is_found_on_s3(moto: Moto, tmp_path: Path) -> None:
     assert published_files(store, project="tinyvar", variant_id=VID_NEW) == ()  # no page yet: no such key
     publish_wheels([wheel], to="s3://found/idx", endpoint_url=moto.endpoint)
     assert published_files(store, project="tinyvar", variant_id=VID_NEW) == (wheel.name,)
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], code: int) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_credentials_in_the_endpoint_url_are_never_shown(tmp_path: Path) -> None:
+    make_wheel(tmp_path / "wh")
+    endpoint = "http://user:PASSWORD-xyz@127.0.0.1:9"
+    proc = subprocess.run(
+        [FACTORY, "publish", str(tmp_path / "wh"), "--to", "s3://bkt/x", "--endpoint-url", endpoint],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **CREDS, "AWS_MAX_ATTEMPTS": "1"},
+        timeout=300,
+    )
+    line = _one_line(proc, 1)
+    assert "http://127.0.0.1:9/" in line  # the endpoint is named, without what came before the @
+    assert "PASSWORD-xyz" not in proc.stdout + proc.stderr and "user" not in line
+
+
+@pytest.mark.parametrize(
+    ("to", "why"),
+    [
+        ("s3://dotdot/../../etc", "segment ('..')"),
+        ("s3://dotdot/a//b", "segment ('')"),
+        ("s3://dotdot/./a", "segment ('.')"),
+        ("s3://Bad_Bucket!/x", "bucket 'Bad_Bucket!'"),
+    ],
+)
+def test_s3_destinations_that_escape_or_cannot_exist_are_usage_errors(
+    moto: Moto, tmp_path: Path, to: str, why: str
+) -> None:
+    if "dotdot" not in {b["Name"] for b in moto.client.list_buckets().get("Buckets", [])}:
+        moto.client.create_bucket(Bucket="dotdot")
+    make_wheel(tmp_path / "wh")
+    proc = subprocess.run(
+        [FACTORY, "publish", str(tmp_path / "wh"), "--to", to, "--endpoint-url", moto.endpoint],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert why in _one_line(proc, 2)
+    assert moto.client.list_objects_v2(Bucket="dotdot").get("KeyCount", 0) == 0
+
+
+def test_damaged_s3_state_is_named_and_repair_rebuilds_it(moto: Moto, tmp_path: Path) -> None:
+    moto.bucket("mended")
+    first = make_wheel(tmp_path / "a", label=LABEL_NEW)
+    publish_wheels([first], to="s3://mended/idx", endpoint_url=moto.endpoint)
+    key = f"idx/simple/{VID_NEW}/tinyvar/index.json"
+    moto.client.put_object(Bucket="mended", Key=key, Body=b"not json at all")
+    moto.client.put_object(Bucket="mended", Key="idx/matrix.json", Body=b'{"cells": "no"}')
+    second = make_wheel(tmp_path / "b", label=LABEL_NEW, version="0.2.0")
+    with pytest.raises(PublishError, match=r"damaged .*factory index repair --to s3://mended/idx"):
+        publish_wheels([second], to="s3://mended/idx", endpoint_url=moto.endpoint)
+    proc = subprocess.run(
+        [FACTORY, "index", "repair", "--to", "s3://mended/idx", "--endpoint-url", moto.endpoint],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    get = moto.getter("mended", "idx")
+    assert page_files(get, VID_NEW, "tinyvar") == {
+        f"simple/{VID_NEW}/tinyvar/index.json": {first.name},
+        f"simple/{VID_NEW}/tinyvar/index.html": {first.name},
+    }
+    assert get(f"simple/{VID_NEW}/tinyvar/") == get(f"simple/{VID_NEW}/tinyvar/index.html")
+    publish_wheels([second], to="s3://mended/idx", endpoint_url=moto.endpoint)
+    assert page_files(get, VID_NEW, "tinyvar")[f"simple/{VID_NEW}/tinyvar/index.html"] == {
+        first.name,
+        second.name,
+    }
+    assert_consistent(get, moto.keys("mended", "idx"))

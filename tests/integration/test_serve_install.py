@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.utils import parse_wheel_filename
 from publish_helpers import (
     LABEL_NEW,
     LABEL_OLD,
@@ -24,14 +26,17 @@ from publish_helpers import (
     make_wheel,
     pip_install,
     sha256_file,
+    torch_wheelhouse,
     uv_install,
 )
 
 from factory import index
 from factory.publish import publish_wheels
+from factory.wheelhouse import wheel_files
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -165,8 +170,12 @@ def test_basic_auth(tmp_path: Path, served: Served) -> None:
     try:
         assert get(f"{url}simple/")[0] == 401
         venv = fresh_venv(tmp_path / "venv", tool="pip")
-        denied = pip_install(venv, f"{url}simple/{VID_OLD}/", "--no-input", "tinyvar")
+        # -v twice: pip logs why it could not fetch a page only at debug level
+        denied = pip_install(venv, f"{url}simple/{VID_OLD}/", "--no-input", "-v", "tinyvar")
         assert denied.returncode != 0
+        page = f"{url}simple/{VID_OLD}/tinyvar/"
+        assert f"401 Client Error: Unauthorized for url: {page}" in denied.stdout, denied.stdout[-3000:]
+        assert "No matching distribution found for tinyvar" in denied.stderr
         authed = url.replace("http://", "http://alice:s3cret@")
         ok = pip_install(venv, f"{authed}simple/{VID_OLD}/", "tinyvar")
         assert ok.returncode == 0, ok.stdout + ok.stderr
@@ -184,46 +193,50 @@ def test_serve_bad_directory_is_one_line(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-STUB_TORCH = """
-__version__ = "2.14.1+cu130"
-class version:
-    cuda = "13.0"
-class _C:
-    _GLIBCXX_USE_CXX11_ABI = True
-class cuda:
-    @staticmethod
-    def is_available():
-        return True
-    @staticmethod
-    def device_count():
-        return 2
-    @staticmethod
-    def get_device_capability(i):
-        return (9, 0) if i == 0 else (8, 6)
-"""
+@pytest.fixture(scope="module")
+def torch_wheel_version(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The demo build's wheelhouse and the version of the torch wheel in it."""
+    house = torch_wheelhouse(ROOT / "examples" / "demo.yaml", tmp_path_factory.mktemp("torch-wheelhouse"))
+    versions = [parse_wheel_filename(w.name)[1] for w in wheel_files(house) if w.name.startswith("torch-")]
+    assert len(versions) == 1, versions
+    return house, str(versions[0])
 
 
-def python_with_stub_torch(tmp_path: Path, source: str) -> Path:
-    """An interpreter that imports a stand-in torch module: the probe reads only these attributes."""
-    (tmp_path / "stub" / "torch").mkdir(parents=True)
-    (tmp_path / "stub" / "torch" / "__init__.py").write_text(source)
-    wrapper = tmp_path / "python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "stub"} exec {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
+@pytest.fixture(scope="module")
+def torch_python(tmp_path_factory: pytest.TempPathFactory, torch_wheel_version: tuple[Path, str]) -> Path:
+    """A venv with the real torch of the demo build (2.14.1 for CUDA 13.0), as a consumer has."""
+    house, version = torch_wheel_version
+    venv = fresh_venv(tmp_path_factory.mktemp("torch-venv") / "venv", tool="uv")
+    proc = uv_install(venv, None, "--find-links", str(house), f"torch=={version}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return venv / "bin" / "python"
 
 
-def test_which_prints_the_matching_install_commands(served: Served, tmp_path: Path) -> None:
-    python = python_with_stub_torch(tmp_path, STUB_TORCH)
-    proc = subprocess.run(
-        [FACTORY, "which", "--index", served.url, "--python", str(python)],
+def run_which(index: str, python: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`factory which` with this host's GPUs hidden (from torch and from nvidia-smi, which the empty PATH
+    leaves out): the chosen variant depends on the interpreter's torch alone, on any test host."""
+    (tmp_path / "no-tools").mkdir()
+    env = {**os.environ, "PATH": str(tmp_path / "no-tools"), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run(
+        [FACTORY, "which", "--index", index, "--python", str(python)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
+        env=env,
     )
+
+
+PYTHON = "{}.{}".format(*sys.version_info[:2])
+
+
+def test_which_prints_the_matching_install_commands(
+    served: Served, tmp_path: Path, torch_python: Path, torch_wheel_version: tuple[Path, str]
+) -> None:
+    proc = run_which(served.url, torch_python, tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "python 3.11, torch 2.14.1, CUDA 13.0, cxx11 ABI 1, GPUs 8.6, 9.0 (from torch)"
+    torch = torch_wheel_version[1].split("+")[0]
+    assert lines[0] == f"python {PYTHON}, torch {torch}, CUDA 13.0, cxx11 ABI 1, GPUs none (from none)"
     assert f"variant: {VID_NEW}" in lines
     variant_url = f"{served.url}simple/{VID_NEW}/"
     assert f"pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
@@ -232,30 +245,59 @@ def test_which_prints_the_matching_install_commands(served: Served, tmp_path: Pa
     )
 
 
-def test_which_says_none_matches_and_names_the_nearest(served: Served, tmp_path: Path) -> None:
-    python = python_with_stub_torch(tmp_path, STUB_TORCH.replace("(9, 0) if i == 0 else (8, 6)", "(12, 0)"))
-    proc = subprocess.run(
-        [FACTORY, "which", "--index", f"{served.url}simple/", "--python", str(python)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+def test_which_says_none_matches_and_names_the_nearest(
+    served: Served, tmp_path: Path, torch_python: Path, torch_wheel_version: tuple[Path, str]
+) -> None:
+    publish_wheels([served.wheels[VID_OLD]], to=str(tmp_path / "idx"))  # only the torch 2.10 variant
+    proc = run_which(str(tmp_path / "idx"), torch_python, tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    torch = torch_wheel_version[1].split("+")[0]
+    assert proc.stderr.strip() == (
+        f"error: no variant index matches this host; nearest: {VID_OLD} (built for torch 2.10, this host has "
+        f"torch {torch}; built for CUDA 12.8, torch here uses CUDA 13.0)"
     )
-    assert proc.returncode == 1
-    assert proc.stderr.startswith(f"error: no variant index matches this host; nearest: {VID_NEW} (")
-    assert "compute capability 12.0" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_which_without_torch(served: Served, tmp_path: Path) -> None:
-    python = python_with_stub_torch(tmp_path, "raise ImportError('no torch here')")
-    proc = subprocess.run(
-        [FACTORY, "which", "--index", served.url, "--python", str(python)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    venv = fresh_venv(tmp_path / "venv", tool="uv")
+    proc = run_which(served.url, venv / "bin" / "python", tmp_path)
     assert proc.returncode == 1
-    assert "torch not installed" in proc.stdout and "torch is not installed" in proc.stderr
+    assert proc.stdout.startswith(
+        f"python {PYTHON}, torch not installed, CUDA none, cxx11 ABI unknown, GPUs none"
+    )
+    # every variant is as far: which one is named does not matter, only why
+    assert proc.stderr.startswith("error: no variant index matches this host; nearest: ")
+    assert proc.stderr.strip().endswith(" (torch is not installed)")
+
+
+STUB_TORCH_12_10 = """
+__version__ = "2.10.0+cu1210"
+class version:
+    cuda = "12.10"
+class _C:
+    _GLIBCXX_USE_CXX11_ABI = True
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def device_count():
+        return 1
+    @staticmethod
+    def get_device_capability(i):
+        return (10, 3)
+"""
+
+
+def python_with_stub_torch(tmp_path: Path, source: str) -> Path:
+    """An interpreter that imports a stand-in torch module (the probe reads only these attributes): for a
+    host no real torch wheel makes, as a CUDA 12.10 one."""
+    (tmp_path / "stub" / "torch").mkdir(parents=True)
+    (tmp_path / "stub" / "torch" / "__init__.py").write_text(source)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "stub"} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_path: Path) -> None:
@@ -265,8 +307,7 @@ def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_p
     publish_wheels(wheels, to=str(tmp_path / "idx"))
     vid = "cu12.10-torch2.10-abi1-sm80.100.103"
     assert (tmp_path / "idx" / "simple" / vid / "tinyvar" / "index.html").is_file()
-    stub = STUB_TORCH.replace('"2.14.1+cu130"', '"2.10.0+cu1210"').replace('"13.0"', '"12.10"')
-    python = python_with_stub_torch(tmp_path, stub.replace("(9, 0) if i == 0 else (8, 6)", "(10, 3)"))
+    python = python_with_stub_torch(tmp_path, STUB_TORCH_12_10)
     proc = subprocess.run(
         [FACTORY, "which", "--index", str(tmp_path / "idx"), "--python", str(python)],
         capture_output=True,

@@ -16,10 +16,10 @@ if str(ROOT) not in sys.path:
 from bench import compile_course as C  # noqa: E402
 from bench import model as M  # noqa: E402
 from bench import offline as O  # noqa: E402
+from factory.measured import flash_attn_file_estimates  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
 from factory.memory.profiles import Measurement  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
-from factory.recipes import flash_attn_file_estimates  # noqa: E402
 
 GIB = 2**30
 
@@ -36,9 +36,9 @@ def test_every_kind_of_kernel_file_was_measured() -> None:
 
 
 def test_the_recipe_data_holds_each_course_s_after_peak_fraction() -> None:
-    from factory.recipes import _csv_rows
+    from factory.measured import compile_rows
 
-    rows = {r["note"].rpartition("course: ")[2]: r for r in _csv_rows() if "course: " in r["note"]}
+    rows = {r["note"].rpartition("course: ")[2]: r for r in compile_rows() if "course: " in r["note"]}
     for path in sorted(M.COURSES.glob("*.json")):
         data = json.loads(path.read_text())
         after = C.after_peak([int(m) for _, _, m in data["samples"]])
@@ -244,7 +244,7 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
 
     built: list[str] = []
 
-    def run_build(
+    def cgroup_build(
         build_dir: Path, *, max_jobs: int, admission_on: bool, limit_bytes: int, **_: object
     ) -> real.RealRun:
         built.append(build_dir.name)
@@ -260,7 +260,7 @@ def test_the_real_benchmark_compares_every_strategy_with_runs_around_the_profile
         return real.RealRun(wall_s=wall, rc=0, oom_kills=0, peak_bytes=GIB, objects_kept=0,
                             objects_total=real.OBJECTS, measurements=_memext(scale=scale))  # fmt: skip
 
-    monkeypatch.setattr(real, "run_build", run_build)
+    monkeypatch.setattr(real, "cgroup_build", cgroup_build)
     monkeypatch.setattr(real.os, "sched_getaffinity", lambda _: {0, 1})
     result = real.run_real(work=tmp_path / "work")
     # the reference runs one at a time right before the profiled build, and again right after it

@@ -1,4 +1,4 @@
-"""Pure parts of the build runner: job selection, requirements, environment, memory readings."""
+"""Pure parts of a build: job selection, requirements, a job's environment, memory readings, the report."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from factory import build
+from factory import build, engine, jobrun, report
 from factory.config import load_matrix_file
 from factory.container import NVCC_LAUNCHER
 from factory.container.protocol import ProfileEntry
 from factory.errors import ConfigError
-from factory.memory import profiles
-from factory.plan import plan_matrix
+from factory.memory import jobmemory, profiles
+from factory.plan import Job, plan_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def demo(tmp_path: Path) -> build.Runner:
     mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
     return build.Runner(None, mf, build.BuildSettings(output=tmp_path, run_id="r1"))
+
+
+def job_run(runner: build.Runner, job: Job) -> jobrun.JobRun:
+    result = report.JobResult(job_id=job.id, variant_id=job.variant.id, python=job.python)
+    return jobrun.JobRun(runner.context, job, result)
 
 
 def test_only_selects_by_job_or_variant_glob() -> None:
@@ -38,15 +43,15 @@ def test_only_selects_by_job_or_variant_glob() -> None:
     ("torch", "req"), [("2.14", "torch==2.14.*"), ("2.10", "torch==2.10.*"), ("2.14.1", "torch==2.14.1")]
 )
 def test_torch_requirement(torch: str, req: str) -> None:
-    assert build.torch_requirement(torch) == req
+    assert jobrun.torch_requirement(torch) == req
 
 
 def test_working_set_excludes_inactive_page_cache() -> None:
     v1 = {"usage": 8_000, "max_usage": 9_000, "stats": {"total_inactive_file": 6_000}}
     v2 = {"usage": 5_000, "stats": {"inactive_file": 1_000}}
-    assert build.working_set(v1) == 2_000
-    assert build.working_set(v2) == 4_000
-    assert build.working_set({}) == 0
+    assert engine.working_set(v1) == 2_000
+    assert engine.working_set(v2) == 4_000
+    assert engine.working_set({}) == 0
 
 
 def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
@@ -55,16 +60,16 @@ def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     job = plan_matrix(demo.mf).jobs[1]
-    parallel = build.memory.initial_parallelism(
+    parallel = jobmemory.initial_parallelism(
         recipe=demo.mf.recipe, archs=2, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
     )
-    env = demo.job_env(job, parallel)
+    env = job_run(demo, job).container_env(parallel)
     assert env["DEMO_CUDA_ARCHS"] == "9.0;12.0"
     assert env["DEMO_LOCAL_VERSION"] == "cu13.0.torch2.14.abi1.sm90.120"
     # The admission wrapper bounds memory per compile, so ninja may run more jobs than fit by estimate alone.
     assert env["MAX_JOBS"] == str(parallel.ninja_jobs) and parallel.ninja_jobs >= parallel.max_jobs
     assert env["PYTORCH_NVCC"] == NVCC_LAUNCHER
-    assert env["FACTORY_MEM_LIMIT"] == str(demo.memory_limit)
+    assert env["FACTORY_MEM_LIMIT"] == str(demo.context.memory_limit)
     assert env["FACTORY_REQUIREMENTS"].splitlines()[0] == "torch==2.14.*"
     assert not any(k.startswith("AWS") for k in env)
     assert "do-not-leak" not in "".join(env.values())
@@ -72,7 +77,7 @@ def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
 
 def test_requirements_are_deduplicated_and_start_with_torch(demo: build.Runner) -> None:
     job = plan_matrix(demo.mf).jobs[0]
-    reqs = demo.requirements(job)
+    reqs = jobrun.requirements(demo.mf, job)
     assert reqs[0] == "torch==2.14.*"
     assert len(reqs) == len(set(reqs))
     assert "ninja" in reqs and "pip" in reqs
@@ -98,15 +103,15 @@ def test_container_limits_never_sum_past_the_budget(demo: build.Runner, tmp_path
 def test_log_tail_skips_factory_markers(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)) + '::factory:: {"phase": "build"}\n')
-    tail = build.log_tail(log, lines=3)
+    tail = jobrun.log_tail(log, lines=3)
     assert tail == ["line 97", "line 98", "line 99"]
-    assert build.log_tail(tmp_path / "missing.log") == []
+    assert jobrun.log_tail(tmp_path / "missing.log") == []
 
 
 def test_report_json_has_no_live_only_fields() -> None:
-    r = build.JobResult(job_id="j", variant_id="v", python="3.11", result="ok")
+    r = report.JobResult(job_id="j", variant_id="v", python="3.11", result="ok")
     r.phase, r.mem_now = "build", 5
-    data = build.BuildReport(run_id="x", matrix="m.yaml", started=0.0, jobs=[r]).to_json()
+    data = report.BuildReport(run_id="x", matrix="m.yaml", started=0.0, jobs=[r]).to_json()
     assert data["ok"] is True
     keys = {"job_id", "variant_id", "python", "result", "wheel", "attempts", "log_tail"}
     assert set(data["jobs"][0]) >= keys
@@ -118,7 +123,7 @@ def test_log_tail_leads_with_errors_that_scrolled_out(tmp_path: Path) -> None:
     lines = ["[1/5] nvcc a.cu", "csrc/scale.cu(3): error: #error DEMO_FAIL_COMPILE", "FAILED: scale.o"]
     lines += [f"  File traceback {i}" for i in range(60)]
     log.write_text("\n".join(lines) + "\n")
-    tail = build.log_tail(log, lines=5)
+    tail = jobrun.log_tail(log, lines=5)
     assert tail[:2] == ["csrc/scale.cu(3): error: #error DEMO_FAIL_COMPILE", "FAILED: scale.o"]
     assert tail[2] == "..."
     assert tail[-1] == "  File traceback 59"
@@ -129,8 +134,8 @@ def test_ninja_progress_counts_finished_edges_and_not_failed_ones() -> None:
         "  [1/9] nvcc light1.cu", "  [2/9] nvcc light2.cu", "  [3/9] nvcc heavy1.cu", "  FAILED: heavy1.o",
         "  Killed", "irrelevant [7/8] text",
     ])  # fmt: skip
-    assert build.ninja_progress(log) == (2, 9)
-    assert build.ninja_progress("no ninja here") is None
+    assert jobrun.ninja_progress(log) == (2, 9)
+    assert jobrun.ninja_progress("no ninja here") is None
 
 
 def test_job_env_hands_the_learned_profile_to_the_wrappers_in_the_job_s_snapshot(
@@ -145,15 +150,16 @@ def test_job_env_hands_the_learned_profile_to_the_wrappers_in_the_job_s_snapshot
     )
     profiles.save_profile(learned, profiles.profile_path(mf.package.name, mf.package.version))
     job = plan_matrix(mf).jobs[0]
-    parallel = build.memory.initial_parallelism(
+    parallel = jobmemory.initial_parallelism(
         recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
     )
-    env = runner.job_env(job, parallel)
+    run = job_run(runner, job)
+    env = run.container_env(parallel)
     # the container reads it where the job's snapshot directory is mounted
-    assert env["FACTORY_PROFILE_IN"] == f"{build.memory.PROFILE_DIR}/profile.json"
-    snapshot = runner.profile_dir(job) / "profile.json"
+    assert env["FACTORY_PROFILE_IN"] == f"{jobmemory.PROFILE_DIR}/profile.json"
+    snapshot = run.profile_dir / "profile.json"
     assert json.loads(snapshot.read_text())["entries"] == learned.to_json()["entries"]
-    assert runner.profile_dir(job).is_relative_to(tmp_path / "home")
+    assert run.profile_dir.is_relative_to(tmp_path / "home")
 
 
 def test_an_output_that_cannot_be_a_directory_stops_the_build_before_any_container(tmp_path: Path) -> None:

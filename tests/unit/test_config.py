@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from factory.config import BuildOptions, PublishOptions, Source, load_matrix_file, parse_size
-from factory.plan import job_env, plan_matrix
+from factory.config import load_matrix_file, parse_size
+from factory.options import BuildOptions, PublishOptions, Source
+from factory.plan import matrix_env, plan_matrix
 from factory.recipes import BUILTIN_RECIPES, recipe_env
 from factory.variants import Variant
 
@@ -161,8 +162,8 @@ def test_include_env_and_extra_keys_reach_the_job(tmp_path: Path) -> None:
     (job,) = plan_matrix(mf).jobs
     assert dict(job.env) == {"NVCC_THREADS": "2"}
     assert dict(job.extra) == {"runner": "big"}
-    assert job_env(mf, job)["NVCC_THREADS"] == "2"
-    assert job_env(mf, job)["FLASH_ATTN_CUDA_ARCHS"] == "80;90"
+    assert matrix_env(mf, job)["NVCC_THREADS"] == "2"
+    assert matrix_env(mf, job)["FLASH_ATTN_CUDA_ARCHS"] == "80;90"
     out = job.to_json()
     assert out["env"] == {"NVCC_THREADS": "2"} and out["runner"] == "big"
 
@@ -209,7 +210,7 @@ def test_the_demo_matrix() -> None:
         "cu130-torch2.14-abi1-sm80-py311",
         "cu130-torch2.14-abi1-sm90.120-py311",
     ]
-    env = job_env(mf, plan.jobs[1])
+    env = matrix_env(mf, plan.jobs[1])
     assert (
         env["DEMO_CUDA_ARCHS"] == "9.0;12.0" and env["DEMO_LOCAL_VERSION"] == "cu13.0.torch2.14.abi1.sm90.120"
     )

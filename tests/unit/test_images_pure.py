@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_python_suite_for() -> None:
 def test_each_python_gets_the_base_whose_suite_ships_it() -> None:
     """A matrix without build.base_image builds 3.11 on bookworm and 3.13 on trixie (it used to give every job
     bookworm, whose image build then failed for 3.13: no python3.13 there)."""
-    from factory.config import BuildOptions
+    from factory.options import BuildOptions
 
     default = BuildOptions().base_image
     assert images.base_image_for(cuda="13.0", python="3.11", flavor="pypi", base_image=default) == (
@@ -76,6 +77,127 @@ def test_devel_base_image() -> None:
     assert images.devel_base_image("12.8.0", os_name="ubuntu24.04") == "nvidia/cuda:12.8.0-devel-ubuntu24.04"
     with pytest.raises(ImageError, match=r"11\.2"):
         images.devel_base_image("11.2")
+
+
+def test_manylinux_base_image_per_cuda() -> None:
+    assert images.manylinux_base_image("12.8") == "pytorch/manylinux2_28-builder:cuda12.8"
+    assert images.manylinux_base_image("13.0.1") == "pytorch/manylinux2_28-builder:cuda13.0"
+    assert images.base_image_for(cuda="12.6", python="3.11", flavor="manylinux", base_image=None) == (
+        "pytorch/manylinux2_28-builder:cuda12.6"
+    )
+    # build.base_image names another image with the same layout; a factory base is not one.
+    assert (
+        images.base_image_for(cuda="12.6", python="3.11", flavor="manylinux", base_image="my/ml:1")
+        == "my/ml:1"
+    )
+    assert images.base_image_for(
+        cuda="12.6", python="3.11", flavor="manylinux", base_image="factory-base:bookworm"
+    ) == ("pytorch/manylinux2_28-builder:cuda12.6")
+    with pytest.raises(ConfigError, match="'12'"):
+        images.manylinux_base_image("12")
+
+
+@pytest.mark.parametrize(
+    ("python", "path"),
+    [
+        ("3.11", "/opt/python/cp311-cp311/bin/python"),
+        ("3.9", "/opt/python/cp39-cp39/bin/python"),
+        ("3.13", "/opt/python/cp313-cp313/bin/python"),  # the GIL build, not cp313-cp313t
+    ],
+)
+def test_manylinux_python(python: str, path: str) -> None:
+    assert images.manylinux_python(python) == path
+    args = images.build_args(cuda="12.8", python=python, flavor="manylinux", base_image="b:1")
+    assert args["PYTHON_BIN"] == path
+    assert args["PYTHON"] == python
+
+
+def test_manylinux_python_rejects_bad_versions() -> None:
+    with pytest.raises(ConfigError, match="'3'"):
+        images.manylinux_python("3")
+
+
+def test_manylinux_dockerfile_links_the_chosen_python() -> None:
+    text = images.dockerfile_text("manylinux")
+    # The driver runs `python3 driver.py` and `uv venv --python python<PYTHON>`: both must be PYTHON_BIN.
+    assert 'ln -sf "${PYTHON_BIN}" "/usr/local/bin/python${PYTHON}"' in text
+    assert 'ln -sf "${PYTHON_BIN}" /usr/local/bin/python3' in text
+    assert "--no-index" in text
+    assert "ENV CUDA_HOME=/usr/local/cuda" in text
+
+
+def test_standin_names() -> None:
+    assert images.standin_devel_image("13.0") == "factory-standin:cuda13.0-devel"
+    assert images.standin_cuda_of("factory-standin:cuda13.0-devel") == "13.0"
+    for other in (
+        "factory-standin:13.0",
+        "nvidia/cuda:13.0.1-devel-ubuntu22.04",
+        "x/factory-standin:cuda13.0-devel",
+    ):
+        assert images.standin_cuda_of(other) is None
+    # The stand-in is the devel flavor's base when the matrix names it.
+    standin = images.standin_devel_image("13.0")
+    assert images.base_image_for(cuda="13.0", python="3.11", flavor="devel", base_image=standin) == standin
+
+
+def test_standin_build_args_match_its_dockerfile() -> None:
+    text = images.dockerfile_text(images.STANDIN_DEVEL)
+    args = images.standin_build_args(cuda="13.0", base_image="factory-base:bookworm")
+    assert args == {"BASE_IMAGE": "factory-base:bookworm", "CUDA": "13.0", "CUDA_MAJOR": "13"}
+    assert set(args) == images.declared_build_args(text)
+    with pytest.raises(ImageError, match="CUDA >= 13"):
+        images.standin_build_args(cuda="12.8", base_image="factory-base:bookworm")
+    with pytest.raises(ConfigError, match="base image 'a b'"):
+        images.standin_build_args(cuda="13.0", base_image="a b")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["--cuda", "12.8"], 1, "error: the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13"),
+        (["--cuda", "13"], 2, "error: invalid CUDA version '13': expected MAJOR.MINOR"),
+        (["--cuda", "13.0", "--base", "a b"], 2, "error: base image 'a b'"),
+    ],
+)
+def test_standin_cli_refuses_bad_values_in_one_line(
+    argv: list[str], code: int, says: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    got, output = factory_cli(["images", "standin-devel", *argv])
+    assert got == code
+    assert output.strip().splitlines() == [output.strip()]
+    assert output.startswith(says)
+
+
+def test_standin_dockerfile_has_the_devel_layout() -> None:
+    text = images.dockerfile_text(images.STANDIN_DEVEL)
+    final_stage = text.rsplit("\nFROM ", 1)[1]
+    assert "COPY wheels" not in final_stage
+    assert "/usr/local/cuda/bin" in final_stage and "CUDA_HOME" not in final_stage
+    assert "apt-get purge" in final_stage  # NVIDIA's devel images ship no Python
+
+
+def test_devel_dockerfile_keeps_deadsnakes_in_one_step() -> None:
+    text = images.dockerfile_text("devel")
+    # Each RUN instruction up to the next one (comments included, so the step's heading counts too).
+    runs = text.split("\nRUN ")[1:]
+    assert [i for i, run in enumerate(runs) if "deadsnakes" in run] == [0]
+    assert "ID=ubuntu" in runs[0]
+
+
+@pytest.mark.parametrize(
+    ("flavor", "image", "says"),
+    [
+        ("manylinux", "pytorch/manylinux2_28-builder:cuda12.8", "build.base_image"),
+        ("devel", "nvidia/cuda:12.8.1-devel-ubuntu22.04", "factory images standin-devel"),
+        ("pypi", "my/base:1", "factory images bootstrap"),
+    ],
+)
+def test_pull_hint_says_how_to_provide_the_image(flavor: str, image: str, says: str) -> None:
+    hint = images.pull_hint(flavor=flavor, image=image)
+    assert says in hint
+    assert "\n" not in hint
+    if flavor != "pypi":
+        assert f"docker save {image}" in hint and "docker load" in hint
 
 
 def test_toolkit_requirements_pin_the_series() -> None:

@@ -1,4 +1,8 @@
-"""Golden pages: the exact bytes clients read. Regenerate with UPDATE_GOLDEN=1 after an intended change."""
+"""Golden pages: the exact bytes clients read.
+
+After an intended change, UPDATE_GOLDEN=1 rewrites the pages that differ and fails on each of them, so a
+regenerating run never passes: review `git diff tests/golden`, then run again without it.
+"""
 
 from __future__ import annotations
 
@@ -63,7 +67,11 @@ PAGES = {
 def test_golden_page(name: str) -> None:
     rendered = PAGES[name]()
     path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN"):
+    stored = path.read_text() if path.is_file() else None
+    if stored != rendered and os.environ.get("UPDATE_GOLDEN"):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(rendered)
-    assert path.read_text() == rendered
+        pytest.fail(
+            f"{path} regenerated: review the diff, then run again without UPDATE_GOLDEN", pytrace=False
+        )
+    assert stored == rendered

@@ -157,7 +157,7 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "build-flavor": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  flavor: conda #<\n",
-        "build.flavor 'conda' must be 'devel' or 'pypi'",
+        "build.flavor 'conda' must be 'devel', 'pypi' or 'manylinux'",
     ),
     "build-concurrency": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 0 #<\n",
@@ -211,12 +211,27 @@ CASES: dict[str, tuple[str, str]] = {
         "build.torch_index.13.0 https://[::1/x: Invalid IPv6 URL",
     ),
     "publish-endpoint-scheme": (
-        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: ftp://minio:9000 #<\n",
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://bkt/p\n  endpoint_url: ftp://minio:9000 #<\n",
         "publish.endpoint_url ftp://minio:9000: not a URL of http:// or https://",
     ),
     "publish-endpoint-no-host": (
-        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://b/p\n  endpoint_url: http://:9000 #<\n",
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3://bkt/p\n  endpoint_url: http://:9000 #<\n",
         "publish.endpoint_url http://:9000: not a URL of http:// or https://",
+    ),
+    "publish-to-scheme": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: https://example.com/idx #<\n",
+        "publish.to 'https://example.com/idx': use a directory or s3://bucket/prefix",
+    ),
+    "publish-to-no-bucket": (
+        HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: s3:///prefix #<\n",
+        "publish.to s3:///prefix: not an s3://bucket/prefix URL",
+    ),
+    "publish-endpoint-bad-host": (
+        HEAD
+        + "matrix:\n"
+        + GOOD_AXES
+        + "publish:\n  to: s3://bkt/p\n  endpoint_url: http://t0ken@mi_nio:9000 #<\n",
+        "publish.endpoint_url http://mi_nio:9000: Invalid endpoint",
     ),
     "publish-endpoint": (
         HEAD + "matrix:\n" + GOOD_AXES + "publish:\n  to: ./index\n  endpoint_url: http://x #<\n",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import ConfigError
-from factory.stores import LocalStore, PreconditionFailed, S3Store, open_store, parse_s3_url
+from factory.stores import LocalStore, PreconditionFailed, S3Store, compare_and_swap, open_store, parse_s3_url
 
 KW = {"content_type": "text/html", "cache_control": "no-cache"}
 
@@ -79,8 +79,8 @@ def test_parse_s3_url() -> None:
 
 def test_open_store_choices(tmp_path: Path) -> None:
     assert isinstance(open_store(str(tmp_path / "new")), LocalStore)
-    s3 = open_store("s3://b/p", endpoint_url="http://127.0.0.1:1")
-    assert isinstance(s3, S3Store) and s3.description == "s3://b/p"
+    s3 = open_store("s3://bkt/p", endpoint_url="http://127.0.0.1:1")
+    assert isinstance(s3, S3Store) and s3.description == "s3://bkt/p"
     with pytest.raises(ConfigError, match="endpoint-url"):
         open_store(str(tmp_path), endpoint_url="http://x")
     with pytest.raises(ConfigError):
@@ -104,3 +104,36 @@ def test_an_endpoint_that_is_not_an_http_url_is_a_config_error(url: str) -> None
 def test_an_endpoint_urllib_or_botocore_refuses_is_a_config_error(url: str, why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         S3Store("bucket", "prefix", endpoint_url=url)
+
+
+def test_compare_and_swap_creates_updates_and_leaves_alone(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    seen: list[bytes | None] = []
+
+    def append(current: bytes | None) -> bytes:
+        seen.append(current)
+        return (current or b"") + b"x"
+
+    assert compare_and_swap(store, "k", append, **KW)
+    assert compare_and_swap(store, "k", append, **KW)
+    assert seen == [None, b"x"]
+    assert not compare_and_swap(store, "k", lambda current: None, **KW)
+    blob = store.get("k")
+    assert blob is not None and blob.data == b"xx"
+
+
+def test_compare_and_swap_rereads_after_losing_a_race(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put("k", b"a", **KW)
+    calls: list[bytes | None] = []
+
+    def update(current: bytes | None) -> bytes:
+        calls.append(current)
+        if len(calls) == 1:  # another writer replaces the key between this read and this write
+            store.put("k", b"b", **KW)
+        return (current or b"") + b"+"
+
+    assert compare_and_swap(store, "k", update, **KW)
+    assert calls == [b"a", b"b"]
+    blob = store.get("k")
+    assert blob is not None and blob.data == b"b+"

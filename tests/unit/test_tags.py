@@ -1,10 +1,10 @@
-"""Wheel tags: the interpreter tag of a job's Python and the platform tags a factory wheel may carry."""
+"""Wheel tags: the interpreter tag of a job's Python and the manylinux platform tags."""
 
 from __future__ import annotations
 
 import pytest
 
-from factory.tags import is_linux_platform, python_tag
+from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 
 
 def test_python_tag() -> None:
@@ -20,22 +20,31 @@ def test_python_tag_refuses_other_versions(bad: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("platform", "ok"),
+    ("platform", "parsed"),
     [
-        ("linux_x86_64", True),
-        ("manylinux_2_28_x86_64", True),
-        ("manylinux2014_x86_64", True),
-        ("manylinux_2_28_aarch64", False),
-        ("linux_aarch64", False),
-        ("musllinux_1_2_x86_64", False),
-        ("macosx_11_0_arm64", False),
-        ("any", False),
+        ("manylinux_2_34_x86_64", ((2, 34), "x86_64")),
+        ("manylinux_2_28_aarch64", ((2, 28), "aarch64")),
+        ("manylinux2014_x86_64", ((2, 17), "x86_64")),
+        ("manylinux2010_x86_64", ((2, 12), "x86_64")),
+        ("manylinux1_x86_64", ((2, 5), "x86_64")),
+        ("linux_x86_64", None),
+        ("musllinux_1_2_x86_64", None),
+        ("manylinux2015_x86_64", None),
+        ("macosx_11_0_arm64", None),
+        ("any", None),
     ],
 )
-def test_linux_platforms(platform: str, ok: bool) -> None:
-    assert is_linux_platform(platform) is ok
+def test_manylinux_platforms(platform: str, parsed: tuple[tuple[int, int], str] | None) -> None:
+    assert parse_manylinux(platform) == parsed
 
 
-def test_other_machines() -> None:
-    assert is_linux_platform("manylinux_2_28_aarch64", "aarch64")
-    assert not is_linux_platform("linux_x86_64", "aarch64")
+def test_manylinux_tag_round_trips() -> None:
+    assert manylinux_tag((2, 34), "x86_64") == "manylinux_2_34_x86_64"
+    assert parse_manylinux(manylinux_tag((2, 5), "aarch64")) == ((2, 5), "aarch64")
+
+
+@pytest.mark.parametrize(
+    ("text", "glibc"), [("2.36", (2, 36)), (" 2.17 ", (2, 17)), ("2.31.9", (2, 31)), ("2", None), ("", None)]
+)
+def test_parse_glibc(text: str, glibc: tuple[int, int] | None) -> None:
+    assert parse_glibc(text) == glibc

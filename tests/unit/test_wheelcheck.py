@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from factory.errors import CheckError
+from factory.platform_tag import repair_platform_tag
 from factory.wheelcheck import (
     check_wheel,
     import_check_script,
@@ -53,7 +54,7 @@ make_elf = _fatbin_helpers.make_elf
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
 VERSION = f"0.1.0+{LABEL}"
-TAG = "cp311-cp311-linux_x86_64"
+TAG = "cp311-cp311-manylinux_2_17_x86_64"
 DIST_INFO = f"factory_demo_ext-{VERSION}.dist-info"
 SO = "factory_demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
 JOB: dict[str, Any] = {
@@ -349,16 +350,40 @@ def test_interpreter_and_platform_tags(tmp_path: Path) -> None:
     wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
     assert check_wheel(wheel, **JOB) == [
         "filename: interpreter tag cp312 is not cp311",
-        "filename: platform tag macosx_11_0_arm64 is not linux_x86_64 or manylinux",
+        "filename: platform tag macosx_11_0_arm64 is not a manylinux tag for x86_64 "
+        "(auditwheel repair gives the wheel the one its symbols allow)",
     ]
-    aarch = "cp311-cp311-linux_aarch64"
+    aarch = "cp311-cp311-manylinux_2_28_aarch64"
     wheel = write_wheel(
         tmp_path / f"factory_demo_ext-{VERSION}-{aarch}.whl", members(wheel=wheel_text(aarch))
     )
     assert check_wheel(wheel, **JOB) == [
-        "filename: platform tag linux_aarch64 is not linux_x86_64 or manylinux"
+        "filename: platform tag manylinux_2_28_aarch64 is not a manylinux tag for x86_64 "
+        "(auditwheel repair gives the wheel the one its symbols allow)"
     ]
-    assert check_wheel(wheel, **JOB, machine="aarch64") == []
+    assert not [p for p in check_wheel(wheel, **JOB, machine="aarch64") if p.startswith("filename:")]
+
+
+def test_linux_tags_promise_nothing_and_are_refused(tmp_path: Path) -> None:
+    tag = "cp311-cp311-linux_x86_64"
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
+    assert check_wheel(wheel, **JOB) == [
+        "filename: platform tag linux_x86_64 is not a manylinux tag for x86_64 "
+        "(auditwheel repair gives the wheel the one its symbols allow)"
+    ]
+
+
+def test_vendored_torch_libraries_are_refused(tmp_path: Path) -> None:
+    vendored = {
+        "factory_demo_ext.libs/libc10-1a2b3c4d.so": b"\x7fELF not really",
+        "factory_demo_ext.libs/libcudart-5e6f7a8b.so.13": b"\x7fELF not really",
+    }
+    problems = check_wheel(good_wheel(tmp_path, extra=vendored), **JOB)
+    for member in vendored:
+        assert (
+            f"{member}: a vendored copy of a library torch provides at runtime "
+            "(exclude it from auditwheel repair)"
+        ) in problems
 
 
 def test_invalid_filename_is_reported_and_the_rest_still_checked(tmp_path: Path) -> None:
@@ -531,7 +556,7 @@ def test_an_extension_that_is_not_elf(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def nvcc_so(host_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+def nvcc_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     out = tmp_path_factory.mktemp("nvcc")
     source = out / "k.cu"
     source.write_text(
@@ -539,7 +564,7 @@ def nvcc_so(host_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
     )
     gencodes = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
     command = [
-        host_nvcc,
+        toolkit_nvcc,
         "-shared",
         "-nodlink",
         "-Xcompiler",
@@ -555,7 +580,14 @@ def nvcc_so(host_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 def test_a_real_nvcc_extension_is_checked_exactly(tmp_path: Path, nvcc_so: bytes) -> None:
-    wheel = good_wheel(tmp_path, so=nvcc_so)
+    # As the build runner accepts a wheel: pin torch, then retag, then check.
+    built = "cp311-cp311-linux_x86_64"
+    files = members(so=nvcc_so, wheel=wheel_text(built), metadata=metadata_text(requires=("torch>=2",)))
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{built}.whl", files)
+    pin_torch_requirement(wheel, "2.14.1+cu130")
+    assert check_wheel(wheel, **JOB)[0].startswith("filename: platform tag linux_x86_64 is not a manylinux")
+    wheel = repair_platform_tag(wheel, tmp_path / "repaired")
+    assert wheel.name.startswith(f"factory_demo_ext-{VERSION}-cp311-cp311-manylinux_2_")
     assert check_wheel(wheel, **JOB) == []
     assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0", "12.0")}) == [
         f"{SO}: cubins for sm_80, sm_90, expected sm_80, sm_90, sm_120 (missing sm_120)"

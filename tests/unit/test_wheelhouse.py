@@ -10,17 +10,6 @@ from factory import wheelhouse
 from factory.errors import ConfigError
 
 
-def test_factory_home_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "state"))
-    assert wheelhouse.factory_home() == tmp_path / "state"
-
-
-def test_factory_home_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("FACTORY_HOME", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert wheelhouse.factory_home() == tmp_path / ".cache" / "wheel-factory"
-
-
 def test_compatible_platforms_manylinux_2_28() -> None:
     tags = wheelhouse.compatible_platforms("manylinux_2_28_x86_64")
     assert tags[0] == "manylinux_2_28_x86_64"

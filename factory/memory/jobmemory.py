@@ -1,7 +1,7 @@
-"""The build runner's view of memory: a job's parallelism, the wrapper's environment, profiles, OOM retries.
+"""A build job's view of memory: its first parallelism, the wrappers' environment, learned profiles.
 
-Matches the interface `factory/build.py` uses (`initial_parallelism`, `wrapper_env`, `next_attempt`,
-`record_profiles`, `container_limits`), so the runner can import this module in place of its stub.
+The factory sets a build's MAX_JOBS and NVCC_THREADS here (`wrapper_env`) and nowhere else; a matrix's own env
+for a job may still set them, and wins.
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from factory.config import Recipe
 from factory.container import NVCC_LAUNCHER
 from factory.container.admission import DEFAULT_BASE_BYTES, GIB, format_by_file, raised_by_file
 from factory.memory import profiles
 from factory.memory.planner import Parallelism, container_limits, plan_parallelism
-from factory.memory.planner import next_attempt as _next_attempt
+from factory.options import Recipe
 
 __all__ = [
     "PROFILE_DIR",
@@ -22,7 +21,6 @@ __all__ = [
     "container_limits",
     "file_estimate_bytes",
     "initial_parallelism",
-    "next_attempt",
     "record_profiles",
     "wrapper_env",
 ]
@@ -31,7 +29,7 @@ __all__ = [
 # (a flash-attn profile of 72 compiles, each course at 2 x 80 points, is about 130 KB): a larger one goes in a
 # file.
 INLINE_PROFILE_MAX = 100_000
-# Where the runner mounts a job's profile snapshot directory (read-only) in a build container.
+# Where a job mounts its profile snapshot directory (read-only) in a build container.
 PROFILE_DIR = "/opt/factory-profile"
 PROFILE_FILE = "profile.json"
 
@@ -57,7 +55,7 @@ def wrapper_env(
     """Environment of the build container that routes every nvcc call through the admission wrapper.
 
     MAX_JOBS becomes `parallel.ninja_jobs`: admission, not ninja, bounds how many compiles run. The real nvcc
-    is found by the wrapper as $CUDA_HOME/bin/nvcc (or FACTORY_REAL_NVCC when the runner sets it). The learned
+    is found by the wrapper as $CUDA_HOME/bin/nvcc (or FACTORY_REAL_NVCC when set). The learned
     profile of `package` `version` is written into `profile_dir` (the host side of PROFILE_DIR) when given,
     else inlined when small enough.
     """
@@ -108,17 +106,6 @@ def file_estimate_bytes(recipe: Recipe, *, per_arch_bytes: int | None = None) ->
         fallback_bytes=fallback,
         unit=GIB,
     )
-
-
-def next_attempt(
-    prev: Parallelism, *, oom_peak_bytes: int, limit_bytes: int, objects_done: int, objects_total: int | None,
-    attempt: int = 2, archs: int = 1,
-) -> Parallelism:  # fmt: skip
-    return _next_attempt(
-        prev, oom_peak_bytes=oom_peak_bytes, limit_bytes=limit_bytes, objects_done=objects_done,
-        objects_total=objects_total if objects_total is not None else objects_done,
-        attempt=attempt, archs=archs,
-    )  # fmt: skip
 
 
 def record_profiles(

@@ -1,5 +1,5 @@
-"""The runner's view of memory: the wrapper environment carries the recipe's per-file figures and the
-learned profile."""
+"""A job's view of memory: the wrapper environment carries the recipe's per-file figures and the learned
+profile."""
 
 from __future__ import annotations
 
@@ -8,27 +8,27 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from factory.config import Recipe
 from factory.container import admission, predictor
 from factory.container.protocol import ProfileEntry
-from factory.memory import profiles, runner
+from factory.memory import jobmemory, profiles
+from factory.options import Recipe
 from factory.recipes import FLASH_ATTN
 
 GIB = 2**30
 
 
-def plan(recipe: Recipe, tmp_path: Path) -> runner.Parallelism:
-    return runner.initial_parallelism(
+def plan(recipe: Recipe, tmp_path: Path) -> jobmemory.Parallelism:
+    return jobmemory.initial_parallelism(
         recipe=recipe, archs=4, limit_bytes=256 * GIB, cpus=32, package="p", version="1", home=tmp_path
     )
 
 
 def test_wrapper_env_carries_the_per_file_table_in_bytes(tmp_path: Path) -> None:
     recipe = Recipe(name="r", compile_gib_per_arch=6.0, compile_gib_by_file=(("fwd_*", 3.5), ("bwd_*", 6.5)))
-    env = runner.wrapper_env(plan(recipe, tmp_path), recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
+    env = jobmemory.wrapper_env(plan(recipe, tmp_path), recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
     assert env["FACTORY_EST_PER_ARCH_BYTES"] == str(6 * GIB)
     assert json.loads(env["FACTORY_EST_BY_FILE"]) == [["fwd_*", int(3.5 * GIB)], ["bwd_*", int(6.5 * GIB)]]
-    # what the wrapper reads back is the table the runner wrote
+    # what the wrapper reads back is the table wrapper_env wrote
     assert admission.parse_by_file(env["FACTORY_EST_BY_FILE"]) == (
         ("fwd_*", int(3.5 * GIB)),
         ("bwd_*", int(6.5 * GIB)),
@@ -37,14 +37,14 @@ def test_wrapper_env_carries_the_per_file_table_in_bytes(tmp_path: Path) -> None
 
 def test_wrapper_env_without_a_table_sets_none(tmp_path: Path) -> None:
     recipe = Recipe(name="r", compile_gib_per_arch=2.0)
-    env = runner.wrapper_env(plan(recipe, tmp_path), recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
+    env = jobmemory.wrapper_env(plan(recipe, tmp_path), recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
     assert "FACTORY_EST_BY_FILE" not in env
 
 
 def test_a_raised_plan_raises_the_per_file_table(tmp_path: Path) -> None:
     recipe = Recipe(name="r", compile_gib_per_arch=4.0, compile_gib_by_file=(("a*", 2.0),))
     raised = replace(plan(recipe, tmp_path), per_arch_bytes=6 * GIB)  # e.g. after an OOM retry
-    env = runner.wrapper_env(raised, recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
+    env = jobmemory.wrapper_env(raised, recipe=recipe, job_dir="/job", memory_limit=256 * GIB)
     assert json.loads(env["FACTORY_EST_BY_FILE"]) == [["a*", 3 * GIB]]
 
 
@@ -62,7 +62,7 @@ def test_flash_attn_recipe_table_from_the_measured_compiles() -> None:
     assert split == [max(table["flash_fwd_split_hdim128_*"], table["flash_fwd_split_hdim256_*"])] * 3
     assert max(table.values()) == table["flash_bwd_hdim256_*"]
     assert FLASH_ATTN.compile_gib_per_arch == 6.64  # the fallback for any other file
-    by_file = runner.file_estimate_bytes(FLASH_ATTN)
+    by_file = jobmemory.file_estimate_bytes(FLASH_ATTN)
     assert admission.file_per_arch_bytes("/x/flash_fwd_hdim64_fp16_causal_sm80.cu", by_file, 0) == (
         math.ceil(round(table["flash_fwd_hdim64_*"] * GIB, 3))
     )
@@ -70,20 +70,20 @@ def test_flash_attn_recipe_table_from_the_measured_compiles() -> None:
 
 
 def test_wrapper_env_carries_the_after_peak_fraction(tmp_path: Path) -> None:
-    env = runner.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
+    env = jobmemory.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
     assert float(env["FACTORY_AFTER_PEAK"]) == FLASH_ATTN.compile_after_peak
     plain = Recipe(name="r")
-    assert "FACTORY_AFTER_PEAK" not in runner.wrapper_env(
+    assert "FACTORY_AFTER_PEAK" not in jobmemory.wrapper_env(
         plan(plain, tmp_path), recipe=plain, job_dir="/j", memory_limit=GIB
     )
 
 
 def test_wrapper_env_carries_the_recipe_s_seconds_by_file(tmp_path: Path) -> None:
-    env = runner.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
+    env = jobmemory.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
     table = admission.parse_seconds_by_file(env["FACTORY_SECONDS_BY_FILE"])
     assert table == FLASH_ATTN.compile_seconds_by_file
     plain = Recipe(name="r")
-    assert "FACTORY_SECONDS_BY_FILE" not in runner.wrapper_env(
+    assert "FACTORY_SECONDS_BY_FILE" not in jobmemory.wrapper_env(
         plan(plain, tmp_path), recipe=plain, job_dir="/j", memory_limit=GIB
     )
 
@@ -100,9 +100,9 @@ def test_flash_attn_seconds_by_file_from_the_measured_courses() -> None:
 
 
 def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
-    from factory.recipes import _csv_rows
+    from factory.measured import compile_rows
 
-    seen = [float(r["after_peak"]) for r in _csv_rows() if r["after_peak"]]
+    seen = [float(r["after_peak"]) for r in compile_rows() if r["after_peak"]]
     assert len(seen) == 10  # one per measured course
     # the worst course (backward hdim256 held 64% of its peak after falling to 3/4 of it), with its margin
     assert max(seen) == 0.638
@@ -110,7 +110,7 @@ def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
 
 
 def flash_attn_sized_profile(home: Path) -> profiles.Profile:
-    """72 compiles, each course at the current resolution, saved where the runner looks for it."""
+    """72 compiles, each course at the current resolution, saved where a job looks for it."""
     course = tuple(6 * GIB - i * 2**20 for i in range(admission.ENVELOPE_POINTS))
     entries = {
         f"flash_fwd_hdim{i}_fp16_sm80.cu|compute_80,compute_90|4": ProfileEntry(
@@ -125,22 +125,22 @@ def flash_attn_sized_profile(home: Path) -> profiles.Profile:
 
 def test_a_large_profile_reaches_the_wrapper_in_a_file(tmp_path: Path) -> None:
     learned = flash_attn_sized_profile(tmp_path / "home")
-    assert len(json.dumps(learned.to_json())) > runner.INLINE_PROFILE_MAX  # too large for one env string
+    assert len(json.dumps(learned.to_json())) > jobmemory.INLINE_PROFILE_MAX  # too large for one env string
     snapshot = tmp_path / "job-profile"
     snapshot.mkdir()
-    env = runner.wrapper_env(
+    env = jobmemory.wrapper_env(
         plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB, package="p",
         version="1", home=tmp_path / "home", profile_dir=snapshot,
     )  # fmt: skip
-    assert env["FACTORY_PROFILE_IN"] == f"{runner.PROFILE_DIR}/{runner.PROFILE_FILE}"
+    assert env["FACTORY_PROFILE_IN"] == f"{jobmemory.PROFILE_DIR}/{jobmemory.PROFILE_FILE}"
     assert "FACTORY_PROFILE_JSON" not in env
-    written = snapshot / runner.PROFILE_FILE
+    written = snapshot / jobmemory.PROFILE_FILE
     assert written.stat().st_mode & 0o777 == 0o644  # the container's unprivileged user reads it
     # what the wrapper reads from it is the whole profile
     read = predictor.read_profile(str(written))
     assert read == learned.to_json()["entries"]
     # without a snapshot directory a profile this large would not reach the wrappers at all
-    without = runner.wrapper_env(
+    without = jobmemory.wrapper_env(
         plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB, package="p",
         version="1", home=tmp_path / "home",
     )  # fmt: skip
@@ -151,7 +151,7 @@ def test_a_small_profile_without_a_snapshot_directory_goes_inline(tmp_path: Path
     entry = ProfileEntry(peak_bytes=GIB, wall_s=3.0, samples=15, envelope=(GIB,), rise=(GIB,))
     learned = profiles.Profile(package="p", version="1", entries={"a.cu|compute_80|1": entry})
     profiles.save_profile(learned, profiles.profile_path("p", "1", home=tmp_path))
-    env = runner.wrapper_env(
+    env = jobmemory.wrapper_env(
         plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB, package="p",
         version="1", home=tmp_path,
     )  # fmt: skip

@@ -1,0 +1,447 @@
+"""One job of a build: its environment and mounts, its attempts, the driver's markers, the wheel's acceptance.
+
+The driver (`factory.container.driver`) reports on marked lines of its log (`factory.container.protocol`): a
+JSON object for results (phase, wheel, torch, objects); the attempt notes written here are marked too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from factory import platform_tag, wheelcheck
+from factory.config import MatrixFile, format_size
+from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, protocol
+from factory.engine import Engine, Interrupted, Limits
+from factory.errors import FactoryError
+from factory.memory import jobmemory
+from factory.memory.planner import Parallelism
+from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
+from factory.plan import Job, matrix_env
+from factory.report import Attempt, JobResult
+
+WORK_VOLUME = "factory-work"
+WORK_MOUNT = "/var/factory"
+CONTAINER_USER = "10001:10001"
+LOG_TAIL_LINES = 40
+BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInputs:
+    """What a job builds from, prepared once per run and shared by its jobs."""
+
+    image: str
+    source: Path
+    wheelhouse: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What every job of one run shares."""
+
+    mf: MatrixFile
+    engine: Engine
+    run_id: str
+    run_dir: Path
+    output: Path
+    memory_limit: int
+    cpus: float
+    on_change: Callable[[JobResult], None]
+    log: Callable[[str], None]
+
+    @property
+    def stop(self) -> threading.Event:
+        return self.engine.stop
+
+
+def torch_requirement(torch: str) -> str:
+    """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
+    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
+
+
+def requirements(mf: MatrixFile, job: Job) -> list[str]:
+    reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *mf.recipe.extra_build_requires]
+    return list(dict.fromkeys(reqs))
+
+
+ERROR_LINE = re.compile(r"(\berror\b|^FAILED:|#error|Killed|out of memory)", re.IGNORECASE)
+MAX_ERROR_LINES = 12
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The end of a job's log, led by its first compiler errors when those scrolled out of the end.
+
+    A failed ninja build ends in a Python traceback from setuptools; the line a person needs (nvcc's
+    `error:`, ninja's `FAILED:`) is usually far above it.
+    """
+    try:
+        text = [
+            line for line in path.read_text(errors="replace").splitlines() if not protocol.is_marked(line)
+        ]
+    except OSError:
+        return []
+    tail = text[-lines:]
+    errors = [line for line in text[: len(text) - len(tail)] if ERROR_LINE.search(line)][:MAX_ERROR_LINES]
+    return [*errors, *(["..."] if errors else []), *tail]
+
+
+NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+
+def ninja_progress(log_text: str) -> tuple[int, int] | None:
+    """(compiled, total) edges of a ninja run in a log: how far an attempt got before it died.
+
+    Without a terminal ninja prints `[finished/total]` as each edge ends, failed ones too (with `FAILED:`).
+    """
+    finished = total = failed = 0
+    for line in log_text.splitlines():
+        match = NINJA_STATUS.match(line)
+        if match:
+            finished, total = max(finished, int(match.group(1))), int(match.group(2))
+        elif line.lstrip().startswith("FAILED:"):
+            failed += 1
+    return (max(0, finished - failed), total) if total else None
+
+
+def read_from(path: Path, offset: int) -> str:
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        return fh.read().decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverOutcome:
+    exit_code: int
+    oom_killed: bool
+    peak_bytes: int
+    markers: Mapping[str, Any]
+
+
+class JobRun:
+    """Runs one job: prepare, build with OOM retries, accept the wheel. Records everything in `result`."""
+
+    def __init__(self, ctx: JobContext, job: Job, result: JobResult) -> None:
+        self.ctx = ctx
+        self.mf = ctx.mf
+        self.job = job
+        self.result = result
+        self.log_path = ctx.run_dir / "logs" / f"{job.id}.log"
+
+    @property
+    def job_dir(self) -> str:
+        """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
+        return f"{WORK_MOUNT}/jobs/{self.job.id}-{self.ctx.run_id}"
+
+    @property
+    def profile_dir(self) -> Path:
+        """The host side of the job's read-only profile mount: the learned profile as each attempt starts."""
+        return self.ctx.run_dir / "profiles" / self.job.id
+
+    def driver_env(self) -> dict[str, str]:
+        """What every driver phase needs, built from scratch: nothing of the host environment leaks in."""
+        return {
+            "HOME": "/home/factory",
+            "FACTORY_JOB_DIR": self.job_dir,
+            "FACTORY_PYTHON": f"python{self.job.python}",
+            # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
+            "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
+            "UV_LINK_MODE": "hardlink",
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_CONFIG": "1",
+            "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
+        }
+
+    def container_env(self, parallel: Parallelism) -> dict[str, str]:
+        """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
+        matrix's own env for the job, which wins."""
+        env = {
+            **self.driver_env(),
+            "FACTORY_CUDA": self.job.variant.cuda,
+            "FACTORY_REQUIREMENTS": "\n".join(requirements(self.mf, self.job)),
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.update(
+            jobmemory.wrapper_env(
+                parallel,
+                recipe=self.mf.recipe,
+                job_dir=self.job_dir,
+                memory_limit=self.ctx.memory_limit,
+                package=self.mf.package.name,
+                version=self.mf.package.version,
+                profile_dir=self.profile_dir,
+            )
+        )
+        env.update(matrix_env(self.mf, self.job))
+        return env
+
+    def changed(self) -> None:
+        self.ctx.on_change(self.result)
+
+    def note(self, line: str) -> None:
+        with self.log_path.open("a") as fh:
+            fh.write(protocol.note_line(line) + "\n")
+
+    # -- containers ----------------------------------------------------------------------------------
+    def run_driver(
+        self, phase: str, *, image: str, env: Mapping[str, str], mounts: Mapping[str, Mapping[str, str]]
+    ) -> DriverOutcome:
+        """One driver phase in a locked-down container; its markers gathered, its memory shown live."""
+        markers: dict[str, Any] = {}
+        result = self.result
+
+        def on_line(line: str) -> None:
+            fields = protocol.parse_mark(line)
+            if fields is not None:
+                markers.update(fields)
+                if "phase" in fields:
+                    result.phase = fields["phase"]
+                    self.changed()
+
+        def on_memory(usage: int) -> None:
+            result.mem_now = usage
+            result.peak_bytes = max(result.peak_bytes, usage)
+            self.changed()
+
+        build = self.mf.build
+        try:
+            outcome = self.ctx.engine.run(
+                image=image,
+                command=[*DRIVER, phase],
+                env=env,
+                mounts=mounts,
+                user=CONTAINER_USER,
+                working_dir=WORK_MOUNT,
+                limits=Limits(
+                    memory_bytes=self.ctx.memory_limit,
+                    cpus=self.ctx.cpus,
+                    pids=build.pids_limit,
+                    network="none" if build.offline else "bridge",
+                ),
+                log_path=self.log_path,
+                on_line=on_line,
+                on_memory=on_memory,
+            )
+        finally:
+            result.mem_now = 0
+        return DriverOutcome(
+            exit_code=outcome.exit_code,
+            oom_killed=outcome.oom_killed,
+            peak_bytes=outcome.peak_bytes,
+            markers=dict(markers),
+        )
+
+    def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
+        return {
+            WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+            str(inputs.source): {"bind": "/src", "mode": "ro"},
+            str(inputs.wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
+            str(out_dir): {"bind": "/out", "mode": "rw"},
+            str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+            str(self.profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
+        }
+
+    # -- the job -------------------------------------------------------------------------------------
+    def run(self, prepare: Callable[[Job], JobInputs]) -> None:
+        """The whole job; `prepare` gives its inputs (shared by the run's jobs). Never raises: a failure, and
+        an interruption too (the main thread owns signal handling), is recorded in the result."""
+        result, ctx = self.result, self.ctx
+        if ctx.stop.is_set():  # an earlier job failed without --keep-going, or the run is being stopped
+            result.result, result.reason = (
+                "skipped",
+                "not started: the build stopped after an earlier failure",
+            )
+            return
+        t0 = time.monotonic()
+        result.started = t0
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        result.log = str(self.log_path)
+        out_tmp = ctx.output / f".tmp-{self.job.id}-{ctx.run_id}"
+        image: str | None = None
+        try:
+            result.phase = "prepare"
+            self.changed()
+            inputs = prepare(self.job)
+            image = inputs.image
+            out_tmp.mkdir(parents=True, exist_ok=True)
+            out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
+            self.profile_dir.mkdir(parents=True, exist_ok=True)
+            mounts = self.mounts(inputs, out_tmp)
+            built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
+            if built is not None:
+                wheel, installed_torch = built
+                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts)
+        except Interrupted:
+            result.result, result.reason = "interrupted", "the build was stopped"
+        except FactoryError as exc:
+            result.result, result.reason = "failed", str(exc)
+        except Exception as exc:  # a docker API error must fail this job, not the whole run
+            result.result, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            result.wall_s = round(time.monotonic() - t0, 1)
+            result.phase = result.result
+            if result.result != "ok":
+                result.log_tail = log_tail(self.log_path)
+            shutil.rmtree(out_tmp, ignore_errors=True)
+            self.changed()
+            if not ctx.stop.is_set() and image is not None:
+                with contextlib.suppress(Exception):
+                    self.clean(image)
+
+    def clean(self, image: str) -> None:
+        self.ctx.engine.run_short(
+            image,
+            [*DRIVER, "clean"],
+            env=self.driver_env(),
+            user=CONTAINER_USER,
+            mounts={
+                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+            },
+        )
+
+    def build(
+        self, *, image: str, mounts: Mapping[str, Mapping[str, str]], out_dir: Path
+    ) -> tuple[Path, str] | None:
+        """Attempts until a wheel, a non-OOM failure, the last attempt or nothing left to change. The build
+        directory outlives an OOM kill, so each retry resumes from the objects already compiled."""
+        job, result, ctx = self.job, self.result, self.ctx
+        archs = len(job.variant.archs)
+        first = jobmemory.initial_parallelism(
+            recipe=self.mf.recipe, archs=archs, limit_bytes=ctx.memory_limit, cpus=ctx.cpus,
+            package=self.mf.package.name, version=self.mf.package.version,
+        )  # fmt: skip
+        last: list[DriverOutcome] = []
+
+        def attempt(number: int, parallel: Parallelism) -> Outcome:
+            if number > 1:
+                # the previous attempt's note is the reason for this one's plan
+                result.attempts[-1].note = parallel.reason
+                ctx.log(f"{job.id}: {parallel.reason}")
+            record = Attempt(
+                number=number, max_jobs=parallel.max_jobs, nvcc_threads=parallel.nvcc_threads,
+                memory_limit=ctx.memory_limit,
+            )  # fmt: skip
+            result.attempts.append(record)
+            start = self.log_path.stat().st_size if self.log_path.exists() else 0
+            # after an OOM the plan's reason is already the attempt's report line
+            self.note(parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}")
+            env = self.container_env(parallel)
+            self.note(f"MAX_JOBS={env['MAX_JOBS']} NVCC_THREADS={env['NVCC_THREADS']}")
+            record.ninja_jobs = int(env["MAX_JOBS"]) if env["MAX_JOBS"].isdigit() else None
+            t0 = time.monotonic()
+            outcome = self.run_driver("build", image=image, env=env, mounts=mounts)
+            last[:] = [outcome]
+            segment = read_from(self.log_path, start)
+            record.wall_s = round(time.monotonic() - t0, 1)
+            record.exit_code = outcome.exit_code
+            record.oom_killed = outcome.oom_killed
+            record.peak_bytes = outcome.peak_bytes
+            record.objects_kept = outcome.markers.get("objects_kept")
+            progress = ninja_progress(segment)
+            record.objects_compiled = progress[0] if progress else None
+            record.objects_planned = progress[1] if progress else None
+            record.objects_total = outcome.markers.get("objects_total")
+            self.learn(segment)
+            kept = record.objects_kept or 0
+            total = kept + (record.objects_planned or 0)
+            return Outcome(
+                ok=outcome.exit_code == 0 and not outcome.oom_killed,
+                oom=outcome.oom_killed,
+                peak_bytes=outcome.peak_bytes,
+                objects_done=kept + (record.objects_compiled or 0),
+                objects_total=total or None,
+            )
+
+        retries = run_attempts(
+            first, attempt, max_attempts=self.mf.build.max_attempts, limit_bytes=ctx.memory_limit, archs=archs
+        )
+        outcome = last[0]
+        tried = retries.last
+        if retries.stop == STOP_OK:
+            wheel_name = outcome.markers.get("wheel")
+            if not wheel_name or not (out_dir / wheel_name).is_file():
+                result.result, result.reason = "failed", "the build finished without a wheel"
+                return None
+            # The driver reports the torch it built against; the wheel is pinned to that release.
+            return out_dir / str(wheel_name), str(outcome.markers.get("torch") or job.variant.torch)
+        if retries.stop == STOP_FAILED:
+            result.result = "failed"
+            result.reason = f"build exited with code {outcome.exit_code} (attempt {tried.number})"
+            return None
+        record = result.attempts[-1]
+        if retries.stop == STOP_NO_ATTEMPTS:
+            record.note = (
+                f"attempt {tried.number}: OOM at {format_size(outcome.peak_bytes)}; no attempts left"
+            )
+        elif tried.next_plan is not None:  # nothing to change: the plan a retry would have run
+            record.note = tried.next_plan.reason
+            ctx.log(f"{job.id}: {tried.next_plan.reason}")
+        result.result = "oom"
+        result.reason = (
+            f"OOM-killed at {format_size(record.peak_bytes)} of a {format_size(ctx.memory_limit)} limit "
+            f"after {len(result.attempts)} attempt(s)"
+        )
+        return None
+
+    def learn(self, segment: str) -> None:
+        """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
+            fh.write(segment)
+            fh.flush()
+            jobmemory.record_profiles(
+                package=self.mf.package.name, version=self.mf.package.version, log_path=Path(fh.name)
+            )
+
+    def accept(self, *, wheel: Path, torch: str, image: str, mounts: Mapping[str, Mapping[str, str]]) -> None:
+        """Pin torch, retag the platform, check the wheel, then install and import it in a fresh container;
+        only then is it moved to the output."""
+        job, result = self.job, self.result
+        result.phase = "check"
+        self.changed()
+        self.note("checking the wheel")
+        wheelcheck.pin_torch_requirement(wheel, torch)
+        wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
+        problems = wheelcheck.check_wheel(
+            wheel,
+            name=self.mf.package.name,
+            version=self.mf.package.version,
+            local_version=job.variant.local_version,
+            python=job.python,
+            torch_version=torch,
+            archs=job.variant.archs,
+        )
+        if problems:
+            result.result = "failed"
+            result.reason = "wheel check failed: " + "; ".join(problems)
+            return
+        env = {
+            **self.driver_env(),
+            "FACTORY_WHEEL": wheel.name,
+            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
+        }
+        outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
+        if outcome.exit_code != 0:
+            result.result = "failed"
+            result.reason = f"install/import check failed (exit {outcome.exit_code})"
+            return
+        final = self.ctx.output / wheel.name
+        os.replace(wheel, final)
+        final.chmod(0o644)
+        result.wheel = final.name
+        result.result = "ok"
+
+
+def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:
+    JobRun(ctx, job, result).run(prepare)

@@ -1,0 +1,98 @@
+"""The frozen option types a matrix file resolves to: the package and its source, the recipe, the build and
+publish options. The loader (`factory.config`) makes them; recipes, plans and builds read them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from packaging.utils import canonicalize_name
+
+PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
+
+
+def frozen_mapping(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """A read-only copy, for the mappings inside frozen options."""
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    kind: Literal["pypi", "git", "path"] = "pypi"
+    url: str | None = None
+    ref: str | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageSpec:
+    name: str
+    version: str
+    source: Source = field(default_factory=Source)
+
+    @property
+    def canonical_name(self) -> str:
+        return canonicalize_name(self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    name: str
+    arch_env: str = "TORCH_CUDA_ARCH_LIST"
+    arch_format: Literal["flash-attn", "torch"] = "torch"
+    local_version_env: str | None = None
+    env: Mapping[str, str] = field(default_factory=frozen_mapping)
+    patches: tuple[Path, ...] = ()
+    import_name: str = ""
+    min_arch: str | None = None
+    compile_gib_per_arch: float = 4.0
+    # Per-file estimates, (glob on the source file's base name, GiB per arch per nvcc thread) in order: the
+    # first match wins, files matching none take compile_gib_per_arch. Kernel files of one package differ by
+    # nearly 2x (flash-attn: forward 3.7, backward 6.6 GiB), so one worst-case figure starves a first build.
+    compile_gib_by_file: tuple[tuple[str, float], ...] = ()
+    # After its peak, a compile holds at most this fraction of it (flash-attn: cicc's RSS climbs to the peak
+    # in the first 10-25% of the compile, then falls to a third of it), so an unprofiled compile seen past its
+    # peak no longer needs its whole estimate reserved; None: it keeps it to the end.
+    compile_after_peak: float | None = None
+    # How long each file takes to compile, (glob on the base name, seconds of one arch on any one machine) in
+    # order: a first build, which has no profile, starts the longest first (flash-attn's split-KV files take
+    # twice its shortest forward files; last in setup.py's order, they would end the build alone). Only their
+    # ratios count: the wrapper scales them to the build's own measured compiles.
+    compile_seconds_by_file: tuple[tuple[str, float], ...] = ()
+    # Packages the build needs beyond torch (installed into the build env from the wheelhouse).
+    extra_build_requires: tuple[str, ...] = ("setuptools", "wheel", "ninja", "packaging")
+    # The C++ standard the package compiles as, when it hard-codes one (flash-attn 2.x: "17"); None: torch's.
+    cxx_std: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    memory: int | None = None
+    memory_budget: int | None = None
+    cpus: float | None = None
+    concurrency: int = 1
+    flavor: Literal["devel", "pypi", "manylinux"] = "devel"
+    # None: for the pypi flavor, the factory base whose Debian suite ships each job's Python
+    base_image: str | None = None
+    images: Mapping[str, str] = field(default_factory=frozen_mapping)
+    pids_limit: int = 4096
+    max_attempts: int = 3
+    offline: bool = True
+    # CUDA version -> index URL for torch, or "default" for the host's pip configuration.
+    torch_index: Mapping[str, str] = field(default_factory=frozen_mapping)
+
+    def torch_index_url(self, cuda: str) -> str | None:
+        """Where torch for `cuda` comes from: a URL, or None meaning the host's own pip configuration."""
+        value = self.torch_index.get(cuda)
+        if value is None:
+            return PYTORCH_INDEX.format(tag=cuda.replace(".", ""))
+        return None if value == "default" else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishOptions:
+    to: str = "./index"
+    endpoint_url: str | None = None

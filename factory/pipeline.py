@@ -1,0 +1,110 @@
+"""`factory build --publish` as one run: leave out what is already published, start from the compile profile
+the store carries, build, publish the accepted wheels, ship back what this run learned.
+
+The build itself is the caller's (`factory.build.run_build` behind the CLI's progress display), so this
+module needs no Docker; the store is opened once, before anything is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from factory.config import MatrixFile
+from factory.errors import FactoryError
+from factory.memory.shipping import pull_profile, push_profile
+from factory.publish import PublishResult, describe, publish_wheels, published_files, published_wheel
+from factory.stores import Store, open_store
+
+if TYPE_CHECKING:
+    from factory.plan import Job
+    from factory.report import BuildReport
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """What one run did: its build report (None when every job was already published) and what it
+    published (None when it published nothing)."""
+
+    report: BuildReport | None
+    published: PublishResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.report is None or self.report.ok
+
+
+def unpublished(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> list[Job]:
+    """The jobs whose wheel the store does not list yet; each one left out is said through `log`."""
+    pages: dict[str, tuple[str, ...]] = {}
+    left = []
+    for job in jobs:
+        vid = job.variant.id
+        if vid not in pages:
+            pages[vid] = published_files(store, project=mf.package.name, variant_id=vid)
+        found = published_wheel(
+            pages[vid], project=mf.package.name, version=job.variant.full_version, python=job.python
+        )
+        if found is None:
+            left.append(job)
+        else:
+            log(f"{job.id}: already published as {found}; skipped (--rebuild builds it again)")
+    return left
+
+
+def sync_profile(store: Store, mf: MatrixFile, log: Log, *, pull: bool) -> None:
+    """Compile profiles travel with the published results; an unreachable store only costs a head start."""
+    name, version = mf.package.name, mf.package.version
+    try:
+        count = (pull_profile if pull else push_profile)(store, package=name, version=version)
+    except (FactoryError, OSError, ValueError) as exc:
+        log(f"compile profile not {'fetched' if pull else 'shipped'}: {exc}")
+        return
+    if count:
+        log(f"compile profile {'fetched from' if pull else 'shipped to'} {mf.publish.to}: {count} compiles")
+
+
+def build_matrix(
+    mf: MatrixFile,
+    jobs: Sequence[Job],
+    *,
+    build: Callable[[Sequence[Job]], BuildReport],
+    output: Path,
+    publish: bool = False,
+    rebuild: bool = False,
+    log: Log,
+) -> RunOutcome:
+    """Build `jobs` with `build` (its wheels and report.json go to `output`); with `publish`, publish the
+    accepted wheels to `publish.to`.
+
+    Publishing, jobs whose wheel is already published are not built unless `rebuild`: a wheel built again
+    differs in its bytes, and publishing it would be refused (nothing published is overwritten). Failed jobs
+    do not hold back the good wheels; the index's matrix page shows what failed."""
+    if not publish:
+        return RunOutcome(report=build(jobs))
+    store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
+    if not rebuild:
+        jobs = unpublished(store, mf, jobs, log)
+        if not jobs:
+            log(f"nothing to build: every job's wheel is already published to {mf.publish.to}")
+            return RunOutcome(report=None)
+    sync_profile(store, mf, log, pull=True)
+    report = build(jobs)
+    wheels = [output / r.wheel for r in report.jobs if r.wheel]
+    if not wheels:
+        return RunOutcome(report=report)
+    result = publish_wheels(
+        wheels,
+        to=mf.publish.to,
+        endpoint_url=mf.publish.endpoint_url,
+        report=output / "report.json",
+        store=store,
+    )
+    for line in describe(result):
+        log(line)
+    sync_profile(store, mf, log, pull=False)
+    return RunOutcome(report=report, published=result)
