@@ -41,6 +41,13 @@ class Running:
     peak_bytes: int = 0
     paused: bool = False  # stopped at its rise until its peak is granted
     stopped_threads: int = 0  # a stopped compile's threads, busy again once its peak is granted
+    # its peak is the recipe's estimate (no profile of its own): its reservation may be cut to a line
+    estimated: bool = False
+    # admitted beside others by measured memory (`metered`): it is stopped once its RSS passes this line,
+    # until its peak is granted
+    line_bytes: int | None = None
+    seen_bytes: int = 0  # the most RSS seen of it so far
+    steady_s: float = 0.0  # seconds since its RSS last grew (by more than STEADY_GROWTH)
 
     @property
     def held_bytes(self) -> int:
@@ -48,8 +55,11 @@ class Running:
 
     @property
     def booked_bytes(self) -> int:
-        """What it will hold at most: its peak when that is still to be granted."""
-        return max(self.held_bytes, self.peak_bytes) if self.front_bytes is not None else self.held_bytes
+        """What it will hold at most: its peak when that is still to be granted (a front end, or a stopped
+        line)."""
+        if self.paused or (self.front_bytes is not None and self.line_bytes is None):
+            return max(self.held_bytes, self.peak_bytes)
+        return self.held_bytes
 
 
 def running(
@@ -63,14 +73,19 @@ def running(
     waves: int,
     front_bytes: int | None = None,
     paused: bool = False,
+    line_bytes: int | None = None,
+    steady_s: float = 0.0,
 ) -> Running:
     """A running compile as admission sees it: admitted for its front end, it holds that; else what is left
-    of its envelope (`reservation`). A stopped compile uses no CPU."""
+    of its envelope (`reservation`), at most its line. A stopped compile uses no CPU."""
     reserved = (
         front_bytes
         if front_bytes is not None
         else reservation(prediction, elapsed_s, seen_bytes, rss_bytes, waves=waves)
     )
+    if line_bytes is not None:
+        # it may grow to its line without asking, from its front end too
+        reserved = line_bytes if front_bytes is not None else min(reserved, line_bytes)
     return Running(
         pid=pid,
         reserved_bytes=reserved,
@@ -80,7 +95,16 @@ def running(
         front_bytes=front_bytes,
         peak_bytes=prediction.peak_bytes,
         paused=paused,
+        estimated=is_estimated(prediction),
+        line_bytes=line_bytes,
+        seen_bytes=seen_bytes,
+        steady_s=steady_s,
     )
+
+
+def is_estimated(prediction: Prediction) -> bool:
+    """Whether a prediction's peak is the recipe's estimate, not the compile's own profile."""
+    return prediction.wall_s is None or prediction.inferred
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,10 @@ class Decision:
     reason: str
     committed_bytes: int
     capacity_bytes: int
+    # a metered start (`metered`): the lines of running compiles (pid -> bytes) and the started one's own;
+    # a peak granted (`grant_peak`): the line the compile keeps, None when it may go on to its peak
+    lines: tuple[tuple[int, int], ...] = ()
+    line_bytes: int | None = None
 
 
 def default_headroom(limit_bytes: int) -> int:
@@ -168,6 +196,7 @@ def choose(
     running: Sequence[Running],
     cpus: float | None = None,
     two_stage: bool = True,
+    measured: bool = True,
 ) -> tuple[Waiting | None, Decision | None]:
     """The compile to start now: the first waiter in priority order that may start, with its decision; else
     None and the decision of the first in order (why it waits).
@@ -183,8 +212,12 @@ def choose(
     does (measured on the flash-attn model at four host sizes: holding memory for it, with backfilling for
     compiles of known time, was within 1% for profiled builds and 2-5% slower for first builds, as an
     unprofiled compile never backfills).
+
+    With `measured`, a compile whose peak is an estimate that does not fit beside the running compiles'
+    reservations may still start by what they hold now (`metered`).
     """
     capacity = max(0, limit_bytes - headroom_bytes)
+    untracked = max(0, used_bytes - sum(r.rss_bytes for r in running))
     view = [
         replace(r, reserved_bytes=r.booked_bytes, threads=r.stopped_threads) if r.paused else r
         for r in running
@@ -195,6 +228,7 @@ def choose(
         front = front_bytes(w.prediction) if two_stage else None
         if front is not None and running and booked + w.prediction.peak_bytes > OVERBOOK * capacity:
             d = Decision(False, "peaks booked: wait for one to pass", booked, capacity)
+            for_memory = _cpu_free(view, w.threads, cpus)
         else:
             d = decide(
                 limit_bytes=limit_bytes,
@@ -207,8 +241,101 @@ def choose(
             )
             if d.admit:
                 return w, d
+            for_memory = d.reason.startswith("memory")
+        if measured and for_memory and is_estimated(w.prediction):
+            m = metered(w, capacity_bytes=capacity, untracked_bytes=untracked, running=view)
+            if m is not None:
+                return w, m
         first = first or d
     return None, first
+
+
+# A compile whose peak is the recipe's estimate may start beside others by what they hold now, not by what
+# they reserve (`metered`). A recipe's estimate is its author's rounded-up guess (memext: heavy files 1.5 GiB
+# per arch for 1.3 GiB measured, light files 0.35 for 0.26; causal-conv1d: 4 GiB for 2.45), and a first
+# build that books it whole runs its heaviest compile alone. Running compiles whose peaks are estimates get
+# lines: a wrapper stops its compile (SIGSTOP) once its RSS passes its line, until its peak is granted
+# (`grant_peak`), so the reservations and lines still add up to the capacity whatever the estimates were
+# worth: a wrong bet costs a stop, never an OOM kill. Which compiles get lines, and how low:
+# - one that has shown where its peak is: it holds at least FRONT_FRACTION of its estimate and has either
+#   fallen from the most it was seen at (PAST_PEAK_DROP) or not grown for PLATEAU_S; its line is at least
+#   that most, and LINE_MARGIN above what it holds now;
+# - any other, beside a compile started of at most LIGHT_FRACTION of its estimate: its line is at least
+#   LINE_MARGIN above what it holds now. The bet is that the lighter one ends, or the line holds, before it
+#   climbs (memext's TUs hold their front end, 0.26 GiB for a heavy one, for 70% of their time and climb at
+#   the end);
+# - the compile started: at least LINE_FLOOR of its estimate, and not below what those that showed their
+#   peak proved the estimates worth (their peak seen of their estimate).
+# A compile still climbing beside one as heavy is never cut: flash-attn's cicc climbs to its peak (near the
+# recipe's per-file estimate) in steps of a few seconds, longer when the cores are shared (3.4 s seen in the
+# model), and a line below its peak would stop it there for the time of the compile that took its memory.
+# Measured on the flash-attn model's first build (432 GiB / 128 cores; 326.3 s before) and a model of the
+# memext first build (2.25 GiB / 2 cores, its measured course shape, bound 58.5 s; 79.5 s before):
+# LIGHT_FRACTION 0.5 -> 326.3 and 75.5 s, 0.65 -> 337.6 and 67.0 s (the first build of the real fixture
+# needs the medium TUs beside the heavy ones, 0.6 of their estimate); with the recipe's single per-arch figure
+# the model's first build 452 -> 394 s. PLATEAU_S from 6 to 40 s gave the same; 3 s, or no FRONT_FRACTION
+# condition, cut the model's compiles mid-climb (362 and 384 s).
+LINE_FLOOR = 0.75
+LINE_MARGIN = 1.25
+PLATEAU_S = 10.0
+LIGHT_FRACTION = 0.65
+# RSS growth below this factor of the level it held does not count as growing (allocator noise).
+STEADY_GROWTH = 1.05
+
+
+def metered(
+    w: Waiting, *, capacity_bytes: int, untracked_bytes: int, running: Sequence[Running]
+) -> Decision | None:
+    """A start by measured memory for `w`, whose peak (an estimate) does not fit beside the running
+    compiles' bookings: the running compiles that may get lines (not stopped, their peaks estimates; see
+    LIGHT_FRACTION) and `w` itself get lines, each at least its lowest, the room left shared in proportion
+    to what each line is below its booking; the others count at what they book. None when no running
+    compile may get a line, or even the lowest lines do not fit."""
+    fixed = untracked_bytes
+    flexible: list[tuple[int | None, int, int]] = []  # (pid, lowest line, reservation)
+    worth = 0.0  # the most a compile that showed its peak was seen at, of its estimate
+    peak = w.prediction.peak_bytes
+    for r in running:
+        low = max(math.ceil(r.rss_bytes * LINE_MARGIN), r.seen_bytes)
+        cuttable = r.estimated and not r.paused
+        shown = (
+            cuttable
+            and r.seen_bytes >= FRONT_FRACTION * r.peak_bytes
+            and (r.steady_s >= PLATEAU_S or r.rss_bytes <= PAST_PEAK_DROP * r.seen_bytes)
+        )
+        if shown:
+            worth = max(worth, r.seen_bytes / max(1, r.peak_bytes))
+        # one whose peak may still come gets a line only beside a light compile
+        lined = shown or (cuttable and peak <= LIGHT_FRACTION * r.peak_bytes)
+        if lined and low < r.booked_bytes:
+            flexible.append((r.pid, low, r.booked_bytes))
+        else:
+            fixed += r.booked_bytes
+    if not flexible:
+        return None
+    flexible.append((None, min(peak, math.ceil(max(LINE_FLOOR, worth) * peak)), peak))
+    spare = capacity_bytes - fixed - sum(low for _, low, _ in flexible)
+    if spare < 0:
+        return None
+    wanted = sum(top - low for _, low, top in flexible)
+    share = 1.0 if wanted <= spare else spare / wanted
+    lines = {pid: (min(top, low + int((top - low) * share)), top) for pid, low, top in flexible}
+    own, _ = lines.pop(None)
+    committed = fixed + sum(line for line, _ in lines.values())
+    return Decision(
+        admit=True,
+        reason=f"measured: {(committed + own) / GIB:.2f} GiB of lines <= {capacity_bytes / GIB:.2f} GiB",
+        committed_bytes=committed,
+        capacity_bytes=capacity_bytes,
+        lines=tuple((pid, line) for pid, (line, top) in lines.items() if pid is not None and line < top),
+        line_bytes=None if own >= peak else own,
+    )
+
+
+def _cpu_free(running: Sequence[Running], threads: int, cpus: float | None) -> bool:
+    """Whether `threads` more busy threads stay within the CPUs and CPU_OVERCOMMIT (as `decide` checks)."""
+    busy = sum(r.threads for r in running)
+    return cpus is None or busy + threads <= max(1.0, cpus * CPU_OVERCOMMIT)
 
 
 def grant_peak(
@@ -223,7 +350,10 @@ def grant_peak(
 ) -> Decision:
     """Whether a compile stopped at its rise may go on to its peak: when it fits beside what the others hold,
     or when every other compile is stopped too (one of them must go on; the booking kept their peaks within
-    reach)."""
+    reach). A compile with a line (`metered`) rising from its front end goes on up to its line: the lines
+    were made to fit; once past its line it needs its peak."""
+    if own.line_bytes is not None and own.rss_bytes <= own.line_bytes:
+        return Decision(True, "within its line", 0, limit_bytes - headroom_bytes, line_bytes=own.line_bytes)
     if all(o.paused for o in others):
         return Decision(True, "every other compile waits", 0, limit_bytes - headroom_bytes)
     return decide(

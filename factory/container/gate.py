@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import IO, Any
 
 from . import admission, cgroup
@@ -24,13 +25,17 @@ from .state import locked_state, peek_state, prediction_entry, prediction_of
 def running_states(
     state: dict[str, Any], kids: dict[int, list[int]], now: float
 ) -> dict[str, admission.Running]:
-    """What admission sees of each running compile; records the most RSS seen of each in `state`."""
+    """What admission sees of each running compile; records in `state` the most RSS seen of each, and since
+    when it holds steady (`admission.STEADY_GROWTH`)."""
     found: dict[str, admission.Running] = {}
     for pid, r in state["running"].items():
         rss = tree_rss(int(pid), kids)
         # the most RSS seen of a running compile tells whether its peak is behind it
         r["seen"] = max(int(r.get("seen", 0)), rss)
+        if rss > int(r.get("steady", 0)) * admission.STEADY_GROWTH:
+            r["steady"], r["steady_at"] = rss, now
         front = r.get("front")
+        line = r.get("line")
         found[pid] = admission.running(
             int(pid),
             prediction_of(r),
@@ -41,8 +46,36 @@ def running_states(
             waves=int(r.get("waves", 2)),
             front_bytes=None if front is None else int(front),
             paused=bool(r.get("paused")),
+            line_bytes=None if line is None else int(line),
+            steady_s=now - float(r.get("steady_at", now)),
         )
     return found
+
+
+def line_path(state_dir: str, pid: str) -> str:
+    """The file holding a running compile's line (`admission.metered`), which its wrapper reads at every
+    sample; none while it has no line."""
+    return os.path.join(state_dir, f"line-{pid}")
+
+
+def set_line(state_dir: str, pid: str, line: int | None) -> None:
+    path = line_path(state_dir, pid)
+    if line is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(line))
+    os.replace(tmp, path)
+
+
+def read_line(state_dir: str, pid: str) -> int | None:
+    try:
+        with open(line_path(state_dir, pid)) as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return None
 
 
 # How often the first dispatcher looks for sibling jobs that have not asked yet (their Python is starting).
@@ -181,19 +214,30 @@ class Admission:
             started: list[str] = []
             while waiting:
                 chosen, decision = admission.choose(waiting, used_bytes=used, running=view, **self.limits())
-                if chosen is None:
+                if chosen is None or decision is None:
                     break
+                for pid, line in decision.lines:
+                    # a running compile's line, set before the new one can start: its wrapper stops it there
+                    state["running"][str(pid)]["line"] = line
+                    set_line(self.state_dir, str(pid), line)
+                    view = [
+                        replace(r, reserved_bytes=min(r.reserved_bytes, line), line_bytes=line)
+                        if r.pid == pid else r
+                        for r in view
+                    ]  # fmt: skip
                 waiting.remove(chosen)
                 waves = int(state["waiting"].pop(chosen.key).get("waves", 1))
                 front = admission.front_bytes(chosen.prediction)
                 state["running"][chosen.key] = {
                     **prediction_entry(chosen.prediction), "threads": chosen.threads, "waves": waves,
-                    "start": time.time(), "front": front,
+                    "start": time.time(), "front": front, "line": decision.line_bytes,
                 }  # fmt: skip
+                set_line(self.state_dir, chosen.key, decision.line_bytes)
                 view.append(
                     admission.running(
                         int(chosen.key), chosen.prediction, elapsed_s=0.0, seen_bytes=0, rss_bytes=0,
                         threads=chosen.threads, waves=waves, front_bytes=front,
+                        line_bytes=decision.line_bytes,
                     )
                 )  # fmt: skip
                 with open(self.grant_path(chosen.key), "w"):
@@ -233,11 +277,15 @@ class Admission:
         self, rss: int, child: subprocess.Popen[bytes], refresh: Callable[[], admission.Prediction]
     ) -> float:
         """After each RSS sample of the running compile: publish a new peak and a refreshed prediction (the
-        build's finished siblings give an unprofiled compile a time course); stop the compile at its rise
-        until its peak is granted. Returns the seconds it was stopped."""
+        build's finished siblings give an unprofiled compile a time course); stop the compile at its rise, or
+        once it passes its line (`admission.metered`), until its peak is granted. Returns the seconds it was
+        stopped."""
         latest = refresh()  # the same object until a sibling's measurement changes it
         changed = latest is not self.promised
-        rising = self.front is not None and admission.rises(self.front, rss)
+        line = read_line(self.state_dir, self.me)
+        rising = (self.front is not None and admission.rises(self.front, rss)) or (
+            line is not None and rss > line
+        )
         if not (changed or rising or rss > self.published * PUBLISH_STEP):
             return 0.0
         self.promised = latest
@@ -269,7 +317,8 @@ class Admission:
                 )
                 mine = state["running"][self.me]
                 if decision.admit:
-                    mine.update(front=None, paused=False)
+                    mine.update(front=None, paused=False, line=decision.line_bytes)
+                    set_line(self.state_dir, self.me, decision.line_bytes)
                     mine["paused_s"] = float(mine.get("paused_s", 0.0)) + time.monotonic() - t0
                     break
                 if not stopped:
@@ -293,6 +342,7 @@ class Admission:
         with locked_state(self.state_dir) as state:
             state["running"].pop(self.me, None)
             state["waiting"].pop(self.me, None)
+            set_line(self.state_dir, self.me, None)
             waiting = state["waiting"]
             dispatcher = state.get("dispatcher")
             wake = [dispatcher] if dispatcher in waiting else list(waiting)

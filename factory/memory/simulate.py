@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from factory.container import admission
@@ -104,6 +104,9 @@ class AdmissionModel:
     estimates: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # a compile with a low front end starts with it, and is stopped at its rise until its peak is granted
     two_stage: bool = True
+    # a compile whose peak is an estimate may start by what the running compiles hold, beside lines they
+    # are stopped at (`admission.metered`)
+    measured: bool = True
     poll_s: float = 1.0  # how often a waiting wrapper asks again (FACTORY_POLL_S is 0.5 s)
     after_peak: float | None = None  # the recipe's compile_after_peak (FACTORY_AFTER_PEAK)
     # the recipe's compile_seconds_by_file (FACTORY_SECONDS_BY_FILE), keyed by the tasks' names
@@ -143,12 +146,21 @@ class _Run:
     seen: int = 0  # the most RSS of this run so far, as the wrapper samples it
     front: int | None = None  # admitted for its front end only: its peak is granted when it rises
     paused: bool = False  # stopped at its rise (SIGSTOP) until its peak is granted
+    line: int | None = None  # admitted by measured memory: stopped once above it until its peak is granted
     paused_s: float = 0.0
     ticket: int = 0
+    steady: int = 0  # the RSS it held when it last grew (`admission.STEADY_GROWTH`), and since when
+    steady_at: float = 0.0
 
     @property
     def rss(self) -> int:
         return self.task.phases[self.phase][1]
+
+    def sampled(self, now: float) -> None:
+        """What its wrapper (and the dispatcher) record of its RSS: the most seen, and when it last grew."""
+        self.seen = max(self.seen, self.rss)
+        if self.rss > self.steady * admission.STEADY_GROWTH:
+            self.steady, self.steady_at = self.rss, now
 
     @property
     def threads(self) -> int:
@@ -228,10 +240,11 @@ def run_attempt(
             else:
                 r.left -= step * speed
             while not r.paused and r.left <= EPS:
-                if (
-                    r.front is not None
-                    and r.phase + 1 < len(r.task.phases)
-                    and admission.rises(r.front, r.task.phases[r.phase + 1][1])
+                after = r.task.phases[r.phase + 1][1] if r.phase + 1 < len(r.task.phases) else 0
+                if r.front is not None and admission.rises(r.front, after) and r.line is not None:
+                    r.front = None  # rising from its front end within its line: it goes on to its line
+                if (r.front is not None and admission.rises(r.front, after)) or (
+                    r.line is not None and after > r.line
                 ):
                     r.paused = True  # it rises: its wrapper stops it until its peak is granted
                     r.left = 0.0
@@ -240,7 +253,7 @@ def run_attempt(
                 if r.phase == len(r.task.phases):
                     break
                 r.left += r.task.phases[r.phase][0]
-                r.seen = max(r.seen, r.task.phases[r.phase][1])
+                r.sampled(now)
             if r.phase == len(r.task.phases):
                 finished.add(r.task.name)
                 if admit is not None and admit.online:
@@ -270,6 +283,8 @@ def _state(r: _Run, n: int, now: float, admit: AdmissionModel) -> admission.Runn
         waves=admit.waves,
         front_bytes=r.front,
         paused=r.paused,
+        line_bytes=r.line,
+        steady_s=now - r.steady_at,
     )
 
 
@@ -287,23 +302,26 @@ def _admit(
         (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.rank_s, r.ticket)
     ):
         state = [_state(o, n, now, admit) for n, o in enumerate(running)]
-        own = state[running.index(r)]
+        mine = state[running.index(r)]
+        # its wrapper asks once it has sampled its RSS above its front end or line: the next phase's
+        own = replace(mine, rss_bytes=max(mine.rss_bytes, r.task.phases[r.phase + 1][1]))
         decision = admission.grant_peak(
             own,
-            used_bytes=base_bytes + sum(x.rss_bytes for x in state),
-            others=[x for x in state if x is not own],
+            used_bytes=base_bytes + sum(x.rss_bytes for x in state if x is not mine) + own.rss_bytes,
+            others=[x for x in state if x is not mine],
             threads=max(t for _, _, t in r.task.phases),
             **limits,
         )
         if decision.admit:
             r.paused = False
             r.front = None
+            r.line = decision.line_bytes
             r.phase += 1
             r.left = r.task.phases[r.phase][0]
-            r.seen = max(r.seen, r.rss)
+            r.sampled(now)
     while waiting:
         state = [_state(r, n, now, admit) for n, r in enumerate(running)]
-        chosen, _ = admission.choose(
+        chosen, decision = admission.choose(
             [
                 admission.Waiting(
                     key=str(i), prediction=pred, threads=max(t for _, _, t in task.phases), ticket=ticket
@@ -313,10 +331,13 @@ def _admit(
             used_bytes=base_bytes + sum(x.rss_bytes for x in state),
             running=state,
             two_stage=admit.two_stage,
+            measured=admit.measured,
             **limits,
         )
-        if chosen is None:
+        if chosen is None or decision is None:
             return
+        for n, line in decision.lines:
+            running[n].line = line
         ticket, task, pred = waiting.pop(int(chosen.key))
         running.append(
             _Run(
@@ -326,7 +347,10 @@ def _admit(
                 started=now,
                 prediction=pred,
                 seen=task.phases[0][1],
+                steady=task.phases[0][1],
+                steady_at=now,
                 front=admission.front_bytes(pred) if admit.two_stage else None,
+                line=decision.line_bytes,
                 ticket=ticket,
             )
         )
@@ -421,13 +445,15 @@ def simulate_factory(
     by_file: Sequence[tuple[str, int]] = (),
     after_peak: float | None = None,
     seconds_by_file: Sequence[tuple[str, float]] = (),
+    measured: bool = True,
 ) -> tuple[StrategyResult, dict[str, Prediction]]:
     """Planner + per-compile admission + resume after OOM (`retry.run_attempts`, the runner's loop); returns
     the result and the profile it learned.
 
     `by_file` is the recipe's per-file table in bytes (jobmemory.file_estimate_bytes), raised with the plan's
     per-arch figure after an OOM as a job raises it; `after_peak` is the recipe's compile_after_peak,
-    `seconds_by_file` its compile_seconds_by_file."""
+    `seconds_by_file` its compile_seconds_by_file; `measured` lets a compile start by what the others hold
+    (`admission.metered`)."""
     first = plan_parallelism(
         limit_bytes=limit_bytes,
         cpus=cores,
@@ -474,6 +500,7 @@ def simulate_factory(
             waves=-(-max(1, archs) // max(1, min(par.nvcc_threads, archs))),
             after_peak=after_peak,
             seconds_by_file=tuple(seconds_by_file),
+            measured=measured,
         )
         r = run_attempt(
             tasks,

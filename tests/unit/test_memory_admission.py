@@ -512,3 +512,125 @@ def test_a_compile_rises_once_past_its_front_end_by_the_slack() -> None:
     assert not admission.rises(front, front)
     assert not admission.rises(front, int(front * admission.FRONT_SLACK))  # a front end that holds more
     assert admission.rises(front, int(front * admission.FRONT_SLACK) + 1)
+
+
+# A first build: the memext fixture under 2.25 GiB (2 GiB for compiles), no profile; the recipe estimates a
+# heavy file at 1.75 GiB (1.3 GiB measured) and a light one at 0.6 GiB (0.26 measured).
+FIRST = {"limit_bytes": int(2.25 * GIB), "headroom_bytes": GIB // 4, "cpus": 2.0}
+UNTRACKED = 0.1  # ninja, setup.py's Python, the wrappers
+
+
+def heavy(*, rss: float, seen: float, steady_s: float, pid: int = 1, peak: float = 1.75) -> Running:
+    return admission.running(
+        pid, Prediction(peak_bytes=int(peak * GIB)), elapsed_s=20.0, seen_bytes=int(seen * GIB),
+        rss_bytes=int(rss * GIB), threads=1, waves=1, steady_s=steady_s,
+    )  # fmt: skip
+
+
+def light(key: str = "l", peak: float = 0.6) -> admission.Waiting:
+    return admission.Waiting(key=key, prediction=Prediction(peak_bytes=int(peak * GIB)), threads=1, ticket=0)
+
+
+def used(*running: Running) -> int:
+    return sum(r.rss_bytes for r in running) + int(UNTRACKED * GIB)
+
+
+def test_a_first_build_starts_a_light_compile_beside_a_heavy_one_past_its_peak() -> None:
+    h = heavy(rss=0.45, seen=1.3, steady_s=0.0)  # fell from 1.3 GiB: its peak is behind it
+    assert h.estimated and h.held_bytes == int(1.75 * GIB)  # booked at its estimate: 0.6 more do not fit
+    chosen, d = admission.choose([light()], used_bytes=used(h), running=[h], measured=False, **FIRST)
+    assert chosen is None and d is not None and d.reason.startswith("memory")
+    chosen, d = admission.choose([light()], used_bytes=used(h), running=[h], **FIRST)
+    assert chosen is not None and d is not None and d.admit and d.reason.startswith("measured")
+    # the heavy one keeps a line at the most it was seen at or above; the light one's own line is at least
+    # LINE_FLOOR of its estimate; lines, the untracked usage and nothing else add up to the capacity
+    ((pid, line),) = d.lines
+    assert pid == 1 and int(1.3 * GIB) <= line < int(1.75 * GIB)
+    assert d.line_bytes is not None and d.line_bytes >= admission.LINE_FLOOR * 0.6 * GIB
+    assert int(UNTRACKED * GIB) + line + d.line_bytes <= FIRST["limit_bytes"] - FIRST["headroom_bytes"]
+    # once cut, the heavy one counts at its line, and its wrapper stops it above it
+    cut = admission.running(
+        1, Prediction(peak_bytes=int(1.75 * GIB)), elapsed_s=20.0, seen_bytes=int(1.3 * GIB),
+        rss_bytes=int(0.45 * GIB), threads=1, waves=1, line_bytes=line,
+    )  # fmt: skip
+    assert cut.held_bytes == line
+
+
+def test_a_compile_on_a_plateau_below_its_estimate_gets_a_line() -> None:
+    # causal-conv1d's backward kernel: 2.45 GiB for minutes, the recipe's estimate 4.25; 7.5 GiB for compiles
+    kw = {"limit_bytes": 8 * GIB, "headroom_bytes": GIB // 2, "cpus": 2.0}
+    bwd = heavy(rss=2.45, seen=2.45, steady_s=admission.PLATEAU_S, peak=4.25)
+    chosen, d = admission.choose([light(peak=4.25)], used_bytes=used(bwd), running=[bwd], **kw)
+    assert chosen is not None and d is not None and d.admit
+    ((_, line),) = d.lines
+    assert line >= 2.45 * admission.LINE_MARGIN * GIB  # room above what it holds
+    # not yet steady for PLATEAU_S: it may still climb, and waits are cheaper than stops at its peak
+    climbing = heavy(rss=2.45, seen=2.45, steady_s=admission.PLATEAU_S / 2, peak=4.25)
+    chosen, _ = admission.choose([light(peak=4.25)], used_bytes=used(climbing), running=[climbing], **kw)
+    assert chosen is None
+
+
+def test_a_light_compile_starts_beside_one_in_its_front_end_and_a_heavier_one_waits() -> None:
+    # the memext heavy TU holds 0.26 GiB for 70% of its time, then climbs to 1.3 at its end
+    h = heavy(rss=0.26, seen=0.26, steady_s=1.0)
+    chosen, d = admission.choose([light()], used_bytes=used(h), running=[h], **FIRST)
+    assert chosen is not None and d is not None
+    ((_, line),) = d.lines
+    assert line >= 0.26 * admission.LINE_MARGIN * GIB and d.line_bytes is not None
+    # a compile of more than LIGHT_FRACTION of its estimate may well be running when it climbs, and would
+    # stop it: it waits, however long the running one has held steady below half its estimate
+    for steady_s in (1.0, 60.0):
+        h = heavy(rss=0.26, seen=0.26, steady_s=steady_s)
+        chosen, _ = admission.choose([light(peak=1.2)], used_bytes=used(h), running=[h], **FIRST)
+        assert chosen is None
+
+
+def test_a_compile_with_its_own_profile_is_not_cut() -> None:
+    # past a profiled peak its envelope already tells what it holds: no line
+    course = Prediction(peak_bytes=int(1.75 * GIB), wall_s=30.0, envelope=(int(1.75 * GIB),) * 80)
+    profiled = admission.running(
+        1, course, elapsed_s=1.0, seen_bytes=int(1.3 * GIB), rss_bytes=int(0.45 * GIB), threads=1, waves=1,
+        steady_s=60.0,
+    )  # fmt: skip
+    assert not profiled.estimated
+    chosen, _ = admission.choose([light()], used_bytes=used(profiled), running=[profiled], **FIRST)
+    assert chosen is None
+
+
+def test_the_started_compile_s_line_is_not_below_what_the_estimates_proved_worth() -> None:
+    # a heavy one seen at 1.7 of its 1.75 GiB estimate: the recipe's estimates are near the mark, so the
+    # light one's line is near its whole estimate, and the two do not fit
+    h = heavy(rss=0.45, seen=1.7, steady_s=0.0)
+    chosen, _ = admission.choose([light()], used_bytes=used(h), running=[h], **FIRST)
+    assert chosen is None
+    # a smaller one fits, and gets its estimate's worth
+    chosen, d = admission.choose([light(peak=0.2)], used_bytes=used(h), running=[h], **FIRST)
+    assert chosen is not None and d is not None
+    assert d.line_bytes is None or d.line_bytes >= 1.7 / 1.75 * 0.2 * GIB
+
+
+def test_a_compile_stopped_at_its_line_books_its_estimate_until_granted() -> None:
+    p = Prediction(peak_bytes=int(1.75 * GIB))
+    now = {
+        "elapsed_s": 20.0,
+        "seen_bytes": int(1.4 * GIB),
+        "rss_bytes": int(1.4 * GIB),
+        "threads": 1,
+        "waves": 1,
+    }
+    stopped = admission.running(1, p, **now, line_bytes=int(1.35 * GIB), paused=True)
+    assert stopped.booked_bytes == int(1.75 * GIB)  # a new compile does not take what it waits for
+    small = admission.running(
+        2, Prediction(peak_bytes=int(0.6 * GIB)), **{**now, "rss_bytes": int(0.25 * GIB)}
+    )
+    # its peak does not fit beside the light one: it stays stopped until that one ends
+    d = admission.grant_peak(stopped, used_bytes=used(stopped, small), others=[small], threads=1, **FIRST)
+    assert not d.admit
+    assert admission.grant_peak(stopped, used_bytes=used(stopped), others=[], threads=1, **FIRST).admit
+    # rising from its front end below its line, it goes on to its line: the lines were made to fit
+    front = admission.running(
+        1, p, **{**now, "rss_bytes": int(0.4 * GIB)}, front_bytes=int(0.26 * GIB), line_bytes=int(1.35 * GIB)
+    )
+    assert front.held_bytes == int(1.35 * GIB)  # it may grow to its line without asking
+    d = admission.grant_peak(front, used_bytes=used(front, small), others=[small], threads=1, **FIRST)
+    assert d.admit and d.reason == "within its line"

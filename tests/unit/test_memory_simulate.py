@@ -4,6 +4,7 @@ outcome."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,76 @@ def test_a_front_end_holding_more_than_its_profile_s_does_not_take_its_peak_earl
     assert now == pytest.approx(23.0, abs=0.6)  # the heavy TU goes on; m2 waits 3 s for its peak
     monkeypatch.setattr(admission, "FRONT_SLACK", 1.0)  # rises at the first byte above its front end
     assert makespan() == pytest.approx(25.0, abs=0.6)  # m2 took its peak at once, the heavy TU waited 5 s
+
+
+def climbing(name: str, *, seconds: float, front: float, peak: float) -> Task:
+    """A compile as the memext fixture's measured ones: its front end for 70% of its time, a climb over
+    15%, its peak to the end."""
+    steps = 6
+    phases = [(0.7 * seconds, int(front * GIB), 1)]
+    phases += [
+        (0.15 * seconds / steps, int((front + (peak - front) * (i + 1) / steps) * GIB), 1)
+        for i in range(steps)
+    ]
+    phases.append((0.15 * seconds, int(peak * GIB), 1))
+    return Task(name=name, phases=tuple(phases))
+
+
+MEMEXT = [
+    *(climbing(f"heavy{i}.cu", seconds=30, front=0.26, peak=1.305) for i in (1, 2)),
+    *(climbing(f"medium{i}.cu", seconds=15.5, front=0.2, peak=0.7) for i in (1, 2)),
+    *(climbing(f"light{i}.cu", seconds=6.5, front=0.12, peak=0.255) for i in (1, 2, 3, 4)),
+]
+# bench.real's recipe for it: heavy 1.5 GiB per arch, medium 0.8, light 0.35 (each + 0.25 GiB of nvcc)
+MEMEXT_RECIPE = {
+    "limit_bytes": int(2.25 * GIB), "cores": 2, "archs": 1, "nvcc_threads": 1,
+    "per_arch_bytes": int(1.5 * GIB), "base_bytes": GIB // 10,
+    "by_file": (("heavy*", int(1.5 * GIB)), ("medium*", int(0.8 * GIB)), ("light*", int(0.35 * GIB))),
+}  # fmt: skip
+
+
+def test_a_first_build_starts_light_compiles_beside_a_heavy_one_by_measured_memory() -> None:
+    bound = S.lower_bound(MEMEXT, limit_bytes=int(2.25 * GIB), cores=2)
+    booked, _ = S.simulate_factory(MEMEXT, measured=False, **MEMEXT_RECIPE)
+    measured, _ = S.simulate_factory(MEMEXT, **MEMEXT_RECIPE)
+    assert booked.oom_kills == 0 and measured.oom_kills == 0
+    # by the estimates nothing fits beside a heavy compile (1.75 + 0.6 GiB > 2 GiB); by what it holds in
+    # its front end (0.26 GiB) the light and medium ones run beside it
+    assert booked.makespan_s > 1.25 * bound
+    assert measured.makespan_s < 1.2 * bound
+    assert measured.peak_bytes <= int(2.25 * GIB) - GIB // 4
+
+
+def test_a_compile_that_rises_past_its_line_is_stopped_until_the_memory_is_there() -> None:
+    # a heavy compile falls from 1.0 GiB and climbs again to 1.8 (a second arch's cicc): its line, set when a
+    # light one started beside it, stops it until the light one ends; without the stop, 1.8 + 0.4 + 0.1 GiB
+    # of untracked usage pass the 2.25 GiB limit
+    rises_again = Task(
+        name="heavy.cu",
+        phases=((1.0, GIB // 5, 1), (4.0, GIB, 1), (10.0, int(0.4 * GIB), 1), (5.0, int(1.8 * GIB), 1),
+                (10.0, int(0.4 * GIB), 1)),
+    )  # fmt: skip
+    lights = [Task(name=f"light{i}.cu", phases=((8.0, int(0.4 * GIB), 1),)) for i in (1, 2)]
+    admit = S.AdmissionModel(
+        limit_bytes=int(2.25 * GIB), headroom_bytes=GIB // 4, cpus=2, online=False,
+        estimates={"heavy.cu": 2 * GIB, "light1.cu": int(0.6 * GIB), "light2.cu": int(0.6 * GIB)},
+    )  # fmt: skip
+    kw = {"limit_bytes": int(2.25 * GIB), "cores": 2, "jobs": 3, "base_bytes": GIB // 10}
+    r = S.run_attempt([rises_again, *lights], admit=admit, **kw)
+    assert not r.oom and r.peak_bytes <= int(2.25 * GIB) - GIB // 4
+    alone = S.run_attempt([rises_again, *lights], admit=replace(admit, measured=False), **kw)
+    # the lights started beside it: sooner done than one after the other, for all the stops
+    assert not alone.oom and r.makespan_s < alone.makespan_s
+
+
+def test_no_oom_kill_in_first_builds_of_the_measured_courses() -> None:
+    # the flash-attn compiles measured in bench/data, first builds at every host the benchmark models, with
+    # the recipe's per-file table and with its single per-arch figure (where estimates are furthest off and
+    # measured admission cuts the most)
+    tasks = M.flash_attn_tasks(scale=M.time_scale())
+    kw = {"archs": M.ARCHS, "nvcc_threads": M.NVCC_THREADS, "per_arch_bytes": M.per_arch_estimate_bytes()}
+    for gib, cores in ((M.HOST_BYTES >> 30, M.CORES), (256, 64), (128, 64), (64, 16)):
+        host = {"limit_bytes": gib * GIB, "cores": cores, "base_bytes": M.BASE_BYTES}
+        for knows in (M.first_build_knows(), {}):
+            r, _ = S.simulate_factory(tasks, **knows, **host, **kw)
+            assert r.oom_kills == 0 and not r.failed, (gib, cores, knows.keys())
