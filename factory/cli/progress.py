@@ -43,6 +43,11 @@ def memory(r: JobResult) -> str:
     return f"{format_size(r.mem_now)} / {format_size(limit)}" if limit else format_size(r.mem_now)
 
 
+def failed(r: JobResult) -> bool:
+    """Whether a finished job needs a person's attention (a skipped job was never started)."""
+    return r.result not in ("ok", "skipped", "pending")
+
+
 def failure(r: JobResult) -> str:
     """A finished job that did not succeed: why, and where its log is."""
     log = f" (log: {r.log})" if r.log else ""
@@ -51,10 +56,10 @@ def failure(r: JobResult) -> str:
 
 def progress_line(r: JobResult, now: float) -> str:
     """One plain line for a job: its phase and what it is doing, or how it ended."""
-    if r.phase in FINISHED and r.result not in ("ok", "skipped", "pending"):
-        return failure(r)
-    if r.phase in FINISHED or r.started is None:
-        return f"{r.job_id}: {r.phase}" + (f" {r.wheel}" if r.wheel else "")
+    if r.phase in FINISHED:
+        return failure(r) if failed(r) else f"{r.job_id}: {r.phase}" + (f": {r.wheel}" if r.wheel else "")
+    if r.started is None:
+        return f"{r.job_id}: {r.phase}"
     parts = [r.phase]
     if r.compiles_total:
         parts.append(f"compiles {compiles(r)}")
@@ -133,7 +138,7 @@ def summary_table(report: BuildReport) -> Table:
         table.add_column(col, overflow="fold")
     for r in report.jobs:
         detail = escape(_detail(r))
-        if r.result not in ("ok", "skipped") and r.log:
+        if failed(r) and r.log:
             detail += f"\nlog: {escape(r.log)}"
         table.add_row(
             escape(r.job_id),
@@ -155,7 +160,7 @@ def summary_lines(report: BuildReport) -> list[str]:
             f"{r.job_id}  {r.result}  wall {format_duration(r.wall_s)}  peak {peak}  "
             f"attempts {len(r.attempts)}  {_detail(r)}".rstrip()
         )
-        if r.result not in ("ok", "skipped") and r.log:
+        if failed(r) and r.log:
             lines.append(f"  log: {r.log}")
     return lines
 
@@ -175,7 +180,7 @@ def show_report(console: Console, report: BuildReport, report_path: str, *, inte
         for a in r.attempts:
             if a.note:
                 plain(f"{r.job_id}: {a.note}")
-        if r.result in ("ok", "skipped"):
+        if not failed(r):
             continue
         plain(failure(r))
         if r.log_tail:

@@ -177,3 +177,12 @@ def test_report_json_live_counts_stay_out() -> None:
     r.compiles_done, r.compiles_total = 1, 2
     job = report_with(r).to_json()["jobs"][0]
     assert not {"compiles_done", "compiles_total", "phase", "started", "mem_now"} & set(job)
+
+
+def test_progress_line_of_a_finished_job_that_succeeded_names_its_wheel() -> None:
+    r = running()
+    r.result = r.phase = "ok"
+    r.wheel, r.log = "demo-0.1.0+cu13.0-cp311-cp311-linux_x86_64.whl", "/x/job.log"
+    assert progress.progress_line(r, now=0.0) == (
+        "cu130-torch2.14-abi1-sm90-py311: ok: demo-0.1.0+cu13.0-cp311-cp311-linux_x86_64.whl"
+    )
