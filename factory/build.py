@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -45,8 +46,8 @@ from factory.jobrun import (
 )
 from factory.memory import jobmemory
 from factory.plan import Job
-from factory.report import BuildReport, JobResult, write_report
-from factory.source import prepare_source
+from factory.report import BuildReport, JobResult, SourceInfo, write_report
+from factory.source import PreparedSource, prepare_source
 
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
 
@@ -58,6 +59,17 @@ class BuildSettings:
     memory: int | None = None
     cpus: float | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+def git_commit(tree: Path) -> str | None:
+    """The commit a cloned tree has checked out; None when git cannot say."""
+    try:
+        proc = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
 
 
 def host_memory() -> int:
@@ -117,7 +129,7 @@ class Runner:
                 self._cache[key] = make()
             return self._cache[key]
 
-    def source_tree(self) -> Path:
+    def prepared_source(self) -> PreparedSource:
         pkg = self.mf.package
         src = pkg.source
         return self._once(
@@ -132,7 +144,16 @@ class Runner:
                 path=src.path,
                 patches=self.mf.recipe.patches,
             ),
-        ).tree
+        )
+
+    def source_info(self) -> SourceInfo:
+        """The source's provenance for the report; only its kind while no job has prepared it."""
+        kind = self.mf.package.source.kind
+        prepared: PreparedSource | None = self._cache.get("source")
+        if prepared is None:
+            return SourceInfo(kind=kind)
+        commit = git_commit(prepared.tree) if kind == "git" else None
+        return SourceInfo(kind=kind, sdist=prepared.sdist, sha256=prepared.sha256, commit=commit)
 
     def image(self, job: Job) -> str:
         b = self.mf.build
@@ -192,7 +213,7 @@ class Runner:
 
     def inputs(self, job: Job) -> JobInputs:
         image = self.image(job)
-        source = self.source_tree()
+        source = self.prepared_source().tree
         wh = self.wheelhouse_for(job)
         self.ensure_work_volume(image)
         return JobInputs(image=image, source=source, wheelhouse=wh)
@@ -281,5 +302,6 @@ def run_build(
             if r.result == "pending":
                 r.result, r.reason = "skipped", r.reason or "not started: the build stopped before this job"
         report.finished = time.time()
+        report.source = runner.source_info()
         write_report(report, settings.output / "report.json")
     return report

@@ -193,6 +193,12 @@ class JobRun:
         with self.log_path.open("a") as fh:
             fh.write(protocol.note_line(line) + "\n")
 
+    def log_error(self, reason: str) -> None:
+        """A failure outside the driver (fetching the source, an image, docker itself) goes into the job's
+        log too, as a plain line, so the log the failure names says why even when no container ran."""
+        with contextlib.suppress(OSError), self.log_path.open("a") as fh:
+            fh.write(f"factory: {reason}\n")
+
     # -- containers ----------------------------------------------------------------------------------
     def run_driver(
         self, phase: str, *, image: str, env: Mapping[str, str], mounts: Mapping[str, Mapping[str, str]]
@@ -202,6 +208,10 @@ class JobRun:
         result = self.result
 
         def on_line(line: str) -> None:
+            status = NINJA_STATUS.match(line)
+            if status:  # live counts only: the attempt's record is read from its whole log at its end
+                result.compiles_done, result.compiles_total = int(status.group(1)), int(status.group(2))
+                return
             fields = protocol.parse_mark(line)
             if fields is not None:
                 markers.update(fields)
@@ -286,8 +296,10 @@ class JobRun:
             result.result, result.reason = "interrupted", "the build was stopped"
         except FactoryError as exc:
             result.result, result.reason = "failed", str(exc)
+            self.log_error(result.reason)
         except Exception as exc:  # a docker API error must fail this job, not the whole run
             result.result, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+            self.log_error(result.reason)
         finally:
             result.wall_s = round(time.monotonic() - t0, 1)
             result.phase = result.result
@@ -334,6 +346,7 @@ class JobRun:
                 memory_limit=ctx.memory_limit,
             )  # fmt: skip
             result.attempts.append(record)
+            result.compiles_done = result.compiles_total = 0
             start = self.log_path.stat().st_size if self.log_path.exists() else 0
             # after an OOM the plan's reason is already the attempt's report line
             self.note(parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}")

@@ -44,16 +44,44 @@ class JobResult:
     log: str | None = None
     log_tail: list[str] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
-    # Live-only state, not part of the report.
+    # Live-only state, not part of the report (LIVE_FIELDS).
     phase: str = field(default="queued", repr=False)
     started: float | None = field(default=None, repr=False)
     mem_now: int = field(default=0, repr=False)
+    # ninja's `[done/total]` of the attempt that is running, as its lines stream
+    compiles_done: int = field(default=0, repr=False)
+    compiles_total: int = field(default=0, repr=False)
+
+    @property
+    def attempt(self) -> int:
+        return len(self.attempts)
+
+    @property
+    def memory_limit(self) -> int:
+        """The running attempt's container limit; 0 before the first attempt."""
+        return self.attempts[-1].memory_limit if self.attempts else 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("phase", "started", "mem_now"):
+        for key in LIVE_FIELDS:
             data.pop(key)
         return data
+
+
+LIVE_FIELDS = ("phase", "started", "mem_now", "compiles_done", "compiles_total")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceInfo:
+    """Where the built source came from: the run's once, as report.json's top-level `source`."""
+
+    kind: str  # pypi | git | path
+    sdist: str | None = None  # source: pypi: the sdist's filename
+    sha256: str | None = None  # source: pypi: the sdist's sha256
+    commit: str | None = None  # source: git: the commit checked out
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(kw_only=True)
@@ -62,6 +90,7 @@ class BuildReport:
     matrix: str
     started: float
     finished: float = 0.0
+    source: SourceInfo | None = None  # set by run_build as it writes the report
     jobs: list[JobResult] = field(default_factory=list)
 
     @property
@@ -75,6 +104,7 @@ class BuildReport:
             "started": self.started,
             "finished": self.finished,
             "ok": self.ok,
+            "source": self.source.to_json() if self.source else None,
             "jobs": [j.to_json() for j in self.jobs],
         }
 

@@ -12,53 +12,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
 
 from factory.cli import app, cpus_option
 from factory.cli.matrix import TRUST_PATHS
-from factory.config import format_size, load_matrix_file, parse_size
+from factory.cli.progress import PlainProgress, ProgressView, show_report
+from factory.config import load_matrix_file, parse_size
 from factory.errors import ConfigError
 
 if TYPE_CHECKING:
     from factory.plan import Job
     from factory.report import BuildReport, JobResult
 
-STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
-
-
-def _progress_table(results: list[JobResult]) -> Table:
-    table = Table(title="factory build", expand=False)
-    for col in ("job", "phase", "elapsed", "memory", "peak"):
-        table.add_column(col)
-    now = time.monotonic()
-    for r in results:
-        elapsed = r.wall_s if r.wall_s else (now - r.started if r.started else 0.0)
-        table.add_row(
-            r.job_id,
-            f"[{STYLE.get(r.phase, 'cyan')}]{r.phase}[/]",
-            f"{elapsed:.0f}s",
-            format_size(r.mem_now) if r.mem_now else "-",
-            format_size(r.peak_bytes) if r.peak_bytes else "-",
-        )
-    return table
-
-
-def _summary_table(report: BuildReport) -> Table:
-    table = Table(title="summary")
-    for col in ("job", "result", "wall", "peak", "attempts", "wheel / reason"):
-        table.add_column(col, overflow="fold")
-    for r in report.jobs:
-        detail = escape(r.wheel or r.reason or "")
-        table.add_row(
-            r.job_id,
-            f"[{STYLE.get(r.result, 'white')}]{r.result}[/]",
-            f"{r.wall_s:.0f}s",
-            format_size(r.peak_bytes) if r.peak_bytes else "-",
-            str(len(r.attempts)),
-            detail,
-        )
-    return table
+TICK_S = 5.0  # how often the plain display looks for a running job whose line is due
 
 
 @app.command()
@@ -115,60 +80,54 @@ def build(
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
     settings = BuildSettings(output=output, keep_going=keep_going, memory=mem, cpus=cpus)
+    interactive = console.is_terminal
     lock = threading.Lock()
     results: list[JobResult] = []
-    live = Live(_progress_table(results), console=console, refresh_per_second=2, transient=False)
-    interactive = console.is_terminal
+    plain = PlainProgress()
+
+    def snapshot() -> list[JobResult]:
+        with lock:
+            return list(results)
+
+    def say(msg: str) -> None:
+        console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
     def on_change(r: JobResult) -> None:
         with lock:
             if r not in results:
                 results.append(r)
-            if interactive:
-                live.update(_progress_table(results))
+            line = None if interactive else plain.changed(r, time.monotonic())
+        if line is not None:
+            say(line)
 
-    last_phase: dict[str, str] = {}
-
-    def on_change_plain(r: JobResult) -> None:
-        on_change(r)
-        if not interactive and last_phase.get(r.job_id) != r.phase:
-            last_phase[r.job_id] = r.phase
-            console.print(f"{r.job_id}: {r.phase}")
-
-    def log(msg: str) -> None:
-        console.print(msg, markup=False, highlight=False)
+    def tick(stop: threading.Event) -> None:
+        while not stop.wait(TICK_S):
+            with lock:
+                lines = plain.due(results, time.monotonic())
+            for line in lines:
+                say(line)
 
     def build_shown(todo: Sequence[Job]) -> BuildReport:
         client = check_docker()
+        stop = threading.Event()
+        display: Live | threading.Thread
         if interactive:
-            live.start()
+            display = Live(ProgressView(snapshot, time.monotonic), console=console, refresh_per_second=2)
+        else:
+            display = threading.Thread(target=tick, args=(stop,), name="progress", daemon=True)
+        display.start()
         try:
-            report = run_build(client, mf, todo, settings, on_change=on_change_plain, log=log)
+            report = run_build(client, mf, todo, settings, on_change=on_change, log=say)
         finally:
-            if interactive:
-                live.stop()
-        _show_report(console, report, output)
+            if isinstance(display, Live):
+                display.stop()
+            else:
+                stop.set()
+                display.join()
+        show_report(console, report, str(output / "report.json"), interactive=interactive)
         return report
-
-    def say(msg: str) -> None:
-        console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
     outcome = build_matrix(
         mf, jobs, build=build_shown, output=output, publish=publish, rebuild=rebuild, log=say
     )
     sys.exit(0 if outcome.ok else 1)
-
-
-def _show_report(console: Console, report: BuildReport, output: Path) -> None:
-    console.print(_summary_table(report))
-    for r in report.jobs:
-        for a in r.attempts:
-            if a.note:
-                console.print(f"{r.job_id}: {a.note}")
-        if r.result not in ("ok", "skipped") and r.log_tail:
-            # Compiler errors lead the tail (see jobrun.log_tail); then the last lines of the log.
-            errors = r.log_tail[: r.log_tail.index("...") + 1] if "..." in r.log_tail else []
-            shown = [*errors, *r.log_tail[len(errors) :][-15:]]
-            console.print(f"[bold]{escape(r.job_id)}[/]: {escape(r.reason or '')}\n  log: {r.log}")
-            console.print("\n".join(f"  {line}" for line in shown), markup=False, highlight=False)
-    console.print(f"report: {output / 'report.json'}")

@@ -1,0 +1,191 @@
+"""What `factory build` shows while it runs and when it ends.
+
+On a terminal: a live table. Without one (CI logs, `| tee`): a plain line per running job at least once a
+minute and at each phase change, and a summary that is never folded, so a wheel filename or a log path can be
+copied whole."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from factory.config import format_size
+from factory.report import BuildReport, JobResult
+
+STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
+FINISHED = frozenset(STYLE)
+PLAIN_INTERVAL_S = 60.0  # a running job's plain line is never older than this
+
+
+def elapsed(r: JobResult, now: float) -> float:
+    if r.wall_s:
+        return r.wall_s
+    return now - r.started if r.started is not None else 0.0
+
+
+def format_duration(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def compiles(r: JobResult) -> str:
+    return f"{r.compiles_done}/{r.compiles_total}" if r.compiles_total else "-"
+
+
+def memory(r: JobResult) -> str:
+    if not r.mem_now:
+        return "-"
+    limit = r.memory_limit
+    return f"{format_size(r.mem_now)} / {format_size(limit)}" if limit else format_size(r.mem_now)
+
+
+def failed(r: JobResult) -> bool:
+    """Whether a finished job needs a person's attention (a skipped job was never started)."""
+    return r.result not in ("ok", "skipped", "pending")
+
+
+def failure(r: JobResult) -> str:
+    """A finished job that did not succeed: why, and where its log is."""
+    log = f" (log: {r.log})" if r.log else ""
+    return f"{r.job_id}: {r.result}: {r.reason or 'no reason recorded'}{log}"
+
+
+def progress_line(r: JobResult, now: float) -> str:
+    """One plain line for a job: its phase and what it is doing, or how it ended."""
+    if r.phase in FINISHED:
+        return failure(r) if failed(r) else f"{r.job_id}: {r.phase}" + (f": {r.wheel}" if r.wheel else "")
+    if r.started is None:
+        return f"{r.job_id}: {r.phase}"
+    parts = [r.phase]
+    if r.compiles_total:
+        parts.append(f"compiles {compiles(r)}")
+    if r.mem_now:
+        parts.append(f"memory {memory(r)}")
+    if r.attempt:
+        parts.append(f"attempt {r.attempt}")
+    parts.append(format_duration(elapsed(r, now)))
+    return f"{r.job_id}: " + ", ".join(parts)
+
+
+@dataclass
+class PlainProgress:
+    """When to print a job's plain line: at each phase change, and for a running job once `interval` seconds
+    have passed since its last line. Pure: the caller passes the clock's reading."""
+
+    interval: float = PLAIN_INTERVAL_S
+    _phase: dict[str, str] = field(default_factory=dict)
+    _printed: dict[str, float] = field(default_factory=dict)
+
+    def changed(self, r: JobResult, now: float) -> str | None:
+        """The line to print for a change of `r`, when its phase is a new one."""
+        if self._phase.get(r.job_id) == r.phase:
+            return None
+        self._phase[r.job_id] = r.phase
+        self._printed[r.job_id] = now
+        return progress_line(r, now)
+
+    def due(self, results: Sequence[JobResult], now: float) -> list[str]:
+        """The lines of the running jobs that have printed nothing for `interval` seconds."""
+        lines = []
+        for r in results:
+            if r.started is None or r.phase in FINISHED:
+                continue
+            if now - self._printed.get(r.job_id, r.started) >= self.interval:
+                self._printed[r.job_id] = now
+                lines.append(progress_line(r, now))
+        return lines
+
+
+def progress_table(results: Sequence[JobResult], now: float) -> Table:
+    table = Table(title="factory build", expand=False)
+    for col in ("job", "phase", "attempt", "compiles", "elapsed", "memory", "peak"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(
+            escape(r.job_id),
+            f"[{STYLE.get(r.phase, 'cyan')}]{escape(r.phase)}[/]",
+            str(r.attempt) if r.attempt else "-",
+            compiles(r),
+            format_duration(elapsed(r, now)),
+            memory(r),
+            format_size(r.peak_bytes) if r.peak_bytes else "-",
+        )
+    return table
+
+
+class ProgressView:
+    """The live table, made again at each refresh of `rich.live.Live` from a snapshot of the results."""
+
+    def __init__(self, snapshot: Callable[[], Sequence[JobResult]], clock: Callable[[], float]) -> None:
+        self.snapshot, self.clock = snapshot, clock
+
+    def __rich__(self) -> Table:
+        return progress_table(self.snapshot(), self.clock())
+
+
+def _detail(r: JobResult) -> str:
+    return r.wheel or r.reason or ""
+
+
+def summary_table(report: BuildReport) -> Table:
+    """The summary for a terminal, where a folded cell is only a matter of the window's width."""
+    table = Table(title="summary")
+    for col in ("job", "result", "wall", "peak", "attempts", "wheel / reason"):
+        table.add_column(col, overflow="fold")
+    for r in report.jobs:
+        detail = escape(_detail(r))
+        if failed(r) and r.log:
+            detail += f"\nlog: {escape(r.log)}"
+        table.add_row(
+            escape(r.job_id),
+            f"[{STYLE.get(r.result, 'white')}]{r.result}[/]",
+            format_duration(r.wall_s),
+            format_size(r.peak_bytes) if r.peak_bytes else "-",
+            str(len(r.attempts)),
+            detail,
+        )
+    return table
+
+
+def summary_lines(report: BuildReport) -> list[str]:
+    """The summary as plain lines, one per job, each field whole."""
+    lines = ["summary:"]
+    for r in report.jobs:
+        peak = format_size(r.peak_bytes) if r.peak_bytes else "-"
+        lines.append(
+            f"{r.job_id}  {r.result}  wall {format_duration(r.wall_s)}  peak {peak}  "
+            f"attempts {len(r.attempts)}  {_detail(r)}".rstrip()
+        )
+        if failed(r) and r.log:
+            lines.append(f"  log: {r.log}")
+    return lines
+
+
+def show_report(console: Console, report: BuildReport, report_path: str, *, interactive: bool) -> None:
+    """The summary, the attempts' notes, and for each failed job its reason, log path and log's end."""
+
+    def plain(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    if interactive:
+        console.print(summary_table(report))
+    else:
+        for line in summary_lines(report):
+            plain(line)
+    for r in report.jobs:
+        for a in r.attempts:
+            if a.note:
+                plain(f"{r.job_id}: {a.note}")
+        if not failed(r):
+            continue
+        plain(failure(r))
+        if r.log_tail:
+            # Compiler errors lead the tail (see jobrun.log_tail); then the last lines of the log.
+            errors = r.log_tail[: r.log_tail.index("...") + 1] if "..." in r.log_tail else []
+            shown = [*errors, *r.log_tail[len(errors) :][-15:]]
+            plain("\n".join(f"  {line}" for line in shown))
+    plain(f"report: {report_path}")

@@ -1,0 +1,76 @@
+"""A build's report without containers: the source's provenance, and a job that fails before any container."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from factory import build, jobrun, report
+from factory.cli import progress
+from factory.config import load_matrix_file
+from factory.errors import BuildError
+from factory.options import Source
+from factory.plan import Job, plan_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> build.Runner:
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    return build.Runner(None, mf, build.BuildSettings(output=tmp_path / "out", run_id="r1"))
+
+
+def test_source_info_of_a_path_source(demo: build.Runner) -> None:
+    assert demo.source_info() == report.SourceInfo(kind="path")  # before any job prepared it
+    assert demo.prepared_source().tree.is_dir()
+    assert demo.source_info() == report.SourceInfo(kind="path")
+
+
+def test_source_info_of_a_git_source_names_the_commit(demo: build.Runner, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@x", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    git("init", "--quiet")
+    (repo / "setup.py").write_text("print('x')\n")
+    git("add", "setup.py")
+    git("commit", "--quiet", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    package = dataclasses.replace(demo.mf.package, source=Source(kind="git", url=str(repo)))
+    runner = build.Runner(None, dataclasses.replace(demo.mf, package=package), demo.settings)
+    runner.prepared_source()
+    assert runner.source_info() == report.SourceInfo(kind="git", commit=head)
+
+
+def first_job(runner: build.Runner) -> Job:
+    return plan_matrix(runner.mf).jobs[0]
+
+
+def test_a_job_failing_before_its_container_names_a_log_that_says_why(demo: build.Runner) -> None:
+    demo.settings.output.mkdir()
+    job = first_job(demo)
+    result = report.JobResult(job_id=job.id, variant_id=job.variant.id, python=job.python)
+
+    def prepare(_job: Job) -> jobrun.JobInputs:
+        raise BuildError("cannot fetch the sdist: connection refused")
+
+    jobrun.run_job(demo.context, job, result, prepare=prepare)
+    assert result.result == "failed"
+    assert result.log is not None
+    log = Path(result.log)
+    assert log.read_text() == "factory: cannot fetch the sdist: connection refused\n"
+    assert result.log_tail == ["factory: cannot fetch the sdist: connection refused"]
+    assert progress.failure(result) == (
+        f"{job.id}: failed: cannot fetch the sdist: connection refused (log: {log})"
+    )
