@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import ast
 import base64
-import hashlib
 import filecmp
+import hashlib
 import json
 import os
 import re
