@@ -409,10 +409,13 @@ _CHECKING = re.compile(r"^(?:checking|patching) file (.+)$")
 def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
     """(file as the patch names it after -p1, hunk number) -> its `@@ ... @@` line, to name a failed hunk."""
     headers: dict[tuple[str, int], str] = {}
-    current, number = "", 0
+    current, number, old = "", 0, ""
     for line in patch.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.startswith("+++ "):
+        if line.startswith("--- "):
+            old = line[4:].split("\t", 1)[0].strip()
+        elif line.startswith("+++ "):
             target = line[4:].split("\t", 1)[0].strip()
+            target = old if target == "/dev/null" else target  # a deleted file: its old name
             current, number = target.split("/", 1)[-1] if "/" in target else target, 0
         elif line.startswith("@@ ") and current:
             number += 1
@@ -446,9 +449,12 @@ def _patch_failure(patch: Path, output: str) -> str:
 
 def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
     """Apply each patch with -p1 in order, each tried with --dry-run first: a patch that does not apply is a
-    ConfigError naming the patch and its failed hunks, and leaves no .rej or half-patched file behind."""
+    ConfigError naming the patch and its failed hunks, and leaves no .rej or half-patched file behind.
+
+    No fuzz: a hunk whose context changed upstream fails rather than landing wherever two lines still match
+    (an offset, the same lines moved, is fine)."""
     for patch in patches:
-        base = ["patch", "-p1", "--forward", "--batch", "--reject-file=-", "-i", str(patch)]
+        base = ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "--reject-file=-", "-i", str(patch)]
         for step in ([*base, "--dry-run"], base):
             proc = subprocess.run(step, cwd=tree, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -593,8 +599,14 @@ def diff_trees(base: Path, edited: Path) -> str:
         old, new = base / rel, edited / rel
         if old.is_file() and new.is_file() and filecmp.cmp(old, new, shallow=False):
             continue
+        if (old.is_file() and not new.exists() and old.stat().st_size == 0) or (
+            new.is_file() and not old.exists() and new.stat().st_size == 0
+        ):
+            raise ConfigError(f"{edited / rel}: an empty file cannot be added or removed by a patch")
+        # /dev/null names a created or deleted file, so patch creates or removes it rather than emptying it
+        labels = (f"a/{rel}" if old.exists() else "/dev/null", f"b/{rel}" if new.exists() else "/dev/null")
         proc = subprocess.run(
-            ["diff", "-uN", "--label", f"a/{rel}", "--label", f"b/{rel}", str(old), str(new)],
+            ["diff", "-uN", "--label", labels[0], "--label", labels[1], str(old), str(new)],
             capture_output=True,
         )
         if proc.returncode == 0:
