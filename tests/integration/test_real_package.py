@@ -2,7 +2,8 @@
 recipe alone (`recipe: causal-conv1d`), for sm_80, through the `factory build` command line; its wheel then
 installed with pip into a fresh venv beside torch 2.14 and imported (an extension imports without a GPU).
 
-One module-scoped build (10-15 minutes on two cores), several assertions on it.
+One module-scoped build (10-15 minutes on two cores), several assertions on it. Before it, every built-in
+recipe's patches are tried against the real sdist they were made for (`factory matrix --check`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from factory.fatbin import device_code
+from factory.recipes import BUILTIN_RECIPES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -26,6 +28,28 @@ ROOT = Path(__file__).resolve().parents[2]
 FACTORY = [sys.executable, "-m", "factory.cli"]
 JOB = "cu130-torch2.14-abi1-sm80-py311"
 LABEL = "cu13.0.torch2.14.abi1.sm80"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in BUILTIN_RECIPES.items() if r.patches))
+def test_builtin_patches_apply_to_the_sdists_they_were_made_for(name: str, tmp_path: Path) -> None:
+    recipe = BUILTIN_RECIPES[name]
+    assert recipe.versions is not None and recipe.versions.startswith("==")
+    version = recipe.versions.removeprefix("==").removesuffix(".*")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        f'package: {{name: {recipe.package}, version: "{version}"}}\nrecipe: {name}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.11"], cxx11_abi: [true], arch: ["8.0"]}\n'
+    )
+    proc = subprocess.run(
+        [*FACTORY, "matrix", "--matrix", str(matrix), "--check"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count = len(recipe.patches)
+    assert proc.stdout.rstrip().endswith(
+        f"{'es apply' if count > 1 else ' applies'} to "
+        + (f"{recipe.package.replace('-', '_')}-{version}.tar.gz")
+    ), proc.stdout
+    assert proc.stderr == ""  # no warning: the version is the one the patches were made for
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def two_hunk_patch(path: Path, *, second_context: str = "line 30") -> Path:
     return path
 
 
-# -- loading --------------------------------------------------------------------------------------------------
+# -- loading
 
 
 def test_every_shipped_recipe_loads_and_its_patches_exist() -> None:
@@ -111,7 +111,7 @@ def test_malformed_recipe_file_names_it(tmp_path: Path, toml: str, fragment: str
     directory = tmp_path / "mine"
     directory.mkdir()
     (directory / "recipe.toml").write_text(toml)
-    with pytest.raises(ValueError, match="recipe.toml") as info:
+    with pytest.raises(ValueError, match=r"recipe\.toml") as info:
         load_recipe_dir(directory)
     assert fragment in str(info.value)
 
@@ -167,7 +167,7 @@ def test_flash_attn_against_torch_2_14_is_planned_with_its_cxx20_patch(tmp_path:
     assert [j.id for j in plan.jobs] == ["cu130-torch2.14-abi1-sm80-py311"] and plan.dropped == ()
 
 
-# -- the version the patches were made for ---------------------------------------------------------------------
+# -- the version the patches were made for
 
 
 def test_warnings_for_versions_and_packages_the_patches_were_not_made_for() -> None:
@@ -196,7 +196,7 @@ def test_matrix_warns_in_one_line_at_plan_time(tmp_path: Path, factory_cli: Cli)
     assert json.loads(output.replace(warnings[0], ""))[0]["version"] == "1.6.0"
 
 
-# -- patches: dry run first, a failure names the file and the hunk ---------------------------------------------
+# -- patches: dry run first, a failure names the file and the hunk
 
 
 def test_a_patch_that_applies(tmp_path: Path) -> None:
@@ -247,7 +247,7 @@ def test_check_tries_the_patches_against_the_source(
     assert (src / "setup.py").read_text() == SETUP_PY
 
 
-# -- factory source unpack / diff --------------------------------------------------------------------------------
+# -- factory source unpack / diff
 
 
 def test_unpack_edit_diff_round_trip(
@@ -277,8 +277,10 @@ def test_unpack_edit_diff_round_trip(
     assert "build/" not in text
     # the patch, after the first one, makes exactly the edited tree
     recipe = load_matrix_file(matrix(tmp_path, head % "first.patch, mine.patch")).recipe
-    tree = prepare_source(kind="path", name="mine", version="1.0", cache=tmp_path / "c", path=tmp_path / "src",
-                          patches=recipe.patches).tree  # fmt: skip
+    src = tmp_path / "src"
+    tree = prepare_source(
+        kind="path", name="mine", version="1.0", cache=tmp_path / "c", path=src, patches=recipe.patches
+    ).tree
     assert diff_trees(tree, work) == ""
     assert (
         not (tree / "pkg" / "__init__.py").exists() and (tree / "pkg" / "new.py").read_text() == "NEW = 2\n"
@@ -303,7 +305,7 @@ def test_a_changed_binary_file_cannot_be_a_patch(tmp_path: Path) -> None:
         diff_trees(base, edited)
 
 
-# -- factory recipes, factory memory plan --matrix ------------------------------------------------------------
+# -- factory recipes, factory memory plan --matrix
 
 
 def test_recipes_lists_each_with_its_versions(factory_cli: Cli) -> None:
