@@ -404,6 +404,7 @@ def _unpack(archive: Path, dest: Path) -> Path:
 
 _FAILED_HUNK = re.compile(r"^Hunk #(\d+) FAILED at (\d+)")
 _CHECKING = re.compile(r"^(?:checking|patching) file (.+)$")
+_MISSING_FILE = re.compile(r"can't find file to patch at input line (\d+)")
 
 
 def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
@@ -423,6 +424,17 @@ def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
     return headers
 
 
+def _file_at(patch: Path, line_number: int) -> str:
+    """The file named by the header before `line_number` (the "input line" patch reports a hunk at)."""
+    lines = patch.read_text(encoding="utf-8", errors="replace").splitlines()
+    for line in reversed(lines[:line_number]):
+        if line.startswith("+++ ") or line.startswith("--- "):
+            name = line[4:].split("\t", 1)[0].strip()
+            if name != "/dev/null":
+                return name.split("/", 1)[-1] if "/" in name else name
+    return "?"
+
+
 def _patch_failure(patch: Path, output: str) -> str:
     """What `patch --dry-run` said went wrong, one line: each failed hunk with its file and `@@` header."""
     headers = _hunk_headers(patch)
@@ -436,10 +448,10 @@ def _patch_failure(patch: Path, output: str) -> str:
             number, at = int(match.group(1)), match.group(2)
             header = headers.get((current, number), "")
             failed.append(f"{current} hunk #{number} {header} FAILED at line {at}".replace("  ", " "))
-        elif "can't find file to patch" in line or "Reversed (or previously applied)" in line:
-            other.append(line.strip().rstrip(".!"))
-        elif line.startswith("No file to patch"):
-            other.append(line.strip())
+        elif match := _MISSING_FILE.search(line):
+            other.append(f"{_file_at(patch, int(match.group(1)))}: no such file to patch")
+        elif "Reversed (or previously applied)" in line:
+            other.append(f"{current}: {line.strip().rstrip('.!')}")
     details = failed + other
     if not details:
         lines = [line for line in output.splitlines() if line.strip()]
