@@ -34,6 +34,7 @@ RECIPE_FILE = "recipe.toml"
 # measured compiles (factory/data/flash-attn-compiles.csv).
 _DATA_ONLY_KEYS = ("measured",)
 _TUPLE_FIELDS = ("patches", "extra_build_requires")
+_BY_FILE_FIELDS = ("compile_gib_by_file", "compile_seconds_by_file")
 
 
 def recipes_dir() -> Path:
@@ -53,6 +54,10 @@ def load_recipe_dir(directory: Path) -> Recipe:
     if unknown:
         raise ValueError(f"{path}: unknown keys {', '.join(unknown)}")
     values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+    for key in _BY_FILE_FIELDS:
+        if key in values:
+            # a TOML table keeps its order: the first glob that matches wins
+            values[key] = tuple((str(glob), float(n)) for glob, n in values[key].items())
     if data.get("measured"):
         values.update(
             compile_gib_per_arch=measured_compile_gib(directory.name),

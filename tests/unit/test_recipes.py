@@ -88,6 +88,9 @@ def test_causal_conv1d_recipe_takes_archs_and_threads_from_the_job() -> None:
     assert cc.package == "causal-conv1d" and cc.versions == "==1.7.0"
     assert dict(cc.env) == {"CAUSAL_CONV1D_FORCE_BUILD": "TRUE"}
     assert cc.local_version_env == "CAUSAL_CONV1D_LOCAL_VERSION" and cc.import_name == "causal_conv1d"
+    # per-file estimates read from a TOML table, in its order, beside the worst file's figure
+    assert cc.compile_gib_by_file == (("causal_conv1d_fwd*", 0.8), ("causal_conv1d_update*", 0.6))
+    assert cc.compile_gib_per_arch == 2.5
     patch = cc.patches[0].read_text()
     assert '-        cc_flag.append("arch=compute_80,code=sm_80")' in patch
     assert '+    nvcc_threads = os.getenv("NVCC_THREADS") or "4"' in patch
@@ -337,7 +340,7 @@ def test_memory_plan_takes_a_matrix_files_recipe(tmp_path: Path, factory_cli: Cl
     # the matrix's largest arch set (two) at the recipe's 3 GiB per arch
     assert "one compile ~6.2 GiB (2 x 3.0 GiB + 0.2 GiB)" in output
     code, output = factory_cli(["memory", "plan", "--recipe", "causal-conv1d", "--memory", "32GiB"])
-    assert code == 0 and "1 x 2.0 GiB" in output
+    assert code == 0 and "1 x 2.5 GiB" in output
     code, output = factory_cli(
         ["memory", "plan", "--recipe", "mine", "--matrix", str(path), "--memory", "8GiB"]
     )
