@@ -407,17 +407,23 @@ _CHECKING = re.compile(r"^(?:checking|patching) file (.+)$")
 _MISSING_FILE = re.compile(r"can't find file to patch at input line (\d+)")
 
 
+def _header_name(line: str) -> str | None:
+    """The file a `--- ` or `+++ ` line names, as -p1 leaves it; None for /dev/null."""
+    name = line[4:].split("\t", 1)[0].strip()
+    if name == "/dev/null":
+        return None
+    return name.split("/", 1)[-1] if "/" in name else name
+
+
 def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
     """(file as the patch names it after -p1, hunk number) -> its `@@ ... @@` line, to name a failed hunk."""
     headers: dict[tuple[str, int], str] = {}
     current, number, old = "", 0, ""
     for line in patch.read_text(encoding="utf-8", errors="replace").splitlines():
         if line.startswith("--- "):
-            old = line[4:].split("\t", 1)[0].strip()
+            old = _header_name(line) or ""
         elif line.startswith("+++ "):
-            target = line[4:].split("\t", 1)[0].strip()
-            target = old if target == "/dev/null" else target  # a deleted file: its old name
-            current, number = target.split("/", 1)[-1] if "/" in target else target, 0
+            current, number = _header_name(line) or old, 0  # a deleted file: its old name
         elif line.startswith("@@ ") and current:
             number += 1
             headers[(current, number)] = line
@@ -428,10 +434,8 @@ def _file_at(patch: Path, line_number: int) -> str:
     """The file named by the header before `line_number` (the "input line" patch reports a hunk at)."""
     lines = patch.read_text(encoding="utf-8", errors="replace").splitlines()
     for line in reversed(lines[:line_number]):
-        if line.startswith("+++ ") or line.startswith("--- "):
-            name = line[4:].split("\t", 1)[0].strip()
-            if name != "/dev/null":
-                return name.split("/", 1)[-1] if "/" in name else name
+        if (line.startswith("+++ ") or line.startswith("--- ")) and (name := _header_name(line)):
+            return name
     return "?"
 
 
