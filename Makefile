@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve clean
+.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -56,6 +56,13 @@ bench-side-by-side: install
 # three runs, each against a fresh server (under a minute).
 bench-serve: install
 	$(PY) -m bench.serve_load --clients 200 --requests 2000 --repeat 3
+
+# Real third-party sdists from the configured index, each by its built-in recipe alone, for sm_80 (not CI:
+# causal-conv1d's four CUDA files take ~10 minutes on two cores, torch-scatter's more). flash-attn is left
+# out: a full build is a day on such a machine.
+real-packages: install docker images
+	$(FACTORY) build --matrix examples/real/causal-conv1d.yaml --output wheelhouse/causal-conv1d
+	$(FACTORY) build --matrix examples/real/torch-scatter.yaml --output wheelhouse/torch-scatter
 
 clean:
 	rm -rf wheelhouse index .pytest_cache

@@ -341,7 +341,8 @@ def _recipe_fields(
         patches = value["patches"]
         if not isinstance(patches, list):
             raise check.fail(f"recipe.patches must be a list of files, not {kind(patches)}", value, "patches")
-        changes["patches"] = tuple(
+        # applied after the base recipe's: `factory source diff` writes them against its patched tree
+        changes["patches"] = base.patches + tuple(
             check.rel_path(patches, i, "recipe.patches item", directory=False) for i in range(len(patches))
         )
     if "import_name" in value:

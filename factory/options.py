@@ -66,6 +66,10 @@ class Recipe:
     extra_build_requires: tuple[str, ...] = ("setuptools", "wheel", "ninja", "packaging")
     # The C++ standard the package compiles as, when it hard-codes one (flash-attn 2.x: "17"); None: torch's.
     cxx_std: str | None = None
+    # The package (canonical name) and the versions (a PEP 440 specifier) the recipe's patches were made for;
+    # None: any. A built-in recipe is the default for its package.
+    package: str | None = None
+    versions: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,12 +1,21 @@
-"""Built-in recipes (how to drive a package's setup.py) and the build environment of one job."""
+"""Built-in recipes (how to drive a package's setup.py) and the build environment of one job.
+
+The built-in recipes are data: factory/data/recipes/<name>/recipe.toml (Recipe's fields, plus the package and
+versions its patches were made for) and patches/*.patch, unified diffs applied with -p1 in the listed order.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import tomllib
+from dataclasses import fields, replace
+from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from factory.measured import (
     flash_attn_file_estimates,
@@ -20,45 +29,104 @@ from factory.variants import format_arch_list
 if TYPE_CHECKING:
     from factory.variants import Variant
 
+RECIPE_FILE = "recipe.toml"
+# Keys of recipe.toml beyond Recipe's own fields: `measured = true` takes the compile figures from the
+# measured compiles (factory/data/flash-attn-compiles.csv).
+_DATA_ONLY_KEYS = ("measured",)
+_TUPLE_FIELDS = ("patches", "extra_build_requires")
+_BY_FILE_FIELDS = ("compile_gib_by_file", "compile_seconds_by_file")
 
-# flash-attn 2.8.3's setup.py: FLASH_ATTN_CUDA_ARCHS="80;90;100;120" selects the gencodes,
-# FLASH_ATTN_LOCAL_VERSION becomes the +local label, FLASH_ATTENTION_FORCE_BUILD stops it from downloading a
-# prebuilt wheel from GitHub (which also would need network). Its flags hard-code -std=c++17.
-FLASH_ATTN = Recipe(
-    name="flash-attn",
-    arch_env="FLASH_ATTN_CUDA_ARCHS",
-    arch_format="flash-attn",
-    local_version_env="FLASH_ATTN_LOCAL_VERSION",
-    env=MappingProxyType({"FLASH_ATTENTION_FORCE_BUILD": "TRUE"}),
-    import_name="flash_attn",
-    min_arch="8.0",
-    # Measured: the heaviest kernel file (flash_bwd_hdim256) peaks at ~6.6 GiB per arch per nvcc thread.
-    compile_gib_per_arch=measured_compile_gib("flash-attn"),
-    compile_gib_by_file=flash_attn_file_estimates(),
-    compile_after_peak=measured_after_peak(),
-    compile_seconds_by_file=flash_attn_file_seconds(),
-    extra_build_requires=("setuptools", "wheel", "ninja", "packaging", "psutil", "einops"),
-    cxx_std="17",
-)
 
-TORCH_EXT = Recipe(
-    name="torch-ext",
-    arch_env="TORCH_CUDA_ARCH_LIST",
-    arch_format="torch",
-    local_version_env=None,
-    env=MappingProxyType({"FORCE_CUDA": "1"}),
-    compile_gib_per_arch=4.0,
-    extra_build_requires=("setuptools", "wheel", "ninja", "packaging"),
-)
+def recipes_dir() -> Path:
+    """factory/data/recipes/: one directory per built-in recipe, its recipe.toml and patches/."""
+    return Path(str(resources.files("factory") / "data" / "recipes"))
 
-BUILTIN_RECIPES: dict[str, Recipe] = {r.name: r for r in (FLASH_ATTN, TORCH_EXT)}
+
+def load_recipe_dir(directory: Path) -> Recipe:
+    """The recipe a directory declares (named after it); a malformed file is a ValueError naming it."""
+    path = directory / RECIPE_FILE
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    known = {f.name for f in fields(Recipe)} - {"name"}
+    unknown = sorted(set(data) - known - set(_DATA_ONLY_KEYS))
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {', '.join(unknown)}")
+    values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+    for key in _BY_FILE_FIELDS:
+        if key in values:
+            # a TOML table keeps its order: the first glob that matches wins
+            values[key] = tuple((str(glob), float(n)) for glob, n in values[key].items())
+    if data.get("measured"):
+        values.update(
+            compile_gib_per_arch=measured_compile_gib(directory.name),
+            compile_gib_by_file=flash_attn_file_estimates(),
+            compile_after_peak=measured_after_peak(),
+            compile_seconds_by_file=flash_attn_file_seconds(),
+        )
+    for key in _TUPLE_FIELDS:
+        if key in values:
+            values[key] = tuple(values[key])
+    values["patches"] = tuple(directory / "patches" / str(p) for p in values.get("patches", ()))
+    for patch in values["patches"]:
+        if not patch.is_file():
+            raise ValueError(f"{path}: patch {patch.name} is not in {patch.parent}")
+    if "env" in values:
+        values["env"] = MappingProxyType({str(k): str(v) for k, v in values["env"].items()})
+    if "package" in values:
+        values["package"] = canonicalize_name(values["package"])
+    if "versions" in values:
+        try:
+            SpecifierSet(values["versions"])
+        except InvalidSpecifier:
+            raise ValueError(f"{path}: versions {values['versions']!r} is not a PEP 440 specifier") from None
+    try:
+        return Recipe(name=directory.name, **values)
+    except TypeError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _builtin_recipes() -> MappingProxyType[str, Recipe]:
+    found = sorted(d for d in recipes_dir().iterdir() if (d / RECIPE_FILE).is_file())
+    return MappingProxyType({d.name: load_recipe_dir(d) for d in found})
+
+
+# every recipe shipped in factory/data/recipes/, by name
+BUILTIN_RECIPES = _builtin_recipes()
+FLASH_ATTN = BUILTIN_RECIPES["flash-attn"]
+TORCH_EXT = BUILTIN_RECIPES["torch-ext"]
 
 
 def default_recipe_for(package: PackageSpec) -> Recipe:
-    """flash-attn gets its own recipe; anything else is a generic torch extension."""
-    if canonicalize_name(package.name) == "flash-attn":
-        return FLASH_ATTN
-    return replace(TORCH_EXT, import_name=canonicalize_name(package.name).replace("-", "_"))
+    """The built-in recipe made for the package, if there is one; else a generic torch extension."""
+    name = canonicalize_name(package.name)
+    for recipe in BUILTIN_RECIPES.values():
+        if recipe.package == name:
+            return recipe
+    return replace(TORCH_EXT, import_name=name.replace("-", "_"))
+
+
+def recipe_warnings(recipe: Recipe, package: PackageSpec) -> list[str]:
+    """One line per way the recipe's patches were not made for this package: another package, a version
+    outside the ones they were made for. `factory matrix --check` then tries them against its source."""
+    if not recipe.patches:
+        return []
+    name = canonicalize_name(package.name)
+    where = f"recipe {recipe.name}'s patches"
+    try_it = "`factory matrix --check` tries them against its source"
+    if recipe.package is not None and recipe.package != name:
+        return [f"{where} were made for {recipe.package}, not {package.name}; {try_it}"]
+    if recipe.versions is None:
+        return []
+    try:
+        known = Version(package.version) in SpecifierSet(recipe.versions)
+    except InvalidVersion:
+        known = False
+    if known:
+        return []
+    made_for = f"{recipe.package or package.name} {recipe.versions}"
+    return [f"{where} were made for {made_for}, not {package.version}; {try_it}"]
 
 
 def recipe_env(recipe: Recipe, variant: Variant) -> dict[str, str]:

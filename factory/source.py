@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import ast
 import base64
+import filecmp
 import hashlib
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -42,8 +44,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory.errors import BuildError
+from factory.errors import BuildError, ConfigError
 from factory.index import PYPI_JSON_TYPE, parse_anchors
+from factory.options import PackageSpec, Recipe
 from factory.urls import without_credentials
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -399,17 +402,81 @@ def _unpack(archive: Path, dest: Path) -> Path:
     return _single_top_dir(dest)
 
 
+_FAILED_HUNK = re.compile(r"^Hunk #(\d+) FAILED at (\d+)")
+_CHECKING = re.compile(r"^(?:checking|patching) file (.+)$")
+_MISSING_FILE = re.compile(r"can't find file to patch at input line (\d+)")
+
+
+def _header_name(line: str) -> str | None:
+    """The file a `--- ` or `+++ ` line names, as -p1 leaves it; None for /dev/null."""
+    name = line[4:].split("\t", 1)[0].strip()
+    if name == "/dev/null":
+        return None
+    return name.split("/", 1)[-1] if "/" in name else name
+
+
+def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
+    """(file as the patch names it after -p1, hunk number) -> its `@@ ... @@` line, to name a failed hunk."""
+    headers: dict[tuple[str, int], str] = {}
+    current, number, old = "", 0, ""
+    for line in patch.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("--- "):
+            old = _header_name(line) or ""
+        elif line.startswith("+++ "):
+            current, number = _header_name(line) or old, 0  # a deleted file: its old name
+        elif line.startswith("@@ ") and current:
+            number += 1
+            headers[(current, number)] = line
+    return headers
+
+
+def _file_at(patch: Path, line_number: int) -> str:
+    """The file named by the header before `line_number` (the "input line" patch reports a hunk at)."""
+    lines = patch.read_text(encoding="utf-8", errors="replace").splitlines()
+    for line in reversed(lines[:line_number]):
+        if (line.startswith("+++ ") or line.startswith("--- ")) and (name := _header_name(line)):
+            return name
+    return "?"
+
+
+def _patch_failure(patch: Path, output: str) -> str:
+    """What `patch --dry-run` said went wrong, one line: each failed hunk with its file and `@@` header."""
+    headers = _hunk_headers(patch)
+    current = "?"
+    failed: list[str] = []
+    other: list[str] = []
+    for line in output.splitlines():
+        if match := _CHECKING.match(line):
+            current = match.group(1).strip().strip("'\"")
+        elif match := _FAILED_HUNK.match(line):
+            number, at = int(match.group(1)), match.group(2)
+            header = headers.get((current, number), "")
+            failed.append(f"{current} hunk #{number} {header} FAILED at line {at}".replace("  ", " "))
+        elif match := _MISSING_FILE.search(line):
+            other.append(f"{_file_at(patch, int(match.group(1)))}: no such file to patch")
+        elif "Reversed (or previously applied)" in line:
+            other.append(f"{current}: {line.strip().rstrip('.!')}")
+    details = failed + other
+    if not details:
+        lines = [line for line in output.splitlines() if line.strip()]
+        details = lines[-1:] or ["no output"]
+    return "; ".join(details)
+
+
 def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
+    """Apply each patch with -p1 in order, each tried with --dry-run first: a patch that does not apply is a
+    ConfigError naming the patch and its failed hunks, and leaves no .rej or half-patched file behind.
+
+    No fuzz: a hunk whose context changed upstream fails rather than landing wherever two lines still match
+    (an offset, the same lines moved, is fine)."""
     for patch in patches:
-        proc = subprocess.run(
-            ["patch", "-p1", "--forward", "--batch", "-i", str(patch)],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            detail = (proc.stdout + proc.stderr).strip().splitlines()
-            raise BuildError(f"patch {patch} does not apply: {detail[-1] if detail else 'no output'}")
+        base = ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "--reject-file=-", "-i", str(patch)]
+        for step in ([*base, "--dry-run"], base):
+            proc = subprocess.run(step, cwd=tree, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ConfigError(
+                    f"patch {patch} does not apply: {_patch_failure(patch, proc.stdout + proc.stderr)}"
+                )
 
 
 def prepare_source(
@@ -498,3 +565,70 @@ def prepare_source(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return result
+
+
+def prepare_package(package: PackageSpec, recipe: Recipe, cache: Path) -> PreparedSource:
+    """The source a build of `package` mounts: fetched as its `source:` says, the recipe's patches applied."""
+    src = package.source
+    return prepare_source(
+        kind=src.kind,
+        name=package.name,
+        version=package.version,
+        cache=cache,
+        url=src.url,
+        ref=src.ref,
+        path=src.path,
+        patches=recipe.patches,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- editing
+
+
+def unpack_for_editing(tree: Path, dest: Path) -> None:
+    """A writable copy of a prepared tree in `dest` (which must not exist, or be empty), to edit."""
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ConfigError(f"{dest} already exists and is not an empty directory")
+    shutil.copytree(tree, dest, symlinks=True, dirs_exist_ok=True)
+    for path in [dest, *dest.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+
+
+def _files(root: Path) -> set[str]:
+    """The files under `root` that a build reads, relative, without build outputs and VCS state."""
+    out: set[str] = set()
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if any(IGNORED(str(root), [part]) for part in rel.parts):
+            continue
+        if path.is_file() or path.is_symlink():
+            out.add(rel.as_posix())
+    return out
+
+
+def diff_trees(base: Path, edited: Path) -> str:
+    """A unified diff (a/ and b/ prefixes, for patch -p1) that turns `base` into `edited`: changed, added and
+    removed text files. A changed binary file cannot be a patch: ConfigError naming it."""
+    chunks: list[str] = []
+    for rel in sorted(_files(base) | _files(edited)):
+        old, new = base / rel, edited / rel
+        if old.is_file() and new.is_file() and filecmp.cmp(old, new, shallow=False):
+            continue
+        if (old.is_file() and not new.exists() and old.stat().st_size == 0) or (
+            new.is_file() and not old.exists() and new.stat().st_size == 0
+        ):
+            raise ConfigError(f"{edited / rel}: an empty file cannot be added or removed by a patch")
+        # /dev/null names a created or deleted file, so patch creates or removes it rather than emptying it
+        labels = (f"a/{rel}" if old.exists() else "/dev/null", f"b/{rel}" if new.exists() else "/dev/null")
+        proc = subprocess.run(
+            ["diff", "-uN", "--label", labels[0], "--label", labels[1], str(old), str(new)],
+            capture_output=True,
+        )
+        if proc.returncode == 0:
+            continue
+        text = proc.stdout.decode("utf-8", "surrogateescape")
+        if proc.returncode != 1 or text.startswith("Binary files"):
+            raise ConfigError(f"{edited / rel}: a binary file differs; a patch can only carry text")
+        chunks.append(text)
+    return "".join(chunks)

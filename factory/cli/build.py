@@ -58,9 +58,12 @@ def build(
     from factory.engine import check_docker
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
+    from factory.recipes import recipe_warnings
 
     console = Console(stderr=True)
     mf = load_matrix_file(matrix, trust_paths=trust_paths)
+    for warning in recipe_warnings(mf.recipe, mf.package):
+        typer.echo(f"warning: {warning}", err=True)
     jobs = list(plan_matrix(mf).only(only).jobs)
     if not jobs:
         raise ConfigError(

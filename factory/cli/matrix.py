@@ -13,7 +13,10 @@ from rich.table import Table
 
 from factory.cli import app
 from factory.config import load_matrix_file
+from factory.home import factory_home
 from factory.plan import Plan, plan_matrix
+from factory.recipes import recipe_warnings
+from factory.source import prepare_package
 
 # Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
 TRUST_PATHS = typer.Option(
@@ -58,17 +61,34 @@ def matrix_command(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or github.")] = Format.table,
     only: Annotated[str | None, typer.Option("--only", help="Glob on the variant or job id.")] = None,
     no_prune: Annotated[bool, typer.Option("--no-prune", help="Show the raw expansion.")] = False,
-    check: Annotated[bool, typer.Option("--check", help="Only validate; exit 0 or 2.")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Only validate, the recipe's patches against the source too; exit 0 or 2."
+        ),
+    ] = False,
+    no_source: Annotated[
+        bool, typer.Option("--no-source", help="With --check: do not fetch the source to try the patches.")
+    ] = False,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
     mf = load_matrix_file(matrix, trust_paths=trust_paths)
+    for warning in recipe_warnings(mf.recipe, mf.package):
+        typer.echo(f"warning: {warning}", err=True)
     plan = plan_matrix(mf, prune=not no_prune).only(only)
     if check:
+        patched = ""
+        if mf.recipe.patches and not no_source:
+            # the fetch and patched tree a build makes (cached): a patch that no longer applies fails here
+            prepared = prepare_package(mf.package, mf.recipe, factory_home())
+            of = prepared.sdist or f"{mf.package.name} {mf.package.version}"
+            count = len(mf.recipe.patches)
+            patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
         unverified = sum(not j.verified for j in plan.jobs)
         typer.echo(
             f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
-            f"{len(plan.dropped)} dropped, {unverified} unverified"
+            f"{len(plan.dropped)} dropped, {unverified} unverified{patched}"
         )
         return
     if fmt is Format.json:

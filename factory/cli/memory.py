@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app, cpus_option
-from factory.config import format_size, parse_size
+from factory.config import format_size, load_matrix_file, parse_size
 from factory.container import cgroup
 from factory.container.admission import GIB
 from factory.errors import ConfigError
@@ -52,10 +52,16 @@ def plan_cmd(
     cpus: Annotated[
         float | None, typer.Option(help="CPUs (default: this cgroup's quota or affinity).")
     ] = None,
-    archs: Annotated[int, typer.Option(help="Number of CUDA archs compiled per file.")] = 1,
+    archs: Annotated[
+        int | None,
+        typer.Option(help="Number of CUDA archs compiled per file (default: 1, or --matrix's largest set)."),
+    ] = None,
     recipe: Annotated[
-        str, typer.Option(help="Built-in recipe whose per-arch estimate to use.")
-    ] = "flash-attn",
+        str | None, typer.Option(help="Built-in recipe whose per-arch estimate to use (default: flash-attn).")
+    ] = None,
+    matrix: Annotated[
+        Path | None, typer.Option("--matrix", "-m", help="Plan for this matrix file's recipe and arch sets.")
+    ] = None,
     per_arch: Annotated[
         str | None, typer.Option(help="Per-arch compile memory, overrides the recipe's.")
     ] = None,
@@ -63,20 +69,31 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """MAX_JOBS and NVCC_THREADS that fit a memory limit."""
+    from factory.plan import plan_matrix
     from factory.recipes import BUILTIN_RECIPES
 
     info = cgroup.read_cgroup()
     limit = _size(memory, "--memory") if memory else info.memory_limit
     if limit is None:
         raise ConfigError("--memory: no cgroup memory limit here; give one, e.g. --memory 16GiB")
-    if per_arch is not None:
-        per_arch_bytes = _size(per_arch, "--per-arch")
-    elif recipe in BUILTIN_RECIPES:
-        per_arch_bytes = int(BUILTIN_RECIPES[recipe].compile_gib_per_arch * GIB)
+    if matrix is not None and recipe is not None:
+        raise ConfigError("--matrix and --recipe: give one (the matrix file names its recipe)")
+    if matrix is not None:
+        mf = load_matrix_file(matrix)
+        chosen = mf.recipe
+        if archs is None:
+            archs = max((len(j.variant.archs) for j in plan_matrix(mf).jobs), default=1)
+    elif (recipe or "flash-attn") in BUILTIN_RECIPES:
+        chosen = BUILTIN_RECIPES[recipe or "flash-attn"]
     else:
         raise ConfigError(
-            f"--recipe: unknown recipe {recipe!r} (known: {', '.join(sorted(BUILTIN_RECIPES))})"
+            f"--recipe: unknown recipe {recipe!r} (built in: {', '.join(sorted(BUILTIN_RECIPES))}; "
+            "for a matrix file's own recipe, --matrix FILE)"
         )
+    archs = 1 if archs is None else archs
+    per_arch_bytes = (
+        _size(per_arch, "--per-arch") if per_arch is not None else int(chosen.compile_gib_per_arch * GIB)
+    )
     _count(archs, "--archs")
     _count(nvcc_threads, "--nvcc-threads")
     cpus = cpus_option(cpus)

@@ -89,7 +89,8 @@ def test_declared_recipe_mapping_with_base_and_patches(tmp_path: Path) -> None:
     r = mf.recipe
     assert r.name == "fa-cpp20" and r.arch_env == "FLASH_ATTN_CUDA_ARCHS" and r.arch_format == "flash-attn"
     assert dict(r.env) == {"FLASH_ATTENTION_FORCE_BUILD": "TRUE", "MAX_JOBS": "2"}
-    assert r.patches == ((tmp_path / "fix.diff").resolve(),)
+    # the base recipe's patches first: fix.diff is written against the tree they make
+    assert r.patches == (*BUILTIN_RECIPES["flash-attn"].patches, (tmp_path / "fix.diff").resolve())
     assert r.cxx_std == "20" and r.import_name == "flash_attn" and r.min_arch == "8.0"
 
 

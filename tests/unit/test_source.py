@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from factory.errors import BuildError
+from factory.errors import BuildError, ConfigError
 from factory.index import PYPI_JSON_TYPE
 from factory.source import PipSettings, PreparedSource, parse_pip_config, prepare_source, read_pip_settings
 
@@ -69,7 +69,10 @@ def test_patches_are_applied_and_part_of_the_cache_key(tree: Path, tmp_path: Pat
 def test_a_patch_that_does_not_apply_is_a_clear_error(tree: Path, tmp_path: Path) -> None:
     patch = tmp_path / "bad.patch"
     patch.write_text(PATCH.replace('print("hello")', 'print("something else")'))
-    with pytest.raises(BuildError, match=r"patch .*bad.patch does not apply"):
+    # a configuration error (exit 2): the recipe's patch, not the machine, is wrong
+    with pytest.raises(
+        ConfigError, match=r"patch .*bad\.patch does not apply: hello\.py hunk #1 @@ -1 \+1 @@"
+    ):
         prepare_source(kind="path", name="p", version="1", cache=tmp_path / "c", path=tree, patches=[patch])
     assert not any((tmp_path / "c" / "sources").iterdir())  # no half-made entry is left to be reused
 

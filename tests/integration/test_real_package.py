@@ -1,0 +1,157 @@
+"""A real third-party sdist, built end to end: causal-conv1d 1.7.0 from the configured index, by its built-in
+recipe alone (`recipe: causal-conv1d`), for sm_80, through the `factory build` command line; its wheel then
+installed with pip into a fresh venv beside torch 2.14 and imported (an extension imports without a GPU).
+
+One module-scoped build (10-15 minutes on two cores), several assertions on it. Before it, every built-in
+recipe's patches are tried against the real sdist they were made for (`factory matrix --check`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.utils import parse_wheel_filename
+
+from factory.fatbin import device_code
+from factory.recipes import BUILTIN_RECIPES
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+FACTORY = [sys.executable, "-m", "factory.cli"]
+JOB = "cu130-torch2.14-abi1-sm80-py311"
+LABEL = "cu13.0.torch2.14.abi1.sm80"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in BUILTIN_RECIPES.items() if r.patches))
+def test_builtin_patches_apply_to_the_sdists_they_were_made_for(name: str, tmp_path: Path) -> None:
+    recipe = BUILTIN_RECIPES[name]
+    assert recipe.versions is not None and recipe.versions.startswith("==")
+    version = recipe.versions.removeprefix("==").removesuffix(".*")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        f'package: {{name: {recipe.package}, version: "{version}"}}\nrecipe: {name}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.11"], cxx11_abi: [true], arch: ["8.0"]}\n'
+    )
+    proc = subprocess.run(
+        [*FACTORY, "matrix", "--matrix", str(matrix), "--check"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count = len(recipe.patches)
+    assert proc.stdout.rstrip().endswith(
+        f"{'es apply' if count > 1 else ' applies'} to "
+        + (f"{recipe.package.replace('-', '_')}-{version}.tar.gz")
+    ), proc.stdout
+    assert proc.stderr == ""  # no warning: the version is the one the patches were made for
+
+
+@pytest.fixture(scope="module")
+def real_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("real-package")
+    matrix = tmp / "matrix.yaml"
+    matrix.write_text(
+        textwrap.dedent(
+            """\
+            package: {name: causal-conv1d, version: "1.7.0"}
+            recipe: causal-conv1d
+            matrix:
+              cuda: ["13.0"]
+              torch: ["2.14"]
+              python: ["3.11"]
+              cxx11_abi: [true]
+              arch: ["8.0"]
+            build:
+              flavor: pypi
+              torch_index: {"13.0": default}
+            """
+        )
+    )
+    out = tmp / "wheels"
+    proc = subprocess.run(
+        [*FACTORY, "build", "--matrix", str(matrix), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    job = {j["job_id"]: j for j in report["jobs"]}[JOB]
+    return {"proc": proc, "out": out, "report": report, "job": job, "tmp": tmp}
+
+
+def _wheel(real_build: dict[str, Any]) -> Path:
+    job = real_build["job"]
+    assert job["result"] == "ok", (job["reason"], job["log_tail"])
+    return real_build["out"] / job["wheel"]
+
+
+def test_build_succeeds_without_warnings_about_the_recipe(real_build: dict[str, Any]) -> None:
+    proc = real_build["proc"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    # 1.7.0 is the version the recipe's patch was made for: nothing to warn about
+    assert "were made for" not in proc.stderr
+    assert real_build["job"]["result"] == "ok", real_build["job"]["log_tail"]
+
+
+def test_wheel_carries_exactly_sm80_device_code(real_build: dict[str, Any]) -> None:
+    """The recipe's patch dropped setup.py's nine fixed -gencode flags: TORCH_CUDA_ARCH_LIST alone decides."""
+    wheel = _wheel(real_build)
+    with zipfile.ZipFile(wheel) as zf:
+        sos = [n for n in zf.namelist() if n.endswith(".so")]
+        assert sos == ["causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"]
+        assert device_code(zf.read(sos[0])).cubin_archs == frozenset({80})
+    # and the factory's own wheel check said so in the report
+    log = Path(real_build["job"]["log"]).read_text()
+    assert '"phase": "install-check"' in log and '"phase": "done"' in log
+
+
+def test_wheel_name_metadata_version_and_torch_pin(real_build: dict[str, Any]) -> None:
+    wheel = _wheel(real_build)
+    name, version, _build, tags = parse_wheel_filename(wheel.name)
+    assert name == "causal-conv1d" and str(version) == f"1.7.0+{LABEL}"
+    assert {str(t) for t in tags} == {"cp311-cp311-linux_x86_64"}
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = zf.read(metadata).decode().splitlines()
+    assert f"Version: 1.7.0+{LABEL}" in lines
+    assert "Requires-Dist: torch==2.14.*" in lines
+
+
+def test_wheel_installs_with_pip_and_imports(real_build: dict[str, Any]) -> None:
+    """pip, with the host's own configuration, installs the wheel and the torch 2.14 its pin allows."""
+    wheel = _wheel(real_build)
+    venv = real_build["tmp"] / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    probe = subprocess.run(
+        [
+            python,
+            "-I",
+            "-c",
+            "import importlib.metadata as m, torch, causal_conv1d, causal_conv1d_cuda as c; "
+            "print(m.version('causal-conv1d'), torch.__version__, c.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=real_build["tmp"],
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    version, torch_version, where = probe.stdout.split()
+    assert version == f"1.7.0+{LABEL}"
+    assert torch_version.startswith("2.14.")
+    assert where.startswith(str(venv))
