@@ -140,32 +140,6 @@ def test_good_arch_sets_produce_checked_wheels(demo_build: dict[str, Any]) -> No
         assert '"phase": "install-check"' in log and '"phase": "done"' in log
 
 
-def test_only_builds_the_one_job_a_workflow_runner_is_given(tmp_path: Path, docker_client: Any) -> None:
-    """The scheduled workflow's two calls: `factory matrix --format github` plans, and each runner builds its
-    own job with `factory build --only JOB`; here on the demo matrix, its first job of two."""
-    demo = ROOT / "examples" / "demo.yaml"
-    plan = run_factory("matrix", "--matrix", str(demo), "--format", "github")
-    assert plan.returncode == 0, plan.stderr
-    job_ids = [row["job_id"] for row in json.loads(plan.stdout)["include"]]
-    assert job_ids == ["cu130-torch2.14-abi1-sm80-py311", "cu130-torch2.14-abi1-sm90.120-py311"]
-    chosen = job_ids[0]
-    out = tmp_path / "wheels"
-    proc = run_factory("build", "--matrix", str(demo), "--only", chosen, "--keep-going", "--output", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    report = json.loads((out / "report.json").read_text())
-    assert [j["job_id"] for j in report["jobs"]] == [chosen]
-    job = report["jobs"][0]
-    assert job["result"] == "ok", (job["reason"], job["log_tail"])
-    # exactly that job's wheel came out, and the other job left no log: it never started
-    assert [w.name for w in out.glob("*.whl")] == [job["wheel"]]
-    assert job["wheel"].startswith("factory_demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80-cp311-cp311-")
-    assert [p.name for p in Path(job["log"]).parent.iterdir()] == [f"{chosen}.log"]
-    with zipfile.ZipFile(out / job["wheel"]) as zf:
-        sos = [n for n in zf.namelist() if n.endswith(".so")]
-        assert sos and all(device_code(zf.read(so)).cubin_archs == {80} for so in sos)
-
-
 def test_compile_error_is_a_failed_job_with_log_tail(demo_build: dict[str, Any]) -> None:
     job = demo_build["jobs"]["cu130-torch2.14-abi1-sm75-py311"]
     assert job["result"] == "failed"

@@ -61,7 +61,17 @@ def test_standin_is_reused_while_its_inputs_are_unchanged(standin: str, docker_c
     assert docker_client.images.get(standin).id == before
 
 
-def test_devel_flavor_builds_a_checked_wheel(standin: str, tmp_path: Path, docker_client: Any) -> None:
+def _factory(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "factory.cli", *args], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def test_devel_flavor_builds_the_one_job_a_workflow_runner_is_given(
+    standin: str, tmp_path: Path, docker_client: Any
+) -> None:
+    """A real job through Dockerfile.devel on the stand-in, run as the scheduled workflow runs each job:
+    `factory matrix --format github` plans, and each runner builds its own with `factory build --only JOB`."""
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(
         textwrap.dedent(
@@ -82,7 +92,7 @@ def test_devel_flavor_builds_a_checked_wheel(standin: str, tmp_path: Path, docke
               torch: ["2.14"]
               python: ["3.11"]
               cxx11_abi: [true]
-              arch: ["8.0"]
+              arch: ["8.0", "9.0"]
             build:
               flavor: devel
               base_image: {standin}
@@ -91,29 +101,24 @@ def test_devel_flavor_builds_a_checked_wheel(standin: str, tmp_path: Path, docke
             """
         )
     )
+    plan = _factory("matrix", "--matrix", str(matrix), "--format", "github", "--trust-paths")
+    assert plan.returncode == 0, plan.stderr
+    job_ids = [row["job_id"] for row in json.loads(plan.stdout)["include"]]
+    assert job_ids == ["cu130-torch2.14-abi1-sm80-py311", "cu130-torch2.14-abi1-sm90-py311"]
+    chosen = job_ids[0]
     out = tmp_path / "wheels"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "factory.cli",
-            "build",
-            "--matrix",
-            str(matrix),
-            "--output",
-            str(out),
-            "--trust-paths",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    proc = _factory("build", "--matrix", str(matrix), "--only", chosen, "--output", str(out), "--trust-paths")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
     report = json.loads((out / "report.json").read_text())
+    assert [j["job_id"] for j in report["jobs"]] == [chosen]
     (job,) = report["jobs"]
     assert job["result"] == "ok", (job["reason"], job["log_tail"])
+    # exactly that job's wheel came out, and the other job left no log: it never started
+    assert [w.name for w in out.glob("*.whl")] == [job["wheel"]]
+    assert [p.name for p in Path(job["log"]).parent.iterdir()] == [f"{chosen}.log"]
     wheel = out / job["wheel"]
-    assert wheel.name.startswith("factory_demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80-cp311-cp311-linux_x86_64")
+    assert wheel.name.startswith("factory_demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80-cp311-cp311-manylinux_2_")
     with zipfile.ZipFile(wheel) as zf:
         sos = [n for n in zf.namelist() if n.endswith(".so")]
         assert sos
