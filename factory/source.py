@@ -44,6 +44,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.errors import BuildError
 from factory.index import PYPI_JSON_TYPE, parse_anchors
+from factory.stores import urls_without_credentials
 from factory.urls import without_credentials
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -481,7 +482,9 @@ def prepare_source(
             ):
                 proc = subprocess.run(step, capture_output=True, text=True)
                 if proc.returncode != 0:
-                    raise BuildError(f"git failed for {url}@{ref}: {proc.stderr.strip().splitlines()[-1:]}")
+                    # git repeats the URL, token and all, in its own messages
+                    said = urls_without_credentials(" ".join(proc.stderr.strip().splitlines()[-1:]))
+                    raise BuildError(f"git failed for {without_credentials(url)}@{ref}: {said}")
         else:
             assert archive is not None
             try:
