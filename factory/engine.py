@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from factory.container import heartbeat
 from factory.errors import BuildError
 
 LABEL = "io.wheel-factory"
@@ -228,6 +229,35 @@ def remove_stale_containers(client: Any) -> int:
             container.remove(force=True)
             removed += 1
     return removed
+
+
+class Heartbeat:
+    """Touches `path` every `period_s` seconds while in use: the build containers' sign that their factory
+    lives (`factory.container.heartbeat`). A factory killed with SIGKILL stops touching it, and its
+    containers stop themselves."""
+
+    def __init__(self, path: Path, *, period_s: float = heartbeat.PERIOD_S) -> None:
+        self.path = path
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):  # a full disk must not end the build; the containers will
+                heartbeat.touch(self.path)
+            if self._stop.wait(self.period_s):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        heartbeat.touch(self.path)  # before any container can look at it
+        self.path.parent.chmod(0o755)  # the containers' unprivileged user reads it
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def check_docker(client_factory: Callable[[], Any] | None = None) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 from factory import platform_tag, wheelcheck
 from factory.config import MatrixFile, format_size
-from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, protocol
+from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
 from factory.engine import Engine, Interrupted, Limits
 from factory.errors import FactoryError
 from factory.memory import jobmemory
@@ -58,6 +58,13 @@ class JobContext:
     cpus: float
     on_change: Callable[[JobResult], None]
     log: Callable[[str], None]
+    heartbeat_stale_s: float = heartbeat.STALE_S  # how long a build container outlives a silent factory
+
+    @property
+    def heartbeat_file(self) -> Path:
+        """The file the run touches while it lives (`engine.Heartbeat`); its directory is mounted into
+        every build container."""
+        return self.run_dir / "heartbeat" / heartbeat.FILE_NAME
 
     @property
     def stop(self) -> threading.Event:
@@ -159,6 +166,8 @@ class JobRun:
             "UV_PYTHON_DOWNLOADS": "never",
             "UV_NO_CONFIG": "1",
             "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
+            heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
+            heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
         }
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
@@ -250,6 +259,7 @@ class JobRun:
             str(out_dir): {"bind": "/out", "mode": "rw"},
             str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
             str(self.profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
+            str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
         }
 
     # -- the job -------------------------------------------------------------------------------------
@@ -308,6 +318,7 @@ class JobRun:
             mounts={
                 WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
                 str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+                str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
             },
         )
 

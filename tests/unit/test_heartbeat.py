@@ -14,7 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from factory.build import heartbeat_stale_s
 from factory.container import heartbeat
+from factory.engine import Heartbeat
+from factory.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -94,3 +97,24 @@ def test_driver_kills_its_build_when_the_heartbeat_stops(tmp_path: Path) -> None
 
 def test_no_heartbeat_configured_means_no_watch() -> None:
     assert heartbeat.start_watch(heartbeat.Children(), {}) is None
+
+
+def test_host_heartbeat_touches_until_it_ends(tmp_path: Path) -> None:
+    beat = tmp_path / "run" / "heartbeat" / heartbeat.FILE_NAME
+    with Heartbeat(beat, period_s=0.05):
+        assert beat.parent.stat().st_mode & 0o777 == 0o755
+        os.utime(beat, (1.0, 1.0))
+        wait_for(lambda: beat.stat().st_mtime > 1.0, 30, "a beat")
+    os.utime(beat, (1.0, 1.0))
+    time.sleep(0.2)  # four periods: a beat would have come by now
+    assert beat.stat().st_mtime == 1.0
+
+
+def test_stale_limit_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(heartbeat.ENV_STALE_S, "5")
+    assert heartbeat_stale_s() == 5.0
+    monkeypatch.setenv(heartbeat.ENV_STALE_S, "soon")
+    with pytest.raises(ConfigError, match="FACTORY_HEARTBEAT_STALE_S='soon'"):
+        heartbeat_stale_s()
+    monkeypatch.delenv(heartbeat.ENV_STALE_S)
+    assert heartbeat_stale_s() == heartbeat.STALE_S
