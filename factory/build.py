@@ -23,7 +23,7 @@ from typing import Any
 import docker.errors
 import psutil
 
-from factory import home, images, wheelhouse
+from factory import home, images, leftovers, wheelhouse
 from factory.config import MatrixFile
 from factory.container import heartbeat
 from factory.engine import (
@@ -266,6 +266,8 @@ def run_build(
     stale = remove_stale_containers(client)
     if stale:
         log(f"removed {stale} container(s) left by an earlier run that did not finish")
+    for leftover in leftovers.remove_stale_output_dirs(settings.output):
+        log(f"removed {leftover}, left by an earlier run that did not finish")
     pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")
     pending: dict[Future[None], JobResult] = {}
     try:

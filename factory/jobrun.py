@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import platform_tag, wheelcheck
+from factory import leftovers, platform_tag, wheelcheck
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
 from factory.engine import Engine, Interrupted, Limits
@@ -277,14 +277,14 @@ class JobRun:
         result.started = t0
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         result.log = str(self.log_path)
-        out_tmp = ctx.output / f".tmp-{self.job.id}-{ctx.run_id}"
+        out_tmp = leftovers.output_tmp_dir(ctx.output, job_id=self.job.id, run_id=ctx.run_id)
         image: str | None = None
         try:
             result.phase = "prepare"
             self.changed()
             inputs = prepare(self.job)
             image = inputs.image
-            out_tmp.mkdir(parents=True, exist_ok=True)
+            leftovers.make_output_tmp_dir(out_tmp)  # owned, so a later run can tell it from a live one's
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
             self.profile_dir.mkdir(parents=True, exist_ok=True)
             mounts = self.mounts(inputs, out_tmp)
