@@ -265,7 +265,7 @@ def run_build(
     runner = Runner(client, mf, settings, on_change=on_change, log=log)
     stale = remove_stale_containers(client)
     if stale:
-        log(f"removed {stale} container(s) left by an earlier run that did not finish")
+        log(f"removed {len(stale)} container(s) left by an earlier run that did not finish")
     for leftover in leftovers.remove_stale_output_dirs(settings.output):
         log(f"removed {leftover}, left by an earlier run that did not finish")
     pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")

@@ -207,13 +207,15 @@ def remove_containers(client: Any, *, filters: Mapping[str, Any]) -> int:
     for container in client.containers.list(all=True, filters=dict(filters)):
         with contextlib.suppress(Exception):
             container.remove(force=True)
-            removed += 1
+            removed.append(container.name)
     return removed
 
 
-def remove_stale_containers(client: Any) -> int:
-    """Remove containers left by factory runs on this host whose process is gone (a crash, a kill -9)."""
-    removed = 0
+def remove_stale_containers(client: Any) -> list[str]:
+    """Remove containers left by factory runs on this host whose process is gone (a crash, a kill -9), those
+    that stopped themselves when its heartbeat did, too; the names of those removed. Another host's (sharing
+    the daemon) cannot be checked, so they are left."""
+    removed: list[str] = []
     host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         labels = container.labels
@@ -227,7 +229,7 @@ def remove_stale_containers(client: Any) -> int:
             continue
         with contextlib.suppress(Exception):
             container.remove(force=True)
-            removed += 1
+            removed.append(container.name)
     return removed
 
 
