@@ -207,7 +207,7 @@ def remove_containers(client: Any, *, filters: Mapping[str, Any]) -> int:
     for container in client.containers.list(all=True, filters=dict(filters)):
         with contextlib.suppress(Exception):
             container.remove(force=True)
-            removed.append(container.name)
+            removed += 1
     return removed
 
 

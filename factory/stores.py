@@ -130,13 +130,13 @@ def is_stale_tmp(
     host: str | None = None,
     pid_exists: Callable[[int], bool] = psutil.pid_exists,
 ) -> bool:
-    """Whether a temporary was abandoned: its writer on this host is gone, or it is older than TMP_AGE_S."""
-    if age_s > TMP_AGE_S:
-        return True
+    """Whether a temporary was abandoned: its writer on this host is gone (a live one's is kept however long
+    it takes), or, when its writer cannot be checked from here, it is older than TMP_AGE_S."""
     writer = tmp_writer(tmp_name)
-    if writer is None:
-        return False
-    return not leftovers.is_alive(writer, host=leftovers.host_tag(host), pid_exists=pid_exists)
+    here = leftovers.host_tag(host)
+    if writer is not None and writer.host == here:
+        return not leftovers.is_alive(writer, host=here, pid_exists=pid_exists)
+    return age_s > TMP_AGE_S
 
 
 class LocalStore:

@@ -85,6 +85,7 @@ def test_tmp_names_carry_their_writer() -> None:
     ("name", "age_s", "stale"),
     [
         (".a.whl.h.1.xyz.tmp", 5.0, False),  # live writer
+        (".a.whl.h.1.xyz.tmp", 7200.0, False),  # live writer, however long it takes
         (".a.whl.h.2.xyz.tmp", 5.0, True),  # writer gone
         (".a.whl.other.2.xyz.tmp", 5.0, False),  # another host's: only age tells
         (".a.whl.other.2.xyz.tmp", 7200.0, True),
