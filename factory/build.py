@@ -24,11 +24,13 @@ from typing import Any
 import docker.errors
 import psutil
 
-from factory import home, images, wheelhouse
+from factory import home, images, leftovers, wheelhouse
 from factory.config import MatrixFile
+from factory.container import heartbeat
 from factory.engine import (
     RUN_LABEL,
     Engine,
+    Heartbeat,
     Interrupted,
     remove_containers,
     remove_stale_containers,
@@ -86,6 +88,20 @@ def container_memory(mf: MatrixFile, settings: BuildSettings) -> int:
     return limits[0]
 
 
+def heartbeat_stale_s() -> float:
+    """How long a build container outlives a silent factory; tests shorten it through the environment."""
+    raw = os.environ.get(heartbeat.ENV_STALE_S)
+    if not raw:
+        return heartbeat.STALE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ConfigError(f"{heartbeat.ENV_STALE_S}={raw!r}: must be a positive number of seconds")
+    return value
+
+
 class Runner:
     """One `factory build` invocation: its job context and the inputs its jobs share."""
 
@@ -115,6 +131,7 @@ class Runner:
             cpus=settings.cpus or mf.build.cpus or float(os.cpu_count() or 1),
             on_change=on_change or (lambda _r: None),
             log=log,
+            heartbeat_stale_s=heartbeat_stale_s(),
         )
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -269,11 +286,13 @@ def run_build(
     runner = Runner(client, mf, settings, on_change=on_change, log=log)
     stale = remove_stale_containers(client)
     if stale:
-        log(f"removed {stale} container(s) left by an earlier run that did not finish")
+        log(f"removed {len(stale)} container(s) left by an earlier run that did not finish")
+    for leftover in leftovers.remove_stale_output_dirs(settings.output):
+        log(f"removed {leftover}, left by an earlier run that did not finish")
     pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")
     pending: dict[Future[None], JobResult] = {}
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), Heartbeat(runner.context.heartbeat_file):
             queue = list(zip(jobs, report.jobs, strict=True))
             for job, result in queue:
                 pending[pool.submit(runner.run_job, job, result)] = result

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from factory.container import heartbeat
 from factory.errors import BuildError
 
 LABEL = "io.wheel-factory"
@@ -210,9 +211,11 @@ def remove_containers(client: Any, *, filters: Mapping[str, Any]) -> int:
     return removed
 
 
-def remove_stale_containers(client: Any) -> int:
-    """Remove containers left by factory runs on this host whose process is gone (a crash, a kill -9)."""
-    removed = 0
+def remove_stale_containers(client: Any) -> list[str]:
+    """Remove containers left by factory runs on this host whose process is gone (a crash, a kill -9), those
+    that stopped themselves when its heartbeat did, too; the names of those removed. Another host's (sharing
+    the daemon) cannot be checked, so they are left."""
+    removed: list[str] = []
     host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         labels = container.labels
@@ -226,8 +229,37 @@ def remove_stale_containers(client: Any) -> int:
             continue
         with contextlib.suppress(Exception):
             container.remove(force=True)
-            removed += 1
+            removed.append(container.name)
     return removed
+
+
+class Heartbeat:
+    """Touches `path` every `period_s` seconds while in use: the build containers' sign that their factory
+    lives (`factory.container.heartbeat`). A factory killed with SIGKILL stops touching it, and its
+    containers stop themselves."""
+
+    def __init__(self, path: Path, *, period_s: float = heartbeat.PERIOD_S) -> None:
+        self.path = path
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):  # a full disk must not end the build; the containers will
+                heartbeat.touch(self.path)
+            if self._stop.wait(self.period_s):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        heartbeat.touch(self.path)  # before any container can look at it
+        self.path.parent.chmod(0o755)  # the containers' unprivileged user reads it
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def check_docker(client_factory: Callable[[], Any] | None = None) -> Any:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import platform_tag, wheelcheck
+from factory import leftovers, platform_tag, wheelcheck
 from factory.config import MatrixFile, format_size
-from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, protocol
+from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
 from factory.engine import Engine, Interrupted, Limits
 from factory.errors import FactoryError
 from factory.memory import jobmemory
@@ -58,6 +58,13 @@ class JobContext:
     cpus: float
     on_change: Callable[[JobResult], None]
     log: Callable[[str], None]
+    heartbeat_stale_s: float = heartbeat.STALE_S  # how long a build container outlives a silent factory
+
+    @property
+    def heartbeat_file(self) -> Path:
+        """The file the run touches while it lives (`engine.Heartbeat`); its directory is mounted into
+        every build container."""
+        return self.run_dir / "heartbeat" / heartbeat.FILE_NAME
 
     @property
     def stop(self) -> threading.Event:
@@ -159,6 +166,8 @@ class JobRun:
             "UV_PYTHON_DOWNLOADS": "never",
             "UV_NO_CONFIG": "1",
             "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
+            heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
+            heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
         }
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
@@ -260,6 +269,7 @@ class JobRun:
             str(out_dir): {"bind": "/out", "mode": "rw"},
             str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
             str(self.profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
+            str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
         }
 
     # -- the job -------------------------------------------------------------------------------------
@@ -277,14 +287,14 @@ class JobRun:
         result.started = t0
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         result.log = str(self.log_path)
-        out_tmp = ctx.output / f".tmp-{self.job.id}-{ctx.run_id}"
+        out_tmp = leftovers.output_tmp_dir(ctx.output, job_id=self.job.id, run_id=ctx.run_id)
         image: str | None = None
         try:
             result.phase = "prepare"
             self.changed()
             inputs = prepare(self.job)
             image = inputs.image
-            out_tmp.mkdir(parents=True, exist_ok=True)
+            leftovers.make_output_tmp_dir(out_tmp)  # owned, so a later run can tell it from a live one's
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
             self.profile_dir.mkdir(parents=True, exist_ok=True)
             mounts = self.mounts(inputs, out_tmp)
@@ -320,6 +330,7 @@ class JobRun:
             mounts={
                 WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
                 str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+                str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
             },
         )
 

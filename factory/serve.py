@@ -16,7 +16,6 @@ import base64
 import binascii
 import hmac
 import io
-import re
 import shutil
 import socket
 import sys
@@ -31,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 from factory import index
 from factory.errors import ConfigError, FactoryError
 from factory.stores import Store
-from factory.urls import without_credentials
+from factory.urls import scrub_urls
 
 _JSON_TYPES = {index.PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
 _HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}
@@ -106,7 +105,6 @@ MAX_SEGMENT_BYTES = 255
 MAX_LOG_LINE = 2048
 MAX_LOGGED_REQUEST = 512  # of a request line, so that its status still fits on the line
 _CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0), ord("\\"))})
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s\"'<>]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +120,7 @@ class ServeOptions:
 def printable(text: str) -> str:
     """`text` as one log line: control characters (ESC, CR, LF, C1) and backslashes escaped, URLs without
     their credentials, cut at MAX_LOG_LINE characters."""
-    line = _URL.sub(lambda m: without_credentials(m.group()), text).translate(_CONTROL)
+    line = scrub_urls(text).translate(_CONTROL)
     return line if len(line) <= MAX_LOG_LINE else line[: MAX_LOG_LINE - 3] + "..."
 
 

@@ -47,7 +47,7 @@ from packaging.version import InvalidVersion, Version
 from factory.errors import BuildError, ConfigError
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import PackageSpec, Recipe
-from factory.urls import without_credentials
+from factory.urls import urls_without_credentials, without_credentials
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 IGNORED = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv")
@@ -548,7 +548,9 @@ def prepare_source(
             ):
                 proc = subprocess.run(step, capture_output=True, text=True)
                 if proc.returncode != 0:
-                    raise BuildError(f"git failed for {url}@{ref}: {proc.stderr.strip().splitlines()[-1:]}")
+                    # git repeats the URL, token and all, in its own messages
+                    said = urls_without_credentials(" ".join(proc.stderr.strip().splitlines()[-1:]))
+                    raise BuildError(f"git failed for {without_credentials(url)}@{ref}: {said}")
         else:
             assert archive is not None
             try:

@@ -24,8 +24,11 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
+import psutil
+
+from factory import leftovers
 from factory.errors import ConfigError, PublishError
-from factory.urls import HTTP_SCHEMES, checked_url, without_credentials
+from factory.urls import HTTP_SCHEMES, checked_url, urls_without_credentials, without_credentials
 
 
 class PreconditionFailed(Exception):
@@ -77,14 +80,6 @@ class Store(Protocol):
         ...
 
 
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
-
-
-def urls_without_credentials(text: str) -> str:
-    """An outside message (botocore's) as one line, every URL in it through without_credentials."""
-    return " ".join(_URL_IN_TEXT.sub(lambda m: without_credentials(m.group()), text).split())
-
-
 def _sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -99,6 +94,43 @@ def _check_key(key: str) -> None:
         raise ValueError(f"bad store key {key!r}")
 
 
+# put()'s temporaries: ".<name>.<host>.<pid>.<random>.tmp", beside the file they become. Hidden: nothing
+# published starts with ".". The writer's host and pid tell a killed publish's leftovers from a live one's.
+_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
+# A temporary whose writer cannot be told (another host's, an older factory's) is taken for abandoned when
+# no write touched it for this long.
+TMP_AGE_S = 3600.0
+
+
+def tmp_prefix(name: str) -> str:
+    """mkstemp's prefix for a temporary that becomes `name`; mkstemp adds the random part."""
+    return f".{name}.{leftovers.host_tag()}.{os.getpid()}."
+
+
+def tmp_writer(tmp_name: str) -> leftovers.Owner | None:
+    """The process that writes a temporary, from its name; None for a name not made by tmp_prefix."""
+    match = _TMP_NAME.match(tmp_name)
+    if match is None:
+        return None
+    return leftovers.Owner(pid=int(match["pid"]), host=match["host"])
+
+
+def is_stale_tmp(
+    tmp_name: str,
+    *,
+    age_s: float,
+    host: str | None = None,
+    pid_exists: Callable[[int], bool] = psutil.pid_exists,
+) -> bool:
+    """Whether a temporary was abandoned: its writer on this host is gone (a live one's is kept however long
+    it takes), or, when its writer cannot be checked from here, it is older than TMP_AGE_S."""
+    writer = tmp_writer(tmp_name)
+    here = leftovers.host_tag(host)
+    if writer is not None and writer.host == here:
+        return not leftovers.is_alive(writer, host=here, pid_exists=pid_exists)
+    return age_s > TMP_AGE_S
+
+
 class LocalStore:
     """An index in a local directory; etags are the sha256 of the content."""
 
@@ -107,6 +139,7 @@ class LocalStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.description = str(root)
+        self._swept = False
 
     def _path(self, key: str) -> Path:
         _check_key(key)
@@ -152,7 +185,7 @@ class LocalStore:
     def keys(self, prefix: str) -> Iterator[str]:
         _check_key(prefix)
         for path in (self.root / prefix).rglob("*"):
-            # put()'s temporaries are hidden (".<name>.<random>.tmp"); nothing published starts with "."
+            # put()'s temporaries are hidden (_TMP_NAME); nothing published starts with "."
             if path.is_file() and not path.name.startswith("."):
                 yield path.relative_to(self.root).as_posix()
 
@@ -170,9 +203,12 @@ class LocalStore:
         # Content type and caching are decided by whoever serves the directory (factory serve), from the name.
         del content_type, cache_control, sha256
         path = self._path(key)
+        if not self._swept:  # a publish killed mid-copy left its temporaries: the next one removes them
+            self._swept = True
+            self.remove_stale_temporaries()
         path.parent.mkdir(parents=True, exist_ok=True)
         # Write the new content aside first so the lock is held only for check-and-rename.
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix(path.name), suffix=".tmp")
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -196,6 +232,21 @@ class LocalStore:
             return etag
         finally:
             tmp.unlink(missing_ok=True)
+
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Remove the temporaries of writers now gone (`is_stale_tmp`); the removed ones."""
+        removed: list[Path] = []
+        now = time.time()
+        for tmp in sorted(self.root.rglob(".*.tmp")) if self.root.is_dir() else []:
+            try:
+                if tmp.is_symlink() or not tmp.is_file():
+                    continue
+                if is_stale_tmp(tmp.name, age_s=now - tmp.stat().st_mtime):
+                    tmp.unlink()
+                    removed.append(tmp)
+            except OSError:  # gone meanwhile (its writer renamed it), or not ours to remove
+                continue
+        return removed
 
 
 class S3Store:

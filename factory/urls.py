@@ -3,6 +3,7 @@ one-line ConfigError, and shown without the credentials they may carry."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
@@ -10,6 +11,7 @@ from factory.errors import ConfigError
 
 HTTP_SCHEMES = ("http", "https")  # an S3 endpoint
 INDEX_SCHEMES = ("file", "http", "https")  # a package index: pip reads file: URLs too
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s\"'<>]+")
 
 
 def without_credentials(url: str) -> str:
@@ -39,3 +41,13 @@ def checked_url(url: str, *, schemes: Collection[str], what: str) -> SplitResult
         allowed = " or ".join(f"{s}://" for s in sorted(schemes))
         raise ConfigError(f"{what} {without_credentials(url)}: not a URL of {allowed}")
     return parts
+
+
+def scrub_urls(text: str) -> str:
+    """`text` with every URL in it through without_credentials (an outside message: botocore's, git's)."""
+    return _URL_IN_TEXT.sub(lambda m: without_credentials(m.group()), text)
+
+
+def urls_without_credentials(text: str) -> str:
+    """An outside message as one line, every URL in it through without_credentials."""
+    return " ".join(scrub_urls(text).split())

@@ -1,7 +1,9 @@
 """Runs one job's phases inside a build container: `python3 -m factory.container.driver build|check|clean`.
 
 Stdlib only: it runs with the image's system Python before any venv exists. The host reads progress from
-its marked lines on stdout (`protocol.mark_line`); everything else is the build log.
+its marked lines on stdout (`protocol.mark_line`); everything else is the build log. When the host sets a
+heartbeat (`heartbeat`), a factory that died without stopping this container is noticed here: the build's
+processes are killed and the driver exits with `heartbeat.EXIT_ORPHANED`, which ends the container.
 
 Layout inside the shared work volume (so uv can hardlink from its cache into the venvs):
   $FACTORY_JOB_DIR/venv     build environment (torch, build backend), kept across attempts
@@ -18,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import protocol
+from . import heartbeat, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 SOURCE = Path("/src")
@@ -30,9 +32,12 @@ def mark(**fields: object) -> None:
     print(protocol.mark_line(**fields), flush=True)
 
 
+CHILDREN = heartbeat.Children()
+
+
 def run(cmd: list[str], **kwargs: object) -> None:
     print("+ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
+    CHILDREN.run(cmd, **kwargs)
 
 
 def job_dir() -> Path:
@@ -176,6 +181,7 @@ def clean() -> None:
 
 
 if __name__ == "__main__":
+    heartbeat.start_watch(CHILDREN, os.environ)
     try:
         {"build": build, "check": check, "clean": clean}[sys.argv[1]]()
     except subprocess.CalledProcessError as exc:

@@ -203,7 +203,7 @@ def test_containers_of_a_crashed_run_are_removed_by_the_next(tmp_path: Path, doc
         image[0].id, ["sleep", "600"], detach=True, labels=labels, network_mode="none"
     )
     try:
-        assert engine.remove_stale_containers(docker_client) >= 1
+        assert engine.remove_stale_containers(docker_client)
         assert _containers_of(docker_client, dead.pid) == []
     finally:
         with pytest.raises(Exception):  # noqa: B017 - already removed: any docker error is fine here

@@ -1,0 +1,45 @@
+"""`factory clean`: remove what runs and publishes that are gone (killed, crashed) left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from factory.cli import app
+
+
+@app.command("clean")
+def clean(
+    output: Annotated[
+        list[Path] | None,
+        typer.Option("--output", help="A build's output directory: its dead runs' .tmp-* directories go."),
+    ] = None,
+    to: Annotated[
+        list[Path] | None,
+        typer.Option("--to", help="A local index directory: its dead publishes' temporary files go."),
+    ] = None,
+    containers: Annotated[
+        bool, typer.Option(help="Remove the build containers of dead runs on this host (needs Docker).")
+    ] = True,
+) -> None:
+    """Remove what factory runs whose process is gone left behind, one line each; a live run's stay."""
+    from factory import leftovers
+    from factory.errors import ConfigError
+    from factory.stores import LocalStore
+
+    for directory in [*(output or []), *(to or [])]:
+        if not directory.is_dir():  # an s3:// index has no temporaries: its writes are whole
+            raise ConfigError(f"{directory}: not a local directory")
+    if containers:
+        from factory.engine import check_docker, remove_stale_containers
+
+        for name in remove_stale_containers(check_docker()):
+            typer.echo(f"removed container {name}")
+    for directory in output or []:
+        for path in leftovers.remove_stale_output_dirs(directory.resolve()):
+            typer.echo(f"removed {path}")
+    for directory in to or []:
+        for path in LocalStore(directory.resolve()).remove_stale_temporaries():
+            typer.echo(f"removed {path}")

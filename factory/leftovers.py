@@ -1,0 +1,110 @@
+"""What a killed factory leaves behind, and whether its owner still lives.
+
+A run killed with SIGKILL cleans nothing up: its `.tmp-<job>-<run>` directories stay in `--output`, a
+publish's half-written temporaries stay in a local index. Each records its owner (process id and host), so
+the next run (or `factory clean`) removes those whose owner is gone, and never a live one's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+OWNER_FILE = ".owner"  # inside a run's temporary output directory: {"pid": ..., "host": ...}
+OUTPUT_TMP_PREFIX = ".tmp-"
+# Without a readable owner (written by an older factory, or the run died between mkdir and the marker):
+# old enough that no live run can still be writing there.
+UNOWNED_AGE_S = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Owner:
+    pid: int
+    host: str
+
+
+def this_process() -> Owner:
+    return Owner(pid=os.getpid(), host=socket.gethostname())
+
+
+def is_alive(
+    owner: Owner, *, host: str | None = None, pid_exists: Callable[[int], bool] = psutil.pid_exists
+) -> bool:
+    """Whether `owner` may still be running: its process exists on this host. Another host's process cannot
+    be checked from here, so it counts as alive."""
+    if owner.host != (host if host is not None else socket.gethostname()):
+        return True
+    return owner.pid == os.getpid() or pid_exists(owner.pid)
+
+
+def output_tmp_dir(output: Path, *, job_id: str, run_id: str) -> Path:
+    """Where a job's wheel is made before it is accepted into `output`."""
+    return output / f"{OUTPUT_TMP_PREFIX}{job_id}-{run_id}"
+
+
+def make_output_tmp_dir(path: Path) -> None:
+    """The directory, with this process recorded as its owner."""
+    path.mkdir(parents=True, exist_ok=True)
+    owner = this_process()
+    (path / OWNER_FILE).write_text(json.dumps({"pid": owner.pid, "host": owner.host}) + "\n")
+
+
+def read_owner(directory: Path) -> Owner | None:
+    try:
+        data = json.loads((directory / OWNER_FILE).read_text())
+        return Owner(pid=int(data["pid"]), host=str(data["host"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def is_stale_output_dir(
+    owner: Owner | None,
+    *,
+    age_s: float,
+    host: str | None = None,
+    pid_exists: Callable[[int], bool] = psutil.pid_exists,
+) -> bool:
+    """A temporary output directory is stale when its owner is gone, or, with no owner recorded, when it is
+    older than UNOWNED_AGE_S."""
+    if owner is None:
+        return age_s > UNOWNED_AGE_S
+    return not is_alive(owner, host=host, pid_exists=pid_exists)
+
+
+def remove_stale_output_dirs(output: Path) -> list[Path]:
+    """Remove the temporary directories in `output` that runs now gone left behind; the removed ones."""
+    removed: list[Path] = []
+    try:
+        entries = list(output.iterdir())
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in sorted(entries):
+        if not entry.name.startswith(OUTPUT_TMP_PREFIX) or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            age = now - entry.stat().st_mtime
+        except OSError:
+            continue
+        if is_stale_output_dir(read_owner(entry), age_s=age):
+            shutil.rmtree(entry, ignore_errors=True)
+            if not entry.exists():
+                removed.append(entry)
+    return removed
+
+
+_HOST_UNSAFE = re.compile(r"[^A-Za-z0-9-]")
+
+
+def host_tag(host: str | None = None) -> str:
+    """The host name as it can appear in a file name: letters, digits and dashes only."""
+    return _HOST_UNSAFE.sub("-", host if host is not None else socket.gethostname())

@@ -1,0 +1,78 @@
+"""`kill -9` of a factory mid-build: its build container stops by itself, and `factory clean` removes what
+the dead run left (the stopped container, the temporary output directory)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_build import FACTORY, ROOT, demo_matrix, run_factory
+
+from factory import engine
+from factory.container import heartbeat
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STALE_S = 15
+
+
+def build_containers(client: Any, pid: int, *, running_only: bool) -> list[Any]:
+    """The driver's build containers of the factory process `pid` (not its short housekeeping ones)."""
+    found = client.containers.list(all=not running_only, filters={"label": f"{engine.PID_LABEL}={pid}"})
+    return [c for c in found if "factory.container.driver" in " ".join(c.attrs["Config"]["Cmd"] or [])]
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+def test_a_killed_factorys_container_stops_by_itself(tmp_path: Path, docker_client: Any) -> None:
+    matrix = demo_matrix(tmp_path, arch=["8.0"])
+    out = tmp_path / "w"
+    env = {**os.environ, heartbeat.ENV_STALE_S: str(STALE_S)}
+    proc = subprocess.Popen(
+        [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix), "--output", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: proc.poll() is not None or build_containers(docker_client, proc.pid, running_only=True),
+            900,
+            "the build container",
+        )
+        assert proc.poll() is None, "the build ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        # no rerun: the container itself sees the heartbeat stop and ends
+        wait_until(
+            lambda: not build_containers(docker_client, proc.pid, running_only=True),
+            120,
+            "the container to stop",
+        )
+        (stopped,) = build_containers(docker_client, proc.pid, running_only=False)
+        assert stopped.attrs["State"]["ExitCode"] == heartbeat.EXIT_ORPHANED
+        tmp_dirs = list(out.glob(".tmp-*"))
+        assert tmp_dirs, "the killed run's temporary output directory should still be there"
+
+        cleaned = run_factory("clean", "--output", str(out))
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert f"removed container {stopped.name}" in cleaned.stdout.splitlines()
+        assert f"removed {tmp_dirs[0]}" in cleaned.stdout.splitlines()
+        assert build_containers(docker_client, proc.pid, running_only=False) == []
+        assert not list(out.glob(".tmp-*"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for container in build_containers(docker_client, proc.pid, running_only=False):
+            container.remove(force=True)
