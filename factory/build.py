@@ -49,7 +49,7 @@ from factory.jobrun import (
 from factory.memory import jobmemory
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
-from factory.source import PreparedSource, prepare_source
+from factory.source import PreparedSource, prepare_package
 
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
 
@@ -147,21 +147,7 @@ class Runner:
             return self._cache[key]
 
     def prepared_source(self) -> PreparedSource:
-        pkg = self.mf.package
-        src = pkg.source
-        return self._once(
-            "source",
-            lambda: prepare_source(
-                kind=src.kind,
-                name=pkg.name,
-                version=pkg.version,
-                cache=self.home,
-                url=src.url,
-                ref=src.ref,
-                path=src.path,
-                patches=self.mf.recipe.patches,
-            ),
-        )
+        return self._once("source", lambda: prepare_package(self.mf.package, self.mf.recipe, self.home))
 
     def source_info(self) -> SourceInfo:
         """The source's provenance for the report; only its kind while no job has prepared it."""
