@@ -177,8 +177,8 @@ def test_cli_list_and_errors(builder: str) -> None:
     )
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines() == [
-        "error: flavor pypi needs CUDA >= 13 (CUDA 12.8's PyPI wheels do not form one toolkit tree); "
-        "use flavor devel"
+        "error: the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13 (CUDA 12.8's PyPI wheels "
+        "do not form one toolkit tree); use flavor devel with NVIDIA's image"
     ]
     usage = subprocess.run(
         [*_factory_cli(), "images", "build", "--cuda", "13", "--python", "3.11"],
