@@ -117,7 +117,15 @@ def test_wheel_name_metadata_version_and_torch_pin(real_build: dict[str, Any]) -
     wheel = _wheel(real_build)
     name, version, _build, tags = parse_wheel_filename(wheel.name)
     assert name == "causal-conv1d" and str(version) == f"1.7.0+{LABEL}"
-    assert {str(t) for t in tags} == {"cp311-cp311-linux_x86_64"}
+    # auditwheel's tag for the bookworm base's symbols: manylinux, never newer than its glibc 2.36
+    (tag,) = tags
+    assert (tag.interpreter, tag.abi) == ("cp311", "cp311")
+    assert tag.platform.startswith("manylinux_2_") and tag.platform.endswith("_x86_64"), tag
+    assert int(tag.platform.split("_")[2]) <= 36
+    # the report says which sdist, by hash, the wheel was built from
+    source = real_build["report"]["source"]
+    assert source["kind"] == "pypi" and source["sdist"] == "causal_conv1d-1.7.0.tar.gz"
+    assert len(source["sha256"]) == 64
     with zipfile.ZipFile(wheel) as zf:
         metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         lines = zf.read(metadata).decode().splitlines()
