@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 
 # The S3-protocol server fixture (moto in server mode) of the publish tests, reused for the real demo wheel.
@@ -163,6 +164,12 @@ def test_no_container_left_after_build(demo_build: dict[str, Any], docker_client
 
 
 def _containers_of(client: Any, pid: int) -> list[Any]:
+    # docker's list inspects each container it found: one removed in between is a NotFound, not a failure
+    for _ in range(10):
+        try:
+            return client.containers.list(all=True, filters={"label": f"{engine.PID_LABEL}={pid}"})
+        except docker.errors.NotFound:
+            continue
     return client.containers.list(all=True, filters={"label": f"{engine.PID_LABEL}={pid}"})
 
 
