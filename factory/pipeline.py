@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from factory.ci import Chunk, chunk_of, too_many
 from factory.config import MatrixFile
-from factory.errors import FactoryError
+from factory.errors import ConfigError, FactoryError
 from factory.memory.shipping import pull_profile, push_profile
 from factory.publish import PublishResult, describe, publish_wheels, published_files, published_wheel
 from factory.stores import Store, open_store
@@ -54,6 +55,29 @@ def unpublished(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> 
         else:
             log(f"{job.id}: already published as {found}; skipped (--rebuild builds it again)")
     return left
+
+
+@dataclass(frozen=True, kw_only=True)
+class CiPlan:
+    """The jobs a CI run's build matrix holds: its chunk's, less those published already when asked."""
+
+    jobs: tuple[Job, ...]
+    planned: int  # the chunk's jobs
+    total: int  # the whole matrix's
+
+
+def plan_ci(mf: MatrixFile, jobs: Sequence[Job], *, chunk: Chunk, skip_published: bool, log: Log) -> CiPlan:
+    """The chunk's jobs (with `skip_published`, only those whose wheel `publish.to` does not list yet);
+    ConfigError saying how to chunk when they are more than one GitHub matrix holds."""
+    mine = chunk_of(jobs, chunk)
+    left = mine
+    if skip_published and mine:
+        store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
+        left = unpublished(store, mf, mine, log)
+    problem = too_many(planned=len(mine), left=len(left), total=len(jobs), chunk=chunk)
+    if problem is not None:
+        raise ConfigError(problem, file=str(mf.path))
+    return CiPlan(jobs=tuple(left), planned=len(mine), total=len(jobs))
 
 
 def sync_profile(store: Store, mf: MatrixFile, log: Log, *, pull: bool) -> None:

@@ -1,12 +1,19 @@
-"""`factory index repair`: rebuild a published index's pages from the wheel files in it."""
+"""`factory index repair` and `factory index check`: rebuild a published index's pages from the wheel
+files in it; check that it is whole."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from factory.cli import app
+from factory.cli.matrix import TRUST_PATHS
+from factory.errors import ConfigError
+
+if TYPE_CHECKING:
+    from factory.plan import Job
 
 index_app = typer.Typer(help="Look after a published index.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -30,3 +37,50 @@ def repair(
         f"index: {result.destination}: {result.wheels} wheels in {len(result.variant_ids)} variant indexes "
         f"({len(result.pages_written)} page objects written)"
     )
+
+
+@index_app.command("check")
+def check(
+    to: Annotated[
+        str | None, typer.Option("--to", help="Index directory or s3://bucket/prefix (default: publish.to).")
+    ] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (credentials: AWS chain).")
+    ] = None,
+    matrix: Annotated[
+        Path | None,
+        typer.Option("--matrix", "-m", help="Show its jobs not published as not built, and name them."),
+    ] = None,
+    trust_paths: Annotated[bool, TRUST_PATHS] = False,
+) -> None:
+    """Check that every page lists only files that are there with its bytes, every wheel is listed and every
+    page is its state's rendering; exit 1 when not (safe while others publish)."""
+    from factory.indexcheck import check_index
+    from factory.publish import REPAIR_HINT
+
+    jobs: list[Job] = []
+    project = None
+    if matrix is not None:
+        from factory.config import load_matrix_file
+        from factory.plan import plan_matrix
+
+        mf = load_matrix_file(matrix, trust_paths=trust_paths)
+        jobs, project = list(plan_matrix(mf).jobs), mf.package.name
+        if to is None:
+            to, endpoint_url = mf.publish.to, endpoint_url or mf.publish.endpoint_url
+    if to is None:
+        raise ConfigError("--to or --matrix names the index to check")
+    result = check_index(to=to, endpoint_url=endpoint_url, jobs=jobs, project=project)
+    for line in result.problems:
+        typer.echo(f"problem: {line}")
+    if jobs:
+        typer.echo(f"{len(jobs) - len(result.missing)} of {len(jobs)} planned jobs published")
+        for job_id in result.missing:
+            typer.echo(f"not published: {job_id}")
+    typer.echo(
+        f"index: {result.destination}: {result.wheels} wheels in {len(result.variant_ids)} variant indexes, "
+        f"{len(result.problems)} problems"
+    )
+    if not result.ok:
+        typer.echo(REPAIR_HINT.format(to=to), err=True)
+        raise typer.Exit(1)

@@ -11,8 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from factory.ci import Chunk, github_matrix, github_outputs, parse_chunk
 from factory.cli import app
 from factory.config import load_matrix_file
+from factory.errors import ConfigError
 from factory.home import factory_home
 from factory.plan import Plan, plan_matrix
 from factory.recipes import recipe_warnings
@@ -71,8 +73,23 @@ def matrix_command(
         bool, typer.Option("--no-source", help="With --check: do not fetch the source to try the patches.")
     ] = False,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
+    unpublished: Annotated[
+        bool,
+        typer.Option("--unpublished", help="With --format github: only jobs whose wheel publish.to lacks."),
+    ] = False,
+    chunk: Annotated[
+        str,
+        typer.Option("--chunk", help="With --format github: chunk I/K of the jobs (a matrix holds 256)."),
+    ] = "1/1",
+    github_output: Annotated[
+        Path | None,
+        typer.Option("--github-output", help="With --format github: append matrix= and count= to this file."),
+    ] = None,
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
+    part = parse_chunk(chunk)
+    if fmt is not Format.github and (unpublished or github_output or part != Chunk()):
+        raise ConfigError("--unpublished, --chunk and --github-output apply to --format github only")
     mf = load_matrix_file(matrix, trust_paths=trust_paths)
     for warning in recipe_warnings(mf.recipe, mf.package):
         typer.echo(f"warning: {warning}", err=True)
@@ -95,7 +112,22 @@ def matrix_command(
         typer.echo(json.dumps([j.to_json() for j in plan.jobs], indent=2))
         return
     if fmt is Format.github:
-        typer.echo(json.dumps({"include": [j.to_json() for j in plan.jobs]}))
+        from factory.pipeline import plan_ci
+
+        def say(line: str) -> None:
+            typer.echo(line, err=True)
+
+        ci = plan_ci(mf, plan.jobs, chunk=part, skip_published=unpublished, log=say)
+        jobs = [j.to_json() for j in ci.jobs]
+        if github_output is not None:
+            try:
+                with github_output.open("a") as fh:
+                    fh.write(github_outputs(jobs))
+            except OSError as exc:
+                raise ConfigError(f"--github-output {github_output}: {exc.strerror}") from None
+        if unpublished or part != Chunk():
+            say(f"chunk {part}: {len(jobs)} of its {ci.planned} jobs to build ({ci.total} in the matrix)")
+        typer.echo(github_matrix(jobs))
         return
     title = f"{mf.package.name} {mf.package.version} ({matrix})"
     console = Console(width=max(Console().width, 140))
