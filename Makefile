@@ -39,6 +39,8 @@ test-unit: install toolkit
 lint: install
 	$(VENV)/bin/ruff check factory tests bench
 	$(VENV)/bin/ruff format --check factory tests bench
+	$(VENV)/bin/actionlint
+	$(VENV)/bin/zizmor --offline --quiet .github/workflows
 
 demo: install docker images
 	$(FACTORY) build --matrix examples/demo.yaml --output wheelhouse --publish
