@@ -1,0 +1,261 @@
+"""The reusable workflow (.github/workflows/factory.yml) played locally, no mocks: its plan, build and index
+steps' own `run:` scripts and `env:`, read from the YAML, run in bash as GitHub's runners would.
+
+The plan's real output is the build matrix; each of its jobs gets a "runner" of its own (its own checkout,
+$RUNNER_TEMP, $FACTORY_HOME, output), all building the demo extension at once in real containers and
+publishing to one S3-protocol server (moto, over HTTP); then the index step. Every wheel is published exactly
+once and none is lost, the secrets show in no output or file, and a second run plans nothing.
+
+The runners share the host's wheelhouse cache (torch's GBs, keyed by their inputs, never changed once made)
+and its dockerd: on GitHub each runner would download its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+# The S3-protocol server fixture (moto in server mode) of the publish tests.
+from test_publish_s3 import Moto, moto  # noqa: F401
+
+from factory import index
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "factory.yml"
+FACTORY = Path(sys.executable).with_name("factory")
+BUCKET, PREFIX = "play-wheels", "ci"
+# What the step scripts may expand: the workflow's inputs, its secrets and the build matrix's values.
+EXPRESSION = re.compile(r"\$\{\{\s*(inputs|secrets|matrix)\.([A-Za-z0-9_-]+)\s*\}\}")
+MATRIX = """\
+package:
+  name: factory-demo-ext
+  version: "0.1.0"
+  source: {{path: demo-ext}}
+recipe:
+  name: demo
+  arch_env: DEMO_CUDA_ARCHS
+  arch_format: torch
+  local_version_env: DEMO_LOCAL_VERSION
+  import_name: factory_demo_ext
+  compile_gib_per_arch: 1.0
+matrix:
+  cuda: ["13.0"]
+  torch: ["2.14"]
+  python: ["3.11"]
+  cxx11_abi: [true]
+  arch: ["8.0", "9.0"]
+build:
+  flavor: pypi
+  memory: 4GiB
+  cpus: 1
+  torch_index: {{"13.0": default}}
+publish:
+  to: s3://{bucket}/{prefix}
+  endpoint_url: {endpoint}
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    job: str
+    run: str
+    env: Mapping[str, str]
+
+
+def workflow_steps() -> dict[str, Step]:
+    """The steps that run the factory in the plan, build and index jobs (each its job's last step)."""
+    doc = YAML(typ="safe").load(WORKFLOW.read_text())
+    jobs = doc["jobs"]
+    assert jobs["build"]["if"] == "needs.plan.outputs.count != '0'"
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert "always()" in jobs["index"]["if"] and jobs["index"]["needs"] == ["plan", "build"]
+    steps = {}
+    for name in ("plan", "build", "index"):
+        last = jobs[name]["steps"][-1]
+        steps[name] = Step(job=name, run=last["run"], env=last.get("env", {}))
+    assert jobs["plan"]["steps"][-1]["id"] == "plan"
+    return steps
+
+
+def inputs_of() -> dict[str, str]:
+    doc = YAML(typ="safe").load(WORKFLOW.read_text())
+    declared = doc["on"]["workflow_call"]["inputs"]
+    return {name: str(spec.get("default", "")) for name, spec in declared.items()}
+
+
+def expand(value: str, context: Mapping[str, Mapping[str, str]]) -> str:
+    def one(match: re.Match[str]) -> str:
+        return context[match.group(1)][match.group(2)]
+
+    out = EXPRESSION.sub(one, str(value))
+    assert "${{" not in out, f"the play cannot evaluate {value!r}"
+    return out
+
+
+@dataclass
+class Runner:
+    """One machine of the workflow: its checkout, $RUNNER_TEMP and $FACTORY_HOME."""
+
+    root: Path
+
+    @classmethod
+    def make(cls, root: Path, matrix_text: str) -> Runner:
+        checkout = root / "checkout"
+        shutil.copytree(ROOT / "examples" / "demo-ext", checkout / "demo-ext")
+        (checkout / "matrix.yaml").write_text(matrix_text)
+        venv_bin = root / "temp" / "factory" / "bin"
+        venv_bin.mkdir(parents=True)
+        # the "Install the factory" step's result: the factory under test
+        (venv_bin / "factory").symlink_to(FACTORY)
+        home = root / "home"
+        home.mkdir()
+        shared = Path(os.environ["FACTORY_HOME"]) / "wheelhouses"
+        (home / "wheelhouses").symlink_to(shared.resolve(), target_is_directory=True)
+        return cls(root=root)
+
+    def start(self, step: Step, context: Mapping[str, Mapping[str, str]]) -> subprocess.Popen[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update({k: expand(v, context) for k, v in step.env.items()})
+        output = self.root / "github_output"
+        output.write_text("")
+        env.update(
+            RUNNER_TEMP=str(self.root / "temp"),
+            GITHUB_OUTPUT=str(output),
+            FACTORY_HOME=str(self.root / "home"),
+            GITHUB_ACTIONS="true",
+        )
+        # GitHub's `shell: bash` on Linux
+        argv = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", expand(step.run, context)]
+        return subprocess.Popen(
+            argv,
+            cwd=self.root / "checkout",
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def outputs(self) -> dict[str, str]:
+        lines = (self.root / "github_output").read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    return out
+
+
+def files_containing(root: Path, needle: bytes) -> list[str]:
+    found = []
+    for top, _dirs, names in os.walk(root):  # not into the shared wheelhouse (a symlink)
+        for name in names:
+            path = Path(top) / name
+            if not path.is_symlink() and needle in path.read_bytes():
+                found.append(str(path))
+    return found
+
+
+def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
+    tmp_path: Path,
+    moto: Moto,  # noqa: F811
+    docker_client: Any,
+) -> None:
+    steps = workflow_steps()
+    moto.bucket(BUCKET)
+    matrix_text = MATRIX.format(bucket=BUCKET, prefix=PREFIX, endpoint=moto.endpoint)
+    secret = "play-" + secrets.token_hex(16)
+    context: dict[str, dict[str, str]] = {
+        "inputs": {**inputs_of(), "matrix": "matrix.yaml"},
+        "secrets": {"AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER", "AWS_SECRET_ACCESS_KEY": secret},
+        "matrix": {},
+    }
+    started = time.monotonic()
+
+    # plan: its real output is the build matrix
+    planner = Runner.make(tmp_path / "plan", matrix_text)
+    said = finish(planner.start(steps["plan"], context), timeout=300)
+    plan = planner.outputs()
+    include = json.loads(plan["matrix"])["include"]
+    job_ids = sorted(j["job_id"] for j in include)
+    assert job_ids == ["cu130-torch2.14-abi1-sm80-py311", "cu130-torch2.14-abi1-sm90-py311"], said
+    assert plan["count"] == "2"
+
+    # build: one runner per matrix job, all at once
+    runners = {j["job_id"]: Runner.make(tmp_path / f"runner-{n}", matrix_text) for n, j in enumerate(include)}
+    procs = {
+        job["job_id"]: runners[job["job_id"]].start(
+            steps["build"], {**context, "matrix": {k: str(v) for k, v in job.items()}}
+        )
+        for job in include
+    }
+    outs = {job_id: finish(proc, timeout=1800) for job_id, proc in procs.items()}
+    built = time.monotonic()
+
+    reports = {
+        job_id: json.loads((r.root / "temp" / "wheelhouse" / "report.json").read_text())
+        for job_id, r in runners.items()
+    }
+    local: dict[str, str] = {}  # wheel filename -> sha256 of what its runner built
+    for job_id, report in reports.items():
+        assert [j["job_id"] for j in report["jobs"]] == [job_id]
+        (job,) = report["jobs"]
+        assert job["result"] == "ok", job.get("log_tail")
+        wheel = runners[job_id].root / "temp" / "wheelhouse" / job["wheel"]
+        local[index.canonical_wheel_filename(wheel.name)] = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        assert re.search(rf"^published +{job['variant_id']}/\S+\.whl$", outs[job_id], re.M), outs[job_id]
+
+    # index: after every build
+    indexer = Runner.make(tmp_path / "index", matrix_text)
+    said = finish(indexer.start(steps["index"], context), timeout=300)
+    assert "2 of 2 planned jobs published" in said, said
+    assert said.rstrip().endswith("2 wheels in 2 variant indexes, 0 problems"), said
+
+    # every wheel exactly once, none lost, each the bytes its runner built
+    keys = moto.keys(BUCKET, PREFIX)
+    stored = [k for k in keys if k.startswith("files/") and k.endswith(".whl")]
+    assert sorted(k.rsplit("/", 1)[1] for k in stored) == sorted(local)
+    get = moto.getter(BUCKET, PREFIX)
+    listed: list[str] = []
+    for key in (k for k in keys if k.count("/") == 3 and k.endswith("/index.json")):
+        data = get(key)
+        assert data is not None
+        for rec in index.records_from_project_json(data):
+            listed.append(rec.filename)
+            assert rec.sha256 == local[rec.filename]
+    assert sorted(listed) == sorted(local)
+    cells = index.cells_from_json(get("matrix.json") or b"")
+    assert {(c.variant_id, c.status) for c in cells} == {
+        ("cu130-torch2.14-abi1-sm80", "built"),
+        ("cu130-torch2.14-abi1-sm90", "built"),
+    }
+    assert not [k for k in keys if "/." in k or k.startswith(".")], keys  # no temporaries left
+
+    # the secret reached no output and no file a runner kept
+    for out in [*outs.values(), said]:
+        assert secret not in out
+    assert files_containing(tmp_path, secret.encode()) == []
+
+    # a second scheduled run plans nothing: the build job's `if:` leaves it out, no runner starts
+    again = Runner.make(tmp_path / "plan-again", matrix_text)
+    said = finish(again.start(steps["plan"], context), timeout=300)
+    assert again.outputs() == {"matrix": '{"include":[]}', "count": "0"}
+    assert "chunk 1/1: 0 of its 2 jobs to build (2 in the matrix)" in said
+    print(f"plan + 2 parallel builds: {built - started:.0f} s, all: {time.monotonic() - started:.0f} s")
