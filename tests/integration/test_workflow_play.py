@@ -79,15 +79,18 @@ class Step:
 
 
 def workflow_steps() -> dict[str, Step]:
-    """The steps that run the factory in the plan, build and index jobs (each its job's last step)."""
+    """The steps that run the factory in the plan, build and index jobs (each its job's last `run:`)."""
     doc = YAML(typ="safe").load(WORKFLOW.read_text())
     jobs = doc["jobs"]
     assert jobs["build"]["if"] == "needs.plan.outputs.count != '0'"
     assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
-    assert "always()" in jobs["index"]["if"] and jobs["index"]["needs"] == ["plan", "build"]
+    assert jobs["index"]["needs"] == ["plan", "build"]
+    assert jobs["index"]["if"] == (
+        "always() && needs.plan.result == 'success' && needs.plan.outputs.count != '0'"
+    )
     steps = {}
     for name in ("plan", "build", "index"):
-        last = jobs[name]["steps"][-1]
+        last = next(s for s in reversed(jobs[name]["steps"]) if "run" in s)
         steps[name] = Step(job=name, run=last["run"], env=last.get("env", {}))
     assert jobs["plan"]["steps"][-1]["id"] == "plan"
     return steps
@@ -253,7 +256,7 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         assert secret not in out
     assert files_containing(tmp_path, secret.encode()) == []
 
-    # a second scheduled run plans nothing: the build job's `if:` leaves it out, no runner starts
+    # a second scheduled run plans nothing: the `if:` of build and index leave them out, no runner starts
     again = Runner.make(tmp_path / "plan-again", matrix_text)
     said = finish(again.start(steps["plan"], context), timeout=300)
     assert again.outputs() == {"matrix": '{"include":[]}', "count": "0"}

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
+import textwrap
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -174,3 +176,38 @@ def test_cli_plan_usage_errors(
 ) -> None:
     code, output = factory_cli(["matrix", "--trust-paths", "-m", str(_demo(tmp_path)), *extra])
     assert code == 2 and len(output.strip().splitlines()) == 1 and said in output, output
+
+
+def test_cli_plan_never_emits_more_than_a_github_matrix_holds(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    archs = ["8.0", "8.6", "9.0", "10.0", "12.0"]
+    sets = [";".join(c) for r in (1, 2, 3) for c in itertools.combinations(archs, r)][:17]
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            package: {{name: flash-attn, version: "2.8.3"}}
+            matrix:
+              cuda: ["12.8", "13.0"]
+              torch: ["2.9", "2.10"]
+              python: ["3.10", "3.11", "3.12", "3.13"]
+              cxx11_abi: [true]
+              arch: {json.dumps(sets)}
+            """
+        )
+    )
+    out = tmp_path / "github_output"
+    code, output = factory_cli(["matrix", "-m", str(path), "-f", "github", "--github-output", str(out)])
+    assert code == 2 and not out.exists()
+    assert output.strip() == (
+        f"error: {path}: chunk 1/1 has 272 jobs to build (of 272 planned), more than the 256 a GitHub matrix "
+        "allows: plan the 272 jobs in 2 chunks, calling the workflow with chunk 1/2, 2/2"
+    )
+    seen = []
+    for chunk in ("1/2", "2/2"):
+        code, output = factory_cli(["matrix", "-m", str(path), "-f", "github", "--chunk", chunk])
+        assert code == 0, output
+        matrix_line = next(line for line in output.splitlines() if line.startswith("{"))
+        seen += [j["job_id"] for j in json.loads(matrix_line)["include"]]
+    assert len(seen) == len(set(seen)) == 272
