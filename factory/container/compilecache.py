@@ -22,6 +22,7 @@ Standard library only, like its package.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -228,6 +229,7 @@ class Roots:
         return text
 
 
+@functools.lru_cache(maxsize=64)
 def _root_pattern(path: str) -> re.Pattern[str]:
     # a root only where a path component ends: /work/jobs/a-1 is no prefix of /work/jobs/a-10
     return re.compile(re.escape(path) + r"(?=/|$|[\s,;:=\"'\\])")
@@ -574,40 +576,21 @@ def result_key(dk: str, inputs: Sequence[Sequence[str]]) -> str:
 def depfile_inputs(text: str) -> list[str]:
     """The prerequisites a make-style depfile lists (every rule's; targets and escapes removed)."""
     text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    found: list[str] = []
+    found: dict[str, None] = {}
     for line in text.splitlines():
-        tokens = _depfile_tokens(line)
+        tokens = [_unescape(t) for t in _DEP_TOKEN.findall(line)]
         split = next((i for i, t in enumerate(tokens) if t.endswith(":")), None)
-        for token in tokens[split + 1 :] if split is not None else ():
-            if token not in found:
-                found.append(token)
-    return found
+        if split is not None:
+            found.update(dict.fromkeys(tokens[split + 1 :]))
+    return list(found)
 
 
-def _depfile_tokens(line: str) -> list[str]:
-    tokens: list[str] = []
-    current: list[str] = []
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and i + 1 < len(line) and line[i + 1] in " #\\":
-            current.append(line[i + 1])
-            i += 2
-            continue
-        if ch == "$" and i + 1 < len(line) and line[i + 1] == "$":
-            current.append("$")
-            i += 2
-            continue
-        if ch in " \t":
-            if current:
-                tokens.append("".join(current))
-                current = []
-        else:
-            current.append(ch)
-        i += 1
-    if current:
-        tokens.append("".join(current))
-    return tokens
+# a token runs to the first whitespace that no backslash escapes
+_DEP_TOKEN = re.compile(r"(?:\\.|[^\s\\]|\\$)+")
+
+
+def _unescape(token: str) -> str:
+    return re.sub(r"\\([ #\\])", r"\1", token).replace("$$", "$")
 
 
 def normalise_depfile(text: str, output: str, cwd: str, roots: Roots) -> str:
@@ -738,7 +721,7 @@ def store(
     while it ran."""
     inputs: dict[str, str] = {}
     for dep in depfile_inputs(depfile_text):
-        real = os.path.realpath(os.path.join(cwd, dep))
+        real = _realpath(os.path.join(cwd, dep))
         try:
             if os.stat(real).st_mtime_ns > started_ns:
                 return None
@@ -771,6 +754,19 @@ def store(
     except OSError:
         return None
     return entry
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_dir(directory: str) -> str:
+    return os.path.realpath(directory)
+
+
+def _realpath(path: str) -> str:
+    """os.path.realpath, with each directory resolved once: a depfile names thousands of headers in a few
+    hundred directories."""
+    directory, name = os.path.split(path)
+    real = os.path.join(_real_dir(directory), name)
+    return os.path.realpath(real) if os.path.islink(real) else real
 
 
 def _temp_name(target: str) -> str:
