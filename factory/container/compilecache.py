@@ -517,17 +517,22 @@ def _version(program: str) -> str:
     return _VERSIONS[program]
 
 
-def host_compiler(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> str:
-    """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else the gcc first on PATH."""
+def host_compilers(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else gcc and g++ first on PATH."""
     for i, arg in enumerate(args):
         if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
-            return args[i + 1]
+            chosen = args[i + 1]
+            break
         if arg.startswith(("-ccbin=", "--compiler-bindir=")):
-            return arg.split("=", 1)[1]
-    chosen = environ.get("NVCC_CCBIN") or "gcc"
+            chosen = arg.split("=", 1)[1]
+            break
+    else:
+        chosen = environ.get("NVCC_CCBIN", "")
+    if not chosen:
+        return ("gcc", "g++")
     if os.path.isdir(chosen):
-        return os.path.join(chosen, "gcc")
-    return chosen
+        return (os.path.join(chosen, "gcc"), os.path.join(chosen, "g++"))
+    return (chosen,)
 
 
 # what the compilers read from the environment besides their arguments
@@ -865,7 +870,9 @@ def attempt(
     if isinstance(call, str):
         return call
     roots = job_roots(call.key_args, cwd, environ)
-    host = tool_identity(host_compiler(args, environ), environ) if mode == "nvcc" else None
+    host = (
+        ",".join(tool_identity(c, environ) for c in host_compilers(args, environ)) if mode == "nvcc" else None
+    )
     dk = direct_key(
         call, compiler=tool_identity(compiler, environ), host=host, roots=roots, cwd=cwd, environ=environ
     )

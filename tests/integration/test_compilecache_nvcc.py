@@ -1,21 +1,25 @@
 """The compile cache with the real nvcc (the test venv's CUDA toolkit) behind the wrapper, run as a build runs
 it: torch-style calls in two job dirs whose venvs and Pythons differ. A kernel hits across Pythons only when
-it does not read Python.h; an edited header or a changed flag misses."""
+it does not read Python.h; an edited header or a changed flag misses. The host compiler's `c++` launcher
+with the real c++ as well."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 
 from factory.container import CONTAINER_DIR, compilecache, protocol
 
 pytestmark = pytest.mark.integration
 
 NVCC = CONTAINER_DIR / "nvcc"
+CXX = CONTAINER_DIR / "c++"
 
 PLAIN = r"""
 #include "pkg.h"
@@ -42,6 +46,12 @@ __global__ void flagged(int* x) {
   *x = 1;
 #endif
 }
+"""
+
+HOST = r"""
+#include <vector>
+#include "pkg.h"
+float total() { std::vector<float> v(3, PKG_FACTOR); float s = 0; for (float x : v) s += x; return s; }
 """
 
 ARCH = "-gencode=arch=compute_90,code=sm_90"
@@ -187,3 +197,36 @@ def test_a_changed_flag_misses(
     assert run(toolkit_nvcc, cuda_home, a, cache, base)[0].cache == "miss"
     assert run(toolkit_nvcc, cuda_home, a, cache, other)[0].cache == "miss"
     assert compilecache.stats(cache).entries == 2
+
+
+def test_the_host_compiler_through_the_c_launcher_records_its_system_headers(tmp_path: Path) -> None:
+    # torch's ninja rule for a .cpp: `$CXX -MMD -MF X.o.d ... -c SRC -o X.o`; -MMD alone would leave out
+    # <vector>, which a manifest must not
+    cxx = shutil.which("c++")
+    require(cxx is not None, "a host c++")
+    cache = tmp_path / "cache"
+    jobs = [make_job(tmp_path, name, "3.11", {"csrc/host.cpp": HOST}) for name in ("a", "b")]
+    objects = []
+    for job in jobs:
+        obj = next((job / "src" / "build").glob("temp.*")) / "csrc" / "host.o"
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+        env.update(
+            {"FACTORY_REAL_CXX": str(cxx), "FACTORY_JOB_DIR": str(job), "FACTORY_CACHE_DIR": str(cache)}
+        )
+        site = job / "venv" / "lib" / "python3.11" / "site-packages"
+        args = ["-MMD", "-MF", f"{obj}.d", f"-I{site}/pkg/include", "-O2", "-fPIC", "-std=c++17"]
+        proc = subprocess.run(
+            [str(CXX), *args, "-c", str(job / "src" / "csrc" / "host.cpp"), "-o", str(obj)],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (m,) = [m for m in map(protocol.parse_measurement, proc.stderr.splitlines()) if m is not None]
+        objects.append((m.cache, obj.read_bytes(), Path(f"{obj}.d").read_text()))
+    assert [c for c, _, _ in objects] == ["miss", "hit"]
+    assert objects[0][1] == objects[1][1] and str(jobs[1]) in objects[1][2]
+    (manifest,) = (cache / compilecache.LAYOUT_VERSION / "m").rglob("*.json")
+    entry = compilecache.parse_manifest(manifest.read_text())
+    assert entry is not None
+    assert any(p.endswith("/vector") for p, _ in entry.inputs)
+    assert "@SITE@/pkg/include/pkg.h" in [p for p, _ in entry.inputs]
