@@ -86,9 +86,10 @@ def is_temp(path: Path) -> bool:
 
 
 def iter_files(root: Path) -> Iterator[Path]:
-    """Every committed file of the cache, relative to root (sorted: manifests, then objects); temporary files
-    and anything outside the layout are left out."""
-    for kind in ("m", "o"):
+    """Every committed file of the cache, relative to root: objects, then manifests (each sorted), the order
+    in which a copy elsewhere never shows a manifest without its object. Temporary files and anything outside
+    the layout are left out."""
+    for kind in ("o", "m"):
         base = root / LAYOUT_VERSION / kind
         for path in sorted(_walk(base)):
             if _committed(path, kind):
