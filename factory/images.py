@@ -353,6 +353,40 @@ def dockerfile_text(flavor: str) -> str:
         raise ImageError(f"cannot read {path}: {exc.strerror}") from None
 
 
+def _docker_file(name: str) -> str:
+    path = next((d / name for d in _DOCKER_DIRS if (d / name).is_file()), _DOCKER_DIRS[-1] / name)
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ImageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+# A toolchain image is Dockerfile.pypi plus these steps (its Pythons and GCC checked, CUDA's headers fitted to
+# the suite's glibc); the one-Python images keep Dockerfile.pypi alone, so their inputs are unchanged.
+TOOLCHAIN_STEPS = "pypi-toolchain.dockerfile"
+TOOLCHAIN_CONTEXT = ("cuda-headers-glibc.py",)
+
+
+def toolchain_dockerfile_text() -> str:
+    """The Dockerfile of a toolchain image: docker/Dockerfile.pypi, then docker/pypi-toolchain.dockerfile."""
+    return dockerfile_text("pypi").rstrip("\n") + "\n\n" + _docker_file(TOOLCHAIN_STEPS)
+
+
+def toolchain_context_files() -> dict[str, str]:
+    """Name -> text of the files a toolchain image's build context carries besides wheels/; image inputs."""
+    return {name: _docker_file(name) for name in TOOLCHAIN_CONTEXT}
+
+
+def toolchain_build_args(*, cuda: str, toolchain: Toolchain, base_image: str) -> dict[str, str]:
+    """The `--build-arg` values of a toolchain image: Dockerfile.pypi's for its first Python (the toolkit
+    venv's), and the Pythons and GCC its steps check."""
+    args = build_args(cuda=cuda, python=toolchain.pythons[0], flavor="pypi", base_image=base_image)
+    args["PYTHONS"] = " ".join(toolchain.pythons)
+    if toolchain.gcc is not None:
+        args["GCC"] = toolchain.gcc
+    return args
+
+
 def declared_build_args(dockerfile: str) -> frozenset[str]:
     """The ARG names a Dockerfile declares (with or without defaults)."""
     return frozenset(
@@ -814,8 +848,9 @@ def ensure_toolchain_image(
         name=name,
         base=base,
         base_id=base_obj.id,
-        dockerfile=dockerfile_text(flavor),
-        args=build_args(cuda=cuda, python=toolkit_python, flavor=flavor, base_image=base),
+        dockerfile=toolchain_dockerfile_text(),
+        files=toolchain_context_files(),
+        args=toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base),
         requirements=image_requirements(cuda=cuda, flavor=flavor),
         python=toolkit_python,
         labels=labels,
@@ -867,9 +902,11 @@ def _make_image(
     labels: Mapping[str, str],
     network_mode: str | None,
     progress: Progress | None,
+    files: Mapping[str, str] | None = None,
 ) -> str:
-    """Build `name` from `dockerfile` with `requirements` as wheels/ in its context, unless an image of that
-    name carries the same inputs hash already."""
+    """Build `name` from `dockerfile` with `requirements` as wheels/ in its context (and `files`, name ->
+    text, beside the Dockerfile), unless an image of that name carries the same inputs hash already."""
+    files = dict(files or {})
     wheelhouse = download_wheelhouse(requirements, python=python)
     wheels = [w.name for w in wheel_files(wheelhouse)]
     digest = inputs_hash(
@@ -877,7 +914,7 @@ def _make_image(
         args=args,
         base_id=base_id,
         wheels=wheels,
-        extra={"requirements": "\n".join(requirements)},
+        extra={"requirements": "\n".join(requirements), **{f"file:{n}": t for n, t in files.items()}},
     )
     existing = _get_image(client, name)
     if existing is not None and (existing.labels or {}).get(LABEL_INPUTS) == digest:
@@ -892,6 +929,8 @@ def _make_image(
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile)
         (context / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        for file_name, text in files.items():
+            (context / file_name).write_text(text)
         link_wheels(wheelhouse, context / "wheels")
         stage_ids = _build(
             client,

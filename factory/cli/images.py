@@ -135,7 +135,7 @@ def list_(
         table.add_row(
             ", ".join(info.tags) or f"<none> {info.id}",
             info.kind,
-            labels.get(images.LABEL_PYTHON, ""),
+            ",".join(labels.get(images.LABEL_PYTHON, "").split()),
             labels.get(images.LABEL_GCC, ""),
             labels.get(images.LABEL_TOOLKIT, ""),
             labels.get(images.LABEL_BASE) or labels.get(images.LABEL_SUITE, ""),

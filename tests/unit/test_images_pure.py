@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -498,3 +499,67 @@ def test_bookworm_base_inputs_are_unchanged() -> None:
     changes = images.base_changes(suite="bookworm", mirror="m", include=images.base_include("bookworm"))
     digest = hashlib.sha256(json.dumps(["bookworm", sorted(images.DEFAULT_INCLUDE)]).encode()).hexdigest()
     assert f"LABEL {images.LABEL_INPUTS}={digest}" in changes
+
+
+def _header_script() -> object:
+    import importlib.util
+
+    path = images.dockerfile_path("pypi").parent / "cuda-headers-glibc.py"
+    spec = importlib.util.spec_from_file_location("cuda_headers_glibc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The two declarations as CUDA 13.0.88's crt/math_functions.h spells them, between their neighbours.
+_MATH_FUNCTIONS_H = """\
+#  define __NV_GLIBC_PROVIDES_IEC_60559_FUNCS 0
+#endif
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  rcbrtf(float x);
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ double                 rsqrt(double x);
+/** doc */
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  rsqrtf(float x);
+__func__(double rsqrt(double a));
+"""
+
+
+def test_cuda_headers_get_glibc_2_42s_rsqrt_specifier() -> None:
+    script: Any = _header_script()
+    out = script.patched(_MATH_FUNCTIONS_H)
+    assert "rsqrt(double x) __NV_FACTORY_RSQRT_SPECIFIER;" in out
+    assert "rsqrtf(float x) __NV_FACTORY_RSQRT_SPECIFIER;" in out
+    assert "__func__(double rsqrt(double a));" in out  # the host emulation is not a glibc declaration
+    # The macro is defined once, before its first use, and empty below glibc 2.42 (the header as shipped).
+    assert out.count("#define __NV_FACTORY_RSQRT_SPECIFIER __THROW") == 1
+    assert out.index("#if __NV_GLIBC_PROVIDES_IEC_60559_FUNCS") < out.index("rsqrt(double x)")
+    assert "__GLIBC_PREREQ(2, 42)" in out
+    assert script.patched(out) == out  # idempotent
+    # A toolkit whose header already carries a specifier (a later CUDA) is left alone.
+    fixed = _MATH_FUNCTIONS_H.replace("rsqrt(double x);", "rsqrt(double x) __THROW;").replace(
+        "rsqrtf(float x);", "rsqrtf(float x) __THROW;"
+    )
+    assert script.patched(fixed) == fixed
+
+
+def test_a_toolchain_image_is_dockerfile_pypi_plus_its_steps() -> None:
+    text = images.toolchain_dockerfile_text()
+    assert text.startswith(images.dockerfile_text("pypi").rstrip("\n"))
+    steps = text[len(images.dockerfile_text("pypi").rstrip("\n")) :]
+    assert "COPY cuda-headers-glibc.py" in steps and "include/crt/math_functions.h" in steps
+    assert steps.rstrip().endswith("done")  # its checks run last, as the build user
+    assert "USER factory" in steps
+    assert set(images.toolchain_context_files()) == {"cuda-headers-glibc.py"}
+    # The one-Python images keep Dockerfile.pypi alone: factory-builder:cu13.0-py3.11-pypi is not rebuilt.
+    assert "cuda-headers-glibc" not in images.dockerfile_text("pypi")
+
+
+def test_toolchain_build_args() -> None:
+    forky = images.toolchain_named("forky")
+    assert forky is not None
+    args = images.toolchain_build_args(cuda="13.0", toolchain=forky, base_image="factory-base:forky")
+    assert args["PYTHON"] == "3.13"  # the toolkit venv's
+    assert args["PYTHONS"] == "3.13 3.14 3.15"
+    assert args["GCC"] == "14"
+    assert args["CUDA_MAJOR"] == "13"
+    assert {"PYTHONS", "GCC"} <= images.declared_build_args(images.toolchain_dockerfile_text())
