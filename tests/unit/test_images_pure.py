@@ -563,3 +563,18 @@ def test_toolchain_build_args() -> None:
     assert args["GCC"] == "14"
     assert args["CUDA_MAJOR"] == "13"
     assert {"PYTHONS", "GCC"} <= images.declared_build_args(images.toolchain_dockerfile_text())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cuda", "13.0", "--python", "3.13", "--python", "3.x"], "invalid Python version '3.x'"),
+        (["--cuda", "13", "--python", "3.13", "--python", "3.14"], "invalid CUDA version '13'"),
+    ],
+)
+def test_images_build_checks_every_python_before_the_daemon(
+    argv: list[str], message: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, output = factory_cli(["images", "build", *argv])
+    assert code == 2
+    assert message in output and "Traceback" not in output
