@@ -4,10 +4,12 @@ different variants side by side."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from factory.plan import Job
+from factory.config import load_matrix_file
+from factory.plan import Job, plan_matrix
 from factory.schedule import Schedule, variant_order
 from factory.variants import Variant, parse_arch_set
 
@@ -19,6 +21,7 @@ def variant(arch: str) -> Variant:
 
 
 A, B, C = variant("8.0"), variant("9.0"), variant("12.0")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def jobs(*pairs: tuple[Variant, str]) -> list[Job]:
@@ -126,3 +129,36 @@ def test_random_runs_start_every_job_once_and_never_stall(seed: int) -> None:
         s.finish(done)
         finished.add(done)
     assert sorted(started) == list(range(len(js)))
+
+
+def test_a_runs_pythons_of_one_toolchain_make_their_image_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build.Runner makes each builder image once per run: 3.13 and 3.14 share forky's, 3.11 has its own."""
+    from factory import build, images
+
+    made: list[str] = []
+
+    def ensure(client: object, *, cuda: str, python: str, **_kw: object) -> str:
+        name = images.builder_image_for(cuda=cuda, python=python, flavor="pypi", base_image=None)
+        made.append(name)
+        return name
+
+    monkeypatch.setattr(images, "ensure_builder_image", ensure)
+    mf = load_matrix_file(ROOT / "examples" / "demo-pythons.yaml")
+    runner = build.Runner(None, mf, build.BuildSettings(output=tmp_path, run_id="r1"))
+    got = {p: runner.image(Job(variant=A, python=p)) for p in ("3.13", "3.14", "3.11", "3.13")}
+    assert got == {
+        "3.13": "factory-builder:cu13.0-forky-pypi",
+        "3.14": "factory-builder:cu13.0-forky-pypi",
+        "3.11": "factory-builder:cu13.0-py3.11-pypi",
+    }
+    assert made == ["factory-builder:cu13.0-forky-pypi", "factory-builder:cu13.0-py3.11-pypi"]
+
+
+def test_the_two_python_demo_plans_one_variant_of_two_jobs() -> None:
+    plan = plan_matrix(load_matrix_file(ROOT / "examples" / "demo-pythons.yaml"))
+    assert [j.python for j in plan.jobs] == ["3.13", "3.14"]
+    assert len(plan.variants) == 1
+    s = Schedule(jobs=plan.jobs)
+    assert s.take(2) == [0]  # 3.14 waits for 3.13's compiles
