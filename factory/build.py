@@ -49,6 +49,7 @@ from factory.jobrun import (
 from factory.memory import jobmemory
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
+from factory.schedule import Schedule
 from factory.source import PreparedSource, prepare_package
 
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
@@ -163,8 +164,12 @@ class Runner:
         explicit = b.images.get(job.variant.cuda)
         if explicit:
             return self._once(f"image:{explicit}", lambda: self._explicit_image(explicit))
+        # Keyed by the image, not the Python: the Pythons of one toolchain share one image, made once.
+        name = images.builder_image_for(
+            cuda=job.variant.cuda, python=job.python, flavor=b.flavor, base_image=b.base_image
+        )
         return self._once(
-            f"image:{job.variant.cuda}:{job.python}",
+            f"image:{name}",
             lambda: images.ensure_builder_image(
                 self.client,
                 cuda=job.variant.cuda,
@@ -279,18 +284,29 @@ def run_build(
     pending: dict[Future[None], JobResult] = {}
     try:
         with sigterm_as_interrupt(), Heartbeat(runner.context.heartbeat_file):
-            queue = list(zip(jobs, report.jobs, strict=True))
-            for job, result in queue:
-                pending[pool.submit(runner.run_job, job, result)] = result
+            # A variant's later Pythons wait for its first one, whose compiles they then find in the cache.
+            schedule = Schedule(jobs=jobs)
+            slots = max(1, mf.build.concurrency)
+            index_of: dict[Future[None], int] = {}
+
+            def start_ready() -> None:
+                for i in schedule.take(slots - len(pending)):
+                    fut = pool.submit(runner.run_job, jobs[i], report.jobs[i])
+                    pending[fut], index_of[fut] = report.jobs[i], i
+
+            start_ready()
             while pending:
                 done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
                 for fut in done:
                     result = pending.pop(fut)
+                    schedule.finish(index_of.pop(fut))
                     fut.result()
                     if result.result != "ok" and not settings.keep_going:
                         runner.stop.set()
                         for f in pending:
                             f.cancel()
+                if not runner.stop.is_set():
+                    start_ready()
     except KeyboardInterrupt:
         runner.stop.set()
         for f in pending:

@@ -48,6 +48,8 @@ LABEL_FLAVOR = "io.wheel-factory.flavor"
 LABEL_BASE = "io.wheel-factory.base"
 LABEL_SUITE = "io.wheel-factory.suite"
 LABEL_MIRROR = "io.wheel-factory.mirror"
+# The GCC every compile in the image uses ("14"); absent where the suite's one default g++ is it.
+LABEL_GCC = "io.wheel-factory.gcc"
 
 FLAVORS = ("devel", "pypi", "manylinux")
 BASE_REPOSITORY = "factory-base"
@@ -61,8 +63,29 @@ DEFAULT_INCLUDE = ("python3", "python3-venv", "python3-dev", "g++", "ca-certific
 DEFAULT_DEVEL_OS = "ubuntu22.04"
 FACTORY_UID = 10001
 
-# The Debian release whose python3 is the given version: the pypi flavor's bootstrapped base.
-_SUITE_FOR_PYTHON = {"3.11": "bookworm", "3.13": "trixie"}
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """A Debian suite as the pypi flavor's base: the Pythons it ships side by side and the one GCC that
+    compiles for all of them. Every job whose Python is here runs in one builder image, so a compile of one
+    Python's job is the same compile (same compiler, same headers but Python's) for the others."""
+
+    suite: str
+    pythons: tuple[str, ...]
+    # The pinned g++ major ("14"), made the image's gcc/g++/cc/c++; None: the suite's default g++.
+    gcc: str | None = None
+
+    @property
+    def multi(self) -> bool:
+        return len(self.pythons) > 1
+
+
+# forky (Debian testing) ships python3.13, 3.14 and 3.15 and g++-12..16; nvcc 13.0 refuses GCC > 15, and
+# g++-14 is the compiler of trixie and of the most CUDA 13 builds, so it is the one pinned.
+TOOLCHAINS = (
+    Toolchain(suite="bookworm", pythons=("3.11",)),
+    Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14"),
+)
 
 # nvidia/cuda tags carry the full version; a matrix names major.minor.
 _DEVEL_CUDA_RELEASES = {
@@ -111,16 +134,71 @@ class ImageInfo:
 # ---------------------------------------------------------------------------------------------- pure parts
 
 
+def toolchain_named(suite: str) -> Toolchain | None:
+    """The toolchain of a suite, None for a suite the factory bootstraps with its default packages."""
+    return next((t for t in TOOLCHAINS if t.suite == suite), None)
+
+
+def toolchain_for(pythons: Sequence[str]) -> Toolchain:
+    """The toolchain that carries every one of `pythons` (["3.13", "3.14"] -> forky)."""
+    for python in pythons:
+        _check_version("Python", python)
+    for toolchain in TOOLCHAINS:
+        if all(p in toolchain.pythons for p in pythons):
+            return toolchain
+    known = "; ".join(f"{t.suite}: {', '.join(t.pythons)}" for t in TOOLCHAINS)
+    what = f"Python {pythons[0]}" if len(pythons) == 1 else f"Pythons {', '.join(pythons)} together"
+    raise ImageError(
+        f"no Debian suite ships {what} for a bootstrapped base (known: {known}); pass a base image with "
+        "that Python"
+    )
+
+
 def python_suite_for(python: str) -> str:
-    """The Debian suite whose system Python is `python` ("3.11" -> "bookworm")."""
-    try:
-        return _SUITE_FOR_PYTHON[python]
-    except KeyError:
-        known = ", ".join(f"{v} ({s})" for v, s in _SUITE_FOR_PYTHON.items())
-        raise ImageError(
-            f"no Debian suite ships Python {python} for a bootstrapped base (known: {known}); "
-            "pass a base image with that Python"
-        ) from None
+    """The Debian suite whose packages give the pypi flavor `python` ("3.11" -> bookworm, "3.13" -> forky)."""
+    return toolchain_for([python]).suite
+
+
+def base_include(suite: str) -> tuple[str, ...]:
+    """The packages debootstrap adds to a suite's base: every Python of its toolchain with -dev and -venv, and
+    its pinned g++ (never the `g++` metapackage, which is the suite's newest GCC)."""
+    toolchain = toolchain_named(suite)
+    if toolchain is None or toolchain.gcc is None:
+        return DEFAULT_INCLUDE
+    pythons = [f"python{p}{part}" for p in toolchain.pythons for part in ("", "-dev", "-venv")]
+    return ("python3", *pythons, f"g++-{toolchain.gcc}", "ca-certificates")
+
+
+def compiler_links(gcc: str) -> dict[str, str]:
+    """/usr/local/bin links that make GCC `gcc` the only compiler: nvcc runs `gcc`/`g++` from PATH, torch's
+    cpp_extension `c++` (or $CXX), setuptools the `x86_64-linux-gnu-g++` of Python's sysconfig."""
+    cc, cxx = f"/usr/bin/gcc-{gcc}", f"/usr/bin/g++-{gcc}"
+    links = {"gcc": cc, "cc": cc, "g++": cxx, "c++": cxx, "cpp": f"/usr/bin/cpp-{gcc}"}
+    for name in ("gcc", "g++", "cpp"):
+        links[f"x86_64-linux-gnu-{name}"] = links[name]
+    return links
+
+
+def missing_toolchain_files(rootfs: Path, toolchain: Toolchain) -> list[str]:
+    """What a bootstrapped root lacks of its toolchain (an interpreter, Python.h, venv, the compiler)."""
+    wanted = []
+    for python in toolchain.pythons:
+        wanted += [
+            f"usr/bin/python{python}",
+            f"usr/include/python{python}/Python.h",
+            f"usr/lib/python{python}/ensurepip/__init__.py",
+        ]
+    if toolchain.gcc is not None:
+        wanted += [f"usr/bin/g++-{toolchain.gcc}", f"usr/bin/gcc-{toolchain.gcc}"]
+    return [path for path in wanted if not (rootfs / path).exists()]
+
+
+def debootstrap_script(suite: str, scripts_dir: Path = Path("/usr/share/debootstrap/scripts")) -> str | None:
+    """The script debootstrap should use for `suite`: None when it has one of that name; "sid" for a newer
+    suite it does not know yet (testing is bootstrapped like unstable)."""
+    if (scripts_dir / suite).exists() or not (scripts_dir / "sid").exists():
+        return None
+    return "sid"
 
 
 def default_base_image(python: str) -> str:
@@ -139,11 +217,44 @@ def _check_flavor(flavor: str) -> None:
 
 
 def builder_image_name(*, cuda: str, python: str, flavor: str) -> str:
-    """The tag of a builder image: `factory-builder:cu13.0-py3.11-pypi`."""
+    """The tag of a one-Python builder image: `factory-builder:cu13.0-py3.11-pypi`."""
     _check_version("CUDA", cuda)
     _check_version("Python", python)
     _check_flavor(flavor)
     return f"{BUILDER_REPOSITORY}:cu{cuda}-py{python}-{flavor}"
+
+
+def toolchain_image_name(*, cuda: str, suite: str, flavor: str) -> str:
+    """The tag of a builder image with every Python of a toolchain: `factory-builder:cu13.0-forky-pypi`."""
+    _check_version("CUDA", cuda)
+    _check_flavor(flavor)
+    if not _SUITE_RE.match(suite):
+        raise ConfigError(f"invalid suite name {suite!r}")
+    return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}"
+
+
+def job_toolchain(*, python: str, flavor: str, base_image: str | None) -> Toolchain | None:
+    """The multi-Python toolchain a job builds with: the pypi flavor on a factory base (the default, or the
+    toolchain's own base named in build.base_image) whose suite ships several Pythons, `python` among them.
+    None: the job gets a builder image of its own Python."""
+    if flavor != "pypi":
+        return None
+    try:
+        toolchain = toolchain_for([python])
+    except ImageError:
+        return None
+    if base_image is not None and base_suite_of(base_image) != toolchain.suite:
+        return None
+    return toolchain if toolchain.multi else None
+
+
+def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
+    """The builder image a job of (cuda, python) runs in: the toolchain image when the job has one (every
+    Python of a variant then compiles with one compiler), else the image of its own Python."""
+    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
+    if toolchain is not None:
+        return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)
+    return builder_image_name(cuda=cuda, python=python, flavor=flavor)
 
 
 def devel_base_image(cuda: str, *, os_name: str = DEFAULT_DEVEL_OS) -> str:
@@ -240,6 +351,40 @@ def dockerfile_text(flavor: str) -> str:
         return path.read_text()
     except OSError as exc:
         raise ImageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _docker_file(name: str) -> str:
+    path = next((d / name for d in _DOCKER_DIRS if (d / name).is_file()), _DOCKER_DIRS[-1] / name)
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ImageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+# A toolchain image is Dockerfile.pypi plus these steps (its Pythons and GCC checked, CUDA's headers fitted to
+# the suite's glibc); the one-Python images keep Dockerfile.pypi alone, so their inputs are unchanged.
+TOOLCHAIN_STEPS = "pypi-toolchain.dockerfile"
+TOOLCHAIN_CONTEXT = ("cuda-headers-glibc.py",)
+
+
+def toolchain_dockerfile_text() -> str:
+    """The Dockerfile of a toolchain image: docker/Dockerfile.pypi, then docker/pypi-toolchain.dockerfile."""
+    return dockerfile_text("pypi").rstrip("\n") + "\n\n" + _docker_file(TOOLCHAIN_STEPS)
+
+
+def toolchain_context_files() -> dict[str, str]:
+    """Name -> text of the files a toolchain image's build context carries besides wheels/; image inputs."""
+    return {name: _docker_file(name) for name in TOOLCHAIN_CONTEXT}
+
+
+def toolchain_build_args(*, cuda: str, toolchain: Toolchain, base_image: str) -> dict[str, str]:
+    """The `--build-arg` values of a toolchain image: Dockerfile.pypi's for its first Python (the toolkit
+    venv's), and the Pythons and GCC its steps check."""
+    args = build_args(cuda=cuda, python=toolchain.pythons[0], flavor="pypi", base_image=base_image)
+    args["PYTHONS"] = " ".join(toolchain.pythons)
+    if toolchain.gcc is not None:
+        args["GCC"] = toolchain.gcc
+    return args
 
 
 def declared_build_args(dockerfile: str) -> frozenset[str]:
@@ -370,8 +515,13 @@ def base_suite_of(image: str) -> str | None:
     return tag
 
 
-def base_changes(*, suite: str, mirror: str, include: Sequence[str]) -> list[str]:
+def base_changes(*, suite: str, mirror: str, include: Sequence[str], gcc: str | None = None) -> list[str]:
     """The Dockerfile instructions `docker import` applies to a bootstrapped root filesystem."""
+    inputs: list[Any] = [suite, sorted(include)]
+    extra = []
+    if gcc is not None:
+        inputs.append(gcc)
+        extra.append(f"LABEL {LABEL_GCC}={gcc}")
     return [
         f"ENV PATH={_ROOT_PATH}",
         "ENV LANG=C.UTF-8",
@@ -379,7 +529,8 @@ def base_changes(*, suite: str, mirror: str, include: Sequence[str]) -> list[str
         f"LABEL {LABEL}=base",
         f"LABEL {LABEL_SUITE}={suite}",
         f"LABEL {LABEL_MIRROR}={mirror}",
-        f"LABEL {LABEL_INPUTS}={hashlib.sha256(json.dumps([suite, sorted(include)]).encode()).hexdigest()}",
+        f"LABEL {LABEL_INPUTS}={hashlib.sha256(json.dumps(inputs).encode()).hexdigest()}",
+        *extra,
     ]
 
 
@@ -425,16 +576,19 @@ def bootstrap_base(
     suite: str = DEFAULT_SUITE,
     name: str = DEFAULT_BASE_IMAGE,
     mirror: str | None = None,
-    include: Sequence[str] = DEFAULT_INCLUDE,
+    include: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> str:
     """Make a base image from the distribution mirror: `debootstrap --variant=minbase`, then `docker import`.
 
     The mirror defaults to the host's apt mirror, so a host that can install packages can also make images.
-    Returns the image's tag.
+    `include` defaults to the suite's toolchain (`base_include`); a toolchain's pinned GCC is made the root's
+    only gcc/g++/cc/c++ (`compiler_links`). Returns the image's tag.
     """
     if not _SUITE_RE.match(suite):
         raise ConfigError(f"invalid suite name {suite!r}")
+    include = tuple(include) if include is not None else base_include(suite)
+    toolchain = toolchain_named(suite)
     check_image_reference(name, "image name")
     debootstrap = shutil.which("debootstrap") or (
         "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
@@ -455,8 +609,9 @@ def bootstrap_base(
         _say(progress, f"debootstrap {suite} from {mirror} (log: {log_path})")
         with log_path.open("w") as log:
             command = [debootstrap, "--variant=minbase", f"--include={','.join(include)}", suite, str(rootfs)]
+            script = debootstrap_script(suite)
             proc = subprocess.run(
-                [*command, mirror],
+                [*command, mirror, *([script] if script else [])],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -466,6 +621,16 @@ def bootstrap_base(
             raise ImageError(
                 f"debootstrap of {suite} from {mirror} failed: {_last_line(log_path)} (log: {log_path})"
             )
+        if toolchain is not None and include == base_include(suite):
+            missing = missing_toolchain_files(rootfs, toolchain)
+            if missing:
+                raise ImageError(
+                    f"the bootstrapped {suite} lacks {', '.join(missing)} (log: {log_path}); "
+                    f"its toolchain needs {', '.join(include)}"
+                )
+            if toolchain.gcc is not None:
+                for link, target in compiler_links(toolchain.gcc).items():
+                    (rootfs / "usr/local/bin" / link).symlink_to(target)
         # Package caches only make the image bigger; apt in a container fetches fresh lists anyway.
         for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*.log"):
             for path in rootfs.glob(pattern):
@@ -477,7 +642,9 @@ def bootstrap_base(
             rootfs,
             repository=repository,
             tag=tag,
-            changes=base_changes(suite=suite, mirror=mirror, include=include),
+            changes=base_changes(
+                suite=suite, mirror=mirror, include=include, gcc=toolchain.gcc if toolchain else None
+            ),
         )
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
@@ -618,10 +785,17 @@ def ensure_builder_image(
     """The tag of a builder image for (cuda, python, flavor), built only when missing or its inputs changed.
 
     `base_image` is the pypi flavor's base (None: `factory-base:<suite for python>`, bootstrapped when absent
-    and `bootstrap` allows it). The devel and manylinux flavors use NVIDIA's devel image or PyTorch's
-    manylinux builder for `cuda` unless `base_image` names another image that is not a factory base; the
-    devel stand-in (`factory-standin:cuda<cuda>-devel`) is made when missing.
+    and `bootstrap` allows it); where that suite ships several Pythons, the image is the toolchain's
+    (`ensure_toolchain_image`, named by `builder_image_for`), shared by all of them. The devel and manylinux
+    flavors use NVIDIA's devel image or PyTorch's manylinux builder for `cuda` unless `base_image` names
+    another image that is not a factory base; the devel stand-in (`factory-standin:cuda<cuda>-devel`) is made
+    when missing.
     """
+    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
+    if toolchain is not None:
+        return ensure_toolchain_image(
+            client, cuda=cuda, suite=toolchain.suite, flavor=flavor, bootstrap=bootstrap, progress=progress
+        )
     name = builder_image_name(cuda=cuda, python=python, flavor=flavor)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
@@ -641,6 +815,50 @@ def ensure_builder_image(
     )
 
 
+def ensure_toolchain_image(
+    client: Any,
+    *,
+    cuda: str,
+    suite: str,
+    flavor: str = "pypi",
+    bootstrap: bool = True,
+    progress: Progress | None = None,
+) -> str:
+    """The tag of the builder image carrying every Python of `suite`'s toolchain and its one GCC
+    (`factory-builder:cu13.0-forky-pypi`), built only when missing or its inputs changed. Its toolkit venv
+    (/opt/toolkit) runs on the toolchain's first Python; each job's venv uses the job's own."""
+    toolchain = toolchain_named(suite)
+    if toolchain is None or not toolchain.multi or flavor != "pypi":
+        raise ImageError(f"no multi-Python {flavor} toolchain for suite {suite!r}")
+    name = toolchain_image_name(cuda=cuda, suite=suite, flavor=flavor)
+    base = f"{BASE_REPOSITORY}:{suite}"
+    base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
+    toolkit_python = toolchain.pythons[0]
+    labels = {
+        LABEL: "builder",
+        LABEL_CUDA: cuda,
+        LABEL_PYTHON: " ".join(toolchain.pythons),
+        LABEL_FLAVOR: flavor,
+        LABEL_SUITE: suite,
+    }
+    if toolchain.gcc is not None:
+        labels[LABEL_GCC] = toolchain.gcc
+    return _make_image(
+        client,
+        name=name,
+        base=base,
+        base_id=base_obj.id,
+        dockerfile=toolchain_dockerfile_text(),
+        files=toolchain_context_files(),
+        args=toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base),
+        requirements=image_requirements(cuda=cuda, flavor=flavor),
+        python=toolkit_python,
+        labels=labels,
+        network_mode="none",
+        progress=progress,
+    )
+
+
 def ensure_standin_devel(
     client: Any,
     *,
@@ -654,8 +872,8 @@ def ensure_standin_devel(
     args = standin_build_args(cuda=cuda, base_image=base_image)
     base_obj = _ensure_base(client, base_image, flavor="pypi", bootstrap=bootstrap, progress=progress)
     # The toolkit wheels are `py3-none`; the base's own Python only runs pip while the image is built.
-    suite = base_suite_of(base_image) or DEFAULT_SUITE
-    python = next((v for v, s in _SUITE_FOR_PYTHON.items() if s == suite), "3.11")
+    toolchain = toolchain_named(base_suite_of(base_image) or DEFAULT_SUITE)
+    python = toolchain.pythons[0] if toolchain is not None else "3.11"
     return _make_image(
         client,
         name=standin_devel_image(cuda),
@@ -684,9 +902,11 @@ def _make_image(
     labels: Mapping[str, str],
     network_mode: str | None,
     progress: Progress | None,
+    files: Mapping[str, str] | None = None,
 ) -> str:
-    """Build `name` from `dockerfile` with `requirements` as wheels/ in its context, unless an image of that
-    name carries the same inputs hash already."""
+    """Build `name` from `dockerfile` with `requirements` as wheels/ in its context (and `files`, name ->
+    text, beside the Dockerfile), unless an image of that name carries the same inputs hash already."""
+    files = dict(files or {})
     wheelhouse = download_wheelhouse(requirements, python=python)
     wheels = [w.name for w in wheel_files(wheelhouse)]
     digest = inputs_hash(
@@ -694,7 +914,7 @@ def _make_image(
         args=args,
         base_id=base_id,
         wheels=wheels,
-        extra={"requirements": "\n".join(requirements)},
+        extra={"requirements": "\n".join(requirements), **{f"file:{n}": t for n, t in files.items()}},
     )
     existing = _get_image(client, name)
     if existing is not None and (existing.labels or {}).get(LABEL_INPUTS) == digest:
@@ -709,6 +929,8 @@ def _make_image(
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile)
         (context / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        for file_name, text in files.items():
+            (context / file_name).write_text(text)
         link_wheels(wheelhouse, context / "wheels")
         stage_ids = _build(
             client,

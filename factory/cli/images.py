@@ -19,7 +19,7 @@ def _progress(message: str) -> None:
 @images_app.command("bootstrap")
 def bootstrap(
     suite: Annotated[
-        str, typer.Option(help="Debian suite to bootstrap (bookworm: Python 3.11).")
+        str, typer.Option(help="Debian suite to bootstrap (bookworm: Python 3.11; forky: 3.13, 3.14, 3.15).")
     ] = "bookworm",
     name: Annotated[str | None, typer.Option(help="Image tag (default factory-base:<suite>).")] = None,
     mirror: Annotated[
@@ -65,7 +65,13 @@ def standin_devel(
 @images_app.command("build")
 def build(
     cuda: Annotated[str, typer.Option(help="CUDA version, MAJOR.MINOR.")],
-    python: Annotated[str, typer.Option(help="Python version, MAJOR.MINOR.")],
+    python: Annotated[
+        list[str],
+        typer.Option(
+            help="Python version, MAJOR.MINOR; repeatable. Pythons of one toolchain (pypi: 3.13, 3.14, 3.15 "
+            "on forky) share one image."
+        ),
+    ],
     flavor: Annotated[
         str,
         typer.Option(
@@ -79,20 +85,26 @@ def build(
         bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
     ] = False,
 ) -> None:
-    """Build (or reuse, when its inputs are unchanged) a builder image."""
+    """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
     from factory import images
 
+    # Bad values are one line before the daemon is asked anything; Pythons of one image build it once.
+    first_python: dict[str, str] = {}
+    for version in python:
+        tag = images.builder_image_for(cuda=cuda, python=version, flavor=flavor, base_image=base)
+        first_python.setdefault(tag, version)
     client = images.connect()
-    tag = images.ensure_builder_image(
-        client,
-        cuda=cuda,
-        python=python,
-        flavor=flavor,
-        base_image=base,
-        bootstrap=not no_bootstrap,
-        progress=_progress,
-    )
-    typer.echo(tag)
+    for version in first_python.values():
+        tag = images.ensure_builder_image(
+            client,
+            cuda=cuda,
+            python=version,
+            flavor=flavor,
+            base_image=base,
+            bootstrap=not no_bootstrap,
+            progress=_progress,
+        )
+        typer.echo(tag)
 
 
 @images_app.command("list")
@@ -115,14 +127,16 @@ def list_(
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
-    # cuda, python and flavor are in the builder's tag already.
-    table = Table("tag", "kind", "toolkit", "base", "size", "created")
+    # cuda and flavor are in the builder's tag already; a toolchain image carries several Pythons.
+    table = Table("tag", "kind", "pythons", "gcc", "toolkit", "base", "size", "created")
     table.columns[0].no_wrap = True
     for info in found:
         labels = info.labels
         table.add_row(
             ", ".join(info.tags) or f"<none> {info.id}",
             info.kind,
+            ",".join(labels.get(images.LABEL_PYTHON, "").split()),
+            labels.get(images.LABEL_GCC, ""),
             labels.get(images.LABEL_TOOLKIT, ""),
             labels.get(images.LABEL_BASE) or labels.get(images.LABEL_SUITE, ""),
             f"{info.size / 2**20:.0f} MiB",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,12 +37,13 @@ def test_builder_image_name_rejects_bad_input(cuda: str, python: str, flavor: st
 
 def test_python_suite_for() -> None:
     assert images.python_suite_for("3.11") == "bookworm"
-    assert images.python_suite_for("3.13") == "trixie"
-    assert images.default_base_image("3.13") == "factory-base:trixie"
+    for python in ("3.13", "3.14", "3.15"):
+        assert images.python_suite_for(python) == "forky"
+    assert images.default_base_image("3.13") == "factory-base:forky"
 
 
 def test_each_python_gets_the_base_whose_suite_ships_it() -> None:
-    """A matrix without build.base_image builds 3.11 on bookworm and 3.13 on trixie (it used to give every job
+    """A matrix without build.base_image builds 3.11 on bookworm and 3.13 on forky (it used to give every job
     bookworm, whose image build then failed for 3.13: no python3.13 there)."""
     from factory.options import BuildOptions
 
@@ -50,7 +52,7 @@ def test_each_python_gets_the_base_whose_suite_ships_it() -> None:
         "factory-base:bookworm"
     )
     assert images.base_image_for(cuda="13.0", python="3.13", flavor="pypi", base_image=default) == (
-        "factory-base:trixie"
+        "factory-base:forky"
     )
     assert (
         images.base_image_for(cuda="13.0", python="3.13", flavor="pypi", base_image="my/base:1")
@@ -377,3 +379,202 @@ def test_image_labels_are_not_the_container_ownership_labels() -> None:
     keys = {images.LABEL, images.LABEL_INPUTS, images.LABEL_CUDA, images.LABEL_FLAVOR}
     assert "io.wheel-factory" not in keys
     assert "io.wheel-factory.owner" not in keys
+
+
+# ---------------------------------------------------------------------------------------------- toolchains
+
+
+def test_the_pythons_of_a_variant_share_the_forky_toolchain_image() -> None:
+    """3.13, 3.14 and 3.15 of the pypi flavor run in one image with one compiler; 3.11 keeps its own image."""
+    names = {
+        p: images.builder_image_for(cuda="13.0", python=p, flavor="pypi", base_image=None)
+        for p in ("3.11", "3.13", "3.14", "3.15")
+    }
+    assert names == {
+        "3.11": "factory-builder:cu13.0-py3.11-pypi",
+        "3.13": "factory-builder:cu13.0-forky-pypi",
+        "3.14": "factory-builder:cu13.0-forky-pypi",
+        "3.15": "factory-builder:cu13.0-forky-pypi",
+    }
+    # The toolchain's own base named in build.base_image is the same choice.
+    assert images.builder_image_for(
+        cuda="13.0", python="3.14", flavor="pypi", base_image="factory-base:forky"
+    ) == ("factory-builder:cu13.0-forky-pypi")
+
+
+@pytest.mark.parametrize(
+    ("python", "flavor", "base_image"),
+    [
+        ("3.13", "pypi", "my/base:1"),  # someone else's base: the image of its own Python
+        ("3.13", "pypi", "factory-base:trixie"),  # a one-Python suite named explicitly
+        ("3.13", "devel", None),  # devel and manylinux images share their base's compiler already
+        ("3.13", "manylinux", None),
+        ("3.12", "pypi", None),  # no suite ships it: the image build says so
+    ],
+)
+def test_other_jobs_get_their_own_pythons_image(python: str, flavor: str, base_image: str | None) -> None:
+    assert images.job_toolchain(python=python, flavor=flavor, base_image=base_image) is None
+    assert images.builder_image_for(cuda="13.0", python=python, flavor=flavor, base_image=base_image) == (
+        images.builder_image_name(cuda="13.0", python=python, flavor=flavor)
+    )
+
+
+def test_toolchain_for_several_pythons() -> None:
+    assert images.toolchain_for(["3.13", "3.14"]).suite == "forky"
+    assert images.toolchain_for(["3.11"]).suite == "bookworm"
+    with pytest.raises(ImageError, match=r"Pythons 3\.11, 3\.13 together"):
+        images.toolchain_for(["3.11", "3.13"])
+    with pytest.raises(ConfigError, match="'3'"):
+        images.toolchain_for(["3"])
+
+
+def test_toolchain_image_name() -> None:
+    assert images.toolchain_image_name(cuda="13.0", suite="forky", flavor="pypi") == (
+        "factory-builder:cu13.0-forky-pypi"
+    )
+    with pytest.raises(ConfigError):
+        images.toolchain_image_name(cuda="13.0", suite="Forky;x", flavor="pypi")
+
+
+def test_the_pinned_gcc_is_one_nvcc_13_accepts() -> None:
+    # nvcc 13.0's crt/host_config.h refuses GCC > 15.
+    forky = images.toolchain_named("forky")
+    assert forky is not None and forky.gcc is not None
+    assert 11 <= int(forky.gcc) <= 15
+
+
+def test_base_include_pins_the_compiler_and_every_python() -> None:
+    include = images.base_include("forky")
+    for python in ("3.13", "3.14", "3.15"):
+        assert {f"python{python}", f"python{python}-dev", f"python{python}-venv"} <= set(include)
+    assert "g++-14" in include
+    assert "g++" not in include  # the metapackage is forky's newest GCC, which nvcc 13.0 refuses
+    assert "python3" in include  # the job driver runs `python3 -m`
+    # Suites without a pinned toolchain keep the packages they were always bootstrapped with.
+    assert images.base_include("bookworm") == images.DEFAULT_INCLUDE
+    assert images.base_include("trixie") == images.DEFAULT_INCLUDE
+
+
+def test_compiler_links_name_every_way_a_build_finds_its_compiler() -> None:
+    links = images.compiler_links("14")
+    assert links["g++"] == links["c++"] == links["x86_64-linux-gnu-g++"] == "/usr/bin/g++-14"
+    assert links["gcc"] == links["cc"] == links["x86_64-linux-gnu-gcc"] == "/usr/bin/gcc-14"
+    assert links["cpp"] == "/usr/bin/cpp-14"
+
+
+def test_missing_toolchain_files(tmp_path: Path) -> None:
+    forky = images.toolchain_named("forky")
+    assert forky is not None
+    missing = images.missing_toolchain_files(tmp_path, forky)
+    assert "usr/bin/python3.14" in missing and "usr/bin/g++-14" in missing
+    for path in missing:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    assert images.missing_toolchain_files(tmp_path, forky) == []
+    (tmp_path / "usr/include/python3.15/Python.h").unlink()
+    assert images.missing_toolchain_files(tmp_path, forky) == ["usr/include/python3.15/Python.h"]
+
+
+def test_debootstrap_script_for_a_suite_it_does_not_know(tmp_path: Path) -> None:
+    (tmp_path / "sid").write_text("")
+    (tmp_path / "bookworm").write_text("")
+    assert images.debootstrap_script("bookworm", tmp_path) is None
+    assert images.debootstrap_script("forky", tmp_path) == "sid"
+    assert images.debootstrap_script("forky", tmp_path / "absent") is None
+
+
+def test_base_changes_of_a_pinned_toolchain_label_its_gcc() -> None:
+    plain = images.base_changes(suite="forky", mirror="http://m/debian", include=("python3",))
+    pinned = images.base_changes(suite="forky", mirror="http://m/debian", include=("python3",), gcc="14")
+    assert f"LABEL {images.LABEL_GCC}=14" in pinned
+    assert not any(images.LABEL_GCC in c for c in plain)
+    assert [c for c in plain if images.LABEL_INPUTS in c] != [c for c in pinned if images.LABEL_INPUTS in c]
+
+
+def test_bookworm_base_inputs_are_unchanged() -> None:
+    """The existing factory-base:bookworm keeps its inputs label (its include list and hash are as before)."""
+    import hashlib
+    import json
+
+    changes = images.base_changes(suite="bookworm", mirror="m", include=images.base_include("bookworm"))
+    digest = hashlib.sha256(json.dumps(["bookworm", sorted(images.DEFAULT_INCLUDE)]).encode()).hexdigest()
+    assert f"LABEL {images.LABEL_INPUTS}={digest}" in changes
+
+
+def _header_script() -> object:
+    import importlib.util
+
+    path = images.dockerfile_path("pypi").parent / "cuda-headers-glibc.py"
+    spec = importlib.util.spec_from_file_location("cuda_headers_glibc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The two declarations as CUDA 13.0.88's crt/math_functions.h spells them, between their neighbours.
+_MATH_FUNCTIONS_H = """\
+#  define __NV_GLIBC_PROVIDES_IEC_60559_FUNCS 0
+#endif
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  rcbrtf(float x);
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ double                 rsqrt(double x);
+/** doc */
+extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ float                  rsqrtf(float x);
+__func__(double rsqrt(double a));
+"""
+
+
+def test_cuda_headers_get_glibc_2_42s_rsqrt_specifier() -> None:
+    script: Any = _header_script()
+    out = script.patched(_MATH_FUNCTIONS_H)
+    assert "rsqrt(double x) __NV_FACTORY_RSQRT_SPECIFIER;" in out
+    assert "rsqrtf(float x) __NV_FACTORY_RSQRT_SPECIFIER;" in out
+    assert "__func__(double rsqrt(double a));" in out  # the host emulation is not a glibc declaration
+    # The macro is defined once, before its first use, and empty below glibc 2.42 (the header as shipped).
+    assert out.count("#define __NV_FACTORY_RSQRT_SPECIFIER __THROW") == 1
+    assert out.index("#if __NV_GLIBC_PROVIDES_IEC_60559_FUNCS") < out.index("rsqrt(double x)")
+    assert "__GLIBC_PREREQ(2, 42)" in out
+    assert script.patched(out) == out  # idempotent
+    # A toolkit whose header already carries a specifier (a later CUDA) is left alone.
+    fixed = _MATH_FUNCTIONS_H.replace("rsqrt(double x);", "rsqrt(double x) __THROW;").replace(
+        "rsqrtf(float x);", "rsqrtf(float x) __THROW;"
+    )
+    assert script.patched(fixed) == fixed
+
+
+def test_a_toolchain_image_is_dockerfile_pypi_plus_its_steps() -> None:
+    text = images.toolchain_dockerfile_text()
+    assert text.startswith(images.dockerfile_text("pypi").rstrip("\n"))
+    steps = text[len(images.dockerfile_text("pypi").rstrip("\n")) :]
+    assert "COPY cuda-headers-glibc.py" in steps and "include/crt/math_functions.h" in steps
+    assert steps.rstrip().endswith("done")  # its checks run last, as the build user
+    assert "USER factory" in steps
+    assert set(images.toolchain_context_files()) == {"cuda-headers-glibc.py"}
+    # The one-Python images keep Dockerfile.pypi alone: factory-builder:cu13.0-py3.11-pypi is not rebuilt.
+    assert "cuda-headers-glibc" not in images.dockerfile_text("pypi")
+
+
+def test_toolchain_build_args() -> None:
+    forky = images.toolchain_named("forky")
+    assert forky is not None
+    args = images.toolchain_build_args(cuda="13.0", toolchain=forky, base_image="factory-base:forky")
+    assert args["PYTHON"] == "3.13"  # the toolkit venv's
+    assert args["PYTHONS"] == "3.13 3.14 3.15"
+    assert args["GCC"] == "14"
+    assert args["CUDA_MAJOR"] == "13"
+    assert {"PYTHONS", "GCC"} <= images.declared_build_args(images.toolchain_dockerfile_text())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cuda", "13.0", "--python", "3.13", "--python", "3.x"], "invalid Python version '3.x'"),
+        (["--cuda", "13", "--python", "3.13", "--python", "3.14"], "invalid CUDA version '13'"),
+    ],
+)
+def test_images_build_checks_every_python_before_the_daemon(
+    argv: list[str], message: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, output = factory_cli(["images", "build", *argv])
+    assert code == 2
+    assert message in output and "Traceback" not in output
