@@ -18,19 +18,16 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from factory.config import MatrixFile, parse_size
+from factory.container import compilecache
 from factory.container.protocol import MEASUREMENT_MARK
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
 from factory.options import DEFAULT_CACHE_MAX
 from factory.stores import PreconditionFailed, Store, check_destination, open_store
 
-if TYPE_CHECKING:
-    from factory.container import compilecache
-
-LAYOUT = "v1"  # compilecache.LAYOUT_VERSION: only files under it are synced
+LAYOUT = compilecache.LAYOUT_VERSION  # only files under it are synced
 MOUNT = "/var/factory-cache"  # where build containers see the local cache
 ENV_DIR = "FACTORY_CACHE_DIR"  # the container's cache root; absent: the cache is off
 # Under a publish store: index code lists only files/, simple/ and profiles/, and no project or variant name
@@ -118,12 +115,17 @@ def layout_key(relative: str | PurePosixPath) -> str | None:
 
 
 def local_files(root: Path) -> set[str]:
-    """The committed files of a local cache, as store keys (a writer's temporaries are hidden or .tmp)."""
-    keys: set[str] = set()
-    for directory, _dirs, names in os.walk(root / LAYOUT):
-        relative = PurePosixPath(Path(directory).relative_to(root).as_posix())
-        keys.update(k for k in (layout_key(relative / name) for name in names) if k is not None)
-    return keys
+    """The committed files of a local cache, as store keys (a writer's temporaries left out)."""
+    if not root.is_dir():
+        return set()
+    keys = (layout_key(PurePosixPath(p.as_posix())) for p in compilecache.iter_files(root))
+    return {k for k in keys if k is not None}
+
+
+def objects_first(keys: Iterable[str]) -> list[str]:
+    """Objects before manifests: a reader (a build's lookup, a prune) that finds a manifest whose object is
+    missing removes it, so neither side of a sync may show one before its object."""
+    return sorted(keys, key=lambda k: (k.split("/")[1] != "o", k))
 
 
 def ensure_local(root: Path) -> None:
@@ -194,7 +196,7 @@ def pull(store: Store, root: Path, *, remote: set[str] | None = None) -> SyncRes
     ensure_local(root)
     remote = remote_files(store) if remote is None else remote
     files = size = failed = 0
-    for key in sorted(remote - local_files(root)):
+    for key in objects_first(remote - local_files(root)):
         try:
             got = download(store, root, key)
         except (FactoryError, OSError):
@@ -210,7 +212,7 @@ def push(store: Store, root: Path, *, remote: set[str]) -> SyncResult:
     """Upload every file of `root` that `remote` (what the store is known to have) lacks; each one uploaded
     is added to `remote`. A file another writer put first is left as it is (same name, same content)."""
     files = size = failed = 0
-    for key in sorted(local_files(root) - remote):
+    for key in objects_first(local_files(root) - remote):
         path = root / key
         try:
             store.put(key, path, content_type=OCTETS, cache_control=IMMUTABLE, if_none_match=True)
@@ -366,8 +368,6 @@ def count_compiles(lines: Iterable[str]) -> tuple[int, int]:
 
 
 def stats(root: Path | None = None) -> compilecache.CacheStats:
-    from factory.container import compilecache
-
     root = root or local_dir()
     if not root.is_dir():
         return compilecache.CacheStats(entries=0, objects=0, bytes=0, oldest=None, newest=None)
@@ -376,8 +376,6 @@ def stats(root: Path | None = None) -> compilecache.CacheStats:
 
 def prune(max_bytes: int, root: Path | None = None) -> compilecache.PruneResult:
     """The local cache within `max_bytes`, least recently used entries out first."""
-    from factory.container import compilecache
-
     root = root or local_dir()
     if not root.is_dir():
         return compilecache.PruneResult(removed_entries=0, removed_bytes=0, kept_bytes=0)

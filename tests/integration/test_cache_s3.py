@@ -50,6 +50,10 @@ def s3() -> Iterator[tuple[str, Any]]:
                 os.environ[k] = v
 
 
+RK, DK, OTHER = "ab" + "1" * 62, "cd" + "3" * 62, "ef" + "5" * 62
+OBJ, MANIFEST, THEIRS = f"v1/o/ab/{RK}", f"v1/m/cd/{DK}/{RK}.json", f"v1/o/ef/{OTHER}"
+
+
 def put(root: Path, key: str, data: bytes) -> None:
     (root / key).parent.mkdir(parents=True, exist_ok=True)
     (root / key).write_bytes(data)
@@ -58,23 +62,23 @@ def put(root: Path, key: str, data: bytes) -> None:
 def test_two_machines_share_a_cache_through_s3(s3: tuple[str, Any], tmp_path: Path) -> None:
     endpoint, client = s3
     prefix = "team/idx/_cache/compile"
-    client.put_object(Bucket="cache-store", Key=f"{prefix}/v1/o/ef/ef56", Body=b"theirs")
+    client.put_object(Bucket="cache-store", Key=f"{prefix}/{THEIRS}", Body=b"theirs")
     client.put_object(Bucket="cache-store", Key="team/idx/simple/index.html", Body=b"the index's")
     a, b = tmp_path / "a", tmp_path / "b"
-    put(a, "v1/o/ab/ab12", b"object")
-    put(a, "v1/m/cd/cd34/ab12.json", b"{}")
-    put(a, "v1/o/ab/.ab99.tmp", b"half")
-    put(a, "v1/o/ef/ef56", b"mine")
+    put(a, OBJ, b"object")
+    put(a, MANIFEST, b"{}")
+    put(a, f"v1/o/ab/.tmp-{RK}-7-x", b"half")
+    put(a, THEIRS, b"mine")
     config = cache.CacheConfig(local=a, store=f"s3://cache-store/{prefix}", endpoint_url=endpoint)
     with cache.CacheSync(config) as sync:
         sync.before_job("j1")
         sent = sync.upload()
     assert sent.files == 2 and sent.failed == 0
     listed = sorted(o["Key"] for o in client.list_objects_v2(Bucket="cache-store", Prefix=prefix)["Contents"])
-    assert listed == [f"{prefix}/v1/m/cd/cd34/ab12.json", f"{prefix}/v1/o/ab/ab12", f"{prefix}/v1/o/ef/ef56"]
-    assert client.get_object(Bucket="cache-store", Key=f"{prefix}/v1/o/ef/ef56")["Body"].read() == b"theirs"
-    assert (a / "v1/o/ef/ef56").read_bytes() == b"mine"
+    assert listed == [f"{prefix}/{MANIFEST}", f"{prefix}/{OBJ}", f"{prefix}/{THEIRS}"]
+    assert client.get_object(Bucket="cache-store", Key=f"{prefix}/{THEIRS}")["Body"].read() == b"theirs"
+    assert (a / THEIRS).read_bytes() == b"mine"
     got = cache.pull(S3Store("cache-store", prefix, endpoint_url=endpoint), b)
     assert (got.files, got.failed) == (3, 0)
-    assert (b / "v1/o/ab/ab12").read_bytes() == b"object"
+    assert (b / OBJ).read_bytes() == b"object"
     assert cache.local_files(b) == cache.local_files(a)

@@ -3,8 +3,11 @@ store (a directory here; S3 through moto in tests/integration/test_cache_s3.py),
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -115,8 +118,10 @@ def test_parse_max_refuses_in_one_line(bad: str) -> None:
 
 # --- the local directory and the sync --------------------------------------------------------------------
 
-OBJ = "v1/o/ab/ab12"
-MANIFEST = "v1/m/cd/cd34/ab12.json"
+RK, DK, OTHER = "ab" + "1" * 62, "cd" + "3" * 62, "ef" + "5" * 62
+OBJ = f"v1/o/ab/{RK}"
+MANIFEST = f"v1/m/cd/{DK}/{RK}.json"
+THEIRS = f"v1/o/ef/{OTHER}"
 
 
 def put(root: Path, key: str, data: bytes) -> Path:
@@ -131,7 +136,7 @@ def put(root: Path, key: str, data: bytes) -> Path:
     [
         (OBJ, OBJ),
         (MANIFEST, MANIFEST),
-        ("v1/o/ab/.ab12.x1y2.tmp", None),
+        (f"v1/o/ab/.tmp-{RK}-12-ab12", None),
         ("v1/o/ab/ab12.tmp", None),
         ("v1/../etc/passwd", None),
         ("v2/o/ab/ab12", None),
@@ -146,7 +151,7 @@ def test_layout_key(relative: str, key: str | None) -> None:
 def test_local_files_are_committed_files_only(tmp_path: Path) -> None:
     put(tmp_path, OBJ, b"object")
     put(tmp_path, MANIFEST, b"{}")
-    put(tmp_path, "v1/o/ab/.ab99.tmp", b"half")
+    put(tmp_path, f"v1/o/ab/.tmp-{RK}-1-x", b"half")
     put(tmp_path, "stray.txt", b"x")
     assert cache.local_files(tmp_path) == {OBJ, MANIFEST}
     assert cache.local_files(tmp_path / "absent") == set()
@@ -157,23 +162,23 @@ def test_push_then_pull_is_the_union_and_never_overwrites(tmp_path: Path) -> Non
     store = LocalStore(tmp_path / "store")
     put(a, OBJ, b"object")
     put(a, MANIFEST, b"{}")
-    put(a, "v1/o/ab/.ab99.tmp", b"half")
-    put(tmp_path / "store", "v1/o/ef/ef56", b"theirs")  # another machine's
+    put(a, f"v1/o/ab/.tmp-{RK}-1-x", b"half")
+    put(tmp_path / "store", THEIRS, b"theirs")  # another machine's
     put(tmp_path / "store", "profiles/x.json", b"not the cache's")
-    put(b, "v1/o/ef/ef56", b"mine, same name")  # a name is its content: never replaced either way
+    put(b, THEIRS, b"mine, same name")  # a name is its content: never replaced either way
     remote = cache.remote_files(store)
-    assert remote == {"v1/o/ef/ef56"}
+    assert remote == {THEIRS}
     sent = cache.push(store, a, remote=remote)
     assert (sent.files, sent.bytes, sent.failed) == (2, 8, 0)
-    assert remote == {OBJ, MANIFEST, "v1/o/ef/ef56"}
+    assert remote == {OBJ, MANIFEST, THEIRS}
     assert cache.push(store, a, remote=cache.remote_files(store)).files == 0
     got = cache.pull(store, b)
     assert (got.files, got.failed) == (2, 0)
-    assert cache.local_files(b) == {OBJ, MANIFEST, "v1/o/ef/ef56"}
+    assert cache.local_files(b) == {OBJ, MANIFEST, THEIRS}
     assert (b / OBJ).read_bytes() == b"object"
-    assert (b / "v1/o/ef/ef56").read_bytes() == b"mine, same name"
-    assert (tmp_path / "store" / "v1/o/ef/ef56").read_bytes() == b"theirs"
-    assert not list(b.rglob("*.tmp")) and not (b / "profiles").exists()
+    assert (b / THEIRS).read_bytes() == b"mine, same name"
+    assert (tmp_path / "store" / THEIRS).read_bytes() == b"theirs"
+    assert not list(b.rglob(".tmp-*")) and not (b / "profiles").exists()
 
 
 def test_directories_the_host_makes_stay_writable_by_the_build_user(tmp_path: Path) -> None:
@@ -224,6 +229,65 @@ def test_an_unreachable_store_costs_only_the_head_start(tmp_path: Path) -> None:
     sync.before_job("j")
     assert sync.upload().files == 0
     assert len(lines) == 1 and lines[0].startswith("compile cache store not opened: ")
+
+
+def test_sync_writes_objects_before_their_manifests(tmp_path: Path) -> None:
+    """A build's lookup (and a prune) removes a manifest whose object is missing: never show one early."""
+    order: list[str] = []
+
+    class Recording(LocalStore):
+        def put(self, key: str, data: bytes | Path, **kwargs: object) -> str:  # type: ignore[override]
+            order.append(key)
+            return super().put(key, data, **kwargs)  # type: ignore[arg-type]
+
+    put(tmp_path / "a", MANIFEST, b"{}")
+    put(tmp_path / "a", OBJ, b"object")
+    cache.push(Recording(tmp_path / "store"), tmp_path / "a", remote=set())
+    assert order == [OBJ, MANIFEST]
+    assert cache.objects_first([MANIFEST, THEIRS, OBJ]) == [OBJ, THEIRS, MANIFEST]
+
+
+# --- factory cache stats|prune ------------------------------------------------------------------------------
+
+
+def entry(root: Path, n: int, size: int, mtime: float) -> None:
+    rk, dk = f"{n:02x}" * 32, f"{n + 100:02x}" * 32
+    for key, data in ((f"v1/o/{rk[:2]}/{rk}", b"x" * size), (f"v1/m/{dk[:2]}/{dk}/{rk}.json", b"{}")):
+        path = put(root, key, data)
+        os.utime(path, (mtime, mtime))
+
+
+def test_cli_stats_and_prune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path))
+    root = cache.local_dir()
+    code, out = factory_cli(["cache", "stats", "--json"])
+    assert code == 0 and json.loads(out)["entries"] == 0
+    now = time.time()
+    for n in range(3):
+        entry(root, n, 1000, now - 100 + n)  # entry 0 least recently used
+    code, out = factory_cli(["cache", "stats", "--json"])
+    data = json.loads(out)
+    assert code == 0, out
+    assert (data["entries"], data["objects"], data["bytes"]) == (3, 3, 3 * 1002)
+    assert data["path"] == str(root) and data["oldest"] < data["newest"]
+    code, out = factory_cli(["cache", "stats"])
+    assert code == 0 and f"compile cache: {root}" in out and "entries: 3" in out
+    code, out = factory_cli(["cache", "prune", "--max", "2100"])
+    assert code == 0, out
+    assert "removed 1 entries" in out
+    assert not (root / "v1/o/00").exists() or not list((root / "v1/o/00").iterdir())
+    assert cache.stats(root).entries == 2
+
+
+@pytest.mark.parametrize("bad", ["12Q", "0", "-5GiB"])
+def test_cli_prune_with_a_bad_size_is_one_line(
+    bad: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, out = factory_cli(["cache", "prune", "--max", bad])
+    assert code == 2
+    assert out.strip().count("\n") == 0 and out.startswith("error: --max: size")
 
 
 # --- counts, report, display ------------------------------------------------------------------------------
