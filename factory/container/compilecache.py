@@ -455,18 +455,49 @@ def file_sha256(path: str) -> str | None:
 
 def tool_identity(program: str, environ: Mapping[str, str] = os.environ) -> str:
     """What a compiler is: the content of its program (and, for nvcc, of the toolkit programs it runs) and
-    its `--version`, never its path. Empty when it is not found."""
+    its `--version`, never its path. Empty when it is not found. Hashing a toolkit's programs takes a few
+    tenths of a second, so the result is remembered in IDENTITY_DIR by their inode, size and times."""
     path = shutil.which(program, path=environ.get("PATH")) if os.sep not in program else program
     if not path or not os.path.isfile(path):
         return ""
     real = os.path.realpath(path)
-    parts = [os.path.basename(real), file_sha256(real) or ""]
+    files = [("", real)]
     if os.path.basename(real) == "nvcc":
         bindir = os.path.dirname(real)
-        for rel in ("cudafe++", "ptxas", "fatbinary", "nvlink", "../nvvm/bin/cicc", "nvcc.profile"):
-            tool = os.path.normpath(os.path.join(bindir, rel))
-            parts += [rel, file_sha256(tool) or "-"]
-    return hashlib.sha256("\0".join([*parts, _version(real)]).encode()).hexdigest()
+        files += [
+            (rel, os.path.normpath(os.path.join(bindir, rel)))
+            for rel in ("cudafe++", "ptxas", "fatbinary", "nvlink", "../nvvm/bin/cicc", "nvcc.profile")
+        ]
+    memo = _identity_memo(files)
+    if memo is not None:
+        with contextlib.suppress(OSError):
+            return Path(memo).read_text().strip()
+    parts = [os.path.basename(real)]
+    for rel, tool in files:
+        parts += [rel, file_sha256(tool) or "-"]
+    identity = hashlib.sha256("\0".join([*parts, _version(real)]).encode()).hexdigest()
+    if memo is not None:
+        with contextlib.suppress(OSError):
+            _write_atomic(memo, identity.encode(), mkdir=True)
+    return identity
+
+
+def identity_dir() -> str:
+    """Where compiler identities are remembered: this machine's (or container's) temporary directory."""
+    return os.path.join(tempfile.gettempdir(), f"factory-compiler-identity-{os.getuid()}")
+
+
+def _identity_memo(files: Sequence[tuple[str, str]]) -> str | None:
+    parts: list[str] = []
+    for rel, path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append(f"{rel}:-")
+            continue
+        parts.append(f"{rel}:{path}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+    key = hashlib.sha256(f"{KEY_FORMAT}\0{chr(0).join(parts)}".encode()).hexdigest()
+    return os.path.join(identity_dir(), key)
 
 
 _VERSIONS: dict[str, str] = {}
@@ -765,7 +796,90 @@ def _discard(path: Path) -> None:
         path.unlink()
 
 
-def temp_depfile() -> str:
-    fd, path = tempfile.mkstemp(prefix="factory-dep-", suffix=".d")
-    os.close(fd)
-    return path
+# --- one compile through the cache (the wrappers' side) -----------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Attempt:
+    """A cacheable call with its key: served from the cache (`serve`), or run as `call.run_args` and then
+    recorded (`finish`)."""
+
+    root: Path
+    call: Call
+    direct_key: str
+    roots: Roots
+    cwd: str
+    own_depfile: str | None  # the depfile added to a call that named none, removed by `finish`
+    started_ns: int = 0
+
+    def serve(self) -> bool:
+        """Whether the call's outputs were written from the cache."""
+        for _ in range(3):  # an entry found corrupt is removed: another may still fit
+            found = lookup(self.root, self.direct_key, self.roots)
+            if found is None:
+                return False
+            if fetch(self.root, *found, call=self.call, roots=self.roots, cwd=self.cwd):
+                return True
+        return False
+
+    def start(self) -> None:
+        # an input changed after this moment may not be what the compiler read
+        self.started_ns = time.time_ns()
+
+    def finish(self, rc: int) -> Entry | None:
+        """Record the compile that ran (only a successful one), and remove the depfile of our own."""
+        depfile = self.own_depfile or self.call.depfile
+        try:
+            if rc != 0 or depfile is None:
+                return None
+            text = Path(self.cwd, depfile).read_text(errors="surrogateescape")
+            return store(
+                self.root,
+                self.direct_key,
+                call=self.call,
+                depfile_text=text,
+                roots=self.roots,
+                cwd=self.cwd,
+                started_ns=self.started_ns,
+            )
+        except (OSError, ValueError):
+            return None
+        finally:
+            if self.own_depfile:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.own_depfile)
+
+
+def attempt(
+    mode: str,
+    compiler: str,
+    args: Sequence[str],
+    *,
+    environ: Mapping[str, str] = os.environ,
+    cwd: str | None = None,
+) -> Attempt | str:
+    """The cache's view of a call: an Attempt, or why the cache does not take it ("off" when there is no
+    cache). mode: "nvcc" or "cxx"; compiler: the real compiler's path."""
+    root = cache_root(environ)
+    if root is None:
+        return "off"
+    cwd = cwd or os.getcwd()
+    own = os.path.join(tempfile.gettempdir(), f"factory-dep-{os.getpid()}-{os.urandom(4).hex()}.d")
+    call = parse_call(mode, args, own)
+    if isinstance(call, str):
+        return call
+    roots = job_roots(call.key_args, cwd, environ)
+    host = tool_identity(host_compiler(args, environ), environ) if mode == "nvcc" else None
+    dk = direct_key(
+        call, compiler=tool_identity(compiler, environ), host=host, roots=roots, cwd=cwd, environ=environ
+    )
+    if dk is None:
+        return f"cannot read {call.source}"
+    return Attempt(
+        root=root,
+        call=call,
+        direct_key=dk,
+        roots=roots,
+        cwd=cwd,
+        own_depfile=own if call.depfile is None else None,
+    )
