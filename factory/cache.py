@@ -29,7 +29,7 @@ from factory.stores import PreconditionFailed, Store, check_destination, open_st
 
 LAYOUT = compilecache.LAYOUT_VERSION  # only files under it are synced
 MOUNT = "/var/factory-cache"  # where build containers see the local cache
-ENV_DIR = "FACTORY_CACHE_DIR"  # the container's cache root; absent: the cache is off
+ENV_DIR = compilecache.CACHE_DIR_ENV  # the container's cache root; absent: the cache is off
 # Under a publish store: index code lists only files/, simple/ and profiles/, and no project or variant name
 # starts with "_", so nothing of the cache is taken for a project; `factory serve` refuses it.
 STORE_PREFIX = "_cache/compile"

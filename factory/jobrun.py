@@ -20,7 +20,15 @@ from typing import Any
 
 from factory import cache, leftovers, platform_tag, wheelcheck
 from factory.config import MatrixFile, format_size
-from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
+from factory.container import (
+    CONTAINER_DIR,
+    CXX_LAUNCHER,
+    DRIVER,
+    IMPORT_ROOT,
+    PACKAGE_MOUNT,
+    heartbeat,
+    protocol,
+)
 from factory.engine import Engine, Interrupted, Limits
 from factory.errors import FactoryError
 from factory.memory import jobmemory
@@ -170,8 +178,14 @@ class JobRun:
             heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
             heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
             # a local path only: the store and its credentials stay with the host, which syncs it
-            **({cache.ENV_DIR: cache.MOUNT} if self.ctx.compile_cache is not None else {}),
+            **(self.cache_env() if self.ctx.compile_cache is not None else {}),
         }
+
+    @staticmethod
+    def cache_env() -> dict[str, str]:
+        """The compile cache's root, and the host compiler through it (nvcc's calls go through the wrapper
+        already); the matrix's env may still set its own CXX."""
+        return {cache.ENV_DIR: cache.MOUNT, "CXX": CXX_LAUNCHER}
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
         """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
