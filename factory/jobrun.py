@@ -240,7 +240,7 @@ class JobRun:
                 return
             served = cache.measured_cache(line)
             if served is not None:
-                if served == "hit":
+                if served == protocol.CACHE_HIT:
                     result.compiles_cached += 1
                 else:
                     result.compiles_compiled += 1
