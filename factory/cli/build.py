@@ -87,6 +87,7 @@ def build(
         raise ConfigError(f"--output {output}: exists and is not a directory")
     if rebuild and not publish:
         raise ConfigError("--rebuild only applies with --publish")
+    compile_cache = resolve(mf, publishing=publish, override=cache)
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
@@ -96,7 +97,7 @@ def build(
         keep_going=keep_going,
         memory=mem,
         cpus=cpus,
-        compile_cache=resolve(mf, publishing=publish, override=cache),
+        compile_cache=compile_cache,
     )
     interactive = console.is_terminal
     lock = threading.Lock()

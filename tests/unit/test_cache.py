@@ -368,3 +368,13 @@ def test_measured_cache_reads_one_line() -> None:
     assert cache.measured_cache(measured("weird")) == "off"
     assert cache.measured_cache("plain line") is None
     assert cache.measured_cache("::factory-compile:: [1]") is None
+
+
+def test_build_with_a_bad_cache_flag_is_a_usage_error(
+    factory_cli: Callable[[list[str]], tuple[int, str]],
+) -> None:
+    matrix = str(ROOT / "examples" / "demo.yaml")
+    code, out = factory_cli(["build", "--matrix", matrix, "--dry-run", "--cache", "ftp://host/x"])
+    assert code == 2 and out.strip() == "error: --cache 'ftp://host/x': use a directory or s3://bucket/prefix"
+    code, out = factory_cli(["build", "--matrix", matrix, "--dry-run", "--cache", "off"])
+    assert code == 0, out
