@@ -1,10 +1,10 @@
 """The compile cache through the real factory (dockerd, the pypi builder image, real nvcc), shared through a
 directory store between two `$FACTORY_HOME`s, as between two machines.
 
-- the demo extension built twice: the second build, from an empty home, compiles nothing (about 2 min warm,
-  two builds of one job)
+- the demo extension built twice: the second build, from an empty home, compiles nothing (5 min on 2 busy
+  cores, images built: two builds of one job)
 - resume: a memext build SIGKILLed (the factory and its container) once a compile reached the store; the
-  rerun from an empty home serves those compiles from the store (about 3 min)
+  rerun from an empty home serves those compiles from the store (4-5 min on 2 busy cores)
 """
 
 from __future__ import annotations
