@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import docker.errors
 import psutil
 
-from factory import home, images, leftovers, wheelhouse
+from factory import cache, home, images, leftovers, wheelhouse
 from factory.config import MatrixFile
 from factory.container import heartbeat
 from factory.engine import (
@@ -62,6 +62,8 @@ class BuildSettings:
     memory: int | None = None
     cpus: float | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # the compile cache (`cache.resolve`): None is off; "matrix" is build.cache's, without a publish store
+    compile_cache: cache.CacheConfig | Literal["matrix"] | None = "matrix"
 
 
 def git_commit(tree: Path) -> str | None:
@@ -122,6 +124,10 @@ class Runner:
         self.stop = threading.Event()
         self.engine = Engine(client, labels=run_labels(settings.run_id), stop=self.stop)
         self.home = home.factory_home()
+        config = settings.compile_cache
+        if config == "matrix":
+            config = cache.resolve(mf, publishing=False)
+        self.compile_cache = None if config is None else cache.CacheSync(config, log=log)
         self.context = JobContext(
             mf=mf,
             engine=self.engine,
@@ -133,6 +139,7 @@ class Runner:
             on_change=on_change or (lambda _r: None),
             log=log,
             heartbeat_stale_s=heartbeat_stale_s(),
+            compile_cache=self.compile_cache,
         )
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -283,7 +290,8 @@ def run_build(
     pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")
     pending: dict[Future[None], JobResult] = {}
     try:
-        with sigterm_as_interrupt(), Heartbeat(runner.context.heartbeat_file):
+        uploads = runner.compile_cache or contextlib.nullcontext()
+        with sigterm_as_interrupt(), Heartbeat(runner.context.heartbeat_file), uploads:
             # A variant's later Pythons wait for its first one, whose compiles they then find in the cache.
             schedule = Schedule(jobs=jobs)
             slots = max(1, mf.build.concurrency)

@@ -51,10 +51,19 @@ def build(
             "--rebuild", help="With --publish: build jobs whose wheel is already published too (not skipped)."
         ),
     ] = False,
+    cache: Annotated[
+        str | None,
+        typer.Option(
+            "--cache",
+            metavar="DEST|off",
+            help="Sync the compile cache with this store (s3://bucket/prefix or a directory), or off.",
+        ),
+    ] = None,
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
     from factory.build import BuildSettings, run_build
+    from factory.cache import resolve
     from factory.engine import check_docker
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
@@ -78,11 +87,18 @@ def build(
         raise ConfigError(f"--output {output}: exists and is not a directory")
     if rebuild and not publish:
         raise ConfigError("--rebuild only applies with --publish")
+    compile_cache = resolve(mf, publishing=publish, override=cache)
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
-    settings = BuildSettings(output=output, keep_going=keep_going, memory=mem, cpus=cpus)
+    settings = BuildSettings(
+        output=output,
+        keep_going=keep_going,
+        memory=mem,
+        cpus=cpus,
+        compile_cache=compile_cache,
+    )
     interactive = console.is_terminal
     lock = threading.Lock()
     results: list[JobResult] = []
