@@ -49,6 +49,7 @@ from factory.jobrun import (
 from factory.memory import jobmemory
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
+from factory.shard import Shard
 from factory.source import PreparedSource, prepare_package
 
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
@@ -60,6 +61,7 @@ class BuildSettings:
     keep_going: bool = False
     memory: int | None = None
     cpus: float | None = None
+    shard: Shard | None = None  # --shard I/N: compile that share of each job into the cache, make no wheel
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -132,6 +134,7 @@ class Runner:
             on_change=on_change or (lambda _r: None),
             log=log,
             heartbeat_stale_s=heartbeat_stale_s(),
+            shard=settings.shard,
         )
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -266,6 +269,7 @@ def run_build(
             python=j.python,
             package=mf.package.name,
             version=mf.package.version,
+            shard=None if settings.shard is None else str(settings.shard),
         )
         for j in jobs
     ]

@@ -44,6 +44,7 @@ class JobResult:
     log: str | None = None
     log_tail: list[str] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    shard: str | None = None  # "I/N": a shard's build, which fills the compile cache and makes no wheel
     # Live-only state, not part of the report (LIVE_FIELDS).
     phase: str = field(default="queued", repr=False)
     started: float | None = field(default=None, repr=False)

@@ -34,6 +34,8 @@ Environment:
   FACTORY_CGROUP_ROOT          where the cgroup file system is mounted (default /sys/fs/cgroup)
   FACTORY_POLL_S               seconds between admission checks (default 0.5)
   FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
+  FACTORY_SHARD_SOURCES        a sharded build's own sources (JSON list, relative to the source root); the
+                               other compiles write empty objects (`shardskip`)
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import functools
 import os
 import sys
 
-from . import admission, protocol
+from . import admission, protocol, shardskip
 from .environ import env_fraction, env_int, log, read_cgroup
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -71,6 +73,9 @@ def main(argv: list[str]) -> int:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
     key = protocol.compile_key(call.source, call.archs, call.threads)
+    shard = shardskip.shard_sources()
+    if shard is not None and not shardskip.in_shard(call.source, shard):
+        return shardskip.stand_in(argv, source=call.source, record=_identity(key, call))
     base = env_int("FACTORY_EST_BASE_BYTES", None)
     estimate = admission.compile_estimate(
         call.source,
@@ -135,6 +140,13 @@ def main(argv: list[str]) -> int:
             f"over its {prediction.peak_bytes / 2**30:.2f} GiB estimate"
         )
     return code
+
+
+def _identity(key: str, call: admission.NvccCall) -> dict[str, object]:
+    """The fields that say which compile a measurement is of (as `main`'s record has them)."""
+    assert call.source is not None
+    source = os.path.basename(call.source)
+    return {"key": key, "source": source, "archs": list(call.archs), "threads": call.threads}
 
 
 if __name__ == "__main__":
