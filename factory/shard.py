@@ -200,3 +200,32 @@ def count_compiles(lines: Iterable[str]) -> CompileCounts:
 
 def summary(shard: Shard, counts: CompileCounts) -> str:
     return f"shard {shard}: {counts.compiled} compiled, {counts.cached} cached"
+
+
+# --- CI matrices -------------------------------------------------------------------------------------------
+
+GITHUB_MATRIX_LIMIT = 256
+
+
+def github_matrices(jobs: Sequence[Mapping[str, object]], count: int) -> dict[str, object]:
+    """Two GitHub Actions matrices for `factory matrix --format github --shards N`: "shards", N entries per
+    job (its fields, "job" and "shard": "I/N"), run first; then "finals", one entry per job (its fields and
+    "job"), whose workflow job `needs:` the shards' and finds every compile in the cache."""
+    finals = [{**job, "job": job["job_id"]} for job in jobs]
+    shards = [
+        {**final, "shard": str(Shard(index=i, count=count))} for final in finals for i in range(1, count + 1)
+    ]
+    return {"shards": {"include": shards}, "finals": {"include": finals}}
+
+
+def over_limit(matrices: Mapping[str, object]) -> list[str]:
+    """Which of the matrices GitHub would refuse (more than 256 entries), said in a line each."""
+    out = []
+    for name, matrix in matrices.items():
+        size = len(matrix["include"])  # type: ignore[index]
+        if size > GITHUB_MATRIX_LIMIT:
+            out.append(
+                f"the {name} matrix has {size} entries, above GitHub's {GITHUB_MATRIX_LIMIT}: "
+                "split the jobs with --only"
+            )
+    return out

@@ -11,8 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from factory import shard as sharding
 from factory.cli import app
 from factory.config import load_matrix_file
+from factory.errors import ConfigError
 from factory.home import factory_home
 from factory.plan import Plan, plan_matrix
 from factory.recipes import recipe_warnings
@@ -71,12 +73,22 @@ def matrix_command(
         bool, typer.Option("--no-source", help="With --check: do not fetch the source to try the patches.")
     ] = False,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            metavar="N",
+            help="With --format github: N shard jobs per job, then its final job (two matrices).",
+        ),
+    ] = None,
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
     mf = load_matrix_file(matrix, trust_paths=trust_paths)
     for warning in recipe_warnings(mf.recipe, mf.package):
         typer.echo(f"warning: {warning}", err=True)
     plan = plan_matrix(mf, prune=not no_prune).only(only)
+    if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
+        raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:
         patched = ""
         if mf.recipe.patches and not no_source:
@@ -93,6 +105,12 @@ def matrix_command(
         return
     if fmt is Format.json:
         typer.echo(json.dumps([j.to_json() for j in plan.jobs], indent=2))
+        return
+    if fmt is Format.github and shards is not None:
+        matrices = sharding.github_matrices([j.to_json() for j in plan.jobs], shards)
+        for line in sharding.over_limit(matrices):
+            typer.echo(f"warning: {line}", err=True)
+        typer.echo(json.dumps(matrices))
         return
     if fmt is Format.github:
         typer.echo(json.dumps({"include": [j.to_json() for j in plan.jobs]}))

@@ -220,3 +220,32 @@ def test_build_refuses_a_bad_shard_in_one_line(value: str) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--shard" in lines[0] and value in lines[0], result.stderr
+
+
+def test_github_matrices_list_shards_then_finals() -> None:
+    jobs = [{"job_id": "a-py311", "python": "3.11"}, {"job_id": "b-py311", "python": "3.11"}]
+    m = S.github_matrices(jobs, 3)
+    shards = m["shards"]["include"]  # type: ignore[index]
+    assert [(e["job"], e["shard"]) for e in shards] == [
+        ("a-py311", "1/3"), ("a-py311", "2/3"), ("a-py311", "3/3"),
+        ("b-py311", "1/3"), ("b-py311", "2/3"), ("b-py311", "3/3"),
+    ]  # fmt: skip
+    assert shards[0]["python"] == "3.11"
+    assert m["finals"] == {"include": [{**j, "job": j["job_id"]} for j in jobs]}
+    assert S.over_limit(m) == []
+    big = S.github_matrices([{"job_id": f"j{i}"} for i in range(40)], 8)
+    assert S.over_limit(big) == [
+        "the shards matrix has 320 entries, above GitHub's 256: split the jobs with --only"
+    ]
+
+
+def test_matrix_github_shards_cli() -> None:
+    matrix = Path(__file__).parents[2] / "matrix.yaml"
+    run = [sys.executable, "-m", "factory", "matrix", "-m", str(matrix), "--format", "github"]
+    plain = json.loads(subprocess.run(run, capture_output=True, text=True, check=True).stdout)
+    out = subprocess.run([*run, "--shards", "4"], capture_output=True, text=True, check=True)
+    m = json.loads(out.stdout)
+    assert len(m["shards"]["include"]) == 4 * len(plain["include"])
+    assert [e["job"] for e in m["finals"]["include"]] == [e["job_id"] for e in plain["include"]]
+    bad = subprocess.run([*run[:-2], "--shards", "4"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--shards" in bad.stderr
