@@ -191,7 +191,7 @@ def count_compiles(lines: Iterable[str]) -> CompileCounts:
             counts["skipped"] += 1
         elif raw.get("rc", 0) != 0:
             counts["failed"] += 1
-        elif served == "hit":
+        elif served == protocol.CACHE_HIT:
             counts["cached"] += 1
         else:
             counts["compiled"] += 1

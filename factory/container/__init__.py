@@ -13,4 +13,6 @@ IMPORT_ROOT = "/opt/factory"
 PACKAGE_MOUNT = f"{IMPORT_ROOT}/factory/container"
 # PYTORCH_NVCC in a build container: the wrapper's launcher
 NVCC_LAUNCHER = f"{PACKAGE_MOUNT}/nvcc"
+# CXX in a build container when the compile cache is on: the host compiler through the cache
+CXX_LAUNCHER = f"{PACKAGE_MOUNT}/c++"
 DRIVER = ("python3", "-m", f"{__name__}.driver")

@@ -40,7 +40,7 @@ def read_measurements(path: str | None) -> dict[str, dict[str, Any]]:
         return {}
     found: dict[str, dict[str, Any]] = {}
     for m in filter(None, map(protocol.parse_measurement, lines)):
-        if m.rc == 0 and m.wall_s:
+        if m.rc == 0 and m.wall_s and m.learns:
             entry = protocol.ProfileEntry(
                 peak_bytes=m.peak_bytes, wall_s=m.wall_s, samples=1, envelope=m.envelope, rise=m.rise
             )

@@ -5,7 +5,8 @@
   (`note_line`), and leaves every marked line out of a failure's log tail (`is_marked`)
 - compile measurements: one JSON object per compile the nvcc wrapper ran, appended to FACTORY_PROFILE_OUT
   (`measurement_json`) and printed into the build log behind `::factory-compile::` (`measurement_line`);
-  `parse_measurement` reads either
+  `parse_measurement` reads either; its "cache" field says whether the compile cache served it ("hit": nothing
+  was compiled, its figures are the lookup's and teach no profile), compiled it ("miss") or was off
 - learned profiles: `{"format", "package", "version", "entries": {compile key: entry}}`, written by the host
   (`profile_json`) and read by the host and by the wrapper (`parse_profile`)
 - compile keys: `file|arch,arch|threads`, the keys of a profile (`compile_key`)
@@ -22,7 +23,10 @@ from typing import Any
 MARK = "::factory::"
 MEASUREMENT_MARK = "::factory-compile::"
 PROFILE_FORMAT = 1
-# a measurement's "cache" value for a compile another shard makes: an empty object stood in for it
+CACHE_HIT = "hit"
+CACHE_MISS = "miss"
+CACHE_OFF = "off"
+# a compile another shard makes: an empty object stood in for it
 CACHE_SKIPPED = "skipped"
 # `factory build --shard I/N`: the shard, and its compiles (JSON list of paths relative to the source root)
 ENV_SHARD = "FACTORY_SHARD"
@@ -69,6 +73,18 @@ class Measurement:
     rise: tuple[int, ...] = ()
     cpu_s: float | None = None  # absent from the lines of wrappers older than this field
     mem_s: float = 0.0  # byte-seconds
+    cache: str | None = None  # CACHE_HIT, CACHE_MISS, CACHE_OFF; None from wrappers older than the cache
+    tool: str = "nvcc"  # "cxx": the host compiler's launcher, which admits nothing
+
+    @property
+    def compiled(self) -> bool:
+        """Whether a compiler ran (a cache hit's figures are only its lookup's)."""
+        return self.cache != CACHE_HIT
+
+    @property
+    def learns(self) -> bool:
+        """Whether it may teach a compile profile: an nvcc compile that ran."""
+        return self.compiled and self.tool == "nvcc"
 
 
 def measurement_json(record: Mapping[str, object]) -> str:
@@ -102,6 +118,8 @@ def parse_measurement(line: str) -> Measurement | None:
             rise=_ints(raw.get("rise")),
             cpu_s=None if raw.get("cpu_s") is None else float(raw["cpu_s"]),
             mem_s=float(raw.get("mem_s", 0)),
+            cache=None if raw.get("cache") is None else str(raw["cache"]),
+            tool=str(raw.get("tool", "nvcc")),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

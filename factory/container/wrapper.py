@@ -36,15 +36,24 @@ Environment:
   FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
   FACTORY_SHARD_SOURCES        a sharded build's own sources (JSON list, relative to the source root); the
                                other compiles write empty objects (`shardskip`)
+  FACTORY_CACHE_DIR            the compile cache's root (`compilecache`); absent or empty: no cache. A compile
+                               is looked up before it is admitted: a hit takes no slot and no memory, writes
+                               its object (and depfile) and is measured as "cache": "hit"
+  FACTORY_REAL_CXX             the real host compiler of the `c++` launcher (default: c++ on PATH)
+
+The `c++` launcher beside `nvcc` (CXX when the cache is on) runs this module with --factory-cxx: the host
+compiler's compiles go through the cache too, unadmitted as they were before.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
+import time
 
-from . import admission, protocol, shardskip
+from . import admission, compilecache, protocol, shardskip
 from .environ import env_fraction, env_int, log, read_cgroup
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -52,6 +61,8 @@ from .predictor import Predictor, read_profile
 
 DEFAULT_EST_PER_ARCH = 4 << 30
 LAUNCHER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "nvcc")
+CXX_LAUNCHER = os.path.join(os.path.dirname(LAUNCHER), "c++")
+CXX_FLAG = "--factory-cxx"
 
 
 def real_nvcc() -> str:
@@ -65,17 +76,114 @@ def real_nvcc() -> str:
     return real
 
 
+def real_cxx() -> str:
+    """FACTORY_REAL_CXX, else the first c++ on PATH that is not this launcher."""
+    chosen = os.environ.get("FACTORY_REAL_CXX")
+    if not chosen:
+        here = os.path.dirname(CXX_LAUNCHER)
+        path = os.pathsep.join(
+            d for d in os.environ.get("PATH", "").split(os.pathsep) if d and os.path.realpath(d) != here
+        )
+        chosen = shutil.which("c++", path=path) or ""
+    if not chosen or os.path.realpath(chosen) == CXX_LAUNCHER:
+        sys.exit("factory-c++: no host compiler (set FACTORY_REAL_CXX)")
+    return chosen
+
+
+def cache_attempt(mode: str, compiler: str, argv: list[str]) -> compilecache.Attempt | str:
+    """The cache's view of a compile; a cache that fails in any way is no cache, never a failed build."""
+    try:
+        return compilecache.attempt(mode, compiler, argv)
+    except (OSError, ValueError) as exc:
+        log(f"compile cache skipped: {exc}")
+        return "error"
+
+
+def serve_from_cache(cached: compilecache.Attempt | str, record: dict[str, object]) -> bool:
+    """Answer the call from the cache when it holds it: outputs written, a hit's measurement printed."""
+    if not isinstance(cached, compilecache.Attempt):
+        return False
+    t0 = time.monotonic()
+    try:
+        hit = cached.serve()
+    except (OSError, ValueError) as exc:
+        log(f"compile cache lookup failed: {exc}")
+        hit = False
+    if hit:
+        record.update(
+            peak_bytes=0, wall_s=round(time.monotonic() - t0, 3), cpu_s=0.0, rc=0, cache=protocol.CACHE_HIT
+        )
+        emit(record)
+        return True
+    cached.start()
+    return False
+
+
+def cache_state(cached: compilecache.Attempt | str) -> str:
+    return protocol.CACHE_MISS if isinstance(cached, compilecache.Attempt) else protocol.CACHE_OFF
+
+
+def emit(record: dict[str, object]) -> None:
+    out = os.environ.get("FACTORY_PROFILE_OUT")
+    if out:
+        append_measurement(out, record)
+    # the build log carries the measurement too: the host reads it from there when the state dir is out of
+    # reach
+    print(protocol.measurement_line(record), file=sys.stderr, flush=True)
+
+
+def cxx_main(argv: list[str]) -> int:
+    """The host compiler through the cache: a hit writes the object, a miss compiles (unadmitted) and is
+    stored; anything else runs as it is."""
+    cxx = real_cxx()
+    cached = cache_attempt("cxx", cxx, argv)
+    if not isinstance(cached, compilecache.Attempt):
+        os.execv(cxx, [cxx, *argv])
+    record: dict[str, object] = {
+        "key": protocol.compile_key(cached.call.source, ("host",), 1),
+        "source": os.path.basename(cached.call.source),
+        "tool": "cxx",
+    }
+    if serve_from_cache(cached, record):
+        return 0
+    run = run_measured([cxx, *cached.call.run_args])
+    cached.finish(run.code)
+    record.update(
+        peak_bytes=max((rss for _, rss in run.samples), default=0),
+        wall_s=round(run.wall_s, 3),
+        cpu_s=round(run.cpu_s, 3),
+        rc=run.code,
+        cache=protocol.CACHE_MISS,
+    )
+    emit(record)
+    return run.code
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == [CXX_FLAG]:
+        return cxx_main(argv[1:])
     nvcc = real_nvcc()
     call = admission.parse_nvcc_args(argv)
     state_dir = os.environ.get("FACTORY_STATE_DIR")
-    if not call.is_compile or not state_dir:
+    cached = cache_attempt("nvcc", nvcc, argv) if call.is_compile else "off"
+    if not call.is_compile or (not state_dir and not isinstance(cached, compilecache.Attempt)):
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
     key = protocol.compile_key(call.source, call.archs, call.threads)
+    record: dict[str, object] = {
+        "key": key,
+        "source": os.path.basename(call.source),
+        "archs": list(call.archs),
+        "threads": call.threads,
+    }
     shard = shardskip.shard_sources()
     if shard is not None and not shardskip.in_shard(call.source, shard):
-        return shardskip.stand_in(argv, source=call.source, record=_identity(key, call))
+        return shardskip.stand_in(argv, source=call.source, record=record)  # another shard's compile
+    # before admission: a hit takes no slot and no memory
+    if serve_from_cache(cached, record):
+        return 0
+    if isinstance(cached, compilecache.Attempt):
+        argv = list(cached.call.run_args)  # with a depfile of its own when the call named none
     base = env_int("FACTORY_EST_BASE_BYTES", None)
     estimate = admission.compile_estimate(
         call.source,
@@ -95,7 +203,7 @@ def main(argv: list[str]) -> int:
     info = read_cgroup()
     limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
     waited = stopped = 0.0
-    if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None:
+    if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None or not state_dir:
         # measured only: for comparisons, or with no limit anywhere there is nothing to protect
         run = run_measured([nvcc, *argv])
     else:
@@ -110,43 +218,32 @@ def main(argv: list[str]) -> int:
             gate.release()
         stopped = gate.stopped_s
     code, samples, wall = run.code, run.samples, run.wall_s
+    if isinstance(cached, compilecache.Attempt):
+        cached.finish(code)
     peak = max((rss for _, rss in samples), default=0)
-    out = os.environ.get("FACTORY_PROFILE_OUT")
-    record = {
-        "key": key,
-        "source": os.path.basename(call.source),
-        "archs": list(call.archs),
-        "threads": call.threads,
-        "peak_bytes": peak,
-        "wall_s": round(wall, 3),
-        "cpu_s": round(run.cpu_s, 3),
-        "rc": code,
-        "predicted_bytes": prediction.peak_bytes,
-        "predicted_s": prediction.wall_s,
-        "waited_s": round(waited, 3),
-        "stopped_s": round(stopped, 3),  # at its rise, until its peak was granted (not in wall_s)
-        "envelope": list(admission.envelope(samples, wall)),
-        "rise": list(admission.rise(samples, wall)),
-        "mem_s": round(mem_seconds(samples, wall)),
-    }
-    if out:
-        append_measurement(out, record)
-    # the build log carries the measurement too: the host reads it from there when the state dir is out of
-    # reach
-    print(protocol.measurement_line(record), file=sys.stderr, flush=True)
+    record.update(
+        {
+            "peak_bytes": peak,
+            "wall_s": round(wall, 3),
+            "cpu_s": round(run.cpu_s, 3),
+            "rc": code,
+            "predicted_bytes": prediction.peak_bytes,
+            "predicted_s": prediction.wall_s,
+            "waited_s": round(waited, 3),
+            "stopped_s": round(stopped, 3),  # at its rise, until its peak was granted (not in wall_s)
+            "envelope": list(admission.envelope(samples, wall)),
+            "rise": list(admission.rise(samples, wall)),
+            "mem_s": round(mem_seconds(samples, wall)),
+            "cache": cache_state(cached),
+        }
+    )
+    emit(record)
     if peak > prediction.peak_bytes:
         log(
             f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB "
             f"over its {prediction.peak_bytes / 2**30:.2f} GiB estimate"
         )
     return code
-
-
-def _identity(key: str, call: admission.NvccCall) -> dict[str, object]:
-    """The fields that say which compile a measurement is of (as `main`'s record has them)."""
-    assert call.source is not None
-    source = os.path.basename(call.source)
-    return {"key": key, "source": source, "archs": list(call.archs), "threads": call.threads}
 
 
 if __name__ == "__main__":

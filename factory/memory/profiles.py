@@ -78,10 +78,13 @@ def read_measurements(path: Path) -> list[Measurement]:
 def merge(profile: Profile, measurements: Iterable[Measurement]) -> Profile:
     """Fold new measurements in: a peak only ever rises; time is the mean of successful compiles.
 
-    A killed compile's peak is still a lower bound of what it needs, so it raises the estimate too.
+    A killed compile's peak is still a lower bound of what it needs, so it raises the estimate too. A
+    compile served from the cache teaches nothing.
     """
     entries = dict(profile.entries)
     for m in measurements:
+        if not m.learns:  # a cache hit measured a lookup; the host compiler is not admitted
+            continue
         old = entries.get(m.key)
         ok_wall = m.wall_s if m.rc == 0 else None
         if old is None:

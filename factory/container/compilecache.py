@@ -1,0 +1,885 @@
+"""The compile cache: its on-disk format, its keys, and the lookup and store of one compile. The one owner of
+the cache's format; the host (syncing, `factory cache stats|prune`) uses the API at the top of this module.
+
+Layout under the cache root ($FACTORY_CACHE_DIR; absent or empty: the cache is off):
+  v1/m/<dk[:2]>/<dk>/<rk>.json   a manifest: the files one compile of direct key dk read, with their sha256
+  v1/o/<rk[:2]>/<rk>             the object that compile wrote
+Every committed file is immutable and named by its content's key, so two hosts' caches merge by the union of
+their relative paths. A file is written under a temporary name (TEMP_PREFIX) in its own directory and renamed
+into place, the object before its manifest: a reader never sees half an entry.
+
+Direct mode, as ccache's: the direct key (dk) hashes the compiler's identity, the call's arguments with the
+paths that differ between jobs replaced by placeholders, the source's content and the environment the
+compiler reads. Every manifest under dk records the files the compile read (its depfile, which lists every
+header of every pass) as [normalised path, sha256]; a lookup hits only when each of them has the same content
+now. The result key (rk) hashes dk and those inputs. Python's include directory is a placeholder in the
+arguments (@PYINC@) and so takes no part in dk: a file that never includes Python.h has the same key for every
+Python, and one that does records Python.h among its inputs, so another Python's header misses.
+
+Standard library only, like its package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LAYOUT_VERSION = "v1"
+CACHE_DIR_ENV = "FACTORY_CACHE_DIR"
+TEMP_PREFIX = ".tmp-"
+# temporary files younger than this may belong to a writer still at work
+TEMP_GRACE_S = 3600.0
+KEY_FORMAT = 1
+MANIFEST_SUFFIX = ".json"
+
+
+# --- the host's API: stats, prune, the files to sync ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    entries: int  # manifests
+    objects: int
+    bytes: int  # of every committed file, manifests and objects
+    oldest: float | None  # mtime of the least recently used manifest
+    newest: float | None
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    removed_entries: int
+    removed_bytes: int
+    kept_bytes: int
+
+
+def cache_root(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The cache's root from the environment; None when the cache is off."""
+    value = environ.get(CACHE_DIR_ENV, "")
+    return Path(value) if value else None
+
+
+def manifest_dir(root: Path, direct_key: str) -> Path:
+    return root / LAYOUT_VERSION / "m" / direct_key[:2] / direct_key
+
+
+def manifest_path(root: Path, direct_key: str, result_key: str) -> Path:
+    return manifest_dir(root, direct_key) / f"{result_key}{MANIFEST_SUFFIX}"
+
+
+def object_path(root: Path, result_key: str) -> Path:
+    return root / LAYOUT_VERSION / "o" / result_key[:2] / result_key
+
+
+def is_temp(path: Path) -> bool:
+    return path.name.startswith(TEMP_PREFIX)
+
+
+def iter_files(root: Path) -> Iterator[Path]:
+    """Every committed file of the cache, relative to root (sorted: manifests, then objects); temporary files
+    and anything outside the layout are left out."""
+    for kind in ("m", "o"):
+        base = root / LAYOUT_VERSION / kind
+        for path in sorted(_walk(base)):
+            if _committed(path, kind):
+                yield path.relative_to(root)
+
+
+def stats(root: Path) -> CacheStats:
+    manifests = list(_stat_files(root, "m"))
+    objects = list(_stat_files(root, "o"))
+    times = [st.st_mtime for _, st in manifests]
+    return CacheStats(
+        entries=len(manifests),
+        objects=len(objects),
+        bytes=sum(st.st_size for _, st in manifests + objects),
+        oldest=min(times, default=None),
+        newest=max(times, default=None),
+    )
+
+
+def prune(root: Path, *, max_bytes: int, now: float | None = None) -> PruneResult:
+    """Bring the cache under max_bytes, least recently used entries (manifest + object) first. Manifests whose
+    object is gone and objects no manifest names are removed whatever the size (an object only when older than
+    TEMP_GRACE_S: its manifest may be about to follow), and so are temporary files older than that."""
+    now = time.time() if now is None else now
+    removed_entries = removed_bytes = 0
+    objects = {p.name: (p, st) for p, st in _stat_files(root, "o")}
+    entries: list[tuple[float, int, Path, Path | None]] = []
+    named: set[str] = set()
+    for path, st in _stat_files(root, "m"):
+        rk = path.name[: -len(MANIFEST_SUFFIX)]
+        obj = objects.get(rk)
+        if obj is None:
+            removed_entries += 1
+            removed_bytes += _remove(path)
+            continue
+        named.add(rk)
+        entries.append((max(st.st_mtime, obj[1].st_mtime), st.st_size + obj[1].st_size, path, obj[0]))
+    for name, (path, st) in objects.items():
+        if name not in named and now - st.st_mtime > TEMP_GRACE_S:
+            removed_bytes += _remove(path)
+    for kind in ("m", "o"):
+        for path in _walk(root / LAYOUT_VERSION / kind):
+            if is_temp(path) and _age(path, now) > TEMP_GRACE_S:
+                _remove(path)
+    total = sum(size for _, size, _, _ in entries)
+    for _, size, manifest, obj in sorted(entries, key=lambda e: (e[0], str(e[2]))):
+        if total <= max_bytes:
+            break
+        # the manifest first: an object without its manifest is never read
+        removed_bytes += _remove(manifest)
+        if obj is not None:
+            removed_bytes += _remove(obj)
+        removed_entries += 1
+        total -= size
+        with contextlib.suppress(OSError):
+            manifest.parent.rmdir()  # its direct key's last manifest
+    return PruneResult(removed_entries=removed_entries, removed_bytes=removed_bytes, kept_bytes=total)
+
+
+def _walk(base: Path) -> Iterator[Path]:
+    for dirpath, _, names in os.walk(base):
+        for name in names:
+            yield Path(dirpath, name)
+
+
+def _committed(path: Path, kind: str) -> bool:
+    if is_temp(path):
+        return False
+    if kind == "m":
+        return path.name.endswith(MANIFEST_SUFFIX) and _is_key(path.name[: -len(MANIFEST_SUFFIX)])
+    return _is_key(path.name)
+
+
+def _is_key(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def _stat_files(root: Path, kind: str) -> Iterator[tuple[Path, os.stat_result]]:
+    for path in _walk(root / LAYOUT_VERSION / kind):
+        if _committed(path, kind):
+            try:
+                yield path, path.stat()
+            except FileNotFoundError:
+                continue
+
+
+def _remove(path: Path) -> int:
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size
+
+
+def _age(path: Path, now: float) -> float:
+    try:
+        return now - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+# --- path normalisation ------------------------------------------------------------------------------------
+
+OUT = "@OUT@"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roots:
+    """The directories whose absolute paths differ between jobs of one variant, each with its placeholder."""
+
+    pairs: tuple[tuple[str, str], ...] = ()  # (placeholder, absolute path), longest path first
+
+    @staticmethod
+    def of(named: Sequence[tuple[str, str | None]]) -> Roots:
+        pairs: dict[str, str] = {}
+        for placeholder, path in named:
+            if not path:
+                continue
+            for form in {os.path.normpath(path), os.path.realpath(path)}:
+                if form != "/":
+                    pairs.setdefault(form, placeholder)
+        ordered = sorted(((p, d) for d, p in pairs.items()), key=lambda pd: (-len(pd[1]), pd[1]))
+        return Roots(pairs=tuple(ordered))
+
+    def normalise(self, text: str) -> str:
+        for placeholder, path in self.pairs:
+            text = _root_pattern(path).sub(placeholder.replace("\\", r"\\"), text)
+        return text
+
+    def denormalise(self, text: str) -> str:
+        # the first path of a placeholder is the one given (normpath before realpath in `of`)
+        seen: dict[str, str] = {}
+        for placeholder, path in self.pairs:
+            seen.setdefault(placeholder, path)
+        for placeholder, path in sorted(seen.items(), key=lambda pp: -len(pp[0])):
+            text = text.replace(placeholder, path)
+        return text
+
+
+def _root_pattern(path: str) -> re.Pattern[str]:
+    # a root only where a path component ends: /work/jobs/a-1 is no prefix of /work/jobs/a-10
+    return re.compile(re.escape(path) + r"(?=/|$|[\s,;:=\"'\\])")
+
+
+def site_packages(venv: str | None) -> str | None:
+    if not venv:
+        return None
+    found = sorted(Path(venv, "lib").glob("python*/site-packages"))
+    return str(found[0]) if found else None
+
+
+def python_include_dirs(args: Sequence[str], cwd: str) -> list[str]:
+    """The include directories of the call that hold a Python.h (the interpreter's headers), in order."""
+    dirs: list[str] = []
+    for value in _include_values(args):
+        path = os.path.normpath(os.path.join(cwd, value))
+        if path not in dirs and os.path.isfile(os.path.join(path, "Python.h")):
+            dirs.append(path)
+    return dirs
+
+
+def _include_values(args: Sequence[str]) -> Iterator[str]:
+    flags = ("-I", "-isystem", "-iquote", "-idirafter", "--include-path", "--system-include")
+    for i, arg in enumerate(args):
+        if arg in flags and i + 1 < len(args):
+            yield args[i + 1]
+        elif arg.startswith("--include-path=") or arg.startswith("--system-include="):
+            yield from arg.split("=", 1)[1].split(",")
+        elif arg.startswith("-I") and len(arg) > 2:
+            yield arg[2:]
+        elif arg.startswith("-isystem") and len(arg) > len("-isystem"):
+            yield arg[len("-isystem") :]
+        elif arg.startswith("-iquote") and len(arg) > len("-iquote"):
+            yield arg[len("-iquote") :]
+        elif arg in ("-Xcompiler", "--compiler-options") and i + 1 < len(args):
+            yield from _include_values(args[i + 1].split(","))
+
+
+def job_roots(args: Sequence[str], cwd: str, environ: Mapping[str, str] = os.environ) -> Roots:
+    """The placeholders of a compile in a build container: its job dir, the venv's site-packages, the
+    toolkit, and the Python include dirs the call names."""
+    job = environ.get("FACTORY_JOB_DIR")
+    venv = environ.get("VIRTUAL_ENV") or (os.path.join(job, "venv") if job else None)
+    named: list[tuple[str, str | None]] = [
+        ("@JOB@", job),
+        ("@SITE@", site_packages(venv)),
+        ("@CUDA@", environ.get("CUDA_HOME") or environ.get("CUDA_PATH")),
+    ]
+    pyinc = python_include_dirs(args, cwd)
+    named += [("@PYINC@" if i == 0 else f"@PYINC{i}@", d) for i, d in enumerate(pyinc)]
+    return Roots.of(named)
+
+
+# --- the call -----------------------------------------------------------------------------------------------
+
+SOURCE_SUFFIXES = (".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
+# arguments after which a compile's output is not one object file, or that write other files
+_UNCACHEABLE = {
+    "-E", "-M", "-MM", "-S", "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-lib", "--lib",
+    "-link", "--link", "-dlink", "--device-link", "-run", "--run", "-save-temps", "--save-temps", "-keep",
+    "--keep", "--keep-dir", "-keep-dir", "-gsplit-dwarf", "--coverage", "-ftest-coverage", "-fprofile-arcs",
+    "-time", "--time", "-optf", "--options-file", "-dryrun", "--dryrun", "-preprocess", "--preprocess",
+    "--generate-dependencies", "--generate-nonsystem-dependencies", "-o-",
+}  # fmt: skip
+_UNCACHEABLE_PREFIXES = ("-fprofile-", "-save-temps=", "--save-temps=", "--keep-dir=", "--time=", "-Wp,")
+# options whose next argument is their value (so never a source)
+_VALUE_OPTIONS = {
+    "-o", "-I", "-D", "-U", "-x", "-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options",
+    "-Xptxas", "--ptxas-options", "-Xcudafe", "-Xnvlink", "-Xlinker", "-Xarchive", "-gencode",
+    "--generate-code", "-arch", "--gpu-architecture", "-code", "--gpu-code", "-include", "-isystem",
+    "-iquote", "-idirafter", "-t", "--threads", "-MF", "-MT", "-MQ", "--dependency-output",
+    "--dependency-target-name", "-odir", "--output-directory", "-L", "-l", "-maxrregcount", "--maxrregcount",
+    "--include-path", "--system-include", "-std", "--std", "-imacros", "-Xfatbin",
+}  # fmt: skip
+# the dependency options the key leaves out: they change no object
+_DEP_FLAGS = {
+    "-MD",
+    "-MMD",
+    "--generate-dependencies-with-compile",
+    "--generate-nonsystem-dependencies-with-compile",
+}
+_DEP_VALUE = {"-MF", "--dependency-output"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """A cacheable compile: one source, `-c`, one object file."""
+
+    mode: str  # "nvcc" or "cxx"
+    source: str
+    output: str
+    depfile: str | None  # the depfile the call asked for
+    key_args: tuple[str, ...]  # its arguments less output and dependency options
+    run_args: tuple[str, ...] = field(default=())  # the arguments to run, with a depfile of our own if needed
+
+
+def parse_call(mode: str, args: Sequence[str], depfile_for: str | None = None) -> Call | str:
+    """A cacheable compile, or why the call is not one. depfile_for: where the depfile goes when the call
+    names none (the caller deletes it)."""
+    sources: list[str] = []
+    output: str | None = None
+    depfile: str | None = None
+    wants_deps = compile_flag = False
+    key: list[str] = []
+    run: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if arg.startswith("@"):
+            return "a response file"
+        if arg in _UNCACHEABLE or arg.startswith(_UNCACHEABLE_PREFIXES):
+            return f"{arg} is not a plain compile"
+        if arg in ("-c", "--compile"):
+            compile_flag = True
+        if arg == "-o":
+            if nxt is None:
+                return "-o without a file"
+            output = nxt
+            run += [arg, nxt]
+            i += 2
+            continue
+        if arg.startswith("-o") and mode == "cxx" and len(arg) > 2:
+            output = arg[2:]
+            run.append(arg)
+            i += 1
+            continue
+        if arg.startswith("--output-file="):
+            output = arg.split("=", 1)[1]
+            run.append(arg)
+            i += 1
+            continue
+        if arg in _DEP_FLAGS:
+            wants_deps = True
+            # every header, system ones too: a manifest missing one would be unsound
+            run.append(
+                "-MD"
+                if arg == "-MMD"
+                else "--generate-dependencies-with-compile"
+                if "nonsystem" in arg
+                else arg
+            )
+            i += 1
+            continue
+        if arg in _DEP_VALUE:
+            if nxt is None:
+                return f"{arg} without a file"
+            depfile = nxt
+            run += [arg, nxt]
+            i += 2
+            continue
+        if arg.startswith("--dependency-output="):
+            depfile = arg.split("=", 1)[1]
+            run.append(arg)
+            i += 1
+            continue
+        if mode == "cxx" and arg.startswith("-MF") and len(arg) > 3:
+            depfile = arg[3:]
+            run.append(arg)
+            i += 1
+            continue
+        if arg in _VALUE_OPTIONS and nxt is not None:
+            key += [arg, nxt]
+            run += [arg, nxt]
+            i += 2
+            continue
+        if arg == "-" or (not arg.startswith("-") and arg.endswith(SOURCE_SUFFIXES)):
+            sources.append(arg)
+        key.append(arg)
+        run.append(arg)
+        i += 1
+    if not compile_flag:
+        return "not a compile (-c)"
+    if len(sources) != 1 or sources[0] == "-":
+        return "not one source file"
+    if not output or output == "-":
+        return "no object file (-o)"
+    if wants_deps and depfile is None:
+        if mode == "nvcc":
+            return "a depfile without a name"
+        depfile = os.path.splitext(output)[0] + ".d"  # gcc's own choice for -MD without -MF
+    if depfile is None:
+        if depfile_for is None:
+            return "no depfile"
+        extra = ["--generate-dependencies-with-compile", "--dependency-output", depfile_for]
+        run += extra if mode == "nvcc" else ["-MD", "-MF", depfile_for]
+    elif not wants_deps:
+        return f"a depfile ({depfile}) without -MD"
+    return Call(
+        mode=mode,
+        source=sources[0],
+        output=output,
+        depfile=depfile,
+        key_args=tuple(key),
+        run_args=tuple(run),
+    )
+
+
+# --- hashing -----------------------------------------------------------------------------------------------
+
+_HASHES: dict[str, tuple[int, int, str]] = {}
+
+
+def file_sha256(path: str) -> str | None:
+    """The content hash of a file (remembered by size and mtime for the rest of the process); None when it
+    cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    known = _HASHES.get(path)
+    if known and known[:2] == (st.st_size, st.st_mtime_ns):
+        return known[2]
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    _HASHES[path] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
+    return digest.hexdigest()
+
+
+def tool_identity(program: str, environ: Mapping[str, str] = os.environ) -> str:
+    """What a compiler is: the content of its program (and, for nvcc, of the toolkit programs it runs) and
+    its `--version`, never its path. Empty when it is not found. Hashing a toolkit's programs takes a few
+    tenths of a second, so the result is remembered in IDENTITY_DIR by their inode, size and times."""
+    path = shutil.which(program, path=environ.get("PATH")) if os.sep not in program else program
+    if not path or not os.path.isfile(path):
+        return ""
+    real = os.path.realpath(path)
+    files = [("", real)]
+    if os.path.basename(real) == "nvcc":
+        bindir = os.path.dirname(real)
+        files += [
+            (rel, os.path.normpath(os.path.join(bindir, rel)))
+            for rel in ("cudafe++", "ptxas", "fatbinary", "nvlink", "../nvvm/bin/cicc", "nvcc.profile")
+        ]
+    memo = _identity_memo(files)
+    if memo is not None:
+        with contextlib.suppress(OSError):
+            return Path(memo).read_text().strip()
+    parts = [os.path.basename(real)]
+    for rel, tool in files:
+        parts += [rel, file_sha256(tool) or "-"]
+    identity = hashlib.sha256("\0".join([*parts, _version(real)]).encode()).hexdigest()
+    if memo is not None:
+        with contextlib.suppress(OSError):
+            _write_atomic(memo, identity.encode(), mkdir=True)
+    return identity
+
+
+def identity_dir() -> str:
+    """Where compiler identities are remembered: this machine's (or container's) temporary directory."""
+    return os.path.join(tempfile.gettempdir(), f"factory-compiler-identity-{os.getuid()}")
+
+
+def _identity_memo(files: Sequence[tuple[str, str]]) -> str | None:
+    parts: list[str] = []
+    for rel, path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append(f"{rel}:-")
+            continue
+        parts.append(f"{rel}:{path}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+    key = hashlib.sha256(f"{KEY_FORMAT}\0{chr(0).join(parts)}".encode()).hexdigest()
+    return os.path.join(identity_dir(), key)
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def _version(program: str) -> str:
+    if program not in _VERSIONS:
+        try:
+            out = subprocess.run(
+                [program, "--version"], capture_output=True, text=True, timeout=60, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _VERSIONS[program] = out
+    return _VERSIONS[program]
+
+
+def host_compiler(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> str:
+    """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else the gcc first on PATH."""
+    for i, arg in enumerate(args):
+        if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(("-ccbin=", "--compiler-bindir=")):
+            return arg.split("=", 1)[1]
+    chosen = environ.get("NVCC_CCBIN") or "gcc"
+    if os.path.isdir(chosen):
+        return os.path.join(chosen, "gcc")
+    return chosen
+
+
+# what the compilers read from the environment besides their arguments
+KEY_ENV = (
+    "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "SOURCE_DATE_EPOCH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+    "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES",
+)  # fmt: skip
+
+
+def direct_key(
+    call: Call,
+    *,
+    compiler: str,
+    host: str | None,
+    roots: Roots,
+    cwd: str,
+    environ: Mapping[str, str] = os.environ,
+) -> str | None:
+    """The direct key of a call (None when its source cannot be read). compiler, host: identities."""
+    source_sha = file_sha256(os.path.join(cwd, call.source))
+    if source_sha is None:
+        return None
+    relative = any(not os.path.isabs(p) for p in [call.source, *_include_values(call.key_args)] if p)
+    parts = [
+        f"factory-compilecache/{KEY_FORMAT}",
+        call.mode,
+        compiler,
+        host or "",
+        # a relative path resolves against the directory the compile runs in
+        roots.normalise(os.path.normpath(cwd)) if relative else "",
+        json.dumps([roots.normalise(a) for a in call.key_args]),
+        json.dumps([[n, roots.normalise(environ[n])] for n in KEY_ENV if environ.get(n)]),
+        source_sha,
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def result_key(dk: str, inputs: Sequence[Sequence[str]]) -> str:
+    return hashlib.sha256(f"{dk}\0{json.dumps([list(i) for i in inputs])}".encode()).hexdigest()
+
+
+# --- depfiles ----------------------------------------------------------------------------------------------
+
+
+def depfile_inputs(text: str) -> list[str]:
+    """The prerequisites a make-style depfile lists (every rule's; targets and escapes removed)."""
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    found: list[str] = []
+    for line in text.splitlines():
+        tokens = _depfile_tokens(line)
+        split = next((i for i, t in enumerate(tokens) if t.endswith(":")), None)
+        for token in tokens[split + 1 :] if split is not None else ():
+            if token not in found:
+                found.append(token)
+    return found
+
+
+def _depfile_tokens(line: str) -> list[str]:
+    tokens: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and i + 1 < len(line) and line[i + 1] in " #\\":
+            current.append(line[i + 1])
+            i += 2
+            continue
+        if ch == "$" and i + 1 < len(line) and line[i + 1] == "$":
+            current.append("$")
+            i += 2
+            continue
+        if ch in " \t":
+            if current:
+                tokens.append("".join(current))
+                current = []
+        else:
+            current.append(ch)
+        i += 1
+    if current:
+        tokens.append("".join(current))
+    return tokens
+
+
+def normalise_depfile(text: str, output: str, cwd: str, roots: Roots) -> str:
+    absolute = os.path.normpath(os.path.join(cwd, output))
+    for form in sorted({output, absolute}, key=len, reverse=True):
+        text = _root_pattern(form).sub(OUT, text)
+    return roots.normalise(text)
+
+
+def denormalise_depfile(text: str, output: str, roots: Roots) -> str:
+    return roots.denormalise(text.replace(OUT, output))
+
+
+# --- lookup and store --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    direct_key: str
+    result_key: str
+    inputs: tuple[tuple[str, str], ...]
+    object_sha256: str
+    object_size: int
+    depfile: str | None
+    created: float
+
+
+def manifest_json(entry: Entry) -> str:
+    return json.dumps(
+        {
+            "version": LAYOUT_VERSION,
+            "direct_key": entry.direct_key,
+            "result_key": entry.result_key,
+            "inputs": [list(i) for i in entry.inputs],
+            "object_sha256": entry.object_sha256,
+            "object_size": entry.object_size,
+            "depfile": entry.depfile,
+            "created": entry.created,
+        },
+        sort_keys=True,
+    )
+
+
+def parse_manifest(text: str) -> Entry | None:
+    """An entry from a manifest's text; None for anything that is not a whole, consistent one."""
+    try:
+        raw = json.loads(text)
+        entry = Entry(
+            direct_key=str(raw["direct_key"]),
+            result_key=str(raw["result_key"]),
+            inputs=tuple((str(p), str(h)) for p, h in raw["inputs"]),
+            object_sha256=str(raw["object_sha256"]),
+            object_size=int(raw["object_size"]),
+            depfile=None if raw.get("depfile") is None else str(raw["depfile"]),
+            created=float(raw.get("created", 0)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if raw.get("version") != LAYOUT_VERSION or entry.result_key != result_key(entry.direct_key, entry.inputs):
+        return None
+    return entry
+
+
+def lookup(root: Path, dk: str, roots: Roots) -> tuple[Entry, Path] | None:
+    """The entry of dk whose every input has its recorded content now, with its object's path. An unreadable
+    manifest, or one whose object is gone, is removed and passed over."""
+    try:
+        names = sorted(os.listdir(manifest_dir(root, dk)))
+    except OSError:
+        return None
+    for name in names:
+        if not name.endswith(MANIFEST_SUFFIX) or name.startswith(TEMP_PREFIX):
+            continue
+        path = manifest_dir(root, dk) / name
+        try:
+            entry = parse_manifest(path.read_text())
+        except OSError:
+            continue
+        if entry is None or entry.direct_key != dk or f"{entry.result_key}{MANIFEST_SUFFIX}" != name:
+            _discard(path)
+            continue
+        if all(file_sha256(roots.denormalise(p)) == h for p, h in entry.inputs):
+            obj = object_path(root, entry.result_key)
+            if obj.is_file():
+                return entry, path
+            _discard(path)
+    return None
+
+
+def fetch(root: Path, entry: Entry, manifest: Path, *, call: Call, roots: Roots, cwd: str) -> bool:
+    """Copy a found entry's object to the call's output (and its depfile, with this job's paths), checking
+    its hash on the way; False, with the entry removed, when the object is not what its manifest says."""
+    obj = object_path(root, entry.result_key)
+    target = os.path.join(cwd, call.output)
+    digest = hashlib.sha256()
+    size = 0
+    tmp = _temp_name(target)
+    try:
+        with open(obj, "rb") as src, open(tmp, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+                dst.write(chunk)
+        if digest.hexdigest() != entry.object_sha256 or size != entry.object_size:
+            _discard(manifest)
+            _discard(obj)
+            return False
+        if call.depfile is not None:
+            text = denormalise_depfile(entry.depfile or "", call.output, roots)
+            _write_atomic(os.path.join(cwd, call.depfile), text.encode())
+        os.replace(tmp, target)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    now = time.time()
+    for path in (manifest, obj):  # least recently used is what prune removes first
+        with contextlib.suppress(OSError):
+            os.utime(path, (now, now))
+    return True
+
+
+def store(
+    root: Path, dk: str, *, call: Call, depfile_text: str, roots: Roots, cwd: str, started_ns: int
+) -> Entry | None:
+    """Record a finished compile; None (nothing stored) when one of its inputs cannot be read or changed
+    while it ran."""
+    inputs: dict[str, str] = {}
+    for dep in depfile_inputs(depfile_text):
+        real = os.path.realpath(os.path.join(cwd, dep))
+        try:
+            if os.stat(real).st_mtime_ns > started_ns:
+                return None
+        except OSError:
+            return None
+        sha = file_sha256(real)
+        if sha is None:
+            return None
+        inputs[roots.normalise(real)] = sha
+    if not inputs:
+        return None
+    ordered = tuple(sorted(inputs.items()))
+    rk = result_key(dk, ordered)
+    try:
+        data = Path(cwd, call.output).read_bytes()
+    except OSError:
+        return None
+    entry = Entry(
+        direct_key=dk,
+        result_key=rk,
+        inputs=ordered,
+        object_sha256=hashlib.sha256(data).hexdigest(),
+        object_size=len(data),
+        depfile=normalise_depfile(depfile_text, call.output, cwd, roots),
+        created=time.time(),
+    )
+    try:
+        _write_atomic(str(object_path(root, rk)), data, mkdir=True)
+        _write_atomic(str(manifest_path(root, dk, rk)), manifest_json(entry).encode(), mkdir=True)
+    except OSError:
+        return None
+    return entry
+
+
+def _temp_name(target: str) -> str:
+    directory, name = os.path.split(target)
+    return os.path.join(directory, f"{TEMP_PREFIX}{name}-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def _write_atomic(target: str, data: bytes, *, mkdir: bool = False) -> None:
+    if mkdir:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = _temp_name(target)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+# --- one compile through the cache (the wrappers' side) -----------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Attempt:
+    """A cacheable call with its key: served from the cache (`serve`), or run as `call.run_args` and then
+    recorded (`finish`)."""
+
+    root: Path
+    call: Call
+    direct_key: str
+    roots: Roots
+    cwd: str
+    own_depfile: str | None  # the depfile added to a call that named none, removed by `finish`
+    started_ns: int = 0
+
+    def serve(self) -> bool:
+        """Whether the call's outputs were written from the cache."""
+        for _ in range(3):  # an entry found corrupt is removed: another may still fit
+            found = lookup(self.root, self.direct_key, self.roots)
+            if found is None:
+                return False
+            if fetch(self.root, *found, call=self.call, roots=self.roots, cwd=self.cwd):
+                return True
+        return False
+
+    def start(self) -> None:
+        # an input changed after this moment may not be what the compiler read
+        self.started_ns = time.time_ns()
+
+    def finish(self, rc: int) -> Entry | None:
+        """Record the compile that ran (only a successful one), and remove the depfile of our own."""
+        depfile = self.own_depfile or self.call.depfile
+        try:
+            if rc != 0 or depfile is None:
+                return None
+            text = Path(self.cwd, depfile).read_text(errors="surrogateescape")
+            return store(
+                self.root,
+                self.direct_key,
+                call=self.call,
+                depfile_text=text,
+                roots=self.roots,
+                cwd=self.cwd,
+                started_ns=self.started_ns,
+            )
+        except (OSError, ValueError):
+            return None
+        finally:
+            if self.own_depfile:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.own_depfile)
+
+
+def attempt(
+    mode: str,
+    compiler: str,
+    args: Sequence[str],
+    *,
+    environ: Mapping[str, str] = os.environ,
+    cwd: str | None = None,
+) -> Attempt | str:
+    """The cache's view of a call: an Attempt, or why the cache does not take it ("off" when there is no
+    cache). mode: "nvcc" or "cxx"; compiler: the real compiler's path."""
+    root = cache_root(environ)
+    if root is None:
+        return "off"
+    cwd = cwd or os.getcwd()
+    own = os.path.join(tempfile.gettempdir(), f"factory-dep-{os.getpid()}-{os.urandom(4).hex()}.d")
+    call = parse_call(mode, args, own)
+    if isinstance(call, str):
+        return call
+    roots = job_roots(call.key_args, cwd, environ)
+    host = tool_identity(host_compiler(args, environ), environ) if mode == "nvcc" else None
+    dk = direct_key(
+        call, compiler=tool_identity(compiler, environ), host=host, roots=roots, cwd=cwd, environ=environ
+    )
+    if dk is None:
+        return f"cannot read {call.source}"
+    return Attempt(
+        root=root,
+        call=call,
+        direct_key=dk,
+        roots=roots,
+        cwd=cwd,
+        own_depfile=own if call.depfile is None else None,
+    )
