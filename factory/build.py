@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import docker.errors
 import psutil
 
-from factory import home, images, leftovers, wheelhouse
+from factory import cache, home, images, leftovers, wheelhouse
 from factory.config import MatrixFile
 from factory.container import heartbeat
 from factory.engine import (
@@ -63,6 +63,8 @@ class BuildSettings:
     cpus: float | None = None
     shard: Shard | None = None  # --shard I/N: compile that share of each job into the cache, make no wheel
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # the compile cache (`cache.resolve`): None is off; "matrix" is build.cache's, without a publish store
+    compile_cache: cache.CacheConfig | Literal["matrix"] | None = "matrix"
 
 
 def git_commit(tree: Path) -> str | None:
@@ -123,6 +125,10 @@ class Runner:
         self.stop = threading.Event()
         self.engine = Engine(client, labels=run_labels(settings.run_id), stop=self.stop)
         self.home = home.factory_home()
+        config = settings.compile_cache
+        if config == "matrix":
+            config = cache.resolve(mf, publishing=False)
+        self.compile_cache = None if config is None else cache.CacheSync(config, log=log)
         self.context = JobContext(
             mf=mf,
             engine=self.engine,
@@ -135,6 +141,7 @@ class Runner:
             log=log,
             heartbeat_stale_s=heartbeat_stale_s(),
             shard=settings.shard,
+            compile_cache=self.compile_cache,
         )
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -282,7 +289,8 @@ def run_build(
     pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")
     pending: dict[Future[None], JobResult] = {}
     try:
-        with sigterm_as_interrupt(), Heartbeat(runner.context.heartbeat_file):
+        uploads = runner.compile_cache or contextlib.nullcontext()
+        with sigterm_as_interrupt(), Heartbeat(runner.context.heartbeat_file), uploads:
             queue = list(zip(jobs, report.jobs, strict=True))
             for job, result in queue:
                 pending[pool.submit(runner.run_job, job, result)] = result

@@ -565,6 +565,8 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         "max_attempts",
         "offline",
         "torch_index",
+        "cache",
+        "cache_max",
     )
     check.keys(node, allowed, "build")
     c: dict[str, Any] = {}
@@ -614,9 +616,32 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
             what = f"build.torch_index.{cuda}"
             check.url(node["torch_index"], cuda, what, schemes=INDEX_SCHEMES, besides="default")
         c["torch_index"] = mapping
+    if "cache" in node:
+        c["cache"] = _cache_store(check, node)
+    if "cache_max" in node:
+        c["cache_max"] = _size(check, node, "cache_max", "build.cache_max")
     opts = BuildOptions(**c)
     _check_container_memory(check, node, opts)
     return opts
+
+
+def _cache_store(check: Checker, node: Mapping[str, Any]) -> bool | str:
+    """build.cache: true, false, or the store the compile cache is synced with (like publish.to)."""
+    value = node["cache"]
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise check.fail(
+            "build.cache must be true, false, s3://bucket/prefix or a directory, "
+            f"not {kind(value)} {value!r}",
+            node,
+            "cache",
+        )
+    try:
+        check_destination(value, what="build.cache")
+    except ConfigError as exc:
+        raise check.fail(str(exc), node, "cache") from None
+    return value
 
 
 def _check_container_memory(check: Checker, node: Mapping[str, Any], opts: BuildOptions) -> None:

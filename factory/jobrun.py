@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import leftovers, platform_tag, wheelcheck
+from factory import cache, leftovers, platform_tag, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
@@ -62,6 +62,7 @@ class JobContext:
     log: Callable[[str], None]
     heartbeat_stale_s: float = heartbeat.STALE_S  # how long a build container outlives a silent factory
     shard: sharding.Shard | None = None  # --shard I/N: each job compiles that share into the cache, no wheel
+    compile_cache: cache.CacheSync | None = None  # None: the cache is off
 
     @property
     def heartbeat_file(self) -> Path:
@@ -172,6 +173,8 @@ class JobRun:
             "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
             heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
             heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
+            # a local path only: the store and its credentials stay with the host, which syncs it
+            **({cache.ENV_DIR: cache.MOUNT} if self.ctx.compile_cache is not None else {}),
         }
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
@@ -244,6 +247,18 @@ class JobRun:
             if status:  # live counts only: the attempt's record is read from its whole log at its end
                 result.compiles_done, result.compiles_total = int(status.group(1)), int(status.group(2))
                 return
+            served = cache.measured_cache(line)
+            if served == protocol.CACHE_SKIPPED:  # another shard's: nothing ran, nothing to count
+                return
+            if served is not None:
+                if served == "hit":
+                    result.compiles_cached += 1
+                else:
+                    result.compiles_compiled += 1
+                    if self.ctx.compile_cache is not None:
+                        self.ctx.compile_cache.nudge()
+                self.changed()
+                return
             fields = protocol.parse_mark(line)
             if fields is not None:
                 markers.update(fields)
@@ -285,7 +300,9 @@ class JobRun:
         )
 
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
+        cached = self.ctx.compile_cache
         return {
+            **({str(cached.local): {"bind": cache.MOUNT, "mode": "rw"}} if cached is not None else {}),
             WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
             str(inputs.source): {"bind": "/src", "mode": "ro"},
             str(inputs.wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
@@ -323,6 +340,8 @@ class JobRun:
             mounts = self.mounts(inputs, out_tmp)
             if ctx.shard is not None:
                 self.plan_shard(inputs.source)
+            if ctx.compile_cache is not None:
+                ctx.compile_cache.before_job(self.job.id)
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
                 wheel, installed_torch = built
@@ -341,6 +360,9 @@ class JobRun:
             if result.result != "ok":
                 result.log_tail = log_tail(self.log_path)
             shutil.rmtree(out_tmp, ignore_errors=True)
+            if ctx.compile_cache is not None and image is not None:
+                with contextlib.suppress(Exception):  # the cache never fails a job
+                    ctx.compile_cache.after_job(self.job.id)
             self.changed()
             if not ctx.stop.is_set() and image is not None:
                 with contextlib.suppress(Exception):

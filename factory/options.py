@@ -12,6 +12,7 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
+DEFAULT_CACHE_MAX = 20 * 2**30  # build.cache_max: the local compile cache's bound
 
 
 def frozen_mapping(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -87,6 +88,10 @@ class BuildOptions:
     offline: bool = True
     # CUDA version -> index URL for torch, or "default" for the host's pip configuration.
     torch_index: Mapping[str, str] = field(default_factory=frozen_mapping)
+    # The compile cache: True (the local one; with --publish, synced under the publish store), False (off),
+    # or the store to sync it with (s3://bucket/prefix or a directory).
+    cache: bool | str = True
+    cache_max: int = DEFAULT_CACHE_MAX
 
     def torch_index_url(self, cuda: str) -> str | None:
         """Where torch for `cuda` comes from: a URL, or None meaning the host's own pip configuration."""

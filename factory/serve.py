@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from factory import index
+from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
 from factory.stores import Store
 from factory.urls import scrub_urls
@@ -135,6 +136,12 @@ def path_problem(path: str) -> HTTPStatus | None:
     if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in path):
         return HTTPStatus.BAD_REQUEST
     return None
+
+
+def is_cache_path(path: str) -> bool:
+    """Whether a request path lies in the compile cache's part of a publish store."""
+    top = STORE_PREFIX.split("/", 1)[0]
+    return path == top or path.startswith(f"{top}/")
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -251,6 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
         problem = path_problem(path)
         if problem is not None:
             self._reply(problem, f"{problem.phrase.lower()}\n".encode())
+            return
+        if is_cache_path(path):  # the compile cache under a publish store is the factory's, not the index's
+            self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
             return
         headers = {"Vary": "Accept"}
         if path == "" or path.endswith("/"):

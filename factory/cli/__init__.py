@@ -24,7 +24,18 @@ app = typer.Typer(
 def _register() -> None:
     import importlib
 
-    for name in ("matrix", "build", "images", "publish", "index", "memory", "recipes", "source", "clean"):
+    for name in (
+        "matrix",
+        "build",
+        "images",
+        "publish",
+        "index",
+        "memory",
+        "recipes",
+        "source",
+        "clean",
+        "cache",
+    ):
         try:
             importlib.import_module(f"factory.cli.{name}")
         except ModuleNotFoundError as exc:

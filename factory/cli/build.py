@@ -69,10 +69,19 @@ def build(
             help="Compile only shard I of N of each job's CUDA files into the compile cache; no wheel.",
         ),
     ] = None,
+    cache: Annotated[
+        str | None,
+        typer.Option(
+            "--cache",
+            metavar="DEST|off",
+            help="Sync the compile cache with this store (s3://bucket/prefix or a directory), or off.",
+        ),
+    ] = None,
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
     from factory.build import BuildSettings, run_build
+    from factory.cache import resolve
     from factory.engine import check_docker
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
@@ -101,7 +110,17 @@ def build(
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
-    settings = BuildSettings(output=output, keep_going=keep_going, memory=mem, cpus=cpus, shard=one_shard)
+    compile_cache = resolve(mf, publishing=publish, override=cache)
+    if one_shard is not None and compile_cache is None:
+        raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
+    settings = BuildSettings(
+        output=output,
+        keep_going=keep_going,
+        memory=mem,
+        cpus=cpus,
+        shard=one_shard,
+        compile_cache=compile_cache,
+    )
     interactive = console.is_terminal
     lock = threading.Lock()
     results: list[JobResult] = []

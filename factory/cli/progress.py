@@ -36,6 +36,13 @@ def compiles(r: JobResult) -> str:
     return f"{r.compiles_done}/{r.compiles_total}" if r.compiles_total else "-"
 
 
+def cached(r: JobResult) -> str:
+    """ "12 cached / 3 compiled": the compiles the cache served and those run, or "-" before any."""
+    if not (r.compiles_cached or r.compiles_compiled):
+        return "-"
+    return f"{r.compiles_cached} cached / {r.compiles_compiled} compiled"
+
+
 def memory(r: JobResult) -> str:
     if not r.mem_now:
         return "-"
@@ -63,6 +70,8 @@ def progress_line(r: JobResult, now: float) -> str:
     parts = [r.phase]
     if r.compiles_total:
         parts.append(f"compiles {compiles(r)}")
+    if r.compiles_cached or r.compiles_compiled:
+        parts.append(cached(r))
     if r.mem_now:
         parts.append(f"memory {memory(r)}")
     if r.attempt:
@@ -102,7 +111,7 @@ class PlainProgress:
 
 def progress_table(results: Sequence[JobResult], now: float) -> Table:
     table = Table(title="factory build", expand=False)
-    for col in ("job", "phase", "attempt", "compiles", "elapsed", "memory", "peak"):
+    for col in ("job", "phase", "attempt", "compiles", "cache", "elapsed", "memory", "peak"):
         table.add_column(col)
     for r in results:
         table.add_row(
@@ -110,6 +119,7 @@ def progress_table(results: Sequence[JobResult], now: float) -> Table:
             f"[{STYLE.get(r.phase, 'cyan')}]{escape(r.phase)}[/]",
             str(r.attempt) if r.attempt else "-",
             compiles(r),
+            cached(r),
             format_duration(elapsed(r, now)),
             memory(r),
             format_size(r.peak_bytes) if r.peak_bytes else "-",
@@ -134,7 +144,7 @@ def _detail(r: JobResult) -> str:
 def summary_table(report: BuildReport) -> Table:
     """The summary for a terminal, where a folded cell is only a matter of the window's width."""
     table = Table(title="summary")
-    for col in ("job", "result", "wall", "peak", "attempts", "wheel / reason"):
+    for col in ("job", "result", "wall", "peak", "attempts", "cache", "wheel / reason"):
         table.add_column(col, overflow="fold")
     for r in report.jobs:
         detail = escape(_detail(r))
@@ -146,6 +156,7 @@ def summary_table(report: BuildReport) -> Table:
             format_duration(r.wall_s),
             format_size(r.peak_bytes) if r.peak_bytes else "-",
             str(len(r.attempts)),
+            cached(r),
             detail,
         )
     return table
@@ -156,9 +167,10 @@ def summary_lines(report: BuildReport) -> list[str]:
     lines = ["summary:"]
     for r in report.jobs:
         peak = format_size(r.peak_bytes) if r.peak_bytes else "-"
+        served = f"  {cached(r)}" if r.compiles_cached or r.compiles_compiled else ""
         lines.append(
             f"{r.job_id}  {r.result}  wall {format_duration(r.wall_s)}  peak {peak}  "
-            f"attempts {len(r.attempts)}  {_detail(r)}".rstrip()
+            f"attempts {len(r.attempts)}{served}  {_detail(r)}".rstrip()
         )
         if failed(r) and r.log:
             lines.append(f"  log: {r.log}")

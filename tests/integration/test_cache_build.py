@@ -1,0 +1,121 @@
+"""The compile cache through the real factory (dockerd, the pypi builder image, real nvcc), shared through a
+directory store between two `$FACTORY_HOME`s, as between two machines.
+
+- the demo extension built twice: the second build, from an empty home, compiles nothing (about 2 min warm,
+  two builds of one job)
+- resume: a memext build SIGKILLed (the factory and its container) once a compile reached the store; the
+  rerun from an empty home serves those compiles from the store (about 3 min)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_build import FACTORY, ROOT, demo_matrix
+from test_kill import build_containers
+from test_memory_build import SCALE, memext_matrix
+
+from factory.fatbin import device_code
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def fresh_home(tmp: Path, name: str, session_home: Path) -> Path:
+    """An empty `$FACTORY_HOME` but for the wheelhouse cache (keyed by its inputs, shared by the session)."""
+    home = tmp / name
+    home.mkdir()
+    (home / "wheelhouses").symlink_to((session_home / "wheelhouses").resolve(), target_is_directory=True)
+    return home
+
+
+def factory_build(matrix: Path, out: Path) -> list[str]:
+    return [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix), "--output", str(out)]
+
+
+def run_build(matrix: Path, out: Path, home: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    proc = subprocess.run(
+        factory_build(matrix, out),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "FACTORY_HOME": str(home)},
+    )
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    (job,) = json.loads((out / "report.json").read_text())["jobs"]
+    return proc, job
+
+
+def store_entries(store: Path) -> list[Path]:
+    """The committed manifests in a store (one per cached compile)."""
+    return [p for p in (store / "v1" / "m").rglob("*.json") if not p.name.startswith(".")]
+
+
+def cubin_archs(wheel: Path) -> frozenset[int]:
+    with zipfile.ZipFile(wheel) as zf:
+        (so,) = [n for n in zf.namelist() if n.endswith(".so")]
+        return device_code(zf.read(so)).cubin_archs
+
+
+def test_a_second_machine_compiles_nothing(
+    tmp_path: Path, docker_client: Any, session_factory_home: Path
+) -> None:
+    store = tmp_path / "store"
+    matrix = demo_matrix(tmp_path, arch=["8.0"], build_extra=f"  cache: {store}\n")
+    _, job1 = run_build(matrix, tmp_path / "w1", fresh_home(tmp_path, "home1", session_factory_home))
+    assert job1["result"] == "ok", (job1["reason"], job1["log_tail"])
+    assert job1["compiles_compiled"] >= 3 and job1["compiles_cached"] == 0
+    assert len(store_entries(store)) >= job1["compiles_compiled"]
+    second, job2 = run_build(matrix, tmp_path / "w2", fresh_home(tmp_path, "home2", session_factory_home))
+    assert job2["result"] == "ok", (job2["reason"], job2["log_tail"])
+    assert (job2["compiles_cached"], job2["compiles_compiled"]) == (job1["compiles_compiled"], 0)
+    assert f"{job2['compiles_cached']} cached / 0 compiled" in second.stderr
+    # accepted means every check passed (tags, pin, archs, manylinux, install + import); and the code is there
+    assert cubin_archs(tmp_path / "w2" / job2["wheel"]) == frozenset({80})
+
+
+def test_a_killed_build_resumes_from_the_store_elsewhere(
+    tmp_path: Path, docker_client: Any, session_factory_home: Path
+) -> None:
+    store = tmp_path / "store"
+    tus = "heavy1,heavy2,light1,light2"
+    # light files first: they finish while the heavy ones still compile, so the kill comes mid-build
+    env = {"MEMEXT_ORDER": "light-first", "MEMEXT_TUS": tus, **SCALE}
+    matrix = memext_matrix(tmp_path, gib_per_arch=0.7, env=env, max_attempts=1, memory="4GiB")
+    matrix.write_text(matrix.read_text() + f"  cache: {store}\n")
+    home1 = fresh_home(tmp_path, "home1", session_factory_home)
+    proc = subprocess.Popen(
+        factory_build(matrix, tmp_path / "w1"),
+        cwd=ROOT,
+        env={**os.environ, "FACTORY_HOME": str(home1)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 900
+        # the event: a finished compile has reached the store (the host uploads while the job runs)
+        while not store_entries(store):
+            assert proc.poll() is None, "the build ended before a compile reached the store"
+            assert time.monotonic() < deadline, "no compile reached the store"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for container in build_containers(docker_client, proc.pid, running_only=False):
+            container.remove(force=True)  # SIGKILL of the container too
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = len(store_entries(store))
+    assert 1 <= before < len(tus.split(","))
+    _, job = run_build(matrix, tmp_path / "w2", fresh_home(tmp_path, "home2", session_factory_home))
+    assert job["result"] == "ok", (job["reason"], job["log_tail"])
+    assert job["compiles_cached"] == before
+    assert job["compiles_cached"] + job["compiles_compiled"] == len(tus.split(","))
+    assert cubin_archs(tmp_path / "w2" / job["wheel"]) == frozenset({80})
