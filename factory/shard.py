@@ -209,12 +209,15 @@ GITHUB_MATRIX_LIMIT = 256
 
 def github_matrices(jobs: Sequence[Mapping[str, object]], count: int) -> dict[str, object]:
     """Two GitHub Actions matrices for `factory matrix --format github --shards N`: "shards", N entries per
-    job (its fields, "job" and "shard": "I/N"), run first; then "finals", one entry per job (its fields and
-    "job"), whose workflow job `needs:` the shards' and finds every compile in the cache."""
+    job (its fields, "job" and "shard": "I/N"; a job's own `shards` from its include entry wins, 1 is
+    none), run first; then "finals", one entry per job (its fields and "job"), whose workflow job `needs:`
+    the shards' and finds every compile in the cache."""
     finals = [{**job, "job": job["job_id"]} for job in jobs]
-    shards = [
-        {**final, "shard": str(Shard(index=i, count=count))} for final in finals for i in range(1, count + 1)
-    ]
+    shards = []
+    for final in finals:
+        n = int(final.get("shards", count))  # type: ignore[call-overload]
+        if n > 1:
+            shards += [{**final, "shard": str(Shard(index=i, count=n))} for i in range(1, n + 1)]
     return {"shards": {"include": shards}, "finals": {"include": finals}}
 
 

@@ -249,3 +249,28 @@ def test_matrix_github_shards_cli() -> None:
     assert [e["job"] for e in m["finals"]["include"]] == [e["job_id"] for e in plain["include"]]
     bad = subprocess.run([*run[:-2], "--shards", "4"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--shards" in bad.stderr
+
+
+def test_a_job_s_own_shards_win() -> None:
+    jobs = [{"job_id": "a", "shards": 2}, {"job_id": "b", "shards": 1}, {"job_id": "c"}]
+    m = S.github_matrices(jobs, 3)
+    assert [(e["job"], e["shard"]) for e in m["shards"]["include"]] == [  # type: ignore[index]
+        ("a", "1/2"), ("a", "2/2"), ("c", "1/3"), ("c", "2/3"), ("c", "3/3"),
+    ]  # fmt: skip
+    assert [e["job"] for e in m["finals"]["include"]] == ["a", "b", "c"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("value", ["0", "257", "true", '"4"', "2.5"])
+def test_a_bad_shards_key_is_one_line(tmp_path: Path, value: str) -> None:
+    from factory.config import load_matrix_file
+    from factory.errors import ConfigError
+
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        'package: {name: flash-attn, version: "2.8.3"}\n'
+        'matrix:\n  cuda: ["12.8"]\n  torch: ["2.9"]\n  python: ["3.11"]\n  cxx11_abi: [true]\n'
+        f'  arch: ["8.0"]\n  include:\n    - python: "3.11"\n      shards: {value}\n'
+    )
+    with pytest.raises(ConfigError, match=r"matrix.include\[0\].shards must be 1 to 256") as exc:
+        load_matrix_file(path)
+    assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
