@@ -274,3 +274,31 @@ def test_a_bad_shards_key_is_one_line(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match=r"matrix.include\[0\].shards must be 1 to 256") as exc:
         load_matrix_file(path)
     assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
+
+
+def test_a_shard_job_s_container_gets_its_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from factory import build, jobrun, report
+    from factory.config import load_matrix_file
+    from factory.memory import jobmemory
+    from factory.plan import plan_matrix
+
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    mf = load_matrix_file(Path(__file__).parents[2] / "examples" / "demo.yaml")
+    settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", shard=S.Shard(index=2, count=2))
+    runner = build.Runner(None, mf, settings)
+    job = plan_matrix(mf).jobs[0]
+    run = jobrun.JobRun(runner.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
+    tree = make_tree(tmp_path / "src", ["k/a.cu", "k/b.cu", "k/c.cu", "host.cpp"])
+    run.log_path.parent.mkdir(parents=True)
+    run.plan_shard(tree)
+    parallel = jobmemory.initial_parallelism(
+        recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
+    )
+    env = run.container_env(parallel)
+    assert env[protocol.ENV_SHARD] == "2/2"
+    assert json.loads(env[protocol.ENV_SHARD_SOURCES]) == ["k/b.cu"]
+    assert "shard 2/2: 1 CUDA file(s), balanced by count: k/b.cu" in run.log_path.read_text()
+    # without --shard: nothing of it
+    plain = build.Runner(None, mf, build.BuildSettings(output=tmp_path / "out", run_id="r2"))
+    env = jobrun.JobRun(plain.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
+    assert protocol.ENV_SHARD_SOURCES not in env.container_env(parallel)
