@@ -22,6 +22,7 @@ Standard library only, like its package.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -85,9 +86,10 @@ def is_temp(path: Path) -> bool:
 
 
 def iter_files(root: Path) -> Iterator[Path]:
-    """Every committed file of the cache, relative to root (sorted: manifests, then objects); temporary files
-    and anything outside the layout are left out."""
-    for kind in ("m", "o"):
+    """Every committed file of the cache, relative to root: objects, then manifests (each sorted), the order
+    in which a copy elsewhere never shows a manifest without its object. Temporary files and anything outside
+    the layout are left out."""
+    for kind in ("o", "m"):
         base = root / LAYOUT_VERSION / kind
         for path in sorted(_walk(base)):
             if _committed(path, kind):
@@ -228,6 +230,7 @@ class Roots:
         return text
 
 
+@functools.lru_cache(maxsize=64)
 def _root_pattern(path: str) -> re.Pattern[str]:
     # a root only where a path component ends: /work/jobs/a-1 is no prefix of /work/jobs/a-10
     return re.compile(re.escape(path) + r"(?=/|$|[\s,;:=\"'\\])")
@@ -515,17 +518,22 @@ def _version(program: str) -> str:
     return _VERSIONS[program]
 
 
-def host_compiler(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> str:
-    """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else the gcc first on PATH."""
+def host_compilers(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else gcc and g++ first on PATH."""
     for i, arg in enumerate(args):
         if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
-            return args[i + 1]
+            chosen = args[i + 1]
+            break
         if arg.startswith(("-ccbin=", "--compiler-bindir=")):
-            return arg.split("=", 1)[1]
-    chosen = environ.get("NVCC_CCBIN") or "gcc"
+            chosen = arg.split("=", 1)[1]
+            break
+    else:
+        chosen = environ.get("NVCC_CCBIN", "")
+    if not chosen:
+        return ("gcc", "g++")
     if os.path.isdir(chosen):
-        return os.path.join(chosen, "gcc")
-    return chosen
+        return (os.path.join(chosen, "gcc"), os.path.join(chosen, "g++"))
+    return (chosen,)
 
 
 # what the compilers read from the environment besides their arguments
@@ -574,40 +582,21 @@ def result_key(dk: str, inputs: Sequence[Sequence[str]]) -> str:
 def depfile_inputs(text: str) -> list[str]:
     """The prerequisites a make-style depfile lists (every rule's; targets and escapes removed)."""
     text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    found: list[str] = []
+    found: dict[str, None] = {}
     for line in text.splitlines():
-        tokens = _depfile_tokens(line)
+        tokens = [_unescape(t) for t in _DEP_TOKEN.findall(line)]
         split = next((i for i, t in enumerate(tokens) if t.endswith(":")), None)
-        for token in tokens[split + 1 :] if split is not None else ():
-            if token not in found:
-                found.append(token)
-    return found
+        if split is not None:
+            found.update(dict.fromkeys(tokens[split + 1 :]))
+    return list(found)
 
 
-def _depfile_tokens(line: str) -> list[str]:
-    tokens: list[str] = []
-    current: list[str] = []
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and i + 1 < len(line) and line[i + 1] in " #\\":
-            current.append(line[i + 1])
-            i += 2
-            continue
-        if ch == "$" and i + 1 < len(line) and line[i + 1] == "$":
-            current.append("$")
-            i += 2
-            continue
-        if ch in " \t":
-            if current:
-                tokens.append("".join(current))
-                current = []
-        else:
-            current.append(ch)
-        i += 1
-    if current:
-        tokens.append("".join(current))
-    return tokens
+# a token runs to the first whitespace that no backslash escapes
+_DEP_TOKEN = re.compile(r"(?:\\.|[^\s\\]|\\$)+")
+
+
+def _unescape(token: str) -> str:
+    return re.sub(r"\\([ #\\])", r"\1", token).replace("$$", "$")
 
 
 def normalise_depfile(text: str, output: str, cwd: str, roots: Roots) -> str:
@@ -738,7 +727,7 @@ def store(
     while it ran."""
     inputs: dict[str, str] = {}
     for dep in depfile_inputs(depfile_text):
-        real = os.path.realpath(os.path.join(cwd, dep))
+        real = _realpath(os.path.join(cwd, dep))
         try:
             if os.stat(real).st_mtime_ns > started_ns:
                 return None
@@ -771,6 +760,19 @@ def store(
     except OSError:
         return None
     return entry
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_dir(directory: str) -> str:
+    return os.path.realpath(directory)
+
+
+def _realpath(path: str) -> str:
+    """os.path.realpath, with each directory resolved once: a depfile names thousands of headers in a few
+    hundred directories."""
+    directory, name = os.path.split(path)
+    real = os.path.join(_real_dir(directory), name)
+    return os.path.realpath(real) if os.path.islink(real) else real
 
 
 def _temp_name(target: str) -> str:
@@ -869,7 +871,9 @@ def attempt(
     if isinstance(call, str):
         return call
     roots = job_roots(call.key_args, cwd, environ)
-    host = tool_identity(host_compiler(args, environ), environ) if mode == "nvcc" else None
+    host = (
+        ",".join(tool_identity(c, environ) for c in host_compilers(args, environ)) if mode == "nvcc" else None
+    )
     dk = direct_key(
         call, compiler=tool_identity(compiler, environ), host=host, roots=roots, cwd=cwd, environ=environ
     )

@@ -20,12 +20,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import heartbeat, protocol
+from . import compilecache, heartbeat, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 SOURCE = Path("/src")
 OUT = Path("/out")
 OBJECT_SUFFIXES = (".o", ".obj")
+CXX_LAUNCHER = Path(__file__).resolve().parent / "c++"
 
 
 def mark(**fields: object) -> None:
@@ -104,6 +105,17 @@ def check_torch_cuda(python: Path) -> None:
         )
 
 
+def cache_env(env: dict[str, str]) -> dict[str, str]:
+    """With the compile cache on, the host compiler's compiles go through it too: CXX is the `c++` launcher,
+    which runs the CXX the build had (FACTORY_REAL_CXX)."""
+    if not env.get(compilecache.CACHE_DIR_ENV) or env.get("CXX") == str(CXX_LAUNCHER):
+        return {}
+    extra = {"CXX": str(CXX_LAUNCHER)}
+    if env.get("CXX"):
+        extra["FACTORY_REAL_CXX"] = env["CXX"]
+    return extra
+
+
 def build() -> None:
     jd = job_dir()
     jd.mkdir(parents=True, exist_ok=True)
@@ -136,6 +148,7 @@ def build() -> None:
     env = dict(os.environ)
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
+    env.update(cache_env(env))
     run(
         [
             str(python),

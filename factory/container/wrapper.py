@@ -78,13 +78,13 @@ def real_nvcc() -> str:
 
 def real_cxx() -> str:
     """FACTORY_REAL_CXX, else the first c++ on PATH that is not this launcher."""
-    chosen = os.environ.get("FACTORY_REAL_CXX")
-    if not chosen:
+    chosen = os.environ.get("FACTORY_REAL_CXX") or "c++"
+    if os.sep not in chosen:
         here = os.path.dirname(CXX_LAUNCHER)
         path = os.pathsep.join(
             d for d in os.environ.get("PATH", "").split(os.pathsep) if d and os.path.realpath(d) != here
         )
-        chosen = shutil.which("c++", path=path) or ""
+        chosen = shutil.which(chosen, path=path) or ""
     if not chosen or os.path.realpath(chosen) == CXX_LAUNCHER:
         sys.exit("factory-c++: no host compiler (set FACTORY_REAL_CXX)")
     return chosen
