@@ -11,7 +11,6 @@ build container never sees the store, its URL or its credentials.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from factory.config import MatrixFile, parse_size
 from factory.container import compilecache
-from factory.container.protocol import CACHE_SKIPPED, MEASUREMENT_MARK
+from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASUREMENT_MARK, parse_measurement
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
 from factory.options import DEFAULT_CACHE_MAX
@@ -29,7 +28,7 @@ from factory.stores import PreconditionFailed, Store, check_destination, open_st
 
 LAYOUT = compilecache.LAYOUT_VERSION  # only files under it are synced
 MOUNT = "/var/factory-cache"  # where build containers see the local cache
-ENV_DIR = "FACTORY_CACHE_DIR"  # the container's cache root; absent: the cache is off
+ENV_DIR = compilecache.CACHE_DIR_ENV  # the container's cache root; absent: the cache is off
 # Under a publish store: index code lists only files/, simple/ and profiles/, and no project or variant name
 # starts with "_", so nothing of the cache is taken for a project; `factory serve` refuses it.
 STORE_PREFIX = "_cache/compile"
@@ -338,18 +337,14 @@ class CacheSync:
 
 
 def measured_cache(line: str) -> str | None:
-    """A measurement line's "cache" field ("hit", "miss", "off", or "skipped": another shard's compile); None
-    for any other line, and "off" for a measurement without one (a wrapper that has no cache)."""
+    """A build log line's compile measurement: its "cache" field ("hit", "miss", "off"; "off" from a wrapper
+    without a cache); None for any other line, and for one cut short by a kill."""
     if MEASUREMENT_MARK not in line:
         return None
-    try:
-        raw = json.loads(line.split(MEASUREMENT_MARK, 1)[1])
-    except ValueError:
+    measured = parse_measurement(line)
+    if measured is None:
         return None
-    if not isinstance(raw, dict):
-        return None
-    value = raw.get("cache", "off")
-    return value if value in ("hit", "miss", "off", CACHE_SKIPPED) else "off"
+    return measured.cache if measured.cache in (CACHE_HIT, CACHE_MISS) else CACHE_OFF
 
 
 def count_compiles(lines: Iterable[str]) -> tuple[int, int]:
@@ -357,9 +352,9 @@ def count_compiles(lines: Iterable[str]) -> tuple[int, int]:
     cached = compiled = 0
     for line in lines:
         state = measured_cache(line)
-        if state == "hit":
+        if state == CACHE_HIT:
             cached += 1
-        elif state is not None and state != CACHE_SKIPPED:
+        elif state is not None:
             compiled += 1
     return cached, compiled
 

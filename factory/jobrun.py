@@ -22,7 +22,15 @@ from typing import Any
 from factory import cache, leftovers, platform_tag, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
-from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
+from factory.container import (
+    CONTAINER_DIR,
+    CXX_LAUNCHER,
+    DRIVER,
+    IMPORT_ROOT,
+    PACKAGE_MOUNT,
+    heartbeat,
+    protocol,
+)
 from factory.engine import Engine, Interrupted, Limits
 from factory.errors import FactoryError
 from factory.memory import jobmemory, profiles
@@ -174,8 +182,14 @@ class JobRun:
             heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
             heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
             # a local path only: the store and its credentials stay with the host, which syncs it
-            **({cache.ENV_DIR: cache.MOUNT} if self.ctx.compile_cache is not None else {}),
+            **(self.cache_env() if self.ctx.compile_cache is not None else {}),
         }
+
+    @staticmethod
+    def cache_env() -> dict[str, str]:
+        """The compile cache's root, and the host compiler through it (nvcc's calls go through the wrapper
+        already); the matrix's env may still set its own CXX."""
+        return {cache.ENV_DIR: cache.MOUNT, "CXX": CXX_LAUNCHER}
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
         """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
@@ -248,10 +262,8 @@ class JobRun:
                 result.compiles_done, result.compiles_total = int(status.group(1)), int(status.group(2))
                 return
             served = cache.measured_cache(line)
-            if served == protocol.CACHE_SKIPPED:  # another shard's: nothing ran, nothing to count
-                return
             if served is not None:
-                if served == "hit":
+                if served == protocol.CACHE_HIT:
                     result.compiles_cached += 1
                 else:
                     result.compiles_compiled += 1

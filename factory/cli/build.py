@@ -106,13 +106,13 @@ def build(
         raise ConfigError(f"--output {output}: exists and is not a directory")
     if rebuild and not publish:
         raise ConfigError("--rebuild only applies with --publish")
+    compile_cache = resolve(mf, publishing=publish, override=cache)
+    if one_shard is not None and compile_cache is None:
+        raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
         return
-    compile_cache = resolve(mf, publishing=publish, override=cache)
-    if one_shard is not None and compile_cache is None:
-        raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
     settings = BuildSettings(
         output=output,
         keep_going=keep_going,

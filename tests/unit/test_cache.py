@@ -15,6 +15,7 @@ import pytest
 from factory import build, cache, jobrun, report
 from factory.cli.progress import progress_line, summary_lines
 from factory.config import load_matrix_file
+from factory.container import CXX_LAUNCHER
 from factory.container.protocol import measurement_line
 from factory.errors import ConfigError
 from factory.memory import jobmemory
@@ -341,7 +342,7 @@ def test_the_container_gets_a_local_mount_and_no_store_or_credentials(
         recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
     )
     env = run.container_env(parallel)
-    assert env[cache.ENV_DIR] == cache.MOUNT
+    assert env[cache.ENV_DIR] == cache.MOUNT and env["CXX"] == CXX_LAUNCHER
     assert not [k for k in env if k.startswith("AWS_")]
     assert not [k for k, v in env.items() if "secret-prefix" in v or "s3.x" in v or "do-not-leak" in v]
     inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path)
@@ -356,7 +357,7 @@ def test_with_the_cache_off_the_container_has_neither(tmp_path: Path) -> None:
     runner = build.Runner(None, mf, build.BuildSettings(output=tmp_path, run_id="r1", compile_cache=None))
     job = plan_matrix(mf).jobs[0]
     run = jobrun.JobRun(runner.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
-    assert cache.ENV_DIR not in run.driver_env()
+    assert cache.ENV_DIR not in run.driver_env() and "CXX" not in run.driver_env()
     inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path)
     assert cache.MOUNT not in [m["bind"] for m in run.mounts(inputs, tmp_path).values()]
 
@@ -367,3 +368,13 @@ def test_measured_cache_reads_one_line() -> None:
     assert cache.measured_cache(measured("weird")) == "off"
     assert cache.measured_cache("plain line") is None
     assert cache.measured_cache("::factory-compile:: [1]") is None
+
+
+def test_build_with_a_bad_cache_flag_is_a_usage_error(
+    factory_cli: Callable[[list[str]], tuple[int, str]],
+) -> None:
+    matrix = str(ROOT / "examples" / "demo.yaml")
+    code, out = factory_cli(["build", "--matrix", matrix, "--dry-run", "--cache", "ftp://host/x"])
+    assert code == 2 and out.strip() == "error: --cache 'ftp://host/x': use a directory or s3://bucket/prefix"
+    code, out = factory_cli(["build", "--matrix", matrix, "--dry-run", "--cache", "off"])
+    assert code == 0, out

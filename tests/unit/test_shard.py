@@ -302,3 +302,13 @@ def test_a_shard_job_s_container_gets_its_sources(tmp_path: Path, monkeypatch: p
     plain = build.Runner(None, mf, build.BuildSettings(output=tmp_path / "out", run_id="r2"))
     env = jobrun.JobRun(plain.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
     assert protocol.ENV_SHARD_SOURCES not in env.container_env(parallel)
+
+
+def test_a_shard_needs_the_cache() -> None:
+    matrix = Path(__file__).parents[2] / "matrix.yaml"
+    cmd = [sys.executable, "-m", "factory", "build", "-m", str(matrix), "--shard", "1/2", "--cache", "off"]
+    result = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: --shard compiles into the compile cache, which is off (build.cache, --cache)"
+    )
