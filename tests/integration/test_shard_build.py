@@ -1,6 +1,7 @@
 """One job's compile sharded over two "runners" through the real factory (dockerd, the pypi builder image,
 real nvcc): each shard its own `$FACTORY_HOME` and one CPU, side by side, one directory store between them;
-then the final build from a third, empty home compiles nothing and its wheel passes every check.
+then the final build from a third, empty home compiles nothing and its wheel passes every check (2.5-3.5 min
+warm on the shared 2-core host).
 """
 
 from __future__ import annotations
