@@ -7,7 +7,7 @@ RUNNER_CORES each, under the factory's own admission and OOM retries (`simulate_
 
   one runner     the profiled build of all 72 compiles on one runner (its profile learned by a first build)
   sharded        setup + the slowest shard + the final job (setup, link, package, check: FINAL_S)
-  target         sharded <= 1.25 x ((one runner + setup) / N + FINAL_S)
+  target         sharded <= 1.25 x ((one runner + setup) / N + setup + FINAL_S)
 
 The model is deterministic: one run gives the figures. Writes bench/results/shard.json and prints the table
 docs/BENCHMARKS.md quotes.
