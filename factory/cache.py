@@ -190,12 +190,17 @@ def download(store: Store, root: Path, key: str) -> int:
             os.unlink(tmp)
 
 
-def pull(store: Store, root: Path, *, remote: set[str] | None = None) -> SyncResult:
-    """Download every file the store has and `root` lacks."""
+def pull(
+    store: Store, root: Path, *, remote: set[str] | None = None, max_bytes: int | None = None
+) -> SyncResult:
+    """Download the files the store has (`remote`, else its listing) and `root` lacks, up to `max_bytes`:
+    more would only be pruned again."""
     ensure_local(root)
     remote = remote_files(store) if remote is None else remote
     files = size = failed = 0
     for key in objects_first(remote - local_files(root)):
+        if max_bytes is not None and size >= max_bytes:
+            break
         try:
             got = download(store, root, key)
         except (FactoryError, OSError):
@@ -241,6 +246,7 @@ class CacheSync:
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._remote: set[str] | None = None
+        self._fetched: set[str] = set()
         self._broken = False
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -271,10 +277,13 @@ class CacheSync:
                 return
             try:
                 self._remote = remote_files(store)
-                got = pull(store, self.local, remote=self._remote)
+                # each file once a run: one pruned to keep the bound is not fetched again for the next job
+                wanted = self._remote - self._fetched
+                got = pull(store, self.local, remote=wanted, max_bytes=self.config.max_bytes)
             except (FactoryError, OSError) as exc:
                 self._fail("read", exc)
                 return
+            self._fetched |= wanted
         if got.files:
             self.log(f"{job_id}: compile cache: {got.files} file(s) fetched from {self.config.store}")
 

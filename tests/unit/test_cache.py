@@ -222,6 +222,21 @@ def test_cache_sync_pulls_before_a_job_and_uploads_when_nudged(tmp_path: Path) -
     assert lines == [f"job1: compile cache: 1 file(s) fetched from {store_dir}"]
 
 
+def test_a_pull_stops_at_the_bound_and_fetches_a_file_once_a_run(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    put(store_dir, OBJ, b"x" * 100)
+    put(store_dir, THEIRS, b"y" * 100)
+    put(store_dir, MANIFEST, b"{}")
+    assert cache.pull(LocalStore(store_dir), tmp_path / "capped", max_bytes=150).files == 2
+    config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
+    sync = cache.CacheSync(config)
+    sync.before_job("j1")
+    assert cache.local_files(tmp_path / "local") == {OBJ, THEIRS, MANIFEST}
+    (tmp_path / "local" / THEIRS).unlink()  # pruned after the job
+    sync.before_job("j2")
+    assert cache.local_files(tmp_path / "local") == {OBJ, MANIFEST}
+
+
 def test_an_unreachable_store_costs_only_the_head_start(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
