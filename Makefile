@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-shard bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -47,6 +47,10 @@ demo: install docker images
 
 bench-memory: install docker images
 	$(PY) -m bench.memory
+
+# One 4-arch flash-attn wheel's compiles sharded over 1, 4 and 8 model runners (deterministic; about a minute).
+bench-shard: install
+	$(PY) -m bench.shard
 
 # What a compile beside another costs it, apart from the machine's drift (the host's nvcc; 15-40 minutes).
 bench-side-by-side: install

@@ -50,6 +50,7 @@ from factory.memory import jobmemory
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
 from factory.schedule import Schedule
+from factory.shard import Shard
 from factory.source import PreparedSource, prepare_package
 
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
@@ -61,6 +62,7 @@ class BuildSettings:
     keep_going: bool = False
     memory: int | None = None
     cpus: float | None = None
+    shard: Shard | None = None  # --shard I/N: compile that share of each job into the cache, make no wheel
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # the compile cache (`cache.resolve`): None is off; "matrix" is build.cache's, without a publish store
     compile_cache: cache.CacheConfig | Literal["matrix"] | None = "matrix"
@@ -139,6 +141,7 @@ class Runner:
             on_change=on_change or (lambda _r: None),
             log=log,
             heartbeat_stale_s=heartbeat_stale_s(),
+            shard=settings.shard,
             compile_cache=self.compile_cache,
         )
         self._locks: dict[str, threading.Lock] = {}
@@ -278,6 +281,7 @@ def run_build(
             python=j.python,
             package=mf.package.name,
             version=mf.package.version,
+            shard=None if settings.shard is None else str(settings.shard),
         )
         for j in jobs
     ]

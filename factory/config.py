@@ -22,6 +22,7 @@ from factory.imageref import NOT_AN_IMAGE, is_image_reference
 from factory.memory.planner import container_limits
 from factory.options import BuildOptions, PackageSpec, PublishOptions, Recipe, Source, frozen_mapping
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
+from factory.shard import MAX_SHARDS
 from factory.stores import check_destination, check_endpoint_url
 from factory.urls import INDEX_SCHEMES
 from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
@@ -531,6 +532,14 @@ def _entries(
                 )
             elif k == "env":
                 values[k] = check.env(item, k, f"matrix.include[{i}].env")
+            elif k == "shards":
+                # `factory matrix --format github --shards N`: this entry's jobs in this many shards instead
+                value = item[k]
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
+                    raise check.fail(
+                        f"matrix.include[{i}].shards must be 1 to {MAX_SHARDS}, not {value!r}", item, k
+                    )
+                values[k] = value
             elif k in ("id", "job_id", "package", "version", "local_version", "verified"):
                 raise check.fail(
                     f"matrix.include[{i}]: {k!r} is computed by the factory and cannot be set",

@@ -7,6 +7,7 @@ JSON object for results (phase, wheel, torch, objects); the attempt notes writte
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from factory import cache, leftovers, platform_tag, wheelcheck
+from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
     CONTAINER_DIR,
@@ -31,7 +33,7 @@ from factory.container import (
 )
 from factory.engine import Engine, Interrupted, Limits
 from factory.errors import FactoryError
-from factory.memory import jobmemory
+from factory.memory import jobmemory, profiles
 from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
 from factory.plan import Job, matrix_env
@@ -67,6 +69,7 @@ class JobContext:
     on_change: Callable[[JobResult], None]
     log: Callable[[str], None]
     heartbeat_stale_s: float = heartbeat.STALE_S  # how long a build container outlives a silent factory
+    shard: sharding.Shard | None = None  # --shard I/N: each job compiles that share into the cache, no wheel
     compile_cache: cache.CacheSync | None = None  # None: the cache is off
 
     @property
@@ -152,6 +155,7 @@ class JobRun:
         self.job = job
         self.result = result
         self.log_path = ctx.run_dir / "logs" / f"{job.id}.log"
+        self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
 
     @property
     def job_dir(self) -> str:
@@ -210,7 +214,26 @@ class JobRun:
             )
         )
         env.update(matrix_env(self.mf, self.job))
+        if self.ctx.shard is not None and self.shard_sources is not None:
+            env[protocol.ENV_SHARD] = str(self.ctx.shard)
+            env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(self.shard_sources))
         return env
+
+    def plan_shard(self, source: Path) -> None:
+        """This shard's compiles, balanced by the learned profile the job starts from, else the recipe."""
+        assert self.ctx.shard is not None
+        name, version = self.mf.package.name, self.mf.package.version
+        learned = profiles.load_profile(profiles.profile_path(name, version))
+        self.shard_sources, basis = sharding.shard_sources(
+            source,
+            self.ctx.shard,
+            entries=learned.entries,
+            seconds_by_file=self.mf.recipe.compile_seconds_by_file,
+        )
+        self.note(
+            f"shard {self.ctx.shard}: {len(self.shard_sources)} CUDA file(s), balanced by {basis}: "
+            + " ".join(self.shard_sources)
+        )
 
     def changed(self) -> None:
         self.ctx.on_change(self.result)
@@ -327,6 +350,8 @@ class JobRun:
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
             self.profile_dir.mkdir(parents=True, exist_ok=True)
             mounts = self.mounts(inputs, out_tmp)
+            if ctx.shard is not None:
+                self.plan_shard(inputs.source)
             if ctx.compile_cache is not None:
                 ctx.compile_cache.before_job(self.job.id)
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
@@ -427,6 +452,11 @@ class JobRun:
         )
         outcome = last[0]
         tried = retries.last
+        if retries.stop == STOP_OK and ctx.shard is not None:
+            # its compiles are in the cache (the host syncs them after the job); its wheel is of empty objects
+            counts = sharding.count_compiles(self.log_path.read_text(errors="replace").splitlines())
+            result.result, result.reason = "ok", sharding.summary(ctx.shard, counts)
+            return None
         if retries.stop == STOP_OK:
             wheel_name = outcome.markers.get("wheel")
             if not wheel_name or not (out_dir / wheel_name).is_file():

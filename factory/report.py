@@ -44,6 +44,7 @@ class JobResult:
     log: str | None = None
     log_tail: list[str] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    shard: str | None = None  # "I/N": a shard's build, which fills the compile cache and makes no wheel
     # compiles of every attempt (the measurement lines' "cache" field): served from the compile cache, or run
     compiles_cached: int = 0
     compiles_compiled: int = 0

@@ -18,12 +18,22 @@ from factory.cli.matrix import TRUST_PATHS
 from factory.cli.progress import PlainProgress, ProgressView, show_report
 from factory.config import load_matrix_file, parse_size
 from factory.errors import ConfigError
+from factory.shard import Shard, parse_shard
 
 if TYPE_CHECKING:
     from factory.plan import Job
     from factory.report import BuildReport, JobResult
 
 TICK_S = 5.0  # how often the plain display looks for a running job whose line is due
+
+
+def shard_option(value: str | None) -> Shard | None:
+    if value is None:
+        return None
+    try:
+        return parse_shard(value)
+    except ValueError as exc:
+        raise ConfigError(f"--shard {exc}") from None
 
 
 @app.command()
@@ -51,6 +61,14 @@ def build(
             "--rebuild", help="With --publish: build jobs whose wheel is already published too (not skipped)."
         ),
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            metavar="I/N",
+            help="Compile only shard I of N of each job's CUDA files into the compile cache; no wheel.",
+        ),
+    ] = None,
     cache: Annotated[
         str | None,
         typer.Option(
@@ -83,11 +101,14 @@ def build(
     except ValueError as exc:
         raise ConfigError(f"--memory: {exc}") from None
     cpus = cpus_option(cpus)
+    one_shard = shard_option(shard)
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output}: exists and is not a directory")
     if rebuild and not publish:
         raise ConfigError("--rebuild only applies with --publish")
     compile_cache = resolve(mf, publishing=publish, override=cache)
+    if one_shard is not None and compile_cache is None:
+        raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")
@@ -97,6 +118,7 @@ def build(
         keep_going=keep_going,
         memory=mem,
         cpus=cpus,
+        shard=one_shard,
         compile_cache=compile_cache,
     )
     interactive = console.is_terminal

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from factory import shard as sharding
 from factory.ci import Chunk, github_matrix, github_outputs, parse_chunk
 from factory.cli import app
 from factory.config import load_matrix_file
@@ -85,6 +86,14 @@ def matrix_command(
         Path | None,
         typer.Option("--github-output", help="With --format github: append matrix= and count= to this file."),
     ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            metavar="N",
+            help="With --format github: N shard jobs per job, then its final job (two matrices).",
+        ),
+    ] = None,
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
     part = parse_chunk(chunk)
@@ -94,6 +103,8 @@ def matrix_command(
     for warning in recipe_warnings(mf.recipe, mf.package):
         typer.echo(f"warning: {warning}", err=True)
     plan = plan_matrix(mf, prune=not no_prune).only(only)
+    if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
+        raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:
         patched = ""
         if mf.recipe.patches and not no_source:
@@ -119,15 +130,22 @@ def matrix_command(
 
         ci = plan_ci(mf, plan.jobs, chunk=part, skip_published=unpublished, log=say)
         jobs = [j.to_json() for j in ci.jobs]
+        matrices = sharding.github_matrices(jobs, shards) if shards is not None else None
+        if matrices is not None:
+            # never a matrix GitHub refuses: the run would fail after its plan
+            for line in sharding.over_limit(matrices):
+                raise ConfigError(line)
         if github_output is not None:
             try:
                 with github_output.open("a") as fh:
                     fh.write(github_outputs(jobs))
+                    if matrices is not None:
+                        fh.write(sharding.github_shard_outputs(matrices))
             except OSError as exc:
                 raise ConfigError(f"--github-output {github_output}: {exc.strerror}") from None
         if unpublished or part != Chunk():
             say(f"chunk {part}: {len(jobs)} of its {ci.planned} jobs to build ({ci.total} in the matrix)")
-        typer.echo(github_matrix(jobs))
+        typer.echo(json.dumps(matrices) if matrices is not None else github_matrix(jobs))
         return
     title = f"{mf.package.name} {mf.package.version} ({matrix})"
     console = Console(width=max(Console().width, 140))

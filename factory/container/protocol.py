@@ -26,6 +26,11 @@ PROFILE_FORMAT = 1
 CACHE_HIT = "hit"
 CACHE_MISS = "miss"
 CACHE_OFF = "off"
+# a compile another shard makes: an empty object stood in for it
+CACHE_SKIPPED = "skipped"
+# `factory build --shard I/N`: the shard, and its compiles (JSON list of paths relative to the source root)
+ENV_SHARD = "FACTORY_SHARD"
+ENV_SHARD_SOURCES = "FACTORY_SHARD_SOURCES"
 
 
 # --- progress marks ----------------------------------------------------------------------------------------
@@ -95,13 +100,15 @@ def measurement_line(record: Mapping[str, object]) -> str:
 
 def parse_measurement(line: str) -> Measurement | None:
     """A measurement from a line of FACTORY_PROFILE_OUT or of a build log; None for any other line and for
-    one cut short by a kill."""
+    one cut short by a kill, and for a skipped compile (another shard's: it measured nothing)."""
     if MEASUREMENT_MARK in line:
         line = line.split(MEASUREMENT_MARK, 1)[1]
     elif not line.startswith("{"):
         return None
     try:
         raw = json.loads(line)
+        if raw.get("cache") == CACHE_SKIPPED:
+            return None
         return Measurement(
             key=str(raw["key"]),
             peak_bytes=int(raw["peak_bytes"]),

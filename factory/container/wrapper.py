@@ -34,6 +34,8 @@ Environment:
   FACTORY_CGROUP_ROOT          where the cgroup file system is mounted (default /sys/fs/cgroup)
   FACTORY_POLL_S               seconds between admission checks (default 0.5)
   FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
+  FACTORY_SHARD_SOURCES        a sharded build's own sources (JSON list, relative to the source root); the
+                               other compiles write empty objects (`shardskip`)
   FACTORY_CACHE_DIR            the compile cache's root (`compilecache`); absent or empty: no cache. A compile
                                is looked up before it is admitted: a hit takes no slot and no memory, writes
                                its object (and depfile) and is measured as "cache": "hit"
@@ -51,7 +53,7 @@ import shutil
 import sys
 import time
 
-from . import admission, compilecache, protocol
+from . import admission, compilecache, protocol, shardskip
 from .environ import env_fraction, env_int, log, read_cgroup
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -174,6 +176,9 @@ def main(argv: list[str]) -> int:
         "archs": list(call.archs),
         "threads": call.threads,
     }
+    shard = shardskip.shard_sources()
+    if shard is not None and not shardskip.in_shard(call.source, shard):
+        return shardskip.stand_in(argv, source=call.source, record=record)  # another shard's compile
     # before admission: a hit takes no slot and no memory
     if serve_from_cache(cached, record):
         return 0

@@ -82,7 +82,11 @@ def workflow_steps() -> dict[str, Step]:
     """The steps that run the factory in the plan, build and index jobs (each its job's last `run:`)."""
     doc = YAML(typ="safe").load(WORKFLOW.read_text())
     jobs = doc["jobs"]
-    assert jobs["build"]["if"] == "needs.plan.outputs.count != '0'"
+    assert jobs["build"]["if"] == (
+        "!cancelled() && needs.plan.result == 'success' && needs.plan.outputs.count != '0'"
+    )
+    assert jobs["build"]["needs"] == ["plan", "shard"]
+    assert jobs["shard"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
     assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     assert jobs["index"]["needs"] == ["plan", "build"]
     assert jobs["index"]["if"] == (
@@ -200,6 +204,8 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     job_ids = sorted(j["job_id"] for j in include)
     assert job_ids == ["cu130-torch2.14-abi1-sm80-py311", "cu130-torch2.14-abi1-sm90-py311"], said
     assert plan["count"] == "2"
+    # one runner per job by default: no shard job runs
+    assert plan["shard_count"] == "0", plan
 
     # build: one runner per matrix job, all at once
     runners = {j["job_id"]: Runner.make(tmp_path / f"runner-{n}", matrix_text) for n, j in enumerate(include)}

@@ -53,7 +53,7 @@ def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
             assert passed == declared
             users.append(step)
         assert "secrets." not in str(step.get("with", "")) and "secrets." not in str(step.get("run", ""))
-    assert text.count("secrets.") == len(users) * 2 and len(users) == 3  # plan, build, index
+    assert text.count("secrets.") == len(users) * 2 and len(users) == 4  # plan, shard, build, index
     assert all(s["run"].lstrip().startswith('"$RUNNER_TEMP/factory/bin/factory" ') for s in users)
 
 

@@ -1,0 +1,86 @@
+"""A sharded build's compiles of other shards (`factory build --shard I/N`): an empty object stands in.
+
+The host names this shard's sources in FACTORY_SHARD_SOURCES (JSON, paths relative to the source root); any
+other nvcc compile writes an empty object (the host compiler's, of an empty C file) and, when asked, a depfile
+naming only its source, so that ninja and the link go on in a moment and the shard's own compiles reach the
+compile cache. The wheel such a build makes is never used. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from . import protocol
+
+
+def shard_sources(environ: dict[str, str] | None = None) -> tuple[str, ...] | None:
+    """This shard's sources; None when the build is not sharded. A value that is not a JSON list of strings
+    is not sharding either: compiling everything is never wrong, only slower."""
+    raw = (environ if environ is not None else os.environ).get(protocol.ENV_SHARD_SOURCES)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(value)
+
+
+def in_shard(source: str, sources: Sequence[str]) -> bool:
+    """Whether a compile's source (as ninja passes it: usually absolute, in the build's copy of the tree) is
+    one of the shard's relative paths."""
+    path = os.path.normpath(source).replace(os.sep, "/")
+    return any(path == rel or path.endswith("/" + rel) for rel in sources)
+
+
+def outputs(argv: Sequence[str]) -> tuple[str | None, str | None]:
+    """(the object, the depfile) an nvcc command line writes."""
+    obj = dep = None
+    for i, arg in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if arg in ("-o", "--output-file"):
+            obj = nxt
+        elif arg.startswith(("-o=", "--output-file=")):
+            obj = arg.split("=", 1)[1]
+        elif arg in ("--dependency-output", "-MF"):
+            dep = nxt
+        elif arg.startswith(("--dependency-output=", "-MF=")):
+            dep = arg.split("=", 1)[1]
+    return obj, dep
+
+
+def host_compiler(argv: Sequence[str]) -> str:
+    for i, arg in enumerate(argv):
+        if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(("-ccbin=", "--compiler-bindir=")):
+            return arg.split("=", 1)[1]
+    return os.environ.get("CC") or "cc"
+
+
+def stand_in(argv: Sequence[str], *, source: str, record: dict[str, object]) -> int:
+    """Write the empty object and depfile of a compile outside the shard, and its measurement line."""
+    t0 = time.monotonic()
+    obj, dep = outputs(argv)
+    code = 0
+    if obj is not None:
+        code = subprocess.call([host_compiler(argv), "-x", "c", "-c", os.devnull, "-o", obj])
+    if dep is not None and code == 0:
+        with open(dep, "w") as fh:
+            fh.write(f"{_escaped(obj or 'out.o')}: {_escaped(source)}\n")
+    line = {**record, "peak_bytes": 0, "wall_s": round(time.monotonic() - t0, 3), "rc": code}
+    line["cache"] = protocol.CACHE_SKIPPED
+    print(protocol.measurement_line(line), file=sys.stderr, flush=True)
+    return code
+
+
+def _escaped(path: str) -> str:
+    """A path as a Makefile-style depfile writes it."""
+    return path.replace(" ", "\\ ").replace("$", "$$")
