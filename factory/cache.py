@@ -180,7 +180,9 @@ def download(store: Store, root: Path, key: str) -> int:
                 written += len(chunk)
         if written != size:
             return 0
-        os.chmod(tmp, 0o644)
+        # writable by the build's user, so a hit in a container can mark it used (LRU); the directories
+        # are open to it anyway
+        os.chmod(tmp, 0o666)
         if target.exists():  # the build made it meanwhile: the same content by its name
             return 0
         os.replace(tmp, target)

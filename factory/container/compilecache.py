@@ -713,10 +713,11 @@ def fetch(root: Path, entry: Entry, manifest: Path, *, call: Call, roots: Roots,
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    now = time.time()
     for path in (manifest, obj):  # least recently used is what prune removes first
         with contextlib.suppress(OSError):
-            os.utime(path, (now, now))
+            # "now" needs only write access (explicit times need ownership): entries the host downloaded
+            # are root's, writable by the build's user
+            os.utime(path)
     return True
 
 

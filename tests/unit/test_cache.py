@@ -188,7 +188,9 @@ def test_directories_the_host_makes_stay_writable_by_the_build_user(tmp_path: Pa
     cache.pull(store, tmp_path / "local")
     for directory in (tmp_path / "local", tmp_path / "local/v1", tmp_path / "local/v1/o/ab"):
         assert directory.stat().st_mode & 0o777 == 0o777, directory
-    assert (tmp_path / "local" / OBJ).stat().st_mode & 0o777 == 0o644
+    assert (
+        tmp_path / "local" / OBJ
+    ).stat().st_mode & 0o777 == 0o666  # a hit in a container refreshes its mtime (LRU)
 
 
 def test_a_download_cut_short_is_not_committed(tmp_path: Path) -> None:
