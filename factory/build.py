@@ -266,6 +266,7 @@ def run_build(
             python=j.python,
             package=mf.package.name,
             version=mf.package.version,
+            covers=list(j.covers),
         )
         for j in jobs
     ]

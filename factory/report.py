@@ -44,6 +44,9 @@ class JobResult:
     log: str | None = None
     log_tail: list[str] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    # An abi3 job: the later Pythons its one wheel covers, and every Python it was installed and imported on.
+    covers: list[str] = field(default_factory=list)
+    checked_pythons: list[str] = field(default_factory=list)
     # Live-only state, not part of the report (LIVE_FIELDS).
     phase: str = field(default="queued", repr=False)
     started: float | None = field(default=None, repr=False)

@@ -9,6 +9,8 @@
 - learned profiles: `{"format", "package", "version", "entries": {compile key: entry}}`, written by the host
   (`profile_json`) and read by the host and by the wrapper (`parse_profile`)
 - compile keys: `file|arch,arch|threads`, the keys of a profile (`compile_key`)
+- the abi3 tag of a job's wheel ("cp311"), set by the host in LIMITED_API_ENV when its recipe builds a
+  limited-API wheel; the driver passes it to bdist_wheel
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 MARK = "::factory::"
 MEASUREMENT_MARK = "::factory-compile::"
 PROFILE_FORMAT = 1
+LIMITED_API_ENV = "FACTORY_PY_LIMITED_API"
 
 
 # --- progress marks ----------------------------------------------------------------------------------------
