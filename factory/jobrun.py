@@ -278,10 +278,6 @@ class JobRun:
 
     # -- the job -------------------------------------------------------------------------------------
     def run(self, prepare: Callable[[Job], JobInputs]) -> None:
-        self.prepare = prepare
-        self._run(prepare)
-
-    def _run(self, prepare: Callable[[Job], JobInputs]) -> None:
         """The whole job; `prepare` gives its inputs (shared by the run's jobs). Never raises: a failure, and
         an interruption too (the main thread owns signal handling), is recorded in the result."""
         result, ctx = self.result, self.ctx
@@ -309,7 +305,7 @@ class JobRun:
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
                 wheel, installed_torch = built
-                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts)
+                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare)
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"
         except FactoryError as exc:
@@ -437,14 +433,21 @@ class JobRun:
             )
 
     def install_check(
-        self, wheel: Path, *, python: str, image: str, mounts: Mapping[str, Mapping[str, str]]
+        self,
+        wheel: Path,
+        *,
+        python: str,
+        image: str,
+        mounts: Mapping[str, Mapping[str, str]],
+        prepare: Callable[[Job], JobInputs],
     ) -> bool:
         """Install the wheel with its torch into a fresh venv of `python` and import it. A Python the job's
-        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get."""
+        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get
+        (`prepare`'s)."""
         job, result = self.job, self.result
         if python != job.python:
             self.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
-            inputs = self.prepare(replace(job, python=python, covers=()))
+            inputs = prepare(replace(job, python=python, covers=()))
             image = inputs.image
             mounts = {**mounts}
             mounts.pop(next(k for k, v in mounts.items() if v["bind"] == "/wheelhouse"))
@@ -463,7 +466,15 @@ class JobRun:
         result.checked_pythons.append(python)
         return True
 
-    def accept(self, *, wheel: Path, torch: str, image: str, mounts: Mapping[str, Mapping[str, str]]) -> None:
+    def accept(
+        self,
+        *,
+        wheel: Path,
+        torch: str,
+        image: str,
+        mounts: Mapping[str, Mapping[str, str]],
+        prepare: Callable[[Job], JobInputs],
+    ) -> None:
         """Pin torch, retag the platform, check the wheel, then install and import it in a fresh container;
         only then is it moved to the output."""
         job, result = self.job, self.result
@@ -487,7 +498,7 @@ class JobRun:
             result.reason = "wheel check failed: " + "; ".join(problems)
             return
         for python in job.pythons:
-            if not self.install_check(wheel, python=python, image=image, mounts=mounts):
+            if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
                 return
         final = self.ctx.output / wheel.name
         os.replace(wheel, final)

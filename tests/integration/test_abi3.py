@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from factory.wheelhouse import compatible_platforms
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +26,17 @@ FIXTURE = ROOT / "tests" / "fixtures" / "abi3ext"
 FACTORY = [sys.executable, "-m", "factory.cli"]
 VARIANT = "cu130-torch2.14-abi1-sm80"
 LABEL = "cu13.0.torch2.14.abi1.sm80"
+
+
+def real_python(version: str) -> str | None:
+    """An interpreter of CPython `version` on this host, if there is one that runs (a pyenv shim of a
+    version not selected does not)."""
+    found = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/{version}*/bin/python{version}"))]
+    found += [p for p in (shutil.which(f"python{version}"),) if p]
+    for python in found:
+        if subprocess.run([python, "-c", "pass"], capture_output=True).returncode == 0:
+            return python
+    return None
 
 
 def abi3_matrix(tmp: Path, *, index: Path) -> Path:
@@ -121,17 +134,17 @@ def test_published_once_and_pip_for_python_313_resolves_to_it(
     # pip asked for CPython 3.13's tags picks the cp311-abi3 wheel from the variant's index
     simple = (abi3_build["index"] / "simple" / VARIANT).as_uri() + "/"
     dest = tmp_path / "dl"
+    # pip takes each --platform as an exact tag: every manylinux tag a glibc 2.36 host accepts
+    platforms = [a for p in compatible_platforms("manylinux_2_36_x86_64") for a in ("--platform", p)]
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-         "3.13", "--implementation", "cp", "--abi", "cp313", "--platform", "manylinux_2_36_x86_64",
+         "3.13", "--implementation", "cp", "--abi", "cp313", *platforms,
          "--index-url", simple, "-d", str(dest), "factory-abi3ext"],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     assert [p.name for p in dest.iterdir()] == [job["wheel"]]
     # and a real CPython 3.13, where the host has one, installs it
-    python313 = shutil.which("python3.13") or next(
-        (str(p) for p in Path.home().glob(".pyenv/versions/3.13*/bin/python3.13")), None
-    )
+    python313 = real_python("3.13")
     if python313 is None:
         return
     venv = tmp_path / "venv313"
