@@ -307,3 +307,24 @@ def test_the_index_matrix_shows_covered_pythons_as_built() -> None:
         ("3.12", "built", wheel),
         ("3.13", "built", wheel),
     ]
+
+
+def test_an_abi3_job_hands_its_tag_to_the_driver_and_its_checks_their_python(tmp_path: Path) -> None:
+    from factory import build, jobrun, report
+    from factory.container.protocol import LIMITED_API_ENV
+    from factory.memory import jobmemory
+
+    mf = load_matrix_file(matrix_file(tmp_path))
+    runner_ = build.Runner(None, mf, build.BuildSettings(output=tmp_path / "out", run_id="r1"))
+    parallel = jobmemory.initial_parallelism(
+        recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
+    )
+    abi3_job = plan_matrix(mf).jobs[0]
+    result = report.JobResult(job_id="j", variant_id="v", python="3.11")
+    run = jobrun.JobRun(runner_.context, abi3_job, result)
+    assert run.container_env(parallel)[LIMITED_API_ENV] == "cp311"
+    assert run.driver_env()["FACTORY_PYTHON"] == "python3.11"
+    assert run.driver_env("3.13")["FACTORY_PYTHON"] == "python3.13"
+    plain = plan_matrix(load_matrix_file(matrix_file(tmp_path, limited="false"))).jobs[0]
+    run = jobrun.JobRun(runner_.context, plain, report.JobResult(job_id="j", variant_id="v", python="3.11"))
+    assert LIMITED_API_ENV not in run.container_env(parallel)
