@@ -1,7 +1,8 @@
 """An abi3 recipe for real: the limited-API fixture (tests/fixtures/abi3ext, TORCH_LIBRARY registration, no
 pybind11) built once for sm_80 with Python 3.11 in the PyPI builder image, tagged cp311-abi3, audited by
 abi3audit, installed and imported on 3.11 and on the later 3.13 it covers (in the image a 3.13 job gets,
-with that Python's torch), published once, and resolved from the index by pip for CPython 3.13.
+with that Python's torch), published once, and resolved from the index by pip for CPython 3.13; the same
+module calling a function outside the limited API (sm_86 job) is refused in one line.
 """
 
 from __future__ import annotations
@@ -60,7 +61,10 @@ def abi3_matrix(tmp: Path, *, index: Path) -> Path:
               torch: ["2.14"]
               python: ["3.13", "3.11"]
               cxx11_abi: [true]
-              arch: ["8.0"]
+              arch: ["8.0", "8.6"]
+              include:
+                - arch: "8.6"
+                  env: {{ABI3EXT_NON_LIMITED: "1"}}
             build:
               flavor: pypi
               cpus: 2
@@ -86,14 +90,25 @@ def abi3_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
     )
     out = tmp / "wheels"
     proc = subprocess.run(
-        [*FACTORY, "build", "--trust-paths", "-m", str(matrix), "--output", str(out), "--publish"],
+        [
+            *FACTORY,
+            "build",
+            "--trust-paths",
+            "-m",
+            str(matrix),
+            "--output",
+            str(out),
+            "--publish",
+            "--keep-going",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
-    return {"plan": plan, "proc": proc, "out": out, "report": report, "index": tmp / "index"}
+    jobs = {j["job_id"]: j for j in report["jobs"]}
+    return {"plan": plan, "proc": proc, "out": out, "report": report, "jobs": jobs, "index": tmp / "index"}
 
 
 def test_one_job_builds_the_variant_with_its_lowest_python(abi3_build: dict[str, Any]) -> None:
@@ -101,17 +116,18 @@ def test_one_job_builds_the_variant_with_its_lowest_python(abi3_build: dict[str,
     assert plan.returncode == 0, plan.stderr
     jobs = json.loads(plan.stdout)
     assert [(j["job_id"], j["abi"], j["covers"]) for j in jobs] == [
-        (f"{VARIANT}-py311", "cp311-abi3", ["3.13"])
+        (f"{VARIANT}-py311", "cp311-abi3", ["3.13"]),
+        ("cu130-torch2.14-abi1-sm86-py311", "cp311-abi3", ["3.13"]),
     ]
-    proc, report = abi3_build["proc"], abi3_build["report"]
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [job] = report["jobs"]
+    proc = abi3_build["proc"]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the sm86 job's wheel is refused (below)
+    job = abi3_build["jobs"][f"{VARIANT}-py311"]
     assert job["result"] == "ok", (job["reason"], job["log_tail"])
     assert job["covers"] == ["3.13"] and job["checked_pythons"] == ["3.11", "3.13"]
 
 
 def test_the_wheel_is_cp311_abi3_with_an_abi3_module(abi3_build: dict[str, Any]) -> None:
-    [job] = abi3_build["report"]["jobs"]
+    job = abi3_build["jobs"][f"{VARIANT}-py311"]
     wheel = abi3_build["out"] / job["wheel"]
     assert wheel.name.startswith(f"factory_abi3ext-0.1.0+{LABEL}-cp311-abi3-manylinux_2_"), wheel.name
     with zipfile.ZipFile(wheel) as zf:
@@ -128,7 +144,7 @@ def test_the_wheel_is_cp311_abi3_with_an_abi3_module(abi3_build: dict[str, Any])
 def test_published_once_and_pip_for_python_313_resolves_to_it(
     abi3_build: dict[str, Any], tmp_path: Path
 ) -> None:
-    [job] = abi3_build["report"]["jobs"]
+    job = abi3_build["jobs"][f"{VARIANT}-py311"]
     files = sorted((abi3_build["index"] / "files" / VARIANT).glob("*.whl"))
     assert [f.name for f in files] == [job["wheel"]]
     # pip asked for CPython 3.13's tags picks the cp311-abi3 wheel from the variant's index
@@ -160,3 +176,12 @@ def test_published_once_and_pip_for_python_313_resolves_to_it(
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     assert "factory_abi3ext/_C.abi3.so" in installed
+
+
+def test_a_module_outside_the_limited_api_is_refused_in_one_line(abi3_build: dict[str, Any]) -> None:
+    job = abi3_build["jobs"]["cu130-torch2.14-abi1-sm86-py311"]
+    assert (job["result"], job["wheel"], job["checked_pythons"]) == ("failed", None, [])
+    assert job["reason"] == (
+        "wheel check failed: _C.abi3.so: uses symbols outside the limited API: PyUnicode_AsUTF8 (abi3audit)"
+    )
+    assert not (abi3_build["index"] / "files" / "cu130-torch2.14-abi1-sm86").exists()
