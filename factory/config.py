@@ -538,7 +538,7 @@ def _entries(
                 )
             elif k == "env":
                 values[k] = check.env(item, k, f"matrix.include[{i}].env")
-            elif k in ("id", "job_id", "package", "version", "local_version", "verified"):
+            elif k in ("id", "job_id", "package", "version", "local_version", "verified", "abi", "covers"):
                 raise check.fail(
                     f"matrix.include[{i}]: {k!r} is computed by the factory and cannot be set",
                     item,

@@ -328,3 +328,9 @@ def test_an_abi3_job_hands_its_tag_to_the_driver_and_its_checks_their_python(tmp
     plain = plan_matrix(load_matrix_file(matrix_file(tmp_path, limited="false"))).jobs[0]
     run = jobrun.JobRun(runner_.context, plain, report.JobResult(job_id="j", variant_id="v", python="3.11"))
     assert LIMITED_API_ENV not in run.container_env(parallel)
+
+
+def test_an_include_entry_cannot_set_what_the_plan_computes(tmp_path: Path) -> None:
+    extra = '  include:\n    - python: "3.13"\n      covers: ["3.14"]\n'
+    with pytest.raises(ConfigError, match=r"'covers' is computed by the factory and cannot be set"):
+        load_matrix_file(matrix_file(tmp_path, extra=extra))
