@@ -282,6 +282,7 @@ def run_build(
             package=mf.package.name,
             version=mf.package.version,
             shard=None if settings.shard is None else str(settings.shard),
+            covers=list(j.covers),
         )
         for j in jobs
     ]

@@ -16,6 +16,7 @@ from typing import Any
 from packaging.utils import InvalidName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from factory.abi3 import parse_limited_api
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
@@ -295,6 +296,7 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
         "compile_seconds_by_file",
         "extra_build_requires",
         "cxx_std",
+        "py_limited_api",
     )
     check.keys(value, allowed, "recipe")
     if "name" not in value:
@@ -378,6 +380,11 @@ def _recipe_fields(
         changes["cxx_std"] = (
             None if value["cxx_std"] is None else _cxx_std(check, value, "cxx_std", "recipe.cxx_std")
         )
+    if "py_limited_api" in value:
+        try:
+            changes["py_limited_api"] = parse_limited_api(value["py_limited_api"])
+        except ValueError as exc:
+            raise check.fail(f"recipe.py_limited_api {exc}", value, "py_limited_api") from None
     return changes
 
 
@@ -540,7 +547,7 @@ def _entries(
                         f"matrix.include[{i}].shards must be 1 to {MAX_SHARDS}, not {value!r}", item, k
                     )
                 values[k] = value
-            elif k in ("id", "job_id", "package", "version", "local_version", "verified"):
+            elif k in ("id", "job_id", "package", "version", "local_version", "verified", "abi", "covers"):
                 raise check.fail(
                     f"matrix.include[{i}]: {k!r} is computed by the factory and cannot be set",
                     item,

@@ -468,6 +468,11 @@ def matrix_cells(
         key = (str(canonicalize_name(job_project)), variant_id, python)
         result = str(job.get("result", ""))
         if isinstance(wheel, str) and wheel in published_names:
+            # an abi3 job's one wheel is the built wheel of every Python it covers
+            for covered in _covered(job):
+                cells[(key[0], variant_id, covered)] = MatrixCell(
+                    project=key[0], variant_id=variant_id, python=covered, status="built", detail=wheel
+                )
             continue
         if result in {"failed", "oom"}:
             status: CellStatus = "failed"
@@ -480,6 +485,12 @@ def matrix_cells(
                 project=key[0], variant_id=variant_id, python=python, status=status, detail=detail
             )
     return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+
+
+def _covered(job: Mapping[str, object]) -> list[str]:
+    """The later Pythons a report's abi3 job covers (its `covers`), as strings."""
+    covers = job.get("covers")
+    return [str(p) for p in covers] if isinstance(covers, list) else []
 
 
 def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tuple[MatrixCell, ...] | None:

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,12 +167,14 @@ class JobRun:
         """The host side of the job's read-only profile mount: the learned profile as each attempt starts."""
         return self.ctx.run_dir / "profiles" / self.job.id
 
-    def driver_env(self) -> dict[str, str]:
-        """What every driver phase needs, built from scratch: nothing of the host environment leaks in."""
+    def driver_env(self, python: str | None = None) -> dict[str, str]:
+        """What every driver phase needs, built from scratch: nothing of the host environment leaks in.
+        `python`: the interpreter of an install check other than the job's own (a Python its abi3 wheel
+        covers)."""
         return {
             "HOME": "/home/factory",
             "FACTORY_JOB_DIR": self.job_dir,
-            "FACTORY_PYTHON": f"python{self.job.python}",
+            "FACTORY_PYTHON": f"python{python or self.job.python}",
             # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
             "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
             "UV_LINK_MODE": "hardlink",
@@ -202,6 +204,8 @@ class JobRun:
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        if self.job.limited_api:
+            env[protocol.LIMITED_API_ENV] = self.job.limited_api
         env.update(
             jobmemory.wrapper_env(
                 parallel,
@@ -357,7 +361,7 @@ class JobRun:
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
                 wheel, installed_torch = built
-                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts)
+                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare)
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"
         except FactoryError as exc:
@@ -492,7 +496,49 @@ class JobRun:
                 package=self.mf.package.name, version=self.mf.package.version, log_path=Path(fh.name)
             )
 
-    def accept(self, *, wheel: Path, torch: str, image: str, mounts: Mapping[str, Mapping[str, str]]) -> None:
+    def install_check(
+        self,
+        wheel: Path,
+        *,
+        python: str,
+        image: str,
+        mounts: Mapping[str, Mapping[str, str]],
+        prepare: Callable[[Job], JobInputs],
+    ) -> bool:
+        """Install the wheel with its torch into a fresh venv of `python` and import it. A Python the job's
+        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get
+        (`prepare`'s)."""
+        job, result = self.job, self.result
+        if python != job.python:
+            self.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
+            inputs = prepare(replace(job, python=python, covers=()))
+            image = inputs.image
+            mounts = {**mounts}
+            mounts.pop(next(k for k, v in mounts.items() if v["bind"] == "/wheelhouse"))
+            mounts[str(inputs.wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
+        env = {
+            **self.driver_env(python),
+            "FACTORY_WHEEL": wheel.name,
+            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
+        }
+        outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
+        if outcome.exit_code != 0:
+            result.result = "failed"
+            on = f" on Python {python}" if python != job.python else ""
+            result.reason = f"install/import check{on} failed (exit {outcome.exit_code})"
+            return False
+        result.checked_pythons.append(python)
+        return True
+
+    def accept(
+        self,
+        *,
+        wheel: Path,
+        torch: str,
+        image: str,
+        mounts: Mapping[str, Mapping[str, str]],
+        prepare: Callable[[Job], JobInputs],
+    ) -> None:
         """Pin torch, retag the platform, check the wheel, then install and import it in a fresh container;
         only then is it moved to the output."""
         job, result = self.job, self.result
@@ -509,21 +555,15 @@ class JobRun:
             python=job.python,
             torch_version=torch,
             archs=job.variant.archs,
+            limited_api=job.limited_api,
         )
         if problems:
             result.result = "failed"
             result.reason = "wheel check failed: " + "; ".join(problems)
             return
-        env = {
-            **self.driver_env(),
-            "FACTORY_WHEEL": wheel.name,
-            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
-        }
-        outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
-        if outcome.exit_code != 0:
-            result.result = "failed"
-            result.reason = f"install/import check failed (exit {outcome.exit_code})"
-            return
+        for python in job.pythons:
+            if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
+                return
         final = self.ctx.output / wheel.name
         os.replace(wheel, final)
         final.chmod(0o644)

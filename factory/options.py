@@ -71,6 +71,9 @@ class Recipe:
     # None: any. A built-in recipe is the default for its package.
     package: str | None = None
     versions: str | None = None
+    # A limited-API (abi3) wheel, one per variant (factory.abi3): None: one wheel per Python; "cp39": the
+    # tag the package builds; "auto" (`py_limited_api = true`): the tag of each variant's lowest Python.
+    py_limited_api: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

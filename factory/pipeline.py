@@ -48,7 +48,11 @@ def unpublished(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> 
         if vid not in pages:
             pages[vid] = published_files(store, project=mf.package.name, variant_id=vid)
         found = published_wheel(
-            pages[vid], project=mf.package.name, version=job.variant.full_version, python=job.python
+            pages[vid],
+            project=mf.package.name,
+            version=job.variant.full_version,
+            python=job.python,
+            limited_api=job.limited_api,
         )
         if found is None:
             left.append(job)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from factory.abi3 import ABI3, covers, python_key, wheel_tag
 from factory.config import AXES, MatrixFile
 from factory.matrix import expand
 from factory.recipes import recipe_env
+from factory.tags import python_tag
 from factory.variants import Variant, arch_set_str, parse_arch_set
 
 
@@ -21,10 +23,23 @@ class Job:
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     verified: bool = True
     notes: tuple[str, ...] = ()
+    # An abi3 job (the recipe's py_limited_api): its wheel's tag ("cp311") and the later Pythons it covers.
+    limited_api: str | None = None
+    covers: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
         return f"{self.variant.id}-py{self.python.replace('.', '')}"
+
+    @property
+    def interpreter(self) -> str:
+        """The interpreter tag of the job's wheel: "cp311", or the abi3 tag (which may be older)."""
+        return self.limited_api or python_tag(self.python)
+
+    @property
+    def pythons(self) -> tuple[str, ...]:
+        """Every Python the job's wheel is installed and checked on: its own, then those it covers."""
+        return (self.python, *self.covers)
 
     def to_json(self) -> dict[str, object]:
         """The job as `factory matrix --format json/github` prints it."""
@@ -42,6 +57,9 @@ class Job:
             "local_version": v.local_version,
             "verified": self.verified,
         }
+        if self.limited_api:
+            out["abi"] = f"{self.limited_api}-{ABI3}"
+            out["covers"] = list(self.covers)
         if self.notes:
             out["notes"] = list(self.notes)
         if self.env:
@@ -160,7 +178,58 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
             continue
         seen[job.id] = job
         jobs.append(job)
+    if mf.recipe.py_limited_api:
+        return limited_api_plan(Plan(jobs=tuple(jobs), dropped=tuple(dropped)), mf.recipe.py_limited_api)
     return Plan(jobs=tuple(jobs), dropped=tuple(dropped))
+
+
+def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
+    """One job per variant for an abi3 recipe: its lowest Python builds the wheel, which every later Python
+    of the variant installs. A Python older than the recipe's tag cannot use it (dropped, with the reason),
+    and neither can a job whose matrix entry gives it another env or other values than the builder's: that
+    would be a second build of the same wheel."""
+    jobs: list[Job] = []
+    dropped = list(plan.dropped)
+    for variant in plan.variants:
+        group = sorted(plan.jobs_of(variant), key=lambda j: python_key(j.python))
+        tag = wheel_tag(limited_api, group[0].python)
+        usable = []
+        for job in group:
+            if covers(tag, job.python):
+                usable.append(job)
+            else:
+                reason = f"Python {job.python} is older than the recipe's limited API ({tag}-{ABI3})"
+                dropped.append(DroppedJob(values=_values(job), reason=reason))
+        if not usable:
+            continue
+        builder, rest = usable[0], usable[1:]
+        covered = []
+        for job in rest:
+            if job.env != builder.env or dict(job.extra) != dict(builder.extra):
+                reason = (
+                    f"its env or include values differ from {builder.id}'s, which builds the variant's one "
+                    f"{tag}-{ABI3} wheel"
+                )
+                dropped.append(DroppedJob(values=_values(job), reason=reason))
+            else:
+                covered.append(job)
+        jobs.append(
+            replace(
+                builder,
+                limited_api=tag,
+                covers=tuple(j.python for j in covered),
+                verified=all(j.verified for j in (builder, *covered)),
+                notes=tuple(dict.fromkeys(n for j in (builder, *covered) for n in j.notes)),
+            )
+        )
+    return Plan(jobs=tuple(jobs), dropped=tuple(dropped))
+
+
+def _values(job: Job) -> Mapping[str, object]:
+    v = job.variant
+    return MappingProxyType(
+        {"cuda": v.cuda, "torch": v.torch, "python": job.python, "cxx11_abi": v.cxx11_abi, "arch": v.arch}
+    )
 
 
 __all__ = ["DroppedJob", "Job", "Plan", "arch_set_str", "matrix_env", "plan_matrix"]

@@ -569,9 +569,12 @@ def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str
         return ()
 
 
-def published_wheel(filenames: Iterable[str], *, project: str, version: str, python: str) -> str | None:
-    """The one of `filenames` that is this project's wheel of `version` for CPython `python` ("3.11")."""
-    interpreter = python_tag(python)
+def published_wheel(
+    filenames: Iterable[str], *, project: str, version: str, python: str, limited_api: str | None = None
+) -> str | None:
+    """The one of `filenames` that is this project's wheel of `version` for CPython `python` ("3.11"); for
+    an abi3 job (`limited_api`, its tag "cp311"), the `cp311-abi3` wheel."""
+    interpreter = limited_api or python_tag(python)
     for filename in filenames:
         try:
             name, found, _build, tags = parse_wheel_filename(filename)
@@ -580,7 +583,7 @@ def published_wheel(filenames: Iterable[str], *, project: str, version: str, pyt
         if (
             name == canonicalize_name(project)
             and found == Version(version)
-            and any(t.interpreter == interpreter for t in tags)
+            and any(t.interpreter == interpreter and (t.abi == "abi3") == bool(limited_api) for t in tags)
         ):
             return filename
     return None

@@ -17,6 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from factory.abi3 import parse_limited_api
 from factory.measured import (
     flash_attn_file_estimates,
     flash_attn_file_seconds,
@@ -81,6 +82,11 @@ def load_recipe_dir(directory: Path) -> Recipe:
             SpecifierSet(values["versions"])
         except InvalidSpecifier:
             raise ValueError(f"{path}: versions {values['versions']!r} is not a PEP 440 specifier") from None
+    if "py_limited_api" in values:
+        try:
+            values["py_limited_api"] = parse_limited_api(values["py_limited_api"])
+        except ValueError as exc:
+            raise ValueError(f"{path}: py_limited_api {exc}") from None
     try:
         return Recipe(name=directory.name, **values)
     except TypeError as exc:

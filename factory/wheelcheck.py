@@ -24,6 +24,7 @@ from pathlib import Path
 
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag
 from packaging.utils import (
     InvalidWheelFilename,
     canonicalize_name,
@@ -31,6 +32,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from factory import abi3
+from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
 from factory.platform_tag import audit, vendored_torch_libraries
@@ -291,11 +294,13 @@ def check_wheel(
     torch_version: str,
     archs: Sequence[str],
     machine: str = "x86_64",
+    limited_api: str | None = None,
 ) -> list[str]:
     """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
 
     `archs` are torch-style compute capabilities ("8.0", "9.0a"); a suffix does not change the SM number a
-    cubin carries, so "9.0a" expects sm_90.
+    cubin carries, so "9.0a" expects sm_90. `limited_api` ("cp311"): the job builds an abi3 wheel, which must
+    carry `cp311-abi3`, name its modules for no one CPython version and keep to the stable ABI (abi3audit).
     """
     problems: list[str] = []
     expected_version = _expected_version(version, local_version)
@@ -315,9 +320,7 @@ def check_wheel(
             interpreter = python_tag(python)
         except ValueError as exc:
             raise CheckError(str(exc)) from None
-        if not any(t.interpreter == interpreter for t in tags):
-            found = ", ".join(sorted({t.interpreter for t in tags}))
-            problems.append(f"filename: interpreter tag {found} is not {interpreter}")
+        problems += _check_python_tags(tags, interpreter=limited_api or interpreter, abi3=bool(limited_api))
         bad_platforms = sorted({t.platform for t in tags if _manylinux_for(t.platform, machine) is None})
         if bad_platforms:
             problems.append(
@@ -338,9 +341,37 @@ def check_wheel(
             tags={str(t) for t in tags},
             expected_sms=_sm_numbers(archs),
         )
+        if limited_api:
+            problems += [
+                f"{member}: a module named for one CPython version in an abi3 wheel; later Pythons will not "
+                "import it (its Extension needs py_limited_api=True)"
+                for member in abi3.versioned_modules(archive.namelist())
+            ]
     if problems:
         return problems  # auditwheel's errors about a broken wheel would only repeat these
-    return _check_platform(wheel, {t.platform for t in tags}, machine)
+    if limited_api:
+        try:
+            problems += abi3.audit(wheel)
+        except CheckError as exc:
+            problems.append(str(exc).removeprefix(f"{wheel.name}: "))
+    return problems + _check_platform(wheel, {t.platform for t in tags}, machine)
+
+
+def _check_python_tags(tags: Iterable[Tag], *, interpreter: str, abi3: bool) -> list[str]:
+    """The interpreter tag must be the job's (its abi3 tag for an abi3 wheel), and an abi3 job's wheel must
+    carry the abi3 ABI tag and no other."""
+    problems: list[str] = []
+    if not any(t.interpreter == interpreter for t in tags):
+        found = ", ".join(sorted({t.interpreter for t in tags}))
+        problems.append(f"filename: interpreter tag {found} is not {interpreter}")
+    if abi3:
+        abis = sorted({t.abi for t in tags})
+        if abis != [ABI3]:
+            problems.append(
+                f"filename: ABI tag {', '.join(abis)} is not {ABI3}: the recipe builds a limited-API wheel "
+                "(the package's bdist_wheel py_limited_api)"
+            )
+    return problems
 
 
 def _manylinux_for(platform: str, machine: str) -> tuple[int, int] | None:

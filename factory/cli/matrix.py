@@ -17,7 +17,7 @@ from factory.cli import app
 from factory.config import load_matrix_file
 from factory.errors import ConfigError
 from factory.home import factory_home
-from factory.plan import Plan, plan_matrix
+from factory.plan import Job, Plan, plan_matrix
 from factory.recipes import recipe_warnings
 from factory.source import prepare_package
 
@@ -34,13 +34,21 @@ class Format(StrEnum):
     github = "github"
 
 
+def _pythons(job: Job) -> str:
+    """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"."""
+    if not job.limited_api:
+        return job.python
+    covered = f", covers {', '.join(job.covers)}" if job.covers else ""
+    return f"{job.python} ({job.limited_api}-abi3{covered})"
+
+
 def _table(plan: Plan, title: str) -> Table:
     table = Table(title=title, expand=False)
     for col in ("variant", "pythons", "arch", "status"):
         table.add_column(col, overflow="fold")
     for variant in plan.variants:
         jobs = plan.jobs_of(variant)
-        pythons = ", ".join(j.python for j in jobs)
+        pythons = ", ".join(_pythons(j) for j in jobs)
         notes = list(dict.fromkeys(n for j in jobs for n in j.notes))
         verified = all(j.verified for j in jobs)
         status = "[green]ok[/]" if verified else "[yellow]unverified[/]"
@@ -114,9 +122,12 @@ def matrix_command(
             count = len(mf.recipe.patches)
             patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
         unverified = sum(not j.verified for j in plan.jobs)
+        covered = sum(len(j.covers) for j in plan.jobs)
         typer.echo(
             f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
-            f"{len(plan.dropped)} dropped, {unverified} unverified{patched}"
+            f"{len(plan.dropped)} dropped, {unverified} unverified"
+            + (f", {covered} Pythons covered by abi3 wheels" if covered else "")
+            + patched
         )
         return
     if fmt is Format.json:
@@ -150,7 +161,9 @@ def matrix_command(
     title = f"{mf.package.name} {mf.package.version} ({matrix})"
     console = Console(width=max(Console().width, 140))
     console.print(_table(plan, title))
+    covered = sum(len(j.covers) for j in plan.jobs)
     console.print(
         f"{len(plan.jobs)} jobs in {len(plan.variants)} variants; {len(plan.dropped)} dropped"
+        + (f"; {covered} more Pythons covered by abi3 wheels" if covered else "")
         + ("" if not no_prune else " (not pruned)")
     )

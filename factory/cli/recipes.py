@@ -22,6 +22,7 @@ def recipe_row(recipe: Recipe) -> dict[str, str]:
         "patches": ", ".join(p.name for p in recipe.patches) or "-",
         "archs": f"{recipe.arch_env} ({'80;90' if recipe.arch_format == 'flash-attn' else '8.0;9.0'})",
         "env": " ".join(f"{k}={v}" for k, v in recipe.env.items()) or "-",
+        "abi3": {None: "-", "auto": "lowest Python"}.get(recipe.py_limited_api, recipe.py_limited_api or "-"),
     }
 
 

@@ -116,6 +116,14 @@ def cache_env(env: dict[str, str]) -> dict[str, str]:
     return extra
 
 
+def limited_api_args(tag: str) -> list[str]:
+    """pip's arguments that make setuptools' bdist_wheel tag the wheel `<tag>-abi3` (over the tag a setup.py
+    may hard-code in its bdist_wheel options): [] when the job builds no abi3 wheel."""
+    if not tag:
+        return []
+    return [f"--config-settings=--build-option=--py-limited-api={tag}"]
+
+
 def build() -> None:
     jd = job_dir()
     jd.mkdir(parents=True, exist_ok=True)
@@ -159,6 +167,7 @@ def build() -> None:
             "--no-deps",
             "--no-index",
             "-v",
+            *limited_api_args(os.environ.get(protocol.LIMITED_API_ENV, "")),
             "--wheel-dir",
             str(dist),
             ".",

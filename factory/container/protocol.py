@@ -10,6 +10,8 @@
 - learned profiles: `{"format", "package", "version", "entries": {compile key: entry}}`, written by the host
   (`profile_json`) and read by the host and by the wrapper (`parse_profile`)
 - compile keys: `file|arch,arch|threads`, the keys of a profile (`compile_key`)
+- the abi3 tag of a job's wheel ("cp311"), set by the host in LIMITED_API_ENV when its recipe builds a
+  limited-API wheel; the driver passes it to bdist_wheel
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ CACHE_SKIPPED = "skipped"
 # `factory build --shard I/N`: the shard, and its compiles (JSON list of paths relative to the source root)
 ENV_SHARD = "FACTORY_SHARD"
 ENV_SHARD_SOURCES = "FACTORY_SHARD_SOURCES"
+LIMITED_API_ENV = "FACTORY_PY_LIMITED_API"
 
 
 # --- progress marks ----------------------------------------------------------------------------------------
