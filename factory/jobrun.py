@@ -445,6 +445,7 @@ class JobRun:
             python=job.python,
             torch_version=torch,
             archs=job.variant.archs,
+            host_only=self.mf.recipe.host_only_libraries,
         )
         if problems:
             result.result = "failed"
