@@ -385,7 +385,7 @@ def _recipe_fields(
 
 
 def _library_globs(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    """Globs on extension modules' paths in the wheel (`wheelcheck.library_glob_problem` says which may be)."""
+    """Globs on extension modules' paths in a wheel (`wheelcheck.library_glob_problem` says which may be)."""
     what = f"recipe.{key}"
     items = check.str_list(node, key, what)
     for i, text in enumerate(items):

@@ -70,9 +70,9 @@ class Recipe:
     # None: any. A built-in recipe is the default for its package.
     package: str | None = None
     versions: str | None = None
-    # Extension modules (globs on their path in the wheel, `wheelcheck.library_glob_matches`) that may carry no
-    # device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins for
-    # the job's archs fails the wheel check.
+    # Extension modules (globs on their path in the wheel, `wheelcheck.library_glob_matches`) that may carry
+    # no device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins
+    # for the job's archs fails the wheel check.
     host_only_libraries: tuple[str, ...] = ()
 
 

@@ -3,8 +3,8 @@
 A wheel is accepted only when its name, tags and version say what the job built, its manylinux tag promises
 no older glibc than auditwheel finds its symbols need, its METADATA pins the torch it was compiled against,
 its RECORD matches its contents, it vendors none of torch's libraries, and every extension module carries
-cubins for exactly the requested GPU architectures (but those the recipe names host-only, which may carry none). All of this is read from the zip on the host (auditwheel
-included); nothing here runs Docker.
+cubins for exactly the requested GPU architectures (but those the recipe names host-only, which may carry
+none). All of this is read from the zip on the host (auditwheel included); nothing here runs Docker.
 """
 
 from __future__ import annotations
