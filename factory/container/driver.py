@@ -9,6 +9,7 @@ Layout inside the shared work volume (so uv can hardlink from its cache into the
   $FACTORY_JOB_DIR/venv     build environment (torch, build backend), kept across attempts
   $FACTORY_JOB_DIR/src      writable copy of /src; its build/ directory is what later attempts resume from
   $FACTORY_JOB_DIR/dist     the built wheel before it is handed to /out
+  $FACTORY_JOB_DIR/cuda-gaps links to the venv's CUDA headers and libraries the toolkit lacks (`cudagaps`)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import heartbeat, protocol
+from . import cudagaps, heartbeat, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 SOURCE = Path("/src")
@@ -136,6 +137,10 @@ def build() -> None:
     env = dict(os.environ)
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
+    env, added = cudagaps.fill_gaps(env, venv=venv, into=jd / "cuda-gaps")
+    if added:
+        names = ", ".join(added[:12]) + (f" and {len(added) - 12} more" if len(added) > 12 else "")
+        print(f"factory: from the build venv, what the CUDA toolkit lacks: {names}", flush=True)
     run(
         [
             str(python),
