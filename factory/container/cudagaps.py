@@ -3,9 +3,10 @@
 The pypi flavor's toolkit (NVIDIA's nvcc/cccl/crt/nvvm wheels) has no cuBLAS, cuSPARSE or cuRAND headers, yet
 torch's ATen/cuda/CUDAContextLight.h includes them; torch's own dependency wheels put them in the build venv
 (site-packages/nvidia/cu13/include on CUDA 13, nvidia/<library>/include on CUDA 12). Only the entries the
-toolkit lacks are linked into one directory put on CPATH (LIBRARY_PATH for libraries): CPATH is searched before
-the -isystem directories torch's cpp_extension passes, so a whole venv include directory there would shadow the
-toolkit's own headers with the venv's copies. The host compiler reads CPATH, and nvcc preprocesses with it.
+toolkit lacks are linked into one directory put on CPATH (LIBRARY_PATH for libraries): CPATH is searched
+before the -isystem directories torch's cpp_extension passes, so a whole venv include directory there would
+shadow the toolkit's own headers with the venv's copies. The host compiler reads CPATH; nvcc preprocesses
+with it.
 """
 
 from __future__ import annotations

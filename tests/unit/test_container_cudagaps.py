@@ -1,4 +1,4 @@
-"""The venv's CUDA headers and libraries that the toolkit lacks, on CPATH and LIBRARY_PATH (container.cudagaps)."""
+"""The venv's CUDA headers and libraries the toolkit lacks, on CPATH and LIBRARY_PATH (container.cudagaps)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def test_cu12_wheels_have_one_directory_per_library(tmp_path: Path) -> None:
     touch(venv / SITE / "cublas", "include/cublas_v2.h", "include/cusparse.h", "lib/libcublas.so.12")
     touch(venv / SITE / "cuda_runtime", "include/cuda_runtime.h", "lib/libcudart.so.12")
     touch(venv / SITE / "cudnn", "lib/libcudnn.so.9")  # no include directory
-    assert [p.parent.name for p in venv_nvidia_dirs(venv, "include")] == ["cublas", "cuda_runtime", "cusparse"]
+    found = [p.parent.name for p in venv_nvidia_dirs(venv, "include")]
+    assert found == ["cublas", "cuda_runtime", "cusparse"]
     home = pypi_toolkit(tmp_path)
     gaps = header_gaps(home / "include", venv_nvidia_dirs(venv, "include"))
     assert gaps == {
@@ -86,7 +87,8 @@ def test_a_complete_toolkit_needs_nothing(tmp_path: Path) -> None:
 
 
 def test_a_venv_without_nvidia_wheels(tmp_path: Path) -> None:
-    out, added = fill_gaps({"CUDA_HOME": str(pypi_toolkit(tmp_path))}, venv=tmp_path / "v", into=tmp_path / "g")
+    env = {"CUDA_HOME": str(pypi_toolkit(tmp_path))}
+    out, added = fill_gaps(env, venv=tmp_path / "v", into=tmp_path / "g")
     assert added == [] and "CPATH" not in out and "LIBRARY_PATH" not in out
 
 
