@@ -100,6 +100,10 @@ def test_torch_scatter_recipe() -> None:
     ts = BUILTIN_RECIPES["torch-scatter"]
     assert ts.arch_env == "TORCH_CUDA_ARCH_LIST" and ts.env["FORCE_CUDA"] == "1"
     assert ts.host_only_libraries == ("torch_scatter/_version_*.so",)
+    assert ts.local_version_env == "TORCH_SCATTER_LOCAL_VERSION" and [p.name for p in ts.patches] == [
+        "use-ninja.patch",
+        "local-version.patch",
+    ]
 
 
 @pytest.mark.parametrize(
