@@ -78,13 +78,24 @@ def toolkit_home(env: Mapping[str, str]) -> Path:
     return Path(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda")
 
 
-def fill_gaps(env: Mapping[str, str], *, venv: Path, into: Path) -> tuple[dict[str, str], list[str]]:
+def fill_gaps(
+    env: Mapping[str, str], *, venv: Path, into: Path
+) -> tuple[dict[str, str], list[str], list[str]]:
     """The build env with the venv's headers and libraries the toolkit lacks on CPATH and LIBRARY_PATH
-    (linked under `into`), and the names it added."""
+    (linked under `into`), and the names of the headers and of the libraries it added."""
     home = toolkit_home(env)
     headers = header_gaps(home / "include", venv_nvidia_dirs(venv, "include"))
     toolkit_lib = home / "lib64" if (home / "lib64").is_dir() else home / "lib"
     libraries = library_gaps(toolkit_lib, venv_nvidia_dirs(venv, "lib"))
     out = with_search_path(env, "CPATH", link_dir(into / "include", headers))
     out = with_search_path(out, "LIBRARY_PATH", link_dir(into / "lib", libraries))
-    return out, [*headers, *libraries]
+    return out, list(headers), list(libraries)
+
+
+def summary(headers: list[str], libraries: list[str], *, most: int = 8) -> str:
+    """One build-log line: every library, and the first `most` headers."""
+    shown = ", ".join(headers[:most]) + (f" and {len(headers) - most} more" if len(headers) > most else "")
+    return (
+        "factory: from the build venv, what the CUDA toolkit lacks: "
+        f"{len(headers)} headers ({shown or 'none'}); libraries: {', '.join(libraries) or 'none'}"
+    )

@@ -137,10 +137,9 @@ def build() -> None:
     env = dict(os.environ)
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
-    env, added = cudagaps.fill_gaps(env, venv=venv, into=jd / "cuda-gaps")
-    if added:
-        names = ", ".join(added[:12]) + (f" and {len(added) - 12} more" if len(added) > 12 else "")
-        print(f"factory: from the build venv, what the CUDA toolkit lacks: {names}", flush=True)
+    env, headers, libraries = cudagaps.fill_gaps(env, venv=venv, into=jd / "cuda-gaps")
+    if headers or libraries:
+        print(cudagaps.summary(headers, libraries), flush=True)
     run(
         [
             str(python),

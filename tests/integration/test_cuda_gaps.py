@@ -60,9 +60,13 @@ build: {{flavor: pypi, cpus: 2, torch_index: {{"13.0": default}}}}
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = Path(job["log"]).read_text()
     lacked = next(line for line in log.splitlines() if "what the CUDA toolkit lacks" in line)
-    assert "cusparse.h" in lacked and "libcusparse.so" in lacked
+    assert "libcusparse.so" in lacked.split("libraries: ")[1]
+    headers = lacked.split("lacks: ")[1].split(" headers")[0]
+    assert int(headers) > 10, lacked  # cusparse.h, cublas_v2.h, cusolverDn.h, curand.h, ...
     # the wheel passed the factory's checks (exactly sm_80) and imported in a fresh container
     assert '"phase": "done"' in log
     with zipfile.ZipFile(out / job["wheel"]) as zf:
         (so,) = [n for n in zf.namelist() if n.endswith(".so")]
-        assert device_code(zf.read(so)).cubin_archs == frozenset({80})
+        data = zf.read(so)
+    assert device_code(data).cubin_archs == frozenset({80})
+    assert b"libcusparse.so." in data  # linked by -lcusparse, through LIBRARY_PATH's unversioned link

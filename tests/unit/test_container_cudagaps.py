@@ -9,6 +9,7 @@ from factory.container.cudagaps import (
     header_gaps,
     library_gaps,
     link_dir,
+    summary,
     toolkit_home,
     venv_nvidia_dirs,
     with_search_path,
@@ -46,14 +47,18 @@ def cu13_venv(tmp: Path) -> Path:
 def test_cu13_venv_fills_only_what_the_toolkit_lacks(tmp_path: Path) -> None:
     home, venv = pypi_toolkit(tmp_path), cu13_venv(tmp_path)
     env = {"CUDA_HOME": str(home), "CPATH": "/mine"}
-    out, added = fill_gaps(env, venv=venv, into=tmp_path / "job" / "cuda-gaps")
+    out, headers, libraries = fill_gaps(env, venv=venv, into=tmp_path / "job" / "cuda-gaps")
     include, lib = tmp_path / "job" / "cuda-gaps" / "include", tmp_path / "job" / "cuda-gaps" / "lib"
     assert out["CPATH"] == f"/mine:{include}" and out["LIBRARY_PATH"] == str(lib)
     assert sorted(p.name for p in include.iterdir()) == ["cublas_v2.h", "cusparse.h"]
     assert (include / "cusparse.h").resolve() == venv / SITE / "cu13" / "include" / "cusparse.h"
     assert sorted(p.name for p in lib.iterdir()) == ["libcublas.so", "libcusparse.so"]
     assert (lib / "libcusparse.so").resolve() == venv / SITE / "cu13" / "lib" / "libcusparse.so.12"
-    assert added == ["cublas_v2.h", "cusparse.h", "libcublas.so", "libcusparse.so"]
+    assert (headers, libraries) == (["cublas_v2.h", "cusparse.h"], ["libcublas.so", "libcusparse.so"])
+    assert summary(headers, libraries, most=1) == (
+        "factory: from the build venv, what the CUDA toolkit lacks: 2 headers (cublas_v2.h and 1 more); "
+        "libraries: libcublas.so, libcusparse.so"
+    )
     assert env == {"CUDA_HOME": str(home), "CPATH": "/mine"}  # not changed in place
 
 
@@ -81,15 +86,15 @@ def test_a_complete_toolkit_needs_nothing(tmp_path: Path) -> None:
     touch(home, "include/cooperative_groups/details/x.h", "lib64/libcusparse.so.12", "lib64/libcublas.so.13")
     touch(home, "lib64/libcudart.so.13")
     venv = cu13_venv(tmp_path)
-    out, added = fill_gaps({"CUDA_PATH": str(home)}, venv=venv, into=tmp_path / "gaps")
-    assert added == [] and out == {"CUDA_PATH": str(home)}
+    out, headers, libraries = fill_gaps({"CUDA_PATH": str(home)}, venv=venv, into=tmp_path / "gaps")
+    assert headers == libraries == [] and out == {"CUDA_PATH": str(home)}
     assert not (tmp_path / "gaps").exists()
 
 
 def test_a_venv_without_nvidia_wheels(tmp_path: Path) -> None:
     env = {"CUDA_HOME": str(pypi_toolkit(tmp_path))}
-    out, added = fill_gaps(env, venv=tmp_path / "v", into=tmp_path / "g")
-    assert added == [] and "CPATH" not in out and "LIBRARY_PATH" not in out
+    out, headers, libraries = fill_gaps(env, venv=tmp_path / "v", into=tmp_path / "g")
+    assert headers == libraries == [] and "CPATH" not in out and "LIBRARY_PATH" not in out
 
 
 def test_link_dir_starts_afresh(tmp_path: Path) -> None:
