@@ -27,6 +27,7 @@ from factory.shard import MAX_SHARDS
 from factory.stores import check_destination, check_endpoint_url
 from factory.urls import INDEX_SCHEMES
 from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
+from factory.wheelcheck import library_glob_problem
 from factory.wheelhouse import requirement_problem
 from factory.yamlcheck import Checker, kind, plain
 from factory.yamlload import load_yaml
@@ -297,6 +298,7 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
         "extra_build_requires",
         "cxx_std",
         "py_limited_api",
+        "host_only_libraries",
     )
     check.keys(value, allowed, "recipe")
     if "name" not in value:
@@ -385,7 +387,20 @@ def _recipe_fields(
             changes["py_limited_api"] = parse_limited_api(value["py_limited_api"])
         except ValueError as exc:
             raise check.fail(f"recipe.py_limited_api {exc}", value, "py_limited_api") from None
+    if "host_only_libraries" in value:
+        changes["host_only_libraries"] = _library_globs(check, value, "host_only_libraries")
     return changes
+
+
+def _library_globs(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """Globs on extension modules' paths in a wheel (`wheelcheck.library_glob_problem` says which may be)."""
+    what = f"recipe.{key}"
+    items = check.str_list(node, key, what)
+    for i, text in enumerate(items):
+        problem = library_glob_problem(text)
+        if problem is not None:
+            raise check.fail(f"{what} item {text!r} {problem}", node[key], i)
+    return items
 
 
 def _cxx_std(check: Checker, node: Any, key: object, what: str) -> str:

@@ -556,6 +556,7 @@ class JobRun:
             torch_version=torch,
             archs=job.variant.archs,
             limited_api=job.limited_api,
+            host_only=self.mf.recipe.host_only_libraries,
         )
         if problems:
             result.result = "failed"

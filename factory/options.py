@@ -74,6 +74,10 @@ class Recipe:
     # A limited-API (abi3) wheel, one per variant (factory.abi3): None: one wheel per Python; "cp39": the
     # tag the package builds; "auto" (`py_limited_api = true`): the tag of each variant's lowest Python.
     py_limited_api: str | None = None
+    # Extension modules (globs on their path in the wheel, `wheelcheck.library_glob_matches`) that may carry
+    # no device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins
+    # for the job's archs fails the wheel check.
+    host_only_libraries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from factory.measured import (
 )
 from factory.options import PackageSpec, Recipe
 from factory.variants import format_arch_list
+from factory.wheelcheck import library_glob_problem
 
 if TYPE_CHECKING:
     from factory.variants import Variant
@@ -34,7 +35,7 @@ RECIPE_FILE = "recipe.toml"
 # Keys of recipe.toml beyond Recipe's own fields: `measured = true` takes the compile figures from the
 # measured compiles (factory/data/flash-attn-compiles.csv).
 _DATA_ONLY_KEYS = ("measured",)
-_TUPLE_FIELDS = ("patches", "extra_build_requires")
+_TUPLE_FIELDS = ("patches", "extra_build_requires", "host_only_libraries")
 _BY_FILE_FIELDS = ("compile_gib_by_file", "compile_seconds_by_file")
 
 
@@ -68,7 +69,13 @@ def load_recipe_dir(directory: Path) -> Recipe:
         )
     for key in _TUPLE_FIELDS:
         if key in values:
+            if not isinstance(values[key], list):
+                raise ValueError(f"{path}: {key} must be a list")
             values[key] = tuple(values[key])
+    for pattern in values.get("host_only_libraries", ()):
+        problem = library_glob_problem(pattern)
+        if problem is not None:
+            raise ValueError(f"{path}: host_only_libraries item {pattern!r} {problem}")
     values["patches"] = tuple(directory / "patches" / str(p) for p in values.get("patches", ()))
     for patch in values["patches"]:
         if not patch.is_file():

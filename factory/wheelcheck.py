@@ -3,8 +3,8 @@
 A wheel is accepted only when its name, tags and version say what the job built, its manylinux tag promises
 no older glibc than auditwheel finds its symbols need, its METADATA pins the torch it was compiled against,
 its RECORD matches its contents, it vendors none of torch's libraries, and every extension module carries
-cubins for exactly the requested GPU architectures. All of this is read from the zip on the host (auditwheel
-included); nothing here runs Docker.
+cubins for exactly the requested GPU architectures (but those the recipe names host-only, which may carry
+none). All of this is read from the zip on the host (auditwheel included); nothing here runs Docker.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from packaging.metadata import parse_email
@@ -295,12 +296,15 @@ def check_wheel(
     archs: Sequence[str],
     machine: str = "x86_64",
     limited_api: str | None = None,
+    host_only: Sequence[str] = (),
 ) -> list[str]:
     """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
 
     `archs` are torch-style compute capabilities ("8.0", "9.0a"); a suffix does not change the SM number a
     cubin carries, so "9.0a" expects sm_90. `limited_api` ("cp311"): the job builds an abi3 wheel, which must
     carry `cp311-abi3`, name its modules for no one CPython version and keep to the stable ABI (abi3audit).
+    `host_only` are the recipe's globs of extension modules that may
+    carry no device code at all (`library_glob_matches`); one that does carry some is checked as any other.
     """
     problems: list[str] = []
     expected_version = _expected_version(version, local_version)
@@ -340,6 +344,7 @@ def check_wheel(
             torch_version=torch_version,
             tags={str(t) for t in tags},
             expected_sms=_sm_numbers(archs),
+            host_only=tuple(host_only),
         )
         if limited_api:
             problems += [
@@ -421,6 +426,7 @@ def _check_contents(
     torch_version: str,
     tags: set[str],
     expected_sms: frozenset[int],
+    host_only: tuple[str, ...],
 ) -> list[str]:
     problems: list[str] = []
     names = archive.namelist()
@@ -442,7 +448,7 @@ def _check_contents(
         problems += record_problems(archive, record_path)
     else:
         problems.append(f"{record_path}: missing")
-    problems += _check_extensions(archive, expected_sms)
+    problems += _check_extensions(archive, expected_sms, host_only)
     problems += [
         f"{member}: a vendored copy of a library torch provides at runtime "
         "(exclude it from auditwheel repair)"
@@ -514,11 +520,34 @@ def is_extension_module(member: str) -> bool:
     return member.endswith(".so") and not member.split("/", 1)[0].endswith(".dist-info")
 
 
-def _check_extensions(archive: zipfile.ZipFile, expected: frozenset[int]) -> list[str]:
+def library_glob_problem(pattern: object) -> str | None:
+    """Why `pattern` cannot name extension modules in a wheel (None: it can). A pattern is a path inside the
+    wheel, '/'-separated, each segment an fnmatch glob that stays within its segment."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        return "must be a non-empty glob on a path inside the wheel"
+    if pattern != pattern.strip() or pattern.startswith("/") or "\\" in pattern:
+        return "must be a relative '/'-separated path inside the wheel, without surrounding spaces"
+    if any(part in ("", ".", "..") for part in pattern.split("/")):
+        return "must not have empty, '.' or '..' segments"
+    if not pattern.endswith((".so", "*")):
+        return "must name extension modules (end in .so or a glob)"
+    return None
+
+
+def library_glob_matches(member: str, pattern: str) -> bool:
+    """Whether the wheel member matches the pattern segment by segment (`*` never crosses a '/')."""
+    parts, globs = member.split("/"), pattern.split("/")
+    return len(parts) == len(globs) and all(fnmatchcase(p, g) for p, g in zip(parts, globs, strict=True))
+
+
+def _check_extensions(
+    archive: zipfile.ZipFile, expected: frozenset[int], host_only: tuple[str, ...] = ()
+) -> list[str]:
     modules = [i for i in archive.infolist() if not i.is_dir() and is_extension_module(i.filename)]
     if not modules:
         return ["wheel: no extension module (.so) found"]
     problems: list[str] = []
+    with_device_code = 0
     with tempfile.TemporaryDirectory(prefix="factory-wheelcheck-") as scratch:
         for info in modules:
             target = Path(scratch) / "module.so"
@@ -530,6 +559,10 @@ def _check_extensions(archive: zipfile.ZipFile, expected: frozenset[int]) -> lis
                 problems.append(f"{info.filename}: {str(exc).removeprefix(str(target) + ': ')}")
                 continue
             found = code.cubin_archs
+            if found or code.ptx_archs:
+                with_device_code += 1
+            elif any(library_glob_matches(info.filename, g) for g in host_only):
+                continue  # the recipe says this module is host code only (PyG's _version_cuda.so)
             if not found:
                 ptx = f" (PTX only: {_format_sms(code.ptx_archs)})" if code.ptx_archs else ""
                 problems.append(f"{info.filename}: no cubins{ptx}, expected {_format_sms(expected)}")
@@ -543,6 +576,8 @@ def _check_extensions(archive: zipfile.ZipFile, expected: frozenset[int]) -> lis
                     f"{info.filename}: cubins for {_format_sms(found)}, expected {_format_sms(expected)} "
                     f"({'; '.join(detail)})"
                 )
+    if not problems and not with_device_code:
+        problems.append("wheel: no extension module with device code (all are host-only)")
     return problems
 
 

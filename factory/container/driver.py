@@ -9,6 +9,7 @@ Layout inside the shared work volume (so uv can hardlink from its cache into the
   $FACTORY_JOB_DIR/venv     build environment (torch, build backend), kept across attempts
   $FACTORY_JOB_DIR/src      writable copy of /src; its build/ directory is what later attempts resume from
   $FACTORY_JOB_DIR/dist     the built wheel before it is handed to /out
+  $FACTORY_JOB_DIR/cuda-gaps links to the venv's CUDA headers and libraries the toolkit lacks (`cudagaps`)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import compilecache, heartbeat, protocol
+from . import compilecache, cudagaps, heartbeat, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 SOURCE = Path("/src")
@@ -156,6 +157,9 @@ def build() -> None:
     env = dict(os.environ)
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
+    env, headers, libraries = cudagaps.fill_gaps(env, venv=venv, into=jd / "cuda-gaps")
+    if headers or libraries:
+        print(cudagaps.summary(headers, libraries), flush=True)
     env.update(cache_env(env))
     run(
         [

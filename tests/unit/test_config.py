@@ -288,6 +288,13 @@ def test_recipe_compile_gib_by_file_replaces_the_base_table(tmp_path: Path) -> N
         ),
         ("compile_seconds_by_file", '{"a*": 0}', "compile_seconds_by_file['a*'] must be positive, not 0"),
         ("compile_seconds_by_file", '{"src/a*": 1}', "pattern 'src/a*' matches base names only"),
+        ("host_only_libraries", '"x/_v.so"', "recipe.host_only_libraries must be a list, not a string"),
+        (
+            "host_only_libraries",
+            '["x/../_v.so"]',
+            "recipe.host_only_libraries item 'x/../_v.so' must not have empty, '.' or '..' segments",
+        ),
+        ("host_only_libraries", '["x/_v.py"]', "item 'x/_v.py' must name extension modules"),
     ],
 )
 def test_recipe_memory_figure_errors(tmp_path: Path, key: str, value: str, message: str) -> None:
@@ -298,6 +305,15 @@ def test_recipe_memory_figure_errors(tmp_path: Path, key: str, value: str, messa
         load(tmp_path, text, AXES)
     assert str(info.value).startswith(f"{tmp_path / 'm.yaml'}:4: ")
     assert message in str(info.value)
+
+
+def test_recipe_host_only_libraries(tmp_path: Path) -> None:
+    head = 'package: {name: torch-scatter, version: "2.1.2"}\nrecipe: {name: r'
+    based = load(tmp_path, head + ", base: torch-scatter}\n", AXES).recipe
+    assert based.host_only_libraries == ("torch_scatter/_version_*.so",)
+    mine = load(tmp_path, head + ", host_only_libraries: ['a/_v*.so', 'a/b/*']}\n", AXES).recipe
+    assert mine.host_only_libraries == ("a/_v*.so", "a/b/*")
+    assert load(tmp_path, head + "}\n", AXES).recipe.host_only_libraries == ()
 
 
 def test_recipe_compile_seconds_by_file(tmp_path: Path) -> None:

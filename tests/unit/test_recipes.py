@@ -99,6 +99,11 @@ def test_causal_conv1d_recipe_takes_archs_and_threads_from_the_job() -> None:
 def test_torch_scatter_recipe() -> None:
     ts = BUILTIN_RECIPES["torch-scatter"]
     assert ts.arch_env == "TORCH_CUDA_ARCH_LIST" and ts.env["FORCE_CUDA"] == "1"
+    assert ts.host_only_libraries == ("torch_scatter/_version_*.so",)
+    assert ts.local_version_env == "TORCH_SCATTER_LOCAL_VERSION" and [p.name for p in ts.patches] == [
+        "use-ninja.patch",
+        "local-version.patch",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -108,6 +113,9 @@ def test_torch_scatter_recipe() -> None:
         ('patches = ["missing.patch"]\n', "patch missing.patch is not in"),
         ('versions = "1.7.0 or so"\n', "is not a PEP 440 specifier"),
         ("arch_env = [\n", "recipe.toml"),
+        ('host_only_libraries = "x/_v.so"\n', "host_only_libraries must be a list"),
+        ('host_only_libraries = ["../x.so"]\n', "host_only_libraries item '../x.so' must not have"),
+        ("host_only_libraries = [3]\n", "host_only_libraries item 3 must be a non-empty glob"),
     ],
 )
 def test_malformed_recipe_file_names_it(tmp_path: Path, toml: str, fragment: str) -> None:

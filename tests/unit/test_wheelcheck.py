@@ -25,6 +25,8 @@ from factory.wheelcheck import (
     check_wheel,
     import_check_script,
     is_extension_module,
+    library_glob_matches,
+    library_glob_problem,
     parse_import_check,
     pin_torch_in_metadata,
     pin_torch_requirement,
@@ -538,6 +540,74 @@ def test_every_extension_is_checked_and_vendored_libraries_are_not(tmp_path: Pat
         "factory_demo_ext/_helper.cpython-311-x86_64-linux-gnu.so: cubins for sm_80, expected sm_80, sm_90 "
         "(missing sm_90)"
     ]
+
+
+VERSION_SO = "factory_demo_ext/_version_cuda.so"
+HOST_ONLY = ("factory_demo_ext/_version_*.so",)
+
+
+def test_a_host_only_module_the_recipe_names_may_carry_no_device_code(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, extra={VERSION_SO: make_elf({".text": b"\x90"})})
+    assert check_wheel(wheel, **JOB) == [f"{VERSION_SO}: no cubins, expected sm_80, sm_90"]
+    assert check_wheel(wheel, **JOB, host_only=HOST_ONLY) == []
+
+
+def test_a_host_only_module_with_device_code_is_checked_as_any_other(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, extra={VERSION_SO: fake_so([75])})
+    assert check_wheel(wheel, **JOB, host_only=HOST_ONLY) == [
+        f"{VERSION_SO}: cubins for sm_75, expected sm_80, sm_90 (missing sm_80, sm_90; unexpected sm_75)"
+    ]
+
+
+def test_host_only_globs_do_not_cross_directories(tmp_path: Path) -> None:
+    nested = "factory_demo_ext/sub/_version_cuda.so"
+    wheel = good_wheel(tmp_path, extra={nested: make_elf({".text": b"\x90"})})
+    assert check_wheel(wheel, **JOB, host_only=HOST_ONLY) == [f"{nested}: no cubins, expected sm_80, sm_90"]
+    assert check_wheel(wheel, **JOB, host_only=("factory_demo_ext/*",)) == [
+        f"{nested}: no cubins, expected sm_80, sm_90"
+    ]
+
+
+def test_a_wheel_whose_modules_are_all_host_only_is_refused(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, so=make_elf({".text": b"\x90"}))
+    assert check_wheel(wheel, **JOB, host_only=("factory_demo_ext/*.so",)) == [
+        "wheel: no extension module with device code (all are host-only)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("member", "pattern", "matches"),
+    [
+        ("torch_scatter/_version_cuda.so", "torch_scatter/_version_*.so", True),
+        ("torch_scatter/_version_cpu.so", "torch_scatter/_version_*.so", True),
+        ("torch_scatter/_scatter_cuda.so", "torch_scatter/_version_*.so", False),
+        ("torch_scatter/x/_version_cuda.so", "torch_scatter/*.so", False),
+        ("torch_scatter/_version_cuda.so", "*/_version_cuda.so", True),
+        ("Torch_Scatter/_version_cuda.so", "torch_scatter/_version_*.so", False),
+    ],
+)
+def test_library_glob_matches_segment_by_segment(member: str, pattern: str, matches: bool) -> None:
+    assert library_glob_matches(member, pattern) is matches
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("torch_scatter/_version_*.so", None),
+        ("pkg/*", None),
+        ("", "must be a non-empty glob"),
+        (3, "must be a non-empty glob"),
+        ("/abs/x.so", "relative"),
+        (" pkg/x.so", "relative"),
+        ("pkg\\x.so", "relative"),
+        ("pkg/../x.so", "'..'"),
+        ("pkg//x.so", "empty"),
+        ("pkg/x.py", "end in .so"),
+    ],
+)
+def test_library_glob_problem(pattern: object, problem: str | None) -> None:
+    found = library_glob_problem(pattern)
+    assert (found is None) if problem is None else (found is not None and problem in found)
 
 
 def test_a_wheel_without_extension_modules(tmp_path: Path) -> None:
