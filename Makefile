@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-cache bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -47,6 +47,13 @@ demo: install docker images
 
 bench-memory: install docker images
 	$(PY) -m bench.memory
+
+# The compile cache: the demo extension and memext for Python 3.13 then 3.14 in the forky image, again from an
+# empty $FACTORY_HOME against the same store, memext with the cache off; the flash-attn model (25-40 minutes
+# on 2 busy cores; bench/results/cache.json).
+bench-cache: install docker
+	$(FACTORY) images build --cuda 13.0 --python 3.13 --python 3.14 --flavor pypi
+	$(PY) -m bench.cache --part all
 
 # What a compile beside another costs it, apart from the machine's drift (the host's nvcc; 15-40 minutes).
 bench-side-by-side: install
