@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -237,6 +238,40 @@ def fixture_runs(fixture: str, work: Path) -> dict[str, Any]:
     return result
 
 
+def overhead_pairs(work: Path, pairs: int) -> dict[str, Any]:
+    """memext 3.13 from an empty home, cache on (an empty store: every lookup a miss) and `--cache off`,
+    alternately (on first, then off first), so the machine's drift falls on both alike."""
+    matrix = MATRICES["memext"](PYTHONS[:1])
+    runs = []
+    for i in range(pairs):
+        order = ("on", "off") if i % 2 == 0 else ("off", "on")
+        pair: dict[str, Any] = {}
+        for mode in order:
+            name = f"overhead{i}-{mode}"
+            if mode == "on":
+                run = run_build(matrix, work, name, store=work / f"store-{name}")
+            else:
+                run = run_build(matrix, work, name, store=None, cache="off")
+            (job,) = run["jobs"]
+            pair[mode] = {
+                "wall_s": job["wall_s"],
+                "build_phase_s": job["build_phase_s"],
+                "nvcc_cpu_s": round(sum(c["cpu_s"] or 0 for c in job["compiles"] if c["tool"] == "nvcc"), 2),
+                "load": os.getloadavg()[0],
+            }
+        pair["wall_ratio"] = ratio(pair["on"]["wall_s"], pair["off"]["wall_s"])
+        pair["build_phase_ratio"] = ratio(pair["on"]["build_phase_s"], pair["off"]["build_phase_s"])
+        pair["nvcc_cpu_ratio"] = ratio(pair["on"]["nvcc_cpu_s"], pair["off"]["nvcc_cpu_s"])
+        runs.append(pair)
+    return {
+        "pairs": runs,
+        **{
+            f"median_{k}": statistics.median(p[k] for p in runs)
+            for k in ("wall_ratio", "build_phase_ratio", "nvcc_cpu_ratio")
+        },
+    }
+
+
 # --- the flash-attn model ----------------------------------------------------------------------------------
 
 VARIANTS = 4
@@ -320,7 +355,7 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("demo", "memext", "model", "all"), default="all")
+    parser.add_argument("--part", choices=("demo", "memext", "overhead", "model", "all"), default="all")
     parser.add_argument("--work", type=Path, default=None, help="where homes, stores and wheels go")
     parser.add_argument(
         "--host-compile-cpu-s",
@@ -329,6 +364,7 @@ def main() -> None:
         help="the measured CPU seconds of one host compile of a torch/extension.h binding (default: the demo "
         "run's bindings.cpp, from cache.json)",
     )
+    parser.add_argument("--pairs", type=int, default=2, help="cache on/off pairs of the overhead part")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the JSON file (a repetition's own)")
     args = parser.parse_args()
     results: dict[str, Any] = {}
@@ -342,6 +378,9 @@ def main() -> None:
             results[fixture]["load_after"] = os.getloadavg()
             results[fixture]["bench_wall_s"] = round(time.monotonic() - start, 1)
             results = save(results, args.results)
+    if args.part in ("overhead", "all"):
+        results["overhead"] = overhead_pairs(work, args.pairs)
+        results = save(results, args.results)
     if args.part in ("model", "all"):
         cpu = args.host_compile_cpu_s
         known = {**(json.loads(args.results.read_text()) if args.results.is_file() else {}), **results}
