@@ -266,7 +266,7 @@ def overhead_pairs(work: Path, pairs: int) -> dict[str, Any]:
     return {
         "pairs": runs,
         **{
-            f"median_{k}": statistics.median(p[k] for p in runs)
+            f"median_{k}": statistics.median([p[k] for p in runs if p[k] is not None] or [0.0])
             for k in ("wall_ratio", "build_phase_ratio", "nvcc_cpu_ratio")
         },
     }
