@@ -49,7 +49,7 @@ bench-memory: install docker images
 	$(PY) -m bench.memory
 
 # The compile cache: the demo extension and memext for Python 3.13 then 3.14 in the forky image, again from an
-# empty $FACTORY_HOME against the same store, memext with the cache off; the flash-attn model (25-40 minutes
+# empty $FACTORY_HOME against the same store, cache on/off pairs of memext; the flash-attn model (15-25 minutes
 # on 2 busy cores; bench/results/cache.json).
 bench-cache: install docker
 	$(FACTORY) images build --cuda 13.0 --python 3.13 --python 3.14 --flavor pypi

@@ -12,7 +12,7 @@ Model part: the production matrix (4 variants x 4 Pythons) of flash-attn 2.8.3 o
 without the cache (`model_matrix`).
 
 Writes bench/results/cache.json and prints the figures docs/BENCHMARKS.md quotes. `--part model` alone runs
-in seconds; `--part demo|memext` each take 10-20 minutes on 2 busy cores.
+in seconds; `--part demo` takes 4-7 minutes on 2 busy cores, `memext` 3-4, `overhead` 1.5 per pair.
 """
 
 from __future__ import annotations
