@@ -8,7 +8,7 @@ file's object from the cache; its wheel passes every check the factory runs, and
 (a fresh venv on python3.14 in the builder image) imports it: the package refuses to import unless the
 extension returns the importing interpreter's PY_VERSION_HEX, and prints the value it got.
 
-One build of two jobs: 98 s measured (load 7-8 on 2 cores), the image and cp313/cp314 wheelhouses there.
+One build of two jobs: 54-98 s measured (load 3-8 on 2 cores), the image and cp313/cp314 wheelhouses there.
 """
 
 from __future__ import annotations
