@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-shard bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -51,6 +51,13 @@ bench-memory: install docker images
 # One 4-arch flash-attn wheel's compiles sharded over 1, 4 and 8 model runners (deterministic; about a minute).
 bench-shard: install
 	$(PY) -m bench.shard
+
+# The compile cache: the demo extension and memext for Python 3.13 then 3.14 in the forky image, again from an
+# empty $FACTORY_HOME against the same store, cache on/off pairs of memext; the flash-attn model (15-25 minutes
+# on 2 busy cores; bench/results/cache.json).
+bench-cache: install docker
+	$(FACTORY) images build --cuda 13.0 --python 3.13 --python 3.14 --flavor pypi
+	$(PY) -m bench.cache --part all
 
 # What a compile beside another costs it, apart from the machine's drift (the host's nvcc; 15-40 minutes).
 bench-side-by-side: install

@@ -99,6 +99,9 @@ def build(tmp: Path, matrix: Path, *options: str) -> tuple[subprocess.CompletedP
         str(matrix),
         "--output",
         str(out),
+        # every compile must run: the compile cache would serve what an earlier test of memext compiled
+        "--cache",
+        "off",
     ]
     proc = subprocess.run([*command, *options], capture_output=True, text=True, cwd=ROOT)
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
