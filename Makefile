@@ -29,6 +29,7 @@ docker:
 # The builder image the demo and the tests use, bootstrapped from the Debian mirror when absent.
 images: install docker
 	$(FACTORY) images build --cuda 13.0 --python 3.11 --flavor pypi
+	$(FACTORY) images build --cuda 13.0 --python 3.13 --python 3.14 --flavor pypi
 
 test: install toolkit docker images
 	$(PY) -m pytest -ra

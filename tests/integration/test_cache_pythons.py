@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require
 from test_build import FACTORY, ROOT
 
 from factory import images
@@ -78,8 +79,10 @@ def built_hex(log: Path) -> int:
 def test_a_later_python_compiles_only_what_includes_python(
     tmp_path: Path, docker_client: Any, session_factory_home: Path
 ) -> None:
-    if images._get_image(docker_client, "factory-builder:cu13.0-forky-pypi") is None:
-        pytest.skip("factory-builder:cu13.0-forky-pypi is not made (test_toolchain_image.py makes it)")
+    require(
+        images._get_image(docker_client, "factory-builder:cu13.0-forky-pypi") is not None,
+        "factory-builder:cu13.0-forky-pypi (make images)",
+    )
     out = tmp_path / "wheels"
     proc = subprocess.run(
         [*FACTORY, "build", "--trust-paths", "--matrix", str(pythons_matrix(tmp_path)), "--output", str(out)],
