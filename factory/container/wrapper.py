@@ -164,9 +164,7 @@ def main(argv: list[str]) -> int:
         return cxx_main(argv[1:])
     nvcc = real_nvcc()
     call = admission.parse_nvcc_args(argv)
-    state_dir = os.environ.get("FACTORY_STATE_DIR")
-    cached = cache_attempt("nvcc", nvcc, argv) if call.is_compile else "off"
-    if not call.is_compile or (not state_dir and not isinstance(cached, compilecache.Attempt)):
+    if not call.is_compile:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
     key = protocol.compile_key(call.source, call.archs, call.threads)
@@ -178,7 +176,12 @@ def main(argv: list[str]) -> int:
     }
     shard = shardskip.shard_sources()
     if shard is not None and not shardskip.in_shard(call.source, shard):
-        return shardskip.stand_in(argv, source=call.source, record=record)  # another shard's compile
+        # another shard's compile: before the cache's key, which would hash its inputs for nothing
+        return shardskip.stand_in(argv, source=call.source, record=record)
+    state_dir = os.environ.get("FACTORY_STATE_DIR")
+    cached = cache_attempt("nvcc", nvcc, argv)
+    if not state_dir and not isinstance(cached, compilecache.Attempt):
+        os.execv(nvcc, [nvcc, *argv])
     # before admission: a hit takes no slot and no memory
     if serve_from_cache(cached, record):
         return 0
