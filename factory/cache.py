@@ -171,7 +171,8 @@ def download(store: Store, root: Path, key: str) -> int:
         return 0
     stream, size = opened
     _make_dirs(root, target.parent)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    # the cache's own temporary name: a download that dies is cleaned up by prune like a build's writer's
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f"{compilecache.TEMP_PREFIX}{target.name}-")
     try:
         with os.fdopen(fd, "wb") as fh, contextlib.closing(stream):
             written = 0
