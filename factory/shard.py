@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from factory.ci import MAX_MATRIX_JOBS, github_matrix
 from factory.container import admission, protocol
 from factory.container.protocol import ProfileEntry
 
@@ -31,7 +32,7 @@ SKIPPED_DIRS = frozenset(
     {"test", "tests", "example", "examples", "benchmark", "benchmarks", "bench", "doc", "docs", "build"}
 )
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-MAX_SHARDS = 256  # GitHub's matrix limit: more shards of one job could not run side by side anyway
+MAX_SHARDS = MAX_MATRIX_JOBS  # more shards of one job than a GitHub matrix holds could not run side by side
 
 Basis = Literal["profile", "recipe", "count"]
 
@@ -204,8 +205,6 @@ def summary(shard: Shard, counts: CompileCounts) -> str:
 
 # --- CI matrices -------------------------------------------------------------------------------------------
 
-GITHUB_MATRIX_LIMIT = 256
-
 
 def github_matrices(jobs: Sequence[Mapping[str, object]], count: int) -> dict[str, object]:
     """Two GitHub Actions matrices for `factory matrix --format github --shards N`: "shards", N entries per
@@ -224,9 +223,8 @@ def github_matrices(jobs: Sequence[Mapping[str, object]], count: int) -> dict[st
 def github_shard_outputs(matrices: Mapping[str, object]) -> str:
     """The $GITHUB_OUTPUT lines of the shards' matrix, beside the finals' `matrix=` and `count=`: a shard
     job with an empty matrix must be skipped by its `if:`, not fail the run."""
-    shards = matrices["shards"]
-    size = len(shards["include"])  # type: ignore[index]
-    return f"shards={json.dumps(shards, separators=(',', ':'), sort_keys=True)}\nshard_count={size}\n"
+    entries = matrices["shards"]["include"]  # type: ignore[index]
+    return f"shards={github_matrix(entries)}\nshard_count={len(entries)}\n"
 
 
 def over_limit(matrices: Mapping[str, object]) -> list[str]:
@@ -234,9 +232,9 @@ def over_limit(matrices: Mapping[str, object]) -> list[str]:
     out = []
     for name, matrix in matrices.items():
         size = len(matrix["include"])  # type: ignore[index]
-        if size > GITHUB_MATRIX_LIMIT:
+        if size > MAX_MATRIX_JOBS:
             out.append(
-                f"the {name} matrix has {size} entries, above GitHub's {GITHUB_MATRIX_LIMIT}: "
+                f"the {name} matrix has {size} entries, above GitHub's {MAX_MATRIX_JOBS}: "
                 "plan fewer jobs at a time with --chunk I/K, or fewer --shards"
             )
     return out
