@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 from factory import index
 from factory.index import FileRecord, MatrixCell
-from factory.publish import _MATRIX, _VARIANTS, _converge, _page_keys, published_wheel
+from factory.publish import MATRIX_STATE, VARIANTS_STATE, converge_pages, list_page_keys, published_wheel
 from factory.stores import Store, compare_and_swap, open_store
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class _Checker:
             return None
 
     def html(self, directory: str, body: str) -> None:
-        for key in _page_keys(self.store, directory):
+        for key in list_page_keys(self.store, directory):
             blob = self.store.get(key)
             if blob is None:
                 self.problems.append(f"{key}: missing")
@@ -126,8 +126,8 @@ def check_index(
             files.setdefault(parts[1], set()).add(parts[2])
     page_keys = sorted(k for k in store.keys("simple/") if k.count("/") == 3 and k.endswith("/index.json"))
     variant_ids: tuple[str, ...] = ()
-    if files or page_keys or store.get(_VARIANTS) is not None:
-        variant_ids = c.state(_VARIANTS, index.variant_ids_from_top_root_json) or ()
+    if files or page_keys or store.get(VARIANTS_STATE) is not None:
+        variant_ids = c.state(VARIANTS_STATE, index.variant_ids_from_top_root_json) or ()
         c.html("simple/", index.top_root_html(variant_ids))
     listed: dict[tuple[str, str], tuple[FileRecord, ...]] = {}
     for key in page_keys:
@@ -152,7 +152,7 @@ def check_index(
             if v == variant_id and listed[(v, p)] and p not in projects:
                 c.problems.append(f"{index.project_dir(v, p)}: not listed on {root_key}")
         if variant_id not in variant_ids and any(listed.get((variant_id, p)) for p in projects):
-            c.problems.append(f"simple/{variant_id}/: not listed on {_VARIANTS}")
+            c.problems.append(f"simple/{variant_id}/: not listed on {VARIANTS_STATE}")
     on_pages = {(v, r.filename) for (v, _p), recs in listed.items() for r in recs}
     for variant_id, names in sorted(files.items()):
         for name in sorted(names):
@@ -183,15 +183,19 @@ def check_index(
 
         try:
             if cells and compare_and_swap(
-                store, _MATRIX, merge, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
+                store,
+                MATRIX_STATE,
+                merge,
+                content_type="application/json",
+                cache_control=index.PAGE_CACHE_CONTROL,
             ):
-                written.append(_MATRIX)
-            pages = [(k, render) for k in _page_keys(store, "")]
-            _converge(store, _MATRIX, pages, content_type=index.HTML_TYPE, written=written)
+                written.append(MATRIX_STATE)
+            pages = [(k, render) for k in list_page_keys(store, "")]
+            converge_pages(store, MATRIX_STATE, pages, content_type=index.HTML_TYPE, written=written)
         except index.DamagedState:
             pass  # left as it is, and said by the check of matrix.json below
-    if store.get(_MATRIX) is not None or files or page_keys:
-        cells_now = c.state(_MATRIX, index.cells_from_json)
+    if store.get(MATRIX_STATE) is not None or files or page_keys:
+        cells_now = c.state(MATRIX_STATE, index.cells_from_json)
         if cells_now is not None:
             c.html("", index.human_page(cells_now))
     problems = tuple(c.problems)

@@ -7,7 +7,7 @@ completes it.
 Each page has a JSON "state" object (the PEP 691 page itself for project and variant pages) updated by
 compare-and-swap: read it with its etag, merge the new records in, write it back only if nobody changed it
 in the meantime (If-Match / If-None-Match), otherwise retry. Merges are grow-only unions, so no publisher's
-files are lost. The HTML pages rendered from a state are then brought up to date by `_converge`, which
+files are lost. The HTML pages rendered from a state are then brought up to date by `converge_pages`, which
 repeats until the state it rendered from is still the current one after its write: whoever changed the
 state last also leaves the HTML right.
 """
@@ -246,7 +246,7 @@ def _put_immutable(store: Store, key: str, source: bytes | Path, sha256: str, *,
     raise PublishError(f"could not write {key} in {store.description}: too many conflicting writers")
 
 
-def _converge(
+def converge_pages(
     store: Store,
     state_key: str,
     pages: Sequence[tuple[str, Callable[[bytes], bytes]]],
@@ -286,9 +286,12 @@ def _converge(
     raise PublishError(f"could not update the pages of {state_key}: too many concurrent publishers")
 
 
-_VARIANTS = "simple/variants.json"
-_MATRIX = "matrix.json"
-_STATE_TYPES = {_VARIANTS: "application/json", _MATRIX: "application/json"}  # the rest are PEP 691 pages
+VARIANTS_STATE = "simple/variants.json"
+MATRIX_STATE = "matrix.json"
+_STATE_TYPES = {
+    VARIANTS_STATE: "application/json",
+    MATRIX_STATE: "application/json",
+}  # the rest are PEP 691 pages
 
 
 def _state(
@@ -333,14 +336,14 @@ def _check_before_writing(
     ]
     for key, reader in [
         *sorted(keys),
-        (_VARIANTS, index.variant_ids_from_top_root_json),
-        (_MATRIX, index.cells_from_json),
+        (VARIANTS_STATE, index.variant_ids_from_top_root_json),
+        (MATRIX_STATE, index.cells_from_json),
     ]:
         current = store.get(key)
         _state(store, key, reader, current.data if current else None, to=to)
 
 
-def _page_keys(store: Store, directory: str) -> list[str]:
+def list_page_keys(store: Store, directory: str) -> list[str]:
     """The keys one HTML page is stored under: dir/index.html, plus "dir/" itself where the store needs it."""
     keys = [f"{directory}index.html"]
     if store.wants_directory_keys and (directory or getattr(store, "prefix", "")):
@@ -450,10 +453,10 @@ def publish_wheels(
             recs = _state(store, state_key, index.records_from_project_json, state, to=to)
             return index.project_html(project, recs, variant_id=variant_id).encode()
 
-        _converge(
+        converge_pages(
             store,
             state_key,
-            [(k, render) for k in _page_keys(store, directory)],
+            [(k, render) for k in list_page_keys(store, directory)],
             content_type=index.HTML_TYPE,
             written=written,
         )
@@ -481,7 +484,7 @@ def publish_wheels(
             cache_control=index.PAGE_CACHE_CONTROL,
         ):
             written.append(state_key)
-        _converge(
+        converge_pages(
             store,
             state_key,
             [
@@ -491,7 +494,7 @@ def publish_wheels(
                         _state(store, key, index.projects_from_root_json, s, to=to)
                     ).encode(),
                 )
-                for k in _page_keys(store, directory)
+                for k in list_page_keys(store, directory)
             ],
             content_type=index.HTML_TYPE,
             written=written,
@@ -500,29 +503,29 @@ def publish_wheels(
 
     # 5. The list of variant indexes.
     def merge_variants(current: bytes | None) -> bytes | None:
-        existing = _state(store, _VARIANTS, index.variant_ids_from_top_root_json, current, to=to)
+        existing = _state(store, VARIANTS_STATE, index.variant_ids_from_top_root_json, current, to=to)
         merged = index.merge_names(existing, projects_by_variant)
         return None if merged is None else index.top_root_json(merged).encode()
 
     if compare_and_swap(
         store,
-        _VARIANTS,
+        VARIANTS_STATE,
         merge_variants,
         content_type="application/json",
         cache_control=index.PAGE_CACHE_CONTROL,
     ):
-        written.append(_VARIANTS)
-    _converge(
+        written.append(VARIANTS_STATE)
+    converge_pages(
         store,
-        _VARIANTS,
+        VARIANTS_STATE,
         [
             (
                 k,
                 lambda s: index.top_root_html(
-                    _state(store, _VARIANTS, index.variant_ids_from_top_root_json, s, to=to)
+                    _state(store, VARIANTS_STATE, index.variant_ids_from_top_root_json, s, to=to)
                 ).encode(),
             )
-            for k in _page_keys(store, "simple/")
+            for k in list_page_keys(store, "simple/")
         ],
         content_type=index.HTML_TYPE,
         written=written,
@@ -537,20 +540,29 @@ def publish_wheels(
     )
 
     def merge_matrix(current: bytes | None) -> bytes | None:
-        existing = _state(store, _MATRIX, index.cells_from_json, current, to=to)
+        existing = _state(store, MATRIX_STATE, index.cells_from_json, current, to=to)
         merged = index.merge_cells(existing, cells)
         return None if merged is None else index.cells_to_json(merged).encode()
 
     if compare_and_swap(
-        store, _MATRIX, merge_matrix, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
-    ):
-        written.append(_MATRIX)
-    _converge(
         store,
-        _MATRIX,
+        MATRIX_STATE,
+        merge_matrix,
+        content_type="application/json",
+        cache_control=index.PAGE_CACHE_CONTROL,
+    ):
+        written.append(MATRIX_STATE)
+    converge_pages(
+        store,
+        MATRIX_STATE,
         [
-            (k, lambda s: index.human_page(_state(store, _MATRIX, index.cells_from_json, s, to=to)).encode())
-            for k in _page_keys(store, "")
+            (
+                k,
+                lambda s: index.human_page(
+                    _state(store, MATRIX_STATE, index.cells_from_json, s, to=to)
+                ).encode(),
+            )
+            for k in list_page_keys(store, "")
         ],
         content_type=index.HTML_TYPE,
         written=written,
@@ -690,7 +702,7 @@ def _replace_page(
     """Make a state object and the HTML page of `directory` these bodies, writing only what differs."""
     state_key, state_body = state
     writes = [(state_key, state_body.encode(), _STATE_TYPES.get(state_key, index.PYPI_JSON_TYPE))]
-    writes += [(key, html.encode(), index.HTML_TYPE) for key in _page_keys(store, directory)]
+    writes += [(key, html.encode(), index.HTML_TYPE) for key in list_page_keys(store, directory)]
     for key, body, content_type in writes:
 
         def replace(current: bytes | None, body: bytes = body) -> bytes | None:
@@ -786,17 +798,21 @@ def repair_index(
     _replace_page(
         store,
         "simple/",
-        state=(_VARIANTS, index.top_root_json(variant_ids)),
+        state=(VARIANTS_STATE, index.top_root_json(variant_ids)),
         html=index.top_root_html(variant_ids),
         written=written,
     )
     notify("page", "simple/index.html")
     # The grid: every listed wheel is built; what older reports said about the rest (failed, not built) stays.
     published = [(v, rec) for (v, _p), recs in pages.items() for rec in recs]
-    reported = [c for c in _readable(store, _MATRIX, index.cells_from_json) if c.status != "built"]
+    reported = [c for c in _readable(store, MATRIX_STATE, index.cells_from_json) if c.status != "built"]
     cells = index.merge_cells(reported, index.matrix_cells([], published)) or tuple(reported)
     _replace_page(
-        store, "", state=(_MATRIX, index.cells_to_json(cells)), html=index.human_page(cells), written=written
+        store,
+        "",
+        state=(MATRIX_STATE, index.cells_to_json(cells)),
+        html=index.human_page(cells),
+        written=written,
     )
     notify("page", "index.html")
     return RepairResult(
