@@ -61,6 +61,12 @@ class Running:
             return max(self.held_bytes, self.peak_bytes)
         return self.held_bytes
 
+    @property
+    def peak_booked_bytes(self) -> int:
+        """What it will hold at most by the end: a line only stops a compile until its peak is granted, so a
+        compile with a line books its peak too."""
+        return max(self.booked_bytes, self.peak_bytes) if self.line_bytes is not None else self.booked_bytes
+
 
 def running(
     pid: int,
@@ -222,7 +228,8 @@ def choose(
         replace(r, reserved_bytes=r.booked_bytes, threads=r.stopped_threads) if r.paused else r
         for r in running
     ]
-    booked = sum(r.booked_bytes for r in running)
+    # the peaks a new front end bets will pass before its own comes: a line's peak is still to come
+    booked = sum(r.peak_booked_bytes for r in running)
     first: Decision | None = None
     for w in sorted(waiting, key=lambda w: priority(w.prediction.rank_s, w.ticket)):
         front = front_bytes(w.prediction) if two_stage else None
@@ -349,13 +356,19 @@ def grant_peak(
     cpus: float | None = None,
 ) -> Decision:
     """Whether a compile stopped at its rise may go on to its peak: when it fits beside what the others hold,
-    or when every other compile is stopped too (one of them must go on; the booking kept their peaks within
-    reach). A compile with a line (`metered`) rising from its front end goes on up to its line: the lines
-    were made to fit; once past its line it needs its peak."""
+    or when every other compile is stopped too (`next_of_the_stopped`: one of them must go on). A compile
+    with a line (`metered`) rising from its front end goes on up to its line: the lines were made to fit;
+    once past its line it needs its peak."""
     if own.line_bytes is not None and own.rss_bytes <= own.line_bytes:
         return Decision(True, "within its line", 0, limit_bytes - headroom_bytes, line_bytes=own.line_bytes)
-    if all(o.paused for o in others):
-        return Decision(True, "every other compile waits", 0, limit_bytes - headroom_bytes)
+    if others and all(o.paused for o in others):
+        untracked = max(0, used_bytes - own.rss_bytes - sum(o.rss_bytes for o in others))
+        capacity = max(0, limit_bytes - headroom_bytes)
+        if next_of_the_stopped([own, *others], untracked_bytes=untracked, capacity_bytes=capacity) == own.pid:
+            return Decision(True, "every other compile waits", 0, capacity)
+        return Decision(False, "another stopped compile goes on first", 0, capacity)
+    if not others:
+        return Decision(True, "nothing else runs", 0, limit_bytes - headroom_bytes)
     return decide(
         limit_bytes=limit_bytes,
         headroom_bytes=headroom_bytes,
@@ -365,6 +378,23 @@ def grant_peak(
         threads=threads,
         cpus=cpus,
     )
+
+
+def next_of_the_stopped(stopped: Sequence[Running], *, untracked_bytes: int, capacity_bytes: int) -> int:
+    """Which of the compiles all stopped at their rises goes on: the first (by pid, so that every wrapper
+    picks the same one) whose peak fits beside what the others hold now; when none does, the one that needs
+    least above what it holds. Granting each its peak because the others wait would let two climb together
+    (two memext heavy TUs, one stopped at its line and one at its rise, were both let go and OOM-killed)."""
+    held = sum(r.rss_bytes for r in stopped)
+
+    def fits(r: Running) -> bool:
+        return untracked_bytes + held - r.rss_bytes + max(r.peak_bytes, r.rss_bytes) <= capacity_bytes
+
+    ordered = sorted(stopped, key=lambda r: r.pid)
+    fitting = [r for r in ordered if fits(r)]
+    if fitting:
+        return fitting[0].pid
+    return min(ordered, key=lambda r: (r.peak_bytes - r.rss_bytes, r.pid)).pid
 
 
 # A compile whose course starts this far below its peak is admitted in two stages: its front end (nvcc's
@@ -638,8 +668,8 @@ def family(key: str) -> str:
 def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimate_bytes: int) -> Prediction:
     """An unmeasured compile: the estimate as its peak (measured siblings never lower it: a larger file of the
     family may peak higher than any seen), but the time course of its siblings (same arch set and nvcc
-    threads; of its own family when any was measured), so that its reservation drops once its peak is
-    behind it, as a profiled compile's does.
+    threads; only those of its own family when any was measured), so that its reservation drops once its
+    peak is behind it, as a profiled compile's does.
     """
     group = key.partition("|")[2]
     measured = [
@@ -650,10 +680,12 @@ def from_siblings(entries: Mapping[str, Mapping[str, Any]], key: str, *, estimat
     if not measured:
         return Prediction(peak_bytes=estimate_bytes)
     mine = family(key)
-    walls = [float(e["wall_s"]) for k, e in measured if family(k) == mine] or [
-        float(e["wall_s"]) for _, e in measured
-    ]
-    shape, rising = _sibling_shapes([e for _, e in measured])
+    # its own family's courses when any was measured: a light file's peak is nvcc's front end, early, and
+    # taken with a heavy file's course it would put the heavy one's front end, where it may start and where
+    # it is stopped at its rise, below that front end
+    kin = [e for k, e in measured if family(k) == mine] or [e for _, e in measured]
+    walls = [float(e["wall_s"]) for e in kin]
+    shape, rising = _sibling_shapes(kin)
     if not any(shape):
         return Prediction(peak_bytes=estimate_bytes)
 
@@ -795,8 +827,14 @@ def reservation(
     past = past_peak_bytes(prediction, seen_bytes, rss_bytes, waves=waves)
     if not prediction.envelope or not prediction.wall_s:
         return prediction.peak_bytes if past is None else min(prediction.peak_bytes, past)
-    had_peak = waves <= 1 and seen_bytes >= PEAK_SEEN_FRACTION * prediction.peak_bytes
-    slack = 1.0 if had_peak else PROGRESS_SLACK
+    seen_peak = seen_bytes >= PEAK_SEEN_FRACTION * prediction.peak_bytes
+    if not (seen_peak or fell_from_peak(prediction, seen_bytes, rss_bytes)):
+        # Not seen near its peak: however late the clock says it is, its peak may be ahead. A compile runs
+        # slower than its profile or its siblings when it shares the cores or was stopped at its rise, and
+        # one whose peak comes last (memext's heavy TUs: ptxas after a long front end) would otherwise have
+        # its reservation fall to its envelope's tail just before it climbs.
+        return prediction.peak_bytes if past is None else min(prediction.peak_bytes, past)
+    slack = 1.0 if seen_peak and waves <= 1 else PROGRESS_SLACK
     progress = elapsed_s / (prediction.wall_s * slack)
     k = min(len(prediction.envelope) - 1, int(len(prediction.envelope) * progress))
     if rss_bytes:
@@ -804,16 +842,23 @@ def reservation(
         # machine, a phase that took longer): it is at most as far as the last point that still holds this
         k = min(k, max(0, behind(prediction.envelope, rss_bytes)))
     left = prediction.envelope[k]
-    if (
-        prediction.inferred
-        and left < prediction.peak_bytes
-        and rss_bytes is not None
-        and 0 < rss_bytes <= PAST_PEAK_DROP * seen_bytes
-    ):
+    if left < prediction.peak_bytes and fell_from_peak(prediction, seen_bytes, rss_bytes):
         # past its peak by the clock and by its own RSS: the estimate was for the worst file of the recipe,
         # this one's peak is what it was seen at, and the rest of its course scales with it
         left = min(left, math.ceil(left * seen_bytes / prediction.peak_bytes))
     return left if past is None else min(left, past)
+
+
+def fell_from_peak(prediction: Prediction, seen_bytes: int, rss_bytes: int | None) -> bool:
+    """Whether a compile whose peak is an estimate (`inferred`) shows that its own peak is behind it: it was
+    seen at FRONT_FRACTION of the estimate or more (nvcc's front end, which comes and goes before cicc,
+    holds less) and has since fallen to PAST_PEAK_DROP of that."""
+    return (
+        prediction.inferred
+        and rss_bytes is not None
+        and seen_bytes >= FRONT_FRACTION * prediction.peak_bytes
+        and 0 < rss_bytes <= PAST_PEAK_DROP * seen_bytes
+    )
 
 
 def behind(envelope: Sequence[int], rss_bytes: int) -> int:

@@ -213,11 +213,7 @@ class Admission:
             decision: admission.Decision | None = None
             started: list[str] = []
             while waiting:
-                # Metered starts (admission.metered) stay off in real builds until a real build under a
-                # tight limit shows them free of OOM kills: one was OOM-killed at 1.2 of 1.3 GiB.
-                chosen, decision = admission.choose(
-                    waiting, used_bytes=used, running=view, measured=False, **self.limits()
-                )
+                chosen, decision = admission.choose(waiting, used_bytes=used, running=view, **self.limits())
                 if chosen is None or decision is None:
                     break
                 for pid, line in decision.lines:

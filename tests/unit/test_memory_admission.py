@@ -105,8 +105,10 @@ def test_reservation_follows_envelope() -> None:
     env = (10, 10, 10, 4, 4, 4, 2, 2, 2, 1)
     p = Prediction(peak_bytes=10, wall_s=100.0, envelope=env)
     assert admission.reservation(p, 0) == 10
-    assert admission.reservation(p, 60) == 4  # 60 s of 100 counts as 48% done (slack 1.25)
-    assert admission.reservation(p, 1000) == 1
+    # seen at its peak, it is where the clock says
+    assert admission.reservation(p, 60, seen_bytes=10) == 2
+    assert admission.reservation(p, 60, seen_bytes=10, waves=2) == 4  # 48% done (slack 1.25)
+    assert admission.reservation(p, 1000, seen_bytes=10) == 1
     assert admission.reservation(Prediction(peak_bytes=10), 1000) == 10  # no profile: the peak until the end
 
 
@@ -215,9 +217,23 @@ def test_inferred_reservation_scales_with_the_peak_seen_once_past_it() -> None:
     # its RSS has not fallen: it may be a slow compile still rising to a higher peak, and the clock cannot
     # say it is past the points of the envelope that hold more than it does now
     assert admission.reservation(p, 55, seen_bytes=50, rss_bytes=50) == 100
-    # a profiled compile's envelope is its own: never scaled
+    # a profiled compile's envelope is its own: never scaled, and its peak is its own, so one seen at half
+    # of it may still climb to it
     q = Prediction(peak_bytes=100, wall_s=100.0, envelope=env)
-    assert admission.reservation(q, 55, seen_bytes=50, rss_bytes=20) == 40
+    assert admission.reservation(q, 55, seen_bytes=50, rss_bytes=20) == 100
+    assert admission.reservation(q, 55, seen_bytes=90, rss_bytes=20) == 40
+
+
+def test_a_slow_compile_whose_peak_comes_last_keeps_its_reservation_until_it_climbs() -> None:
+    """memext's heavy TU: nvcc's front end (0.23 GiB) comes and goes, cicc holds 0.15 GiB for most of the
+    compile, ptxas climbs to 0.7 GiB at the end. Sharing the cores, it runs 1.5x its sibling's time: the clock
+    says it is done while its climb is still ahead."""
+    env = (100,) * 9 + (10,)
+    for inferred in (False, True):
+        p = Prediction(peak_bytes=100, wall_s=100.0, envelope=env, inferred=inferred)
+        assert admission.reservation(p, 150, seen_bytes=33, rss_bytes=21) == 100
+        # once it climbed and fell, the clock is right
+        assert admission.reservation(p, 150, seen_bytes=95, rss_bytes=9) == 10
 
 
 def test_an_unprofiled_compile_past_its_peak_holds_the_recipe_s_after_peak_fraction() -> None:
