@@ -24,7 +24,6 @@ from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
     CONTAINER_DIR,
-    CXX_LAUNCHER,
     DRIVER,
     IMPORT_ROOT,
     PACKAGE_MOUNT,
@@ -189,9 +188,10 @@ class JobRun:
 
     @staticmethod
     def cache_env() -> dict[str, str]:
-        """The compile cache's root, and the host compiler through it (nvcc's calls go through the wrapper
-        already); the matrix's env may still set its own CXX."""
-        return {cache.ENV_DIR: cache.MOUNT, "CXX": CXX_LAUNCHER}
+        """The compile cache's root only. The driver puts the host compiler through the cache
+        (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the image's) and
+        keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
+        return {cache.ENV_DIR: cache.MOUNT}
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
         """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
