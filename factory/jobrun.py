@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from factory import cache, leftovers, platform_tag, wheelcheck
+from factory import cache, images, leftovers, platform_tag, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
@@ -30,7 +30,7 @@ from factory.container import (
     heartbeat,
     protocol,
 )
-from factory.engine import Engine, Interrupted, Limits
+from factory.engine import LABEL, RUN_LABEL, Engine, Interrupted, Limits, run_labels
 from factory.errors import FactoryError
 from factory.memory import jobmemory, profiles
 from factory.memory.planner import Parallelism
@@ -40,6 +40,7 @@ from factory.report import Attempt, JobResult
 
 WORK_VOLUME = "factory-work"
 WORK_MOUNT = "/var/factory"
+JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`JobRun.job_dir`)
 CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
@@ -159,7 +160,7 @@ class JobRun:
     @property
     def job_dir(self) -> str:
         """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
-        return f"{WORK_MOUNT}/jobs/{self.job.id}-{self.ctx.run_id}"
+        return f"{JOBS_ROOT}/{self.job.id}-{self.ctx.run_id}"
 
     @property
     def profile_dir(self) -> Path:
@@ -173,6 +174,7 @@ class JobRun:
         return {
             "HOME": "/home/factory",
             "FACTORY_JOB_DIR": self.job_dir,
+            protocol.ENV_JOB_OWNER: leftovers.owner_json(),  # `factory clean` tells a dead run's from it
             "FACTORY_PYTHON": f"python{python or self.job.python}",
             # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
             "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
@@ -574,3 +576,40 @@ class JobRun:
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:
     JobRun(ctx, job, result).run(prepare)
+
+
+def remove_stale_job_dirs(client: Any) -> list[str]:
+    """Remove the work volume's job directories that runs now gone left (a finished job removes its own; a
+    killed or interrupted run's stay), by `leftovers.stale_job_dirs`; their paths in the volume. Nothing when
+    the volume, or a builder image to open it with, is not on this host."""
+    import docker.errors
+
+    try:
+        client.volumes.get(WORK_VOLUME)
+    except docker.errors.NotFound:
+        return []
+    image = images.housekeeping_image(images.list_images(client))
+    if image is None:
+        return []
+    engine = Engine(client, labels=run_labels(f"clean-{os.getpid()}"), stop=threading.Event())
+
+    def driver(*args: str) -> str:
+        return engine.run_short(
+            image,
+            [*DRIVER, *args],
+            env={"PYTHONPATH": IMPORT_ROOT},
+            user=CONTAINER_USER,
+            mounts={
+                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+            },
+        )
+
+    listed = protocol.parse_job_listing(driver("jobs", JOBS_ROOT))
+    # read after the listing, so that a container started meanwhile is seen
+    running = {c.labels.get(RUN_LABEL, "") for c in client.containers.list(filters={"label": LABEL})}
+    stale = leftovers.stale_job_dirs(listed, running_runs=running - {""})
+    if not stale:
+        return []
+    removed = protocol.parse_removed(driver("remove-jobs", JOBS_ROOT, *stale))
+    return [f"{JOBS_ROOT}/{name}" for name in removed]

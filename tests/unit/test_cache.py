@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from factory import build, cache, jobrun, report
+from factory import build, cache, jobrun, leftovers, report
 from factory.cli.progress import progress_line, summary_lines
 from factory.config import load_matrix_file
-from factory.container import driver
+from factory.container import driver, protocol
 from factory.container.protocol import measurement_line
 from factory.errors import ConfigError
 from factory.memory import jobmemory
@@ -408,6 +408,13 @@ def test_the_host_sets_no_cxx_so_the_image_cxx_is_kept(tmp_path: Path) -> None:
     built = in_the_container({"CXX": "g++-14"}, env)
     assert built["CXX"] == str(driver.CXX_LAUNCHER) and built["FACTORY_REAL_CXX"] == "g++-14"
     assert in_the_container({}, env)["CXX"] == str(driver.CXX_LAUNCHER)
+
+
+def test_the_job_dir_records_its_factory_process(tmp_path: Path) -> None:
+    """For `factory clean`: the driver writes it into the job's directory in the work volume."""
+    run, env = cache_job_run(tmp_path, {})
+    assert leftovers.parse_owner(env[protocol.ENV_JOB_OWNER]) == leftovers.this_process()
+    assert run.driver_env()[protocol.ENV_JOB_OWNER] == env[protocol.ENV_JOB_OWNER]
 
 
 def test_with_the_cache_off_the_container_has_neither(tmp_path: Path) -> None:
