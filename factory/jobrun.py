@@ -31,7 +31,7 @@ from factory.container import (
     protocol,
 )
 from factory.engine import LABEL, RUN_LABEL, Engine, Interrupted, Limits, run_labels
-from factory.errors import FactoryError
+from factory.errors import BuildError, FactoryError
 from factory.memory import jobmemory, profiles
 from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
@@ -594,16 +594,23 @@ def remove_stale_job_dirs(client: Any) -> list[str]:
     engine = Engine(client, labels=run_labels(f"clean-{os.getpid()}"), stop=threading.Event())
 
     def driver(*args: str) -> str:
-        return engine.run_short(
-            image,
-            [*DRIVER, *args],
-            env={"PYTHONPATH": IMPORT_ROOT},
-            user=CONTAINER_USER,
-            mounts={
-                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-            },
-        )
+        try:
+            return engine.run_short(
+                image,
+                [*DRIVER, *args],
+                env={"PYTHONPATH": IMPORT_ROOT},
+                user=CONTAINER_USER,
+                mounts={
+                    WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                    str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+                },
+            )
+        except docker.errors.DockerException as exc:
+            first = str(exc).strip().splitlines()[:1]
+            raise BuildError(
+                f"volume {WORK_VOLUME}: the driver's {args[0]} in {image} failed "
+                f"({type(exc).__name__}{': ' + first[0] if first else ''})"
+            ) from None
 
     listed = protocol.parse_job_listing(driver("jobs", JOBS_ROOT))
     # read after the listing, so that a container started meanwhile is seen
