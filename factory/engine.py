@@ -93,9 +93,9 @@ class Engine:
         mounts: Mapping[str, Mapping[str, str]],
         env: Mapping[str, str] | None = None,
         cap_add: Sequence[str] = (),
-    ) -> None:
-        """A short housekeeping container, without network, removed when it exits."""
-        self.client.containers.run(
+    ) -> str:
+        """A short housekeeping container, without network, removed when it exits; its standard output."""
+        output = self.client.containers.run(
             image,
             list(command),
             environment=dict(env or {}),
@@ -107,6 +107,7 @@ class Engine:
             labels=self.labels,
             volumes=_volumes(mounts),
         )
+        return output.decode("utf-8", "replace") if isinstance(output, bytes) else ""
 
     def run(
         self,

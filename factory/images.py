@@ -1042,3 +1042,10 @@ def list_images(client: Any) -> list[ImageInfo]:
             )
         )
     return sorted(found, key=lambda i: i.created, reverse=True)
+
+
+def housekeeping_image(found: Sequence[ImageInfo]) -> str | None:
+    """A local image to run the driver's housekeeping phases in (`list_images`' order): a tagged builder,
+    whose system python3 the driver runs with; None when this host has none."""
+    builders = [image for image in found if image.kind == "builder" and image.tags]
+    return builders[0].tags[0] if builders else None

@@ -19,20 +19,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from factory import cache, leftovers, platform_tag, wheelcheck
+from factory import cache, images, leftovers, platform_tag, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
     CONTAINER_DIR,
-    CXX_LAUNCHER,
     DRIVER,
     IMPORT_ROOT,
     PACKAGE_MOUNT,
     heartbeat,
     protocol,
 )
-from factory.engine import Engine, Interrupted, Limits
-from factory.errors import FactoryError
+from factory.engine import LABEL, RUN_LABEL, Engine, Interrupted, Limits, run_labels
+from factory.errors import BuildError, FactoryError
 from factory.memory import jobmemory, profiles
 from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
@@ -41,6 +40,7 @@ from factory.report import Attempt, JobResult
 
 WORK_VOLUME = "factory-work"
 WORK_MOUNT = "/var/factory"
+JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`JobRun.job_dir`)
 CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
@@ -160,7 +160,7 @@ class JobRun:
     @property
     def job_dir(self) -> str:
         """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
-        return f"{WORK_MOUNT}/jobs/{self.job.id}-{self.ctx.run_id}"
+        return f"{JOBS_ROOT}/{self.job.id}-{self.ctx.run_id}"
 
     @property
     def profile_dir(self) -> Path:
@@ -174,6 +174,7 @@ class JobRun:
         return {
             "HOME": "/home/factory",
             "FACTORY_JOB_DIR": self.job_dir,
+            protocol.ENV_JOB_OWNER: leftovers.owner_json(),  # `factory clean` tells a dead run's from it
             "FACTORY_PYTHON": f"python{python or self.job.python}",
             # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
             "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
@@ -189,9 +190,10 @@ class JobRun:
 
     @staticmethod
     def cache_env() -> dict[str, str]:
-        """The compile cache's root, and the host compiler through it (nvcc's calls go through the wrapper
-        already); the matrix's env may still set its own CXX."""
-        return {cache.ENV_DIR: cache.MOUNT, "CXX": CXX_LAUNCHER}
+        """The compile cache's root only. The driver puts the host compiler through the cache
+        (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the image's) and
+        keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
+        return {cache.ENV_DIR: cache.MOUNT}
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
         """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
@@ -574,3 +576,47 @@ class JobRun:
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:
     JobRun(ctx, job, result).run(prepare)
+
+
+def remove_stale_job_dirs(client: Any) -> list[str]:
+    """Remove the work volume's job directories that runs now gone left (a finished job removes its own; a
+    killed or interrupted run's stay), by `leftovers.stale_job_dirs`; their paths in the volume. Nothing when
+    the volume, or a builder image to open it with, is not on this host."""
+    import docker.errors
+
+    try:
+        client.volumes.get(WORK_VOLUME)
+    except docker.errors.NotFound:
+        return []
+    image = images.housekeeping_image(images.list_images(client))
+    if image is None:
+        return []
+    engine = Engine(client, labels=run_labels(f"clean-{os.getpid()}"), stop=threading.Event())
+
+    def driver(*args: str) -> str:
+        try:
+            return engine.run_short(
+                image,
+                [*DRIVER, *args],
+                env={"PYTHONPATH": IMPORT_ROOT},
+                user=CONTAINER_USER,
+                mounts={
+                    WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+                    str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+                },
+            )
+        except docker.errors.DockerException as exc:
+            first = str(exc).strip().splitlines()[:1]
+            raise BuildError(
+                f"volume {WORK_VOLUME}: the driver's {args[0]} in {image} failed "
+                f"({type(exc).__name__}{': ' + first[0] if first else ''})"
+            ) from None
+
+    listed = protocol.parse_job_listing(driver("jobs", JOBS_ROOT))
+    # read after the listing, so that a container started meanwhile is seen
+    running = {c.labels.get(RUN_LABEL, "") for c in client.containers.list(filters={"label": LABEL})}
+    stale = leftovers.stale_job_dirs(listed, running_runs=running - {""})
+    if not stale:
+        return []
+    removed = protocol.parse_removed(driver("remove-jobs", JOBS_ROOT, *stale))
+    return [f"{JOBS_ROOT}/{name}" for name in removed]

@@ -1,25 +1,27 @@
 """What a killed factory leaves behind, and whether its owner still lives.
 
-A run killed with SIGKILL cleans nothing up: its `.tmp-<job>-<run>` directories stay in `--output`, a
-publish's half-written temporaries stay in a local index. Each records its owner (process id and host), so
-the next run (or `factory clean`) removes those whose owner is gone, and never a live one's.
+A run killed with SIGKILL cleans nothing up: its `.tmp-<job>-<run>` directories stay in `--output`, its jobs'
+directories in the work volume, a publish's half-written temporaries in a local index. Each records its owner
+(process id and host), so the next run (or `factory clean`) removes those whose owner is gone, and never a
+live one's.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-OWNER_FILE = ".owner"  # inside a run's temporary output directory: {"pid": ..., "host": ...}
+from factory.container import protocol
+
+OWNER_FILE = protocol.OWNER_FILE  # inside a run's temporary output directory
 OUTPUT_TMP_PREFIX = ".tmp-"
 # Without a readable owner (written by an older factory, or the run died between mkdir and the marker):
 # old enough that no live run can still be writing there.
@@ -54,15 +56,24 @@ def output_tmp_dir(output: Path, *, job_id: str, run_id: str) -> Path:
 def make_output_tmp_dir(path: Path) -> None:
     """The directory, with this process recorded as its owner."""
     path.mkdir(parents=True, exist_ok=True)
-    owner = this_process()
-    (path / OWNER_FILE).write_text(json.dumps({"pid": owner.pid, "host": owner.host}) + "\n")
+    (path / OWNER_FILE).write_text(owner_json())
+
+
+def owner_json(owner: Owner | None = None) -> str:
+    """An owner file's text: `owner`, else this process."""
+    owner = owner or this_process()
+    return protocol.owner_json(owner.pid, owner.host)
+
+
+def parse_owner(text: str | None) -> Owner | None:
+    parsed = protocol.parse_owner(text) if text is not None else None
+    return Owner(pid=parsed[0], host=parsed[1]) if parsed else None
 
 
 def read_owner(directory: Path) -> Owner | None:
     try:
-        data = json.loads((directory / OWNER_FILE).read_text())
-        return Owner(pid=int(data["pid"]), host=str(data["host"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return parse_owner((directory / OWNER_FILE).read_text())
+    except OSError:
         return None
 
 
@@ -100,6 +111,24 @@ def remove_stale_output_dirs(output: Path) -> list[Path]:
             if not entry.exists():
                 removed.append(entry)
     return removed
+
+
+def stale_job_dirs(
+    dirs: Sequence[protocol.JobDir],
+    *,
+    running_runs: Collection[str],
+    host: str | None = None,
+    pid_exists: Callable[[int], bool] = psutil.pid_exists,
+) -> list[str]:
+    """The names of the work volume's job directories (`<job>-<run>`) that runs now gone left: the rule of
+    temporary output directories (`is_stale_output_dir`, an unowned one's age the time nothing in it
+    changed), and never one whose run still has a running container."""
+    return [
+        d.name
+        for d in dirs
+        if not any(d.name.endswith(f"-{run}") for run in running_runs)
+        and is_stale_output_dir(parse_owner(d.owner), age_s=d.idle_s, host=host, pid_exists=pid_exists)
+    ]
 
 
 _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9-]")

@@ -21,7 +21,11 @@ def clean(
         typer.Option("--to", help="A local index directory: its dead publishes' temporary files go."),
     ] = None,
     containers: Annotated[
-        bool, typer.Option(help="Remove the build containers of dead runs on this host (needs Docker).")
+        bool,
+        typer.Option(
+            help="Remove the build containers of dead runs on this host, and their jobs' directories in the "
+            "work volume (needs Docker)."
+        ),
     ] = True,
 ) -> None:
     """Remove what factory runs whose process is gone left behind, one line each; a live run's stay."""
@@ -34,9 +38,13 @@ def clean(
             raise ConfigError(f"{directory}: not a local directory")
     if containers:
         from factory.engine import check_docker, remove_stale_containers
+        from factory.jobrun import WORK_VOLUME, remove_stale_job_dirs
 
-        for name in remove_stale_containers(check_docker()):
+        client = check_docker()
+        for name in remove_stale_containers(client):
             typer.echo(f"removed container {name}")
+        for path in remove_stale_job_dirs(client):
+            typer.echo(f"removed {WORK_VOLUME}:{path}")
     for directory in output or []:
         for path in leftovers.remove_stale_output_dirs(directory.resolve()):
             typer.echo(f"removed {path}")

@@ -10,6 +10,10 @@ Layout inside the shared work volume (so uv can hardlink from its cache into the
   $FACTORY_JOB_DIR/src      writable copy of /src; its build/ directory is what later attempts resume from
   $FACTORY_JOB_DIR/dist     the built wheel before it is handed to /out
   $FACTORY_JOB_DIR/cuda-gaps links to the venv's CUDA headers and libraries the toolkit lacks (`cudagaps`)
+  $FACTORY_JOB_DIR/.owner   the factory process the job belongs to (`protocol.OWNER_FILE`): `factory clean`
+
+`jobs ROOT` lists the job directories under ROOT for `factory clean`, `remove-jobs ROOT NAME...` removes those
+it chose (the host alone can tell whether their factory still runs).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from . import compilecache, cudagaps, heartbeat, protocol
@@ -44,6 +49,15 @@ def run(cmd: list[str], **kwargs: object) -> None:
 
 def job_dir() -> Path:
     return Path(os.environ["FACTORY_JOB_DIR"])
+
+
+def claim(jd: Path) -> None:
+    """Record the factory process this job belongs to in its directory, the first thing there: a directory
+    without one is old enough to tell only by its age."""
+    jd.mkdir(parents=True, exist_ok=True)
+    owner = os.environ.get(protocol.ENV_JOB_OWNER)
+    if owner:
+        (jd / protocol.OWNER_FILE).write_text(owner)
 
 
 def uv_install(python: Path, args: list[str]) -> None:
@@ -127,7 +141,7 @@ def limited_api_args(tag: str) -> list[str]:
 
 def build() -> None:
     jd = job_dir()
-    jd.mkdir(parents=True, exist_ok=True)
+    claim(jd)
     venv = jd / "venv"
     python = venv / "bin" / "python"
     mark(phase="env")
@@ -192,7 +206,7 @@ def build() -> None:
 def check() -> None:
     """Install the accepted wheel with its torch into a fresh venv and import it (no GPU needed)."""
     jd = job_dir()
-    jd.mkdir(parents=True, exist_ok=True)
+    claim(jd)
     mark(phase="install-check")
     wheel = OUT / os.environ["FACTORY_WHEEL"]
     python = make_venv(jd / "check-venv")
@@ -206,10 +220,60 @@ def clean() -> None:
     shutil.rmtree(job_dir(), ignore_errors=True)
 
 
+def idle_s(path: Path, now: float) -> float:
+    """Seconds since an entry was last added or removed anywhere under `path` (its newest directory mtime): a
+    live build's compiles write objects into its build tree."""
+    newest = path.lstat().st_mtime
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            try:
+                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+            except OSError:
+                continue
+    return max(0.0, now - newest)
+
+
+def list_jobs(root: Path) -> None:
+    """One mark listing the job directories under `root` with their owners (`protocol.job_listing_line`)."""
+    dirs: list[protocol.JobDir] = []
+    now = time.time()
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        if path.is_symlink() or not path.is_dir():
+            continue
+        try:
+            owner: str | None = (path / protocol.OWNER_FILE).read_text()
+        except OSError:
+            owner = None
+        try:
+            idle = 0.0 if owner is not None and protocol.parse_owner(owner) else idle_s(path, now)
+        except OSError:  # removed meanwhile
+            continue
+        dirs.append(protocol.JobDir(name=path.name, owner=owner, idle_s=idle))
+    print(protocol.job_listing_line(dirs), flush=True)
+
+
+def remove_jobs(root: Path, names: list[str]) -> None:
+    """Remove the named job directories under `root`, a mark for each one gone."""
+    for name in names:
+        if not protocol.is_job_dir_name(name):
+            sys.exit(f"factory: {name!r} is not a job directory name")
+        path = root / name
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            print(protocol.removed_line(name), flush=True)
+
+
 if __name__ == "__main__":
     heartbeat.start_watch(CHILDREN, os.environ)
     try:
-        {"build": build, "check": check, "clean": clean}[sys.argv[1]]()
+        phases = {
+            "build": build,
+            "check": check,
+            "clean": clean,
+            "jobs": lambda: list_jobs(Path(sys.argv[2])),
+            "remove-jobs": lambda: remove_jobs(Path(sys.argv[2]), sys.argv[3:]),
+        }
+        phases[sys.argv[1]]()
     except subprocess.CalledProcessError as exc:
         print(f"factory: {' '.join(map(str, exc.cmd))!r} failed with exit code {exc.returncode}", flush=True)
         sys.exit(exc.returncode or 1)

@@ -12,6 +12,12 @@
 - compile keys: `file|arch,arch|threads`, the keys of a profile (`compile_key`)
 - the abi3 tag of a job's wheel ("cp311"), set by the host in LIMITED_API_ENV when its recipe builds a
   limited-API wheel; the driver passes it to bdist_wheel
+- owners: `{"pid", "host"}` of the factory process a directory belongs to (`owner_json`, `parse_owner`), in
+  OWNER_FILE of a run's temporary output directory and of a job's directory in the work volume (set by the
+  host in ENV_JOB_OWNER, written there by the driver)
+- the work volume's job directories, as the driver's `jobs` phase lists them for `factory clean`
+  (`job_listing_line`, `parse_job_listing`), and those its `remove-jobs` phase removed (`removed_line`,
+  `parse_removed`)
 """
 
 from __future__ import annotations
@@ -197,3 +203,71 @@ def parse_compile_key(key: str) -> tuple[str, tuple[str, ...], int] | None:
 
 def _ints(value: object) -> tuple[int, ...]:
     return tuple(int(v) for v in value or ())  # type: ignore[attr-defined]
+
+
+# --- owners ------------------------------------------------------------------------------------------------
+
+ENV_JOB_OWNER = "FACTORY_JOB_OWNER"
+OWNER_FILE = ".owner"
+
+
+def owner_json(pid: int, host: str) -> str:
+    return json.dumps({"pid": pid, "host": host}) + "\n"
+
+
+def parse_owner(text: str) -> tuple[int, str] | None:
+    """The (pid, host) of an owner file; None for text that is not one."""
+    try:
+        data = json.loads(text)
+        return int(data["pid"]), str(data["host"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# --- the work volume's job directories ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobDir:
+    """A job's directory in the work volume: its owner file's text (None: none), and, when that names no
+    owner, for how long nothing in it changed."""
+
+    name: str
+    owner: str | None
+    idle_s: float
+
+
+def is_job_dir_name(name: str) -> bool:
+    """A directory directly under the jobs root: a plain name, never a path out of it."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+
+
+def job_listing_line(dirs: Sequence[JobDir]) -> str:
+    return mark_line(jobs=[{"name": d.name, "owner": d.owner, "idle_s": d.idle_s} for d in dirs])
+
+
+def parse_job_listing(output: str) -> list[JobDir]:
+    """The job directories a `jobs` phase listed in its output; entries that are not one are left out."""
+    dirs: list[JobDir] = []
+    for line in output.splitlines():
+        fields = parse_mark(line)
+        if not fields or not isinstance(fields.get("jobs"), list):
+            continue
+        for entry in fields["jobs"]:
+            try:
+                name, owner, idle = entry["name"], entry["owner"], float(entry["idle_s"])
+            except (TypeError, KeyError, ValueError):
+                continue
+            if isinstance(name, str) and is_job_dir_name(name) and (owner is None or isinstance(owner, str)):
+                dirs.append(JobDir(name=name, owner=owner, idle_s=idle))
+    return dirs
+
+
+def removed_line(name: str) -> str:
+    return mark_line(removed=name)
+
+
+def parse_removed(output: str) -> list[str]:
+    """The job directories a `remove-jobs` phase removed, in its order."""
+    fields = (parse_mark(line) for line in output.splitlines())
+    return [f["removed"] for f in fields if f and isinstance(f.get("removed"), str)]

@@ -1,5 +1,6 @@
 """`kill -9` of a factory mid-build: its build container stops by itself, and `factory clean` removes what
-the dead run left (the stopped container, the temporary output directory)."""
+the dead run left (the stopped container, the temporary output directory, its job's directory in the work
+volume)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from test_build import FACTORY, ROOT, demo_matrix, run_factory
 
-from factory import engine
+from factory import engine, jobrun
 from factory.container import heartbeat
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -70,6 +71,13 @@ def test_a_killed_factorys_container_stops_by_itself(tmp_path: Path, docker_clie
         assert cleaned.returncode == 0, cleaned.stderr
         assert f"removed container {stopped.name}" in cleaned.stdout.splitlines()
         assert f"removed {tmp_dirs[0]}" in cleaned.stdout.splitlines()
+        volume_dir = f"removed {jobrun.WORK_VOLUME}:{jobrun.JOBS_ROOT}/"
+        run_id = stopped.labels[engine.RUN_LABEL]
+        assert [
+            line
+            for line in cleaned.stdout.splitlines()
+            if line.startswith(volume_dir) and line.endswith(f"-{run_id}")
+        ], cleaned.stdout
         assert build_containers(docker_client, proc.pid, running_only=False) == []
         assert not list(out.glob(".tmp-*"))
     finally:

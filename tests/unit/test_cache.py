@@ -8,14 +8,15 @@ import os
 import textwrap
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from factory import build, cache, jobrun, report
+from factory import build, cache, jobrun, leftovers, report
 from factory.cli.progress import progress_line, summary_lines
 from factory.config import load_matrix_file
-from factory.container import CXX_LAUNCHER
+from factory.container import driver, protocol
 from factory.container.protocol import measurement_line
 from factory.errors import ConfigError
 from factory.memory import jobmemory
@@ -359,7 +360,7 @@ def test_the_container_gets_a_local_mount_and_no_store_or_credentials(
         recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
     )
     env = run.container_env(parallel)
-    assert env[cache.ENV_DIR] == cache.MOUNT and env["CXX"] == CXX_LAUNCHER
+    assert env[cache.ENV_DIR] == cache.MOUNT and "CXX" not in env  # the driver sets CXX (driver.cache_env)
     assert not [k for k in env if k.startswith("AWS_")]
     assert not [k for k, v in env.items() if "secret-prefix" in v or "s3.x" in v or "do-not-leak" in v]
     inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path)
@@ -367,6 +368,53 @@ def test_the_container_gets_a_local_mount_and_no_store_or_credentials(
     host = [h for h, m in mounts.items() if m["bind"] == cache.MOUNT]
     assert host == [str(tmp_path / "home" / "cache" / "compile")] and mounts[host[0]]["mode"] == "rw"
     assert Path(host[0]).is_dir() and Path(host[0]).stat().st_mode & 0o777 == 0o777
+
+
+def cache_job_run(tmp_path: Path, job_env: dict[str, str]) -> tuple[jobrun.JobRun, dict[str, str]]:
+    """A job of the demo matrix with the cache on and `job_env` as its matrix env, and its container env."""
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    config = cache.CacheConfig(local=tmp_path / "cache")
+    settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=config)
+    job = replace(plan_matrix(mf).jobs[0], env=job_env)
+    run = jobrun.JobRun(
+        build.Runner(None, mf, settings).context,
+        job,
+        report.JobResult(job_id=job.id, variant_id="v", python="3.11"),
+    )
+    parallel = jobmemory.initial_parallelism(
+        recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
+    )
+    return run, run.container_env(parallel)
+
+
+def in_the_container(image_env: dict[str, str], host_env: dict[str, str]) -> dict[str, str]:
+    """The build's env as the driver makes it: the image's env under the host's (docker's rule), then the
+    driver's own cache settings."""
+    env = {**image_env, **host_env}
+    return {**env, **driver.cache_env(env)}
+
+
+def test_a_matrix_cxx_is_the_real_compiler_behind_the_launcher(tmp_path: Path) -> None:
+    _, env = cache_job_run(tmp_path, {"CXX": "g++-13"})
+    assert env["CXX"] == "g++-13"  # the matrix's, untouched by the host
+    built = in_the_container({"PATH": "/usr/bin"}, env)
+    assert built["CXX"] == str(driver.CXX_LAUNCHER) and built["FACTORY_REAL_CXX"] == "g++-13"
+
+
+def test_the_host_sets_no_cxx_so_the_image_cxx_is_kept(tmp_path: Path) -> None:
+    """A CXX from the host would replace the image's before the driver could keep it as the real compiler."""
+    run, env = cache_job_run(tmp_path, {})
+    assert "CXX" not in run.driver_env() and "CXX" not in env
+    built = in_the_container({"CXX": "g++-14"}, env)
+    assert built["CXX"] == str(driver.CXX_LAUNCHER) and built["FACTORY_REAL_CXX"] == "g++-14"
+    assert in_the_container({}, env)["CXX"] == str(driver.CXX_LAUNCHER)
+
+
+def test_the_job_dir_records_its_factory_process(tmp_path: Path) -> None:
+    """For `factory clean`: the driver writes it into the job's directory in the work volume."""
+    run, env = cache_job_run(tmp_path, {})
+    assert leftovers.parse_owner(env[protocol.ENV_JOB_OWNER]) == leftovers.this_process()
+    assert run.driver_env()[protocol.ENV_JOB_OWNER] == env[protocol.ENV_JOB_OWNER]
 
 
 def test_with_the_cache_off_the_container_has_neither(tmp_path: Path) -> None:

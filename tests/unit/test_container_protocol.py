@@ -48,3 +48,36 @@ def test_a_compile_key_reads_back() -> None:
     assert key == "flash_fwd.cu|compute_80,compute_90|2"
     assert protocol.parse_compile_key(key) == ("flash_fwd.cu", ("compute_80", "compute_90"), 2)
     assert protocol.parse_compile_key("not a key") is None
+
+
+def test_owner_files() -> None:
+    assert protocol.parse_owner(protocol.owner_json(42, "vm")) == (42, "vm")
+    for bad in ("", "[]", "{}", '{"pid": "x", "host": "vm"}', "not json"):
+        assert protocol.parse_owner(bad) is None
+
+
+def test_job_listing_round_trip_and_bad_entries() -> None:
+    dirs = [
+        protocol.JobDir(name="demo-py3.11-aaaaaaaaaaaa", owner=protocol.owner_json(1, "h"), idle_s=0.0),
+        protocol.JobDir(name="old-bbbbbbbbbbbb", owner=None, idle_s=7200.5),
+    ]
+    out = "\n".join(["noise", protocol.job_listing_line(dirs), protocol.mark_line(phase="x")])
+    assert protocol.parse_job_listing(out) == dirs
+    bad = protocol.mark_line(
+        jobs=[
+            {"name": "../etc", "owner": None, "idle_s": 1},
+            {"name": "a/b", "owner": None, "idle_s": 1},
+            {"name": "x", "owner": 3, "idle_s": 1},
+            {"name": "y", "owner": None},
+            "z",
+            {"name": "ok", "owner": None, "idle_s": "2"},
+        ]
+    )
+    assert protocol.parse_job_listing(bad) == [protocol.JobDir(name="ok", owner=None, idle_s=2.0)]
+    assert not protocol.is_job_dir_name("..") and not protocol.is_job_dir_name("")
+
+
+def test_removed_job_dirs() -> None:
+    lines = [protocol.removed_line("a-1"), "x", protocol.mark_line(removed=3), protocol.removed_line("b-2")]
+    out = "\n".join(lines)
+    assert protocol.parse_removed(out) == ["a-1", "b-2"]

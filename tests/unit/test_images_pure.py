@@ -578,3 +578,13 @@ def test_images_build_checks_every_python_before_the_daemon(
     code, output = factory_cli(["images", "build", *argv])
     assert code == 2
     assert message in output and "Traceback" not in output
+
+
+def test_the_housekeeping_image_is_a_tagged_builder() -> None:
+    def info(kind: str, *tags: str) -> images.ImageInfo:
+        return images.ImageInfo(tags=tags, id="0", kind=kind, labels={}, size=0, created="")
+
+    assert images.housekeeping_image([]) is None
+    assert images.housekeeping_image([info("base", "factory-base:forky"), info("builder")]) is None
+    found = [info("base", "a:1"), info("builder"), info("builder", "b:1", "b:2"), info("builder", "c:1")]
+    assert images.housekeeping_image(found) == "b:1"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from factory import leftovers
+from factory.container import driver, protocol
 from factory.stores import LocalStore, is_stale_tmp, tmp_prefix, tmp_writer
 
 
@@ -110,3 +111,77 @@ def test_next_publish_removes_a_killed_writers_temporaries(tmp_path: Path) -> No
     assert not dead.exists() and live.exists()
     assert (tmp_path / "simple" / "x" / "index.html").read_bytes() == b"<html/>"
     assert sorted(p.name for p in tmp_path.rglob("*.tmp")) == [live.name]
+
+
+# --- the work volume's job directories ---------------------------------------------------------------------
+
+
+def job_dir(name: str, owner: leftovers.Owner | None = None, idle_s: float = 0.0) -> protocol.JobDir:
+    text = None if owner is None else leftovers.owner_json(owner)
+    return protocol.JobDir(name=name, owner=text, idle_s=idle_s)
+
+
+def test_stale_job_dirs_follow_the_output_dirs_rule() -> None:
+    dirs = [
+        job_dir("demo-py3.11-aaaaaaaaaaaa", leftovers.Owner(pid=1, host="h")),  # alive
+        job_dir("demo-py3.11-bbbbbbbbbbbb", leftovers.Owner(pid=2, host="h")),  # gone
+        job_dir("demo-py3.12-bbbbbbbbbbbb", leftovers.Owner(pid=2, host="h"), idle_s=1e9),  # gone
+        job_dir("demo-py3.11-cccccccccccc", leftovers.Owner(pid=2, host="other")),  # cannot tell
+        job_dir("demo-py3.11-dddddddddddd", idle_s=10.0),  # no owner, busy lately
+        job_dir("demo-py3.11-eeeeeeeeeeee", idle_s=leftovers.UNOWNED_AGE_S + 1),  # no owner, idle long
+        protocol.JobDir(name="demo-py3.11-ffffffffffff", owner="garbage", idle_s=leftovers.UNOWNED_AGE_S + 1),
+        protocol.JobDir(name="demo-py3.11-000000000000", owner="garbage", idle_s=5.0),
+    ]
+    stale = leftovers.stale_job_dirs(dirs, running_runs=(), host="h", pid_exists=lambda p: p == 1)
+    assert stale == [
+        "demo-py3.11-bbbbbbbbbbbb",
+        "demo-py3.12-bbbbbbbbbbbb",
+        "demo-py3.11-eeeeeeeeeeee",
+        "demo-py3.11-ffffffffffff",
+    ]
+
+
+def test_a_job_dir_whose_run_has_a_running_container_stays() -> None:
+    dead = leftovers.Owner(pid=2, host="h")
+    dirs = [job_dir("demo-py3.11-bbbbbbbbbbbb", dead), job_dir("x-eeeeeeeeeeee", idle_s=1e9)]
+    running = {"bbbbbbbbbbbb", "eeeeeeeeeeee"}
+    assert leftovers.stale_job_dirs(dirs, running_runs=running, host="h", pid_exists=lambda _p: False) == []
+    # a run id is the name's whole last part: another run's id that ends alike is not it
+    assert leftovers.stale_job_dirs(
+        dirs, running_runs={"bbbbbbbbbbb"}, host="h", pid_exists=lambda _p: False
+    ) == ["demo-py3.11-bbbbbbbbbbbb", "x-eeeeeeeeeeee"]
+
+
+def test_the_driver_lists_and_removes_what_the_host_chose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The driver's `jobs` and `remove-jobs` phases on a directory, the host's choice between them."""
+    root = tmp_path / "jobs"
+    dead, live = root / "demo-py3.11-bbbbbbbbbbbb", root / "demo-py3.11-aaaaaaaaaaaa"
+    gone = leftovers.Owner(pid=dead_pid(), host=socket.gethostname())
+    monkeypatch.setenv(protocol.ENV_JOB_OWNER, leftovers.owner_json(gone))
+    driver.claim(dead)
+    (dead / "src" / "build").mkdir(parents=True)
+    monkeypatch.setenv(protocol.ENV_JOB_OWNER, leftovers.owner_json())
+    driver.claim(live)
+    unowned_old, unowned_busy = root / "old-cccccccccccc", root / "busy-dddddddddddd"
+    (unowned_old / "src").mkdir(parents=True)
+    (unowned_busy / "src" / "build").mkdir(parents=True)
+    for path in (unowned_old / "src", unowned_old, unowned_busy, unowned_busy / "src"):
+        os.utime(path, (1.0, 1.0))  # the busy one's build tree alone changed lately
+    (root / "stray-file").write_text("x")
+
+    driver.list_jobs(root)
+    listed = protocol.parse_job_listing(capsys.readouterr().out)
+    assert [d.name for d in listed] == sorted(p.name for p in (dead, live, unowned_old, unowned_busy))
+    assert leftovers.parse_owner(listed[1].owner) == leftovers.this_process()
+    chosen = leftovers.stale_job_dirs(listed, running_runs=())
+    assert chosen == [dead.name, unowned_old.name]
+
+    driver.remove_jobs(root, chosen)
+    assert protocol.parse_removed(capsys.readouterr().out) == chosen
+    assert sorted(p.name for p in root.iterdir()) == sorted([live.name, unowned_busy.name, "stray-file"])
+    with pytest.raises(SystemExit):
+        driver.remove_jobs(root, ["../jobs"])
+    driver.list_jobs(tmp_path / "missing")
+    assert protocol.parse_job_listing(capsys.readouterr().out) == []
