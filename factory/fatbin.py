@@ -86,6 +86,17 @@ class DeviceCode:
     def empty(self) -> bool:
         return not self.cubin_archs and not self.ptx_archs
 
+    @property
+    def cubin_targets(self) -> frozenset[str]:
+        """The cubins' exact targets ("sm_90a"): what decides where the code runs, which the number alone
+        does not (an sm_90a cubin runs only on 9.0 and holds what a generic sm_90 one lacks)."""
+        return frozenset(t for t in self.targets if t.startswith("sm_"))
+
+    @property
+    def ptx_targets(self) -> frozenset[str]:
+        """The PTX entries' exact targets ("compute_90")."""
+        return frozenset(t for t in self.targets if t.startswith("compute_"))
+
 
 Buffer = bytes | bytearray | mmap.mmap
 

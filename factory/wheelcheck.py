@@ -3,8 +3,9 @@
 A wheel is accepted only when its name, tags and version say what the job built, its manylinux tag promises
 no older glibc than auditwheel finds its symbols need, its METADATA pins the torch it was compiled against,
 its RECORD matches its contents, it vendors none of torch's libraries, and every extension module carries
-cubins for exactly the requested GPU architectures (but those the recipe names host-only, which may carry
-none). All of this is read from the zip on the host (auditwheel included); nothing here runs Docker.
+cubins for exactly the requested GPU targets, suffix included (sm_90a is not sm_90), but those the recipe
+names host-only, which may carry none. All of this is read from the zip on the host (auditwheel included);
+nothing here runs Docker.
 """
 
 from __future__ import annotations
@@ -65,8 +66,16 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def _format_sms(values: Iterable[int]) -> str:
-    return ", ".join(f"sm_{v}" for v in sorted(values)) or "none"
+def _target_key(target: str) -> tuple[int, Arch, str]:
+    """Sort exact device-code targets by arch: sm_90 before sm_90a before sm_100 (not as text)."""
+    try:
+        return 0, Arch.parse(target.partition("_")[2]), target
+    except ValueError:
+        return 1, Arch(0, 0), target
+
+
+def _format_targets(values: Iterable[str]) -> str:
+    return ", ".join(sorted(values, key=_target_key)) or "none"
 
 
 # --- METADATA -----------------------------------------------------------------------------------------------
@@ -300,8 +309,10 @@ def check_wheel(
 ) -> list[str]:
     """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
 
-    `archs` are torch-style compute capabilities ("8.0", "9.0a"); a suffix does not change the SM number a
-    cubin carries, so "9.0a" expects sm_90. `limited_api` ("cp311"): the job builds an abi3 wheel, which must
+    `archs` are torch-style compute capabilities ("8.0", "9.0a", "10.0f"); each expects a cubin for exactly
+    that target (sm_80, sm_90a, sm_100f). A suffix is part of the target: a generic sm_90 cubin lacks the
+    arch-specific instructions (wgmma) only an sm_90a one holds, and an sm_90a cubin runs on 9.0 alone, so
+    neither stands in for the other. `limited_api` ("cp311"): the job builds an abi3 wheel, which must
     carry `cp311-abi3`, name its modules for no one CPython version and keep to the stable ABI (abi3audit).
     `host_only` are the recipe's globs of extension modules that may
     carry no device code at all (`library_glob_matches`); one that does carry some is checked as any other.
@@ -343,7 +354,7 @@ def check_wheel(
             file_version=file_version,
             torch_version=torch_version,
             tags={str(t) for t in tags},
-            expected_sms=_sm_numbers(archs),
+            expected=_cubin_targets(archs),
             host_only=tuple(host_only),
         )
         if limited_api:
@@ -402,10 +413,10 @@ def _check_platform(wheel: Path, platforms: set[str], machine: str) -> list[str]
     return problems
 
 
-def _sm_numbers(archs: Sequence[str]) -> frozenset[int]:
-    """The SM numbers cubins for `archs` carry; a suffix does not change it ("9.0a" and "9.0" are 90)."""
+def _cubin_targets(archs: Sequence[str]) -> frozenset[str]:
+    """The exact cubin targets `archs` ask for: "9.0a" -> sm_90a, "10.0f" -> sm_100f, "8.0" -> sm_80."""
     try:
-        return frozenset(Arch.parse(a).sm_number for a in archs)
+        return frozenset(Arch.parse(a).sm for a in archs)
     except ValueError as exc:
         raise CheckError(str(exc)) from None
 
@@ -425,7 +436,7 @@ def _check_contents(
     file_version: Version | None,
     torch_version: str,
     tags: set[str],
-    expected_sms: frozenset[int],
+    expected: frozenset[str],
     host_only: tuple[str, ...],
 ) -> list[str]:
     problems: list[str] = []
@@ -448,7 +459,7 @@ def _check_contents(
         problems += record_problems(archive, record_path)
     else:
         problems.append(f"{record_path}: missing")
-    problems += _check_extensions(archive, expected_sms, host_only)
+    problems += _check_extensions(archive, expected, host_only)
     problems += [
         f"{member}: a vendored copy of a library torch provides at runtime "
         "(exclude it from auditwheel repair)"
@@ -541,8 +552,10 @@ def library_glob_matches(member: str, pattern: str) -> bool:
 
 
 def _check_extensions(
-    archive: zipfile.ZipFile, expected: frozenset[int], host_only: tuple[str, ...] = ()
+    archive: zipfile.ZipFile, expected: frozenset[str], host_only: tuple[str, ...] = ()
 ) -> list[str]:
+    """Every module's cubins against the exact targets `expected` ("sm_90a"); PTX is neither needed nor
+    counted against a module, since a driver JITs it only where no cubin runs."""
     modules = [i for i in archive.infolist() if not i.is_dir() and is_extension_module(i.filename)]
     if not modules:
         return ["wheel: no extension module (.so) found"]
@@ -558,23 +571,23 @@ def _check_extensions(
             except CheckError as exc:
                 problems.append(f"{info.filename}: {str(exc).removeprefix(str(target) + ': ')}")
                 continue
-            found = code.cubin_archs
-            if found or code.ptx_archs:
+            found = code.cubin_targets
+            if found or code.ptx_targets:
                 with_device_code += 1
             elif any(library_glob_matches(info.filename, g) for g in host_only):
                 continue  # the recipe says this module is host code only (PyG's _version_cuda.so)
             if not found:
-                ptx = f" (PTX only: {_format_sms(code.ptx_archs)})" if code.ptx_archs else ""
-                problems.append(f"{info.filename}: no cubins{ptx}, expected {_format_sms(expected)}")
+                ptx = f" (PTX only: {_format_targets(code.ptx_targets)})" if code.ptx_targets else ""
+                problems.append(f"{info.filename}: no cubins{ptx}, expected {_format_targets(expected)}")
             elif found != expected:
                 detail = []
                 if expected - found:
-                    detail.append(f"missing {_format_sms(expected - found)}")
+                    detail.append(f"missing {_format_targets(expected - found)}")
                 if found - expected:
-                    detail.append(f"unexpected {_format_sms(found - expected)}")
+                    detail.append(f"unexpected {_format_targets(found - expected)}")
                 problems.append(
-                    f"{info.filename}: cubins for {_format_sms(found)}, expected {_format_sms(expected)} "
-                    f"({'; '.join(detail)})"
+                    f"{info.filename}: cubins for {_format_targets(found)}, "
+                    f"expected {_format_targets(expected)} ({'; '.join(detail)})"
                 )
     if not problems and not with_device_code:
         problems.append("wheel: no extension module with device code (all are host-only)")

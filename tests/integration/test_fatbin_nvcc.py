@@ -50,9 +50,15 @@ def compile_so(
     return out
 
 
-def listed(tool: str, what: str, path: Path) -> set[str]:
-    result = subprocess.run([tool, f"--list-{what}", str(path)], capture_output=True, text=True, check=False)
-    return set(re.findall(r"\.(sm_\d+[af]?)\.(?:cubin|ptx)", result.stdout))
+def listed(cuobjdump: str, path: Path) -> set[str]:
+    """The targets cuobjdump prints ("arch = sm_100f" under "Fatbin elf code:"), PTX spelled compute_*.
+
+    Its --list-elf names are no help here: they drop the family suffix (an sm_100f cubin is listed as
+    "....sm_100.cubin")."""
+    result = subprocess.run([cuobjdump, str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    blocks = re.findall(r"^Fatbin (elf|ptx) code:\n=+\narch = sm_(\d+[af]?)$", result.stdout, re.MULTILINE)
+    return {f"{'sm' if kind == 'elf' else 'compute'}_{arch}" for kind, arch in blocks}
 
 
 @pytest.mark.parametrize(
@@ -77,8 +83,14 @@ def listed(tool: str, what: str, path: Path) -> set[str]:
             {100},
             {"sm_90a", "sm_100", "compute_100"},
         ),
+        (
+            ["arch=compute_100f,code=sm_100f", "arch=compute_120a,code=[sm_120a,compute_120a]"],
+            {100, 120},
+            {120},
+            {"sm_100f", "sm_120a", "compute_120a"},
+        ),
     ],
-    ids=["sm80-sm90", "sm120", "sm80-ptx90", "sm90a-sm100-ptx100"],
+    ids=["sm80-sm90", "sm120", "sm80-ptx90", "sm90a-sm100-ptx100", "sm100f-sm120a-ptx120a"],
 )
 def test_archs_of_real_nvcc_output(
     toolkit_nvcc: str,
@@ -94,11 +106,11 @@ def test_archs_of_real_nvcc_output(
     assert code.cubin_archs == cubins
     assert code.ptx_archs == ptx
     assert code.targets == targets
+    assert code.cubin_targets == {t for t in targets if t.startswith("sm_")}
+    assert code.ptx_targets == {t for t in targets if t.startswith("compute_")}
 
     # an independent reading of the same file
-    assert listed(str(cuda_home / "bin" / "cuobjdump"), "elf", so) == {
-        t for t in targets if t.startswith("sm_")
-    }
+    assert listed(str(cuda_home / "bin" / "cuobjdump"), so) == targets
 
 
 def test_several_translation_units_make_several_containers(toolkit_nvcc: str, tmp_path: Path) -> None:

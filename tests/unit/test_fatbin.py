@@ -93,6 +93,27 @@ def fake_so(cubins: Sequence[int], ptx: Sequence[int] = (), *, containers: int =
     return make_elf({".text": b"\x90" * 16, ".nv_fatbin": section})
 
 
+_SUFFIX_FLAGS = {"": 0, "a": FLAG_ARCH_SPECIFIC, "f": FLAG_FAMILY_SPECIFIC}
+
+
+def target_entry(target: str) -> Entry:
+    """The fatbin entry nvcc writes for an exact target: "sm_90a" (cubin), "compute_100f" (PTX)."""
+    prefix, _, rest = target.partition("_")
+    suffix = rest[-1] if rest[-1] in "af" else ""
+    kind = {"sm": KIND_CUBIN, "compute": KIND_PTX}[prefix]
+    arch = int(rest.removesuffix(suffix))
+    return Entry(
+        kind=kind, arch=arch, flags=0x11 | _SUFFIX_FLAGS[suffix], header_size=96 if arch >= 100 else 64
+    )
+
+
+def targets_so(*targets: str) -> bytes:
+    """A shared object whose .nv_fatbin holds exactly the targets named ("sm_80", "sm_90a", "compute_90")."""
+    return make_elf(
+        {".text": b"\x90" * 16, ".nv_fatbin": fatbin_container([target_entry(t) for t in targets])}
+    )
+
+
 def test_cubins_and_ptx_are_told_apart() -> None:
     code = device_code(fake_so([80, 90], [90]))
     assert code == DeviceCode(
@@ -137,6 +158,30 @@ def test_suffix_flags_name_the_exact_target_but_not_the_number() -> None:
     assert code.targets == {"sm_90a", "sm_100f", "compute_120"}
     compressed = list(iter_fatbin_entries(fatbin_container(entries)))
     assert [e.compressed for e in compressed] == [False, False, True]
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        ("sm_80", "sm_90a"),
+        ("sm_90", "sm_90a", "compute_90a"),
+        ("sm_100f", "sm_100a", "sm_100", "compute_100f"),
+        ("sm_120a", "compute_120"),
+    ],
+)
+def test_exact_targets_split_into_cubins_and_ptx(targets: tuple[str, ...]) -> None:
+    code = device_code(targets_so(*targets))
+    assert code.targets == set(targets)
+    assert code.cubin_targets == {t for t in targets if t.startswith("sm_")}
+    assert code.ptx_targets == {t for t in targets if t.startswith("compute_")}
+    # the numbers alone cannot tell sm_90 from sm_90a: why decisions use the targets
+    assert code.cubin_archs == {int(t[3:].rstrip("af")) for t in code.cubin_targets}
+
+
+def test_no_device_code_has_no_targets() -> None:
+    code = device_code(make_elf({".text": b"\x90"}))
+    assert code.cubin_targets == frozenset()
+    assert code.ptx_targets == frozenset()
 
 
 def test_kinds_other_than_ptx_and_cubin_are_ignored() -> None:

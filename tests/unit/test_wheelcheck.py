@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from factory.errors import CheckError
+from factory.fatbin import device_code
 from factory.platform_tag import repair_platform_tag
+from factory.variants import Arch
 from factory.wheelcheck import (
     check_wheel,
     import_check_script,
@@ -53,6 +55,7 @@ def _load_sibling(path: Path) -> ModuleType:
 _fatbin_helpers = _load_sibling(Path(__file__).with_name("test_fatbin.py"))
 fake_so = _fatbin_helpers.fake_so
 make_elf = _fatbin_helpers.make_elf
+targets_so = _fatbin_helpers.targets_so
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
 VERSION = f"0.1.0+{LABEL}"
@@ -506,9 +509,64 @@ def test_missing_and_unexpected_archs(tmp_path: Path) -> None:
     ]
 
 
-def test_arch_suffixes_expect_the_plain_sm_number(tmp_path: Path) -> None:
-    assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("8.0", "9.0a")}) == []
-    assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("sm_80", "90f")}) == []
+def test_any_spelling_of_a_plain_arch_expects_its_generic_cubin(tmp_path: Path) -> None:
+    assert check_wheel(good_wheel(tmp_path), **{**JOB, "archs": ("sm_80", "90")}) == []
+
+
+@pytest.mark.parametrize(
+    ("archs", "cubins"),
+    [
+        (("8.0", "9.0a"), ("sm_80", "sm_90a")),
+        (("9.0a",), ("sm_90a",)),
+        (("8.0", "10.0f", "12.0"), ("sm_80", "sm_100f", "sm_120")),
+        (("9.0a", "10.0a", "12.0f"), ("sm_90a", "sm_100a", "sm_120f")),
+        (("9.0", "9.0a"), ("sm_90", "sm_90a")),
+    ],
+)
+def test_suffixed_archs_accept_exactly_their_targets(
+    tmp_path: Path, archs: tuple[str, ...], cubins: tuple[str, ...]
+) -> None:
+    wheel = good_wheel(tmp_path, so=targets_so(*cubins))
+    assert check_wheel(wheel, **{**JOB, "archs": archs}) == []
+
+
+@pytest.mark.parametrize(
+    ("archs", "cubins", "detail"),
+    [
+        # a generic sm_90 cubin lacks the sm_90a-only code (wgmma) the job asked for
+        (("8.0", "9.0a"), ("sm_80", "sm_90"), "missing sm_90a; unexpected sm_90"),
+        # an sm_90a cubin runs on 9.0 devices only, not on the 9.x a generic job covers
+        (("8.0", "9.0"), ("sm_80", "sm_90a"), "missing sm_90; unexpected sm_90a"),
+        (("8.0", "10.0f"), ("sm_80", "sm_100"), "missing sm_100f; unexpected sm_100"),
+        (("8.0", "10.0f"), ("sm_80", "sm_100a"), "missing sm_100f; unexpected sm_100a"),
+        (("8.0", "10.0"), ("sm_80", "sm_100f"), "missing sm_100; unexpected sm_100f"),
+        (("9.0", "9.0a"), ("sm_90a",), "missing sm_90"),
+        (("9.0a",), ("sm_90", "sm_90a"), "unexpected sm_90"),
+    ],
+)
+def test_a_suffix_is_part_of_the_target(
+    tmp_path: Path, archs: tuple[str, ...], cubins: tuple[str, ...], detail: str
+) -> None:
+    expected = ", ".join(Arch.parse(a).sm for a in sorted(archs, key=Arch.parse))
+    wheel = good_wheel(tmp_path, so=targets_so(*cubins))
+    assert check_wheel(wheel, **{**JOB, "archs": archs}) == [
+        f"{SO}: cubins for {', '.join(cubins)}, expected {expected} ({detail})"
+    ]
+
+
+def test_targets_are_listed_by_arch_not_as_text(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, so=targets_so("sm_120", "sm_100f", "sm_90a", "sm_90", "sm_80"))
+    assert check_wheel(wheel, **{**JOB, "archs": ("8.0",)}) == [
+        f"{SO}: cubins for sm_80, sm_90, sm_90a, sm_100f, sm_120, expected sm_80 "
+        "(unexpected sm_90, sm_90a, sm_100f, sm_120)"
+    ]
+
+
+def test_a_target_outside_the_arch_grammar_is_still_named(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, so=fake_so([80, 90, 7]))
+    assert check_wheel(wheel, **JOB) == [
+        f"{SO}: cubins for sm_80, sm_90, sm_7, expected sm_80, sm_90 (unexpected sm_7)"
+    ]
 
 
 def test_a_job_arch_outside_the_grammar_is_one_check_error(tmp_path: Path) -> None:
@@ -518,11 +576,19 @@ def test_a_job_arch_outside_the_grammar_is_one_check_error(tmp_path: Path) -> No
 
 def test_ptx_alone_is_not_enough(tmp_path: Path) -> None:
     wheel = good_wheel(tmp_path, so=fake_so([], [80, 90]))
-    assert check_wheel(wheel, **JOB) == [f"{SO}: no cubins (PTX only: sm_80, sm_90), expected sm_80, sm_90"]
+    assert check_wheel(wheel, **JOB) == [
+        f"{SO}: no cubins (PTX only: compute_80, compute_90), expected sm_80, sm_90"
+    ]
+    wheel = good_wheel(tmp_path, so=targets_so("compute_90a"))
+    assert check_wheel(wheel, **{**JOB, "archs": ("9.0a",)}) == [
+        f"{SO}: no cubins (PTX only: compute_90a), expected sm_90a"
+    ]
 
 
 def test_extra_ptx_next_to_exact_cubins_is_accepted(tmp_path: Path) -> None:
     assert check_wheel(good_wheel(tmp_path, so=fake_so([80, 90], [90])), **JOB) == []
+    wheel = good_wheel(tmp_path, so=targets_so("sm_80", "sm_90a", "compute_90a", "compute_80"))
+    assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0a")}) == []
 
 
 def test_extension_without_device_code(tmp_path: Path) -> None:
@@ -625,21 +691,18 @@ def test_an_extension_that_is_not_elf(tmp_path: Path) -> None:
 # --- a real nvcc-built extension ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def nvcc_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    out = tmp_path_factory.mktemp("nvcc")
+def compile_nvcc_so(nvcc: str, out: Path, gencodes: list[str]) -> bytes:
     source = out / "k.cu"
     source.write_text(
         "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\nvoid go(float* x) { k<<<1, 32>>>(x); }\n"
     )
-    gencodes = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
     command = [
-        toolkit_nvcc,
+        nvcc,
         "-shared",
         "-nodlink",
         "-Xcompiler",
         "-fPIC",
-        *gencodes,
+        *[f"-gencode={g}" for g in gencodes],
         str(source),
         "-o",
         str(out / "k.so"),
@@ -647,6 +710,18 @@ def nvcc_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> byte
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     return (out / "k.so").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def nvcc_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    gencodes = ["arch=compute_80,code=sm_80", "arch=compute_90,code=sm_90"]
+    return compile_nvcc_so(toolkit_nvcc, tmp_path_factory.mktemp("nvcc"), gencodes)
+
+
+@pytest.fixture(scope="module")
+def nvcc_90a_so(toolkit_nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    gencodes = ["arch=compute_80,code=sm_80", "arch=compute_90a,code=sm_90a"]
+    return compile_nvcc_so(toolkit_nvcc, tmp_path_factory.mktemp("nvcc90a"), gencodes)
 
 
 def test_a_real_nvcc_extension_is_checked_exactly(tmp_path: Path, nvcc_so: bytes) -> None:
@@ -661,6 +736,30 @@ def test_a_real_nvcc_extension_is_checked_exactly(tmp_path: Path, nvcc_so: bytes
     assert check_wheel(wheel, **JOB) == []
     assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0", "12.0")}) == [
         f"{SO}: cubins for sm_80, sm_90, expected sm_80, sm_90, sm_120 (missing sm_120)"
+    ]
+
+
+def test_a_real_sm_90a_cubin_is_only_what_a_9_0a_job_accepts(tmp_path: Path, nvcc_90a_so: bytes) -> None:
+    assert device_code(nvcc_90a_so).cubin_targets == {"sm_80", "sm_90a"}
+    built = "cp311-cp311-linux_x86_64"
+    files = members(so=nvcc_90a_so, wheel=wheel_text(built))
+    wheel = repair_platform_tag(
+        write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{built}.whl", files), tmp_path / "repaired"
+    )
+    assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0a")}) == []
+    assert check_wheel(wheel, **JOB) == [
+        f"{SO}: cubins for sm_80, sm_90a, expected sm_80, sm_90 (missing sm_90; unexpected sm_90a)"
+    ]
+
+
+def test_a_real_generic_sm_90_cubin_does_not_satisfy_a_9_0a_job(tmp_path: Path, nvcc_so: bytes) -> None:
+    built = "cp311-cp311-linux_x86_64"
+    files = members(so=nvcc_so, wheel=wheel_text(built))
+    wheel = repair_platform_tag(
+        write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{built}.whl", files), tmp_path / "repaired"
+    )
+    assert check_wheel(wheel, **{**JOB, "archs": ("8.0", "9.0a")}) == [
+        f"{SO}: cubins for sm_80, sm_90, expected sm_80, sm_90a (missing sm_90a; unexpected sm_90)"
     ]
 
 
