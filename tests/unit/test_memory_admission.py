@@ -4,6 +4,7 @@ share)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from factory.container import admission
 from factory.container.admission import Prediction, Running, decide
@@ -650,3 +651,42 @@ def test_a_compile_stopped_at_its_line_books_its_estimate_until_granted() -> Non
     assert front.held_bytes == int(1.35 * GIB)  # it may grow to its line without asking
     d = admission.grant_peak(front, used_bytes=used(front, small), others=[small], threads=1, **FIRST)
     assert d.admit and d.reason == "within its line"
+
+
+def test_a_line_s_peak_stays_booked_for_a_front_end() -> None:
+    """A line stops a compile until its peak is granted: a front end that bets on the peaks booked passing
+    first counts the lined compile at its peak, not at its line (two memext heavy TUs, one lined beside a
+    light one, the other started for its front end on the strength of that line, climbed together)."""
+    kw = {"limit_bytes": LIMIT, "headroom_bytes": HEAD, "used_bytes": 9 * GIB}
+    at_peak = held(front=None, peak=8, rss=8)
+    lined = Running(pid=2, reserved_bytes=2 * GIB, rss_bytes=GIB, peak_bytes=8 * GIB, line_bytes=2 * GIB,
+                    estimated=True)  # fmt: skip
+    assert lined.booked_bytes == 2 * GIB and lined.peak_booked_bytes == 8 * GIB
+    chosen, d = admission.choose([two_stage("c", front=1, peak=8)], running=[at_peak, lined], **kw)
+    assert chosen is None and d is not None and d.reason.startswith("peaks booked")
+    # the same compile without a line, past its peak and holding 2 GiB, leaves room for the bet
+    past = replace(lined, line_bytes=None, estimated=False)
+    chosen, _ = admission.choose([two_stage("c", front=1, peak=8)], running=[at_peak, past], **kw)
+    assert chosen is not None
+
+
+def test_of_compiles_all_stopped_only_one_goes_on() -> None:
+    a = Running(pid=10, reserved_bytes=GIB, rss_bytes=GIB, peak_bytes=8 * GIB, front_bytes=GIB, paused=True)
+    b = Running(pid=11, reserved_bytes=GIB, rss_bytes=int(1.5 * GIB), peak_bytes=8 * GIB, paused=True,
+                line_bytes=GIB)  # fmt: skip
+
+    def goes(capacity_gib: float) -> list[int]:
+        kw = {"limit_bytes": int(capacity_gib * GIB), "headroom_bytes": 0, "threads": 1}
+        used = a.rss_bytes + b.rss_bytes
+        return [
+            r.pid
+            for r, other in ((a, b), (b, a))
+            if admission.grant_peak(r, used_bytes=used, others=[other], **kw).admit
+        ]
+
+    assert goes(15) == [10]  # both fit beside the other's front end: the lower pid, and only it
+    assert goes(9) == [11]  # only b's peak fits beside what a holds (2.5 - 1.5 + 8 <= 9)
+    assert goes(8) == [11]  # none fits: the one that needs least above what it holds
+    d = admission.grant_peak(a, used_bytes=int(2.5 * GIB), others=[b], limit_bytes=9 * GIB, headroom_bytes=0,
+                             threads=1)  # fmt: skip
+    assert not d.admit and d.reason == "another stopped compile goes on first"
