@@ -234,7 +234,8 @@ class Runner:
         source = self.prepared_source().tree
         wh = self.wheelhouse_for(job)
         self.ensure_work_volume(image)
-        return JobInputs(image=image, source=source, wheelhouse=wh)
+        domain = cache.trust_domain(self.prepared_source().code_id)
+        return JobInputs(image=image, source=source, wheelhouse=wh, cache_domain=domain)
 
     def run_job(self, job: Job, result: JobResult) -> None:
         run_job(self.context, job, result, prepare=self.inputs)

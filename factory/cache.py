@@ -1,25 +1,41 @@
-"""The compile cache on the host: where it lives, its trips to and from a store, its bound, its counts.
+"""The compile cache on the host: where it lives, who may add to it, its trips to and from a store, its bound.
 
-The cache itself (keys, lookups, entries) is the container's (`factory.container.compilecache`): every
-committed file in it is immutable and named by its content, so two caches merge by the union of their relative
-paths. The host mounts one local directory (`$FACTORY_HOME/cache/compile`) into every build container and is
-the only one to talk to a store: before a job it downloads what the store has and the directory lacks; while
-the job runs and after it, it uploads what the store lacks. Nothing is overwritten or deleted remotely, and a
-build container never sees the store, its URL or its credentials.
+The cache's format is the container's (`factory.container.compilecache`); this module owns its trust. The
+local cache (`$FACTORY_HOME/cache/compile`) is written by the host alone: `v2/<domain>/{m,o}/...`, one
+directory per trust domain (the code that builds: an sdist's sha256 and the recipe's patches, a source
+path, a git URL). A build container sees its own domain's directory read-only, and writes what it compiles
+to an outbox of its job's (`Outbox`); the host imports from it only files of the cache's grammar that are
+regular files (no link followed, sizes bounded), objects whose content has the sha256 they are named by, and
+manifests it then signs (HMAC-SHA256 with a key no container sees: `Keyring`). Whatever a container plants
+is at most an entry of its own domain, used only by builds of the same code, which runs in them anyway.
+
+The host is the only one to talk to a store: before a job it downloads the store's files of the job's
+domain that the directory lacks, each checked as an import is (a manifest whose signature no trusted key
+made is a miss, never an error); while the job runs and after it, it uploads what the store lacks. Nothing
+is overwritten or deleted remotely, and a build container never sees the store, its URL, its credentials or
+the key.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import json
 import os
-import tempfile
+import secrets
+import shutil
+import stat
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from factory import safefs
 from factory.config import MatrixFile, parse_size
 from factory.container import compilecache
+from factory.container.compilecache import MANIFEST, OBJECT
 from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASUREMENT_MARK, parse_measurement
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
@@ -27,8 +43,11 @@ from factory.options import DEFAULT_CACHE_MAX
 from factory.stores import PreconditionFailed, Store, check_destination, open_store
 
 LAYOUT = compilecache.LAYOUT_VERSION  # only files under it are synced
-MOUNT = "/var/factory-cache"  # where build containers see the local cache
-ENV_DIR = compilecache.CACHE_DIR_ENV  # the container's cache root; absent: the cache is off
+MOUNT = "/var/factory-cache"  # where a build container sees its domain of the local cache (read-only)
+OUT_MOUNT = "/var/factory-cache-out"  # where it writes what it compiles (its job's outbox)
+ENV_DIR = compilecache.CACHE_DIR_ENV
+ENV_OUT = compilecache.CACHE_OUT_ENV
+ENV_VERIFY = compilecache.CACHE_VERIFY_ENV
 # Under a publish store: index code lists only files/, simple/ and profiles/, and no project or variant name
 # starts with "_", so nothing of the cache is taken for a project; `factory serve` refuses it.
 STORE_PREFIX = "_cache/compile"
@@ -36,6 +55,18 @@ DEFAULT_MAX_BYTES = DEFAULT_CACHE_MAX
 PUSH_INTERVAL_S = 2.0  # while a job runs, its new entries go up at most this long after they are made
 OCTETS = "application/octet-stream"
 IMMUTABLE = "public, max-age=31536000, immutable"
+# what one file from an outbox or a store may be: a flash-attn object is tens of MiB, a manifest of 6000
+# headers under 1 MiB
+MAX_OBJECT_BYTES = 4 << 30
+MAX_MANIFEST_BYTES = 64 << 20
+# the signing key: from the environment (a CI secret every runner that shares a store has), else made once
+# per $FACTORY_HOME; more keys to accept (not to sign with) while a key is being rotated
+KEY_ENV = "FACTORY_CACHE_KEY"
+TRUSTED_KEYS_ENV = "FACTORY_CACHE_TRUSTED_KEYS"
+KEY_FILE = "signing-key"
+MIN_KEY_CHARS = 32
+SIGNATURE_DOMAIN = b"factory-compilecache/v2"
+OUTBOX_UID = 10001  # the build containers' user (jobrun.CONTAINER_USER)
 
 Log = Callable[[str], None]
 
@@ -65,6 +96,7 @@ class CacheConfig:
     store: str | None = None
     endpoint_url: str | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
+    verify: int = 0  # hits per job compiled again and compared (`build --verify-cache`)
 
 
 def under(to: str, prefix: str = STORE_PREFIX) -> str:
@@ -74,11 +106,22 @@ def under(to: str, prefix: str = STORE_PREFIX) -> str:
     return str(Path(to).expanduser() / prefix)
 
 
+MAX_VERIFY = 100_000
+
+
 def resolve(
-    mf: MatrixFile, *, publishing: bool, override: str | None = None, home: Path | None = None
+    mf: MatrixFile,
+    *,
+    publishing: bool,
+    override: str | None = None,
+    home: Path | None = None,
+    verify: int = 0,
 ) -> CacheConfig | None:
     """The run's cache from `build.cache` (or `--cache`, which wins): None when off; a store given by URL or
-    directory; else, publishing, one under the publish store; else the local directory alone."""
+    directory; else, publishing, one under the publish store; else the local directory alone. `verify`:
+    hits per job to compile again and compare (`--verify-cache`)."""
+    if not 0 <= verify <= MAX_VERIFY:
+        raise ConfigError(f"--verify-cache {verify}: must be from 0 to {MAX_VERIFY}")
     setting: bool | str = mf.build.cache
     if override is not None:
         setting = False if override == "off" else override
@@ -95,57 +138,251 @@ def resolve(
     else:
         store, endpoint = None, None
     return CacheConfig(
-        local=local_dir(home), store=store, endpoint_url=endpoint, max_bytes=mf.build.cache_max
+        local=local_dir(home), store=store, endpoint_url=endpoint, max_bytes=mf.build.cache_max, verify=verify
     )
 
 
-# --- the local directory ---------------------------------------------------------------------------------
+# --- trust: domains, keys, signatures ------------------------------------------------------------------
 
 
-def layout_key(relative: str | PurePosixPath) -> str | None:
-    """A committed file's store key (its path relative to the cache root), or None for anything that is not
-    one: outside the layout version, hidden or temporary, or a path that could leave the root."""
-    parts = PurePosixPath(relative).parts
-    if len(parts) < 3 or parts[0] != LAYOUT:
+def trust_domain(code_id: str) -> str:
+    """The directory of the cache a build may read and add to: one per code that builds (`PreparedSource`'s
+    code_id). Entries a container made are used only by builds that run the same code."""
+    return hashlib.sha256(b"factory-cache-domain\0" + code_id.encode()).hexdigest()
+
+
+def key_id(key: bytes) -> str:
+    """A key's public name, in each manifest it signs: which key to check with, and which to rotate out."""
+    return hashlib.sha256(b"factory-cache-key-id\0" + key).hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keyring:
+    """The key manifests are signed with, and the keys whose signatures are accepted (it among them)."""
+
+    signing: bytes
+    trusted: tuple[bytes, ...] = ()
+
+    def accepts(self) -> dict[str, bytes]:
+        return {key_id(k): k for k in (self.signing, *self.trusted)}
+
+
+def _key_bytes(text: str, *, what: str) -> bytes:
+    text = text.strip()
+    if len(text) < MIN_KEY_CHARS or any(c.isspace() or not c.isprintable() for c in text):
+        raise ConfigError(f"{what}: a cache key is at least {MIN_KEY_CHARS} printable characters, no spaces")
+    return text.encode()
+
+
+def load_keyring(home: Path | None = None, environ: Mapping[str, str] = os.environ) -> Keyring:
+    """FACTORY_CACHE_KEY, else `$FACTORY_HOME/cache/signing-key` (made, mode 0600, on first use), and the
+    keys FACTORY_CACHE_TRUSTED_KEYS adds (separated by commas or spaces)."""
+    given = environ.get(KEY_ENV, "")
+    if given:
+        signing = _key_bytes(given, what=KEY_ENV)
+    else:
+        path = local_dir(home).parent / KEY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+        try:
+            text = safefs.read_bytes(path.parent, path.name, max_bytes=4096).decode()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read the compile cache's key ({exc})") from None
+        signing = _key_bytes(text, what=str(path))
+    extra = environ.get(TRUSTED_KEYS_ENV, "").replace(",", " ").split()
+    return Keyring(signing=signing, trusted=tuple(_key_bytes(k, what=TRUSTED_KEYS_ENV) for k in extra))
+
+
+def _signed_text(domain: str, entry: compilecache.Entry) -> bytes:
+    return b"\0".join([SIGNATURE_DOMAIN, domain.encode(), compilecache.manifest_json(entry).encode()])
+
+
+def signed_manifest(entry: compilecache.Entry, *, domain: str, keyring: Keyring) -> bytes:
+    """A manifest as the local cache and the store hold it: the entry's fields, and the key id and HMAC
+    that bind them to the domain."""
+    tag = hmac.new(keyring.signing, _signed_text(domain, entry), hashlib.sha256).hexdigest()
+    raw = json.loads(compilecache.manifest_json(entry))
+    raw.update(key_id=key_id(keyring.signing), tag=tag)
+    return json.dumps(raw, sort_keys=True).encode()
+
+
+def verified_entry(data: bytes, *, domain: str, keyring: Keyring) -> compilecache.Entry | None:
+    """The entry of a signed manifest, when a key of the keyring signed it for this domain; else None."""
+    entry = compilecache.parse_manifest(data)
+    if entry is None:
         return None
-    if any(p in ("", ".", "..") or p.startswith(".") or p.endswith(".tmp") or "\\" in p for p in parts):
+    try:
+        raw = json.loads(data)
+        key = keyring.accepts().get(raw["key_id"])
+        tag = raw["tag"]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return "/".join(parts)
+    if key is None or not isinstance(tag, str):
+        return None
+    expected = hmac.new(key, _signed_text(domain, entry), hashlib.sha256).hexdigest()
+    return entry if hmac.compare_digest(expected, tag) else None
+
+
+# --- where things are: the local directory and the store's keys --------------------------------------------
+
+
+def domain_dir(local: Path, domain: str) -> Path:
+    return local / LAYOUT / domain
+
+
+def store_key(domain: str, relative: str | PurePosixPath) -> str:
+    """The one key for a domain's file, in the store and (as a path) under the local cache."""
+    return f"{LAYOUT}/{domain}/{PurePosixPath(relative).as_posix()}"
+
+
+def parse_store_key(key: str) -> tuple[str, PurePosixPath, tuple[str, ...]] | None:
+    """(domain, path in it, what it names) of a committed object or manifest's key; None for anything else:
+    another layout, a temporary, an outbox's marks, a path that could leave the root."""
+    parts = PurePosixPath(key).parts
+    if len(parts) < 3 or parts[0] != LAYOUT or not compilecache.is_key(parts[1]) or "\\" in key:
+        return None
+    relative = PurePosixPath(*parts[2:])
+    named = compilecache.classify(relative)
+    if named is None or named[0] not in (OBJECT, MANIFEST):
+        return None
+    return parts[1], relative, named
 
 
 def local_files(root: Path) -> set[str]:
-    """The committed files of a local cache, as store keys (a writer's temporaries left out)."""
-    if not root.is_dir():
-        return set()
-    keys = (layout_key(PurePosixPath(p.as_posix())) for p in compilecache.iter_files(root))
-    return {k for k in keys if k is not None}
+    """The committed files of a local cache, as store keys: regular files of the grammar, no link followed."""
+    found = (f"{LAYOUT}/{f.relative.as_posix()}" for f in safefs.walk(root / LAYOUT))
+    return {k for k in found if parse_store_key(k) is not None}
 
 
 def objects_first(keys: Iterable[str]) -> list[str]:
-    """Objects before manifests: a reader (a build's lookup, a prune) that finds a manifest whose object is
-    missing removes it, so neither side of a sync may show one before its object."""
-    return sorted(keys, key=lambda k: (k.split("/")[1] != "o", k))
+    """Objects before manifests: a manifest is accepted only once its object is here."""
+    return sorted(keys, key=lambda k: (PurePosixPath(k).parts[2:3] != (OBJECT,), k))
 
 
 def ensure_local(root: Path) -> None:
-    """The directory exists and the build containers' unprivileged user can add entries to it."""
+    """The directory exists, is the host's alone and readable by the build containers' user."""
     root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o777)
+    root.chmod(0o755)
 
 
-def _make_dirs(root: Path, parent: Path) -> None:
-    """`parent` and every directory between it and `root`, writable by the container's user (the host may
-    run as root: a directory it makes must not lock the build out of a key prefix)."""
-    missing = []
-    here = parent
-    while here != root and not here.exists():
-        missing.append(here)
-        here = here.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir()
-        with contextlib.suppress(OSError):
-            directory.chmod(0o777)
+# --- importing what a build compiled ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportResult:
+    objects: int = 0
+    entries: int = 0
+    hits: int = 0
+    refused: int = 0
+
+
+def make_outbox(path: Path) -> Path:
+    """A job's outbox: a fresh directory only the build containers' user can write (and the host)."""
+    if path.exists() or path.is_symlink():
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    path.mkdir(parents=True, mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(path, OUTBOX_UID, OUTBOX_UID)
+    else:  # a rootless host: the container's user maps elsewhere
+        path.chmod(0o777)
+    return path
+
+
+def import_outbox(outbox: Path, dest: Path, *, domain: str, keyring: Keyring) -> ImportResult:
+    """Take what a build left in its outbox into its domain's directory of the local cache: objects whose
+    content has the sha256 they are named by, manifests that parse, name themselves and whose object is
+    here (signed on the way in), and hit marks (their entries marked used). Every file is removed from the
+    outbox once read; anything else there is left for the outbox's removal. Never follows a link, never
+    reads anything but a regular file, never more than the bounds."""
+    objects = entries = hits = refused = 0
+    found: dict[str, list[tuple[PurePosixPath, tuple[str, ...]]]] = {"o": [], "m": [], "h": []}
+    for item in safefs.walk(outbox):
+        named = compilecache.classify(item.relative)
+        if named is not None:
+            found[named[0]].append((item.relative, named))
+    for relative, (_, sha) in found[OBJECT]:
+        if not safefs.exists(dest, relative):
+            try:
+                safefs.copy_out(
+                    outbox, relative, dest, relative, max_bytes=MAX_OBJECT_BYTES, expect_sha256=sha
+                )
+                objects += 1
+            except OSError:
+                refused += 1
+        safefs.unlink(outbox, relative)
+    for relative, (_, dk, rk) in found[MANIFEST]:
+        try:
+            data = safefs.read_bytes(outbox, relative, max_bytes=MAX_MANIFEST_BYTES)
+        except OSError:
+            refused += 1
+            safefs.unlink(outbox, relative)
+            continue
+        entry = compilecache.parse_manifest(data)
+        if entry is None or entry.direct_key != dk or entry.result_key != rk:
+            refused += 1
+        elif not _has_object(dest, entry):
+            refused += 1  # its object was refused, or never written
+        elif not safefs.exists(dest, relative):
+            safefs.write_bytes(dest, relative, signed_manifest(entry, domain=domain, keyring=keyring))
+            entries += 1
+        safefs.unlink(outbox, relative)
+    for relative, (_, dk, rk) in found[compilecache.HIT]:
+        manifest = compilecache.manifest_relative(dk, rk)
+        entry = _local_entry(dest, manifest, domain=domain, keyring=keyring)
+        if entry is not None:
+            safefs.touch(dest, manifest)
+            safefs.touch(dest, compilecache.object_relative(entry.object_sha256))
+            hits += 1
+        safefs.unlink(outbox, relative)
+    return ImportResult(objects=objects, entries=entries, hits=hits, refused=refused)
+
+
+def _has_object(dest: Path, entry: compilecache.Entry) -> bool:
+    try:
+        with safefs.open_regular(dest, compilecache.object_relative(entry.object_sha256)) as fd:
+            return os.fstat(fd).st_size == entry.object_size
+    except OSError:
+        return False
+
+
+def _local_entry(
+    dest: Path, manifest: PurePosixPath, *, domain: str, keyring: Keyring
+) -> compilecache.Entry | None:
+    try:
+        data = safefs.read_bytes(dest, manifest, max_bytes=MAX_MANIFEST_BYTES)
+    except OSError:
+        return None
+    return verified_entry(data, domain=domain, keyring=keyring)
+
+
+def verify_domain(
+    dest: Path, *, domain: str, keyring: Keyring, known: set[tuple[str, int, int]] | None = None
+) -> int:
+    """Remove every manifest of a domain's directory that no trusted key signed for it (how many): what a
+    build container reads there is what the host vouched for. `known`: manifests already checked, by path,
+    inode and size, so a run checks each once."""
+    removed = 0
+    for item in safefs.walk(dest / MANIFEST):
+        relative = PurePosixPath(MANIFEST) / item.relative
+        try:
+            with safefs.open_regular(dest, relative) as fd:
+                st = os.fstat(fd)
+        except OSError:
+            continue
+        memo = (relative.as_posix(), st.st_ino, st.st_size)
+        if known is not None and memo in known:
+            continue
+        named = compilecache.classify(relative)
+        entry = _local_entry(dest, relative, domain=domain, keyring=keyring) if named else None
+        if entry is None or named is None or (entry.direct_key, entry.result_key) != named[1:]:
+            safefs.unlink(dest, relative)
+            removed += 1
+        elif known is not None:
+            known.add(memo)
+    return removed
 
 
 # --- sync ------------------------------------------------------------------------------------------------
@@ -158,46 +395,64 @@ class SyncResult:
     failed: int = 0
 
 
-def remote_files(store: Store) -> set[str]:
-    return {k for k in (layout_key(key) for key in store.keys(f"{LAYOUT}/")) if k}
+def remote_files(store: Store, domain: str | None = None) -> set[str]:
+    prefix = f"{LAYOUT}/{domain}/" if domain else f"{LAYOUT}/"
+    return {k for k in store.keys(prefix) if parse_store_key(k) is not None}
 
 
-def download(store: Store, root: Path, key: str) -> int:
-    """One store file into the local cache, whole or not at all (written aside, then renamed); its size, or
-    0 when the store no longer has it or it arrived short."""
-    target = root / key
+def download(store: Store, root: Path, key: str, *, keyring: Keyring) -> int:
+    """One store file into the local cache, whole and checked or not at all: an object must have the sha256
+    it is named by, a manifest a trusted signature for its domain, and its object already here. Its size,
+    or 0 when the store no longer has it, it arrived short or too long, or it is not what it claims."""
+    parsed = parse_store_key(key)
+    if parsed is None:
+        return 0
+    domain, relative, named = parsed
+    dest = domain_dir(root, domain)
     opened = store.open(key)
     if opened is None:
         return 0
     stream, size = opened
-    _make_dirs(root, target.parent)
-    # the cache's own temporary name: a download that dies is cleaned up by prune like a build's writer's
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f"{compilecache.TEMP_PREFIX}{target.name}-")
-    try:
-        with os.fdopen(fd, "wb") as fh, contextlib.closing(stream):
-            written = 0
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                fh.write(chunk)
-                written += len(chunk)
-        if written != size:
+    with contextlib.closing(stream):
+        chunks = iter(lambda: stream.read(1 << 20), b"")
+        if named[0] == OBJECT:
+            if size > MAX_OBJECT_BYTES or safefs.exists(dest, relative):
+                return 0
+            safefs.write_stream(
+                dest, relative, chunks, max_bytes=MAX_OBJECT_BYTES, expect_sha256=named[1], expect_size=size
+            )
+            return size
+        if size > MAX_MANIFEST_BYTES:
             return 0
-        # writable by the build's user, so a hit in a container can mark it used (LRU); the directories
-        # are open to it anyway
-        os.chmod(tmp, 0o666)
-        if target.exists():  # the build made it meanwhile: the same content by its name
-            return 0
-        os.replace(tmp, target)
-        return size
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        data = b"".join(_bounded(chunks, MAX_MANIFEST_BYTES))
+    entry = verified_entry(data, domain=domain, keyring=keyring)
+    if entry is None or (entry.direct_key, entry.result_key) != named[1:] or len(data) != size:
+        return 0
+    if not _has_object(dest, entry) or safefs.exists(dest, relative):
+        return 0
+    safefs.write_bytes(dest, relative, data)
+    return size
+
+
+def _bounded(chunks: Iterable[bytes], limit: int) -> Iterable[bytes]:
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise safefs.UnsafePath(f"over {limit} bytes")
+        yield chunk
 
 
 def pull(
-    store: Store, root: Path, *, remote: set[str] | None = None, max_bytes: int | None = None
+    store: Store,
+    root: Path,
+    *,
+    keyring: Keyring,
+    remote: set[str] | None = None,
+    max_bytes: int | None = None,
 ) -> SyncResult:
     """Download the files the store has (`remote`, else its listing) and `root` lacks, up to `max_bytes`:
-    more would only be pruned again."""
+    more would only be pruned again. A file that fails its check counts as failed and is not kept."""
     ensure_local(root)
     remote = remote_files(store) if remote is None else remote
     files = size = failed = 0
@@ -205,7 +460,7 @@ def pull(
         if max_bytes is not None and size >= max_bytes:
             break
         try:
-            got = download(store, root, key)
+            got = download(store, root, key, keyring=keyring)
         except (FactoryError, OSError):
             got = 0
         if got:
@@ -222,11 +477,13 @@ def push(store: Store, root: Path, *, remote: set[str]) -> SyncResult:
     for key in objects_first(local_files(root) - remote):
         path = root / key
         try:
+            if not safefs.exists(root, key):  # pruned meanwhile
+                continue
             store.put(key, path, content_type=OCTETS, cache_control=IMMUTABLE, if_none_match=True)
             files, size = files + 1, size + path.stat().st_size
         except PreconditionFailed:
             pass
-        except FileNotFoundError:  # pruned meanwhile
+        except FileNotFoundError:
             continue
         except (FactoryError, OSError):
             failed += 1
@@ -235,21 +492,43 @@ def push(store: Store, root: Path, *, remote: set[str]) -> SyncResult:
     return SyncResult(files=files, bytes=size, failed=failed)
 
 
+@dataclass(kw_only=True)
+class JobCache:
+    """One job's view of the cache: its domain's directory (mounted read-only) and its outbox."""
+
+    domain: str
+    dest: Path
+    outbox: Path
+    refused: int = 0
+
+    def mounts(self) -> dict[str, dict[str, str]]:
+        return {
+            str(self.dest): {"bind": MOUNT, "mode": "ro"},
+            str(self.outbox): {"bind": OUT_MOUNT, "mode": "rw"},
+        }
+
+
 class CacheSync:
-    """One run's cache: the local directory mounted into its jobs, and, with a store, the store's files
-    pulled before each job and pushed while it runs (nudged by its measured compiles) and after it.
+    """One run's cache: each job's domain of the local directory mounted read-only and its outbox imported
+    while it runs and after; with a store, the domain's files pulled before each job and pushed while it
+    runs (nudged by its measured compiles) and after it.
 
     Thread-safe: jobs of one run call it from their threads. A store that cannot be reached is said once
     and costs only the head start; the build goes on with the local cache."""
 
-    def __init__(self, config: CacheConfig, *, log: Log = lambda _m: None) -> None:
+    def __init__(
+        self, config: CacheConfig, *, log: Log = lambda _m: None, keyring: Keyring | None = None
+    ) -> None:
         self.config = config
         self.local = config.local
         self.log = log
+        self.keyring = keyring or load_keyring(config.local.parent.parent)
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._remote: set[str] | None = None
         self._fetched: set[str] = set()
+        self._verified: set[tuple[str, int, int]] = set()
+        self._jobs: dict[str, JobCache] = {}
         self._broken = False
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -272,23 +551,61 @@ class CacheSync:
         self._broken = True
         self.log(f"compile cache store not {what}: {exc}; building with the local cache only")
 
-    def before_job(self, job_id: str) -> None:
-        """Bring down what the store has that the local cache lacks."""
+    def open_job(self, job_id: str, *, domain: str, outbox: Path) -> JobCache:
+        """A job's cache: its domain's directory, with only entries the host vouches for in it (anything
+        else removed), and a fresh outbox."""
+        dest = domain_dir(self.local, domain)
+        with safefs.open_dir(self.local, PurePosixPath(LAYOUT, domain), create=True):
+            pass
+        job = JobCache(domain=domain, dest=dest, outbox=make_outbox(outbox))
+        with self._lock:
+            verify_domain(dest, domain=domain, keyring=self.keyring, known=self._verified)
+            self._jobs[job_id] = job
+        return job
+
+    def before_job(self, job_id: str, domain: str) -> None:
+        """Bring down what the store has of the job's domain that the local cache lacks."""
         with self._lock:
             store = self._open()
             if store is None:
                 return
             try:
-                self._remote = remote_files(store)
+                remote = remote_files(store, domain)
+                self._remote = (self._remote or set()) | remote
                 # each file once a run: one pruned to keep the bound is not fetched again for the next job
-                wanted = self._remote - self._fetched
-                got = pull(store, self.local, remote=wanted, max_bytes=self.config.max_bytes)
+                wanted = remote - self._fetched
+                got = pull(
+                    store, self.local, keyring=self.keyring, remote=wanted, max_bytes=self.config.max_bytes
+                )
             except (FactoryError, OSError) as exc:
                 self._fail("read", exc)
                 return
             self._fetched |= wanted
         if got.files:
             self.log(f"{job_id}: compile cache: {got.files} file(s) fetched from {self.config.store}")
+        if got.failed:
+            self.log(f"{job_id}: compile cache: {got.failed} file(s) of the store not taken (unverifiable)")
+
+    def import_all(self) -> ImportResult:
+        """Take in what every running job's build has compiled so far."""
+        total = ImportResult()
+        with self._lock:
+            for job in self._jobs.values():
+                got = self._import(job)
+                total = ImportResult(
+                    objects=total.objects + got.objects, entries=total.entries + got.entries,
+                    hits=total.hits + got.hits, refused=total.refused + got.refused,
+                )  # fmt: skip
+        return total
+
+    def _import(self, job: JobCache) -> ImportResult:
+        try:
+            got = import_outbox(job.outbox, job.dest, domain=job.domain, keyring=self.keyring)
+        except OSError as exc:
+            self.log(f"compile cache: the outbox {job.outbox} not imported: {exc}")
+            return ImportResult()
+        job.refused += got.refused
+        return got
 
     def upload(self) -> SyncResult:
         """Send up what the store lacks (what this host compiled since the last upload)."""
@@ -305,8 +622,15 @@ class CacheSync:
                 return SyncResult()
 
     def after_job(self, job_id: str) -> None:
-        """Upload what the job made (whatever finished, also after a failure or a kill), then bound the
-        local cache."""
+        """Import what the job made (whatever its end, also after a failure or a kill), upload it, remove the
+        outbox, then bound the local cache."""
+        with self._lock:
+            job = self._jobs.pop(job_id, None)
+            if job is not None:
+                self._import(job)
+                shutil.rmtree(job.outbox, ignore_errors=True)  # never follows a link (fd-based on Linux)
+        if job is not None and job.refused:
+            self.log(f"{job_id}: compile cache: {job.refused} file(s) of the build's outbox refused")
         sent = self.upload()
         if sent.files:
             self.log(f"{job_id}: compile cache: {sent.files} file(s) sent to {self.config.store}")
@@ -318,15 +642,29 @@ class CacheSync:
         if pruned.removed_entries:
             self.log(f"compile cache: {pruned.removed_entries} old entries removed to stay within the bound")
 
+    def suspect(self, job_id: str, entry: str, source: str | None) -> None:
+        """A hit compiled again gave other bytes: the entry is removed here and named in the log, as a
+        suspected poisoned entry (or a compile that is not deterministic)."""
+        dk, _, rk = entry.partition(compilecache.HIT_SEPARATOR)
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None or not (compilecache.is_key(dk) and compilecache.is_key(rk)):
+            return
+        safefs.unlink(job.dest, compilecache.manifest_relative(dk, rk))
+        self.log(
+            f"{job_id}: compile cache: {source or 'a compile'} compiled again differs from entry {dk[:12]}/"
+            f"{rk[:12]}: suspected poisoned entry (or a compile that is not deterministic); entry removed"
+        )
+
     def nudge(self) -> None:
-        """A compile finished: upload soon, so a killed run has already shipped it."""
+        """A compile finished: import (and upload) soon, so other jobs find it and a killed run has already
+        shipped it."""
         self._wake.set()
 
-    # -- the uploader while jobs run ------------------------------------------------------------------
+    # -- the importer and uploader while jobs run -----------------------------------------------------
     def __enter__(self) -> CacheSync:
-        if self.config.store is not None:
-            self._thread = threading.Thread(target=self._uploader, name="cache-upload", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._worker, name="cache-sync", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -335,12 +673,13 @@ class CacheSync:
         if self._thread is not None:
             self._thread.join()
 
-    def _uploader(self) -> None:
+    def _worker(self) -> None:
         while not self._stop.is_set():
             self._wake.wait()
             if self._stop.is_set():
                 return
             self._wake.clear()
+            self.import_all()
             self.upload()
             self._stop.wait(PUSH_INTERVAL_S)  # a burst of finished compiles goes up together
 
@@ -374,16 +713,137 @@ def count_compiles(lines: Iterable[str]) -> tuple[int, int]:
 # --- the CLI's commands ----------------------------------------------------------------------------------
 
 
-def stats(root: Path | None = None) -> compilecache.CacheStats:
-    root = root or local_dir()
-    if not root.is_dir():
-        return compilecache.CacheStats(entries=0, objects=0, bytes=0, oldest=None, newest=None)
-    return compilecache.stats(root)
+@dataclass(frozen=True, kw_only=True)
+class CacheStats:
+    entries: int  # manifests
+    objects: int
+    bytes: int  # of every committed file, manifests and objects
+    oldest: float | None  # mtime of the least recently used manifest
+    newest: float | None
 
 
-def prune(max_bytes: int, root: Path | None = None) -> compilecache.PruneResult:
-    """The local cache within `max_bytes`, least recently used entries out first."""
+@dataclass(frozen=True, kw_only=True)
+class PruneResult:
+    removed_entries: int
+    removed_bytes: int
+    kept_bytes: int
+
+
+@dataclass(kw_only=True)
+class _Files:
+    # by domain: (path in the domain's directory, what lstat said)
+    manifests: dict[str, list[tuple[PurePosixPath, safefs.Found]]] = field(default_factory=dict)
+    objects: dict[tuple[str, str], safefs.Found] = field(default_factory=dict)  # (domain, sha256)
+    other: list[PurePosixPath] = field(default_factory=list)  # relative to the layout's directory
+
+
+def _inventory(root: Path) -> _Files:
+    files = _Files()
+    for item in safefs.walk(root / LAYOUT):
+        parsed = parse_store_key(f"{LAYOUT}/{item.relative.as_posix()}")
+        if parsed is None:
+            files.other.append(item.relative)
+        elif parsed[2][0] == OBJECT:
+            files.objects[(parsed[0], parsed[2][1])] = item
+        else:
+            files.manifests.setdefault(parsed[0], []).append((parsed[1], item))
+    return files
+
+
+def stats(root: Path | None = None) -> CacheStats:
     root = root or local_dir()
-    if not root.is_dir():
-        return compilecache.PruneResult(removed_entries=0, removed_bytes=0, kept_bytes=0)
-    return compilecache.prune(root, max_bytes=max_bytes)
+    files = _inventory(root)
+    manifests = [m for found in files.manifests.values() for _, m in found]
+    times = [m.mtime for m in manifests]
+    return CacheStats(
+        entries=len(manifests),
+        objects=len(files.objects),
+        bytes=sum(f.size for f in manifests) + sum(f.size for f in files.objects.values()),
+        oldest=min(times, default=None),
+        newest=max(times, default=None),
+    )
+
+
+def prune(max_bytes: int, root: Path | None = None, *, now: float | None = None) -> PruneResult:
+    """Bring the local cache under max_bytes, least recently used entries (manifest, and its object when no
+    other manifest names it) first. Whatever is not of the cache's grammar goes whatever the size (an earlier
+    layout, a stray file), and so do manifests whose object is gone, objects no manifest names and writers'
+    temporaries, once older than TEMP_GRACE_S (a writer may be at work)."""
+    root = root or local_dir()
+    now = time.time() if now is None else now
+    grace = compilecache.TEMP_GRACE_S
+    removed_entries = removed_bytes = 0
+    for entry in sorted(os.listdir(root)) if root.is_dir() else []:
+        if entry != LAYOUT and entry != ".lock":  # an earlier layout's tree, never followed if a link
+            path = root / entry
+            removed_bytes += _remove_tree(path)
+    files = _inventory(root)
+    for relative in files.other:
+        item_age = _age(root / LAYOUT / relative, now)
+        if not compilecache.is_temp(relative.name) or item_age > grace:
+            safefs.unlink(root / LAYOUT, relative)
+    entries: list[tuple[float, str, PurePosixPath, int]] = []
+    users: dict[tuple[str, str], int] = {}
+    for domain, manifests in files.manifests.items():
+        for relative, item in manifests:
+            dest = domain_dir(root, domain)
+            sha = _object_named(dest, relative)
+            obj = files.objects.get((domain, sha)) if sha else None
+            if obj is None:
+                if now - item.mtime > grace:
+                    safefs.unlink(dest, relative)
+                    removed_entries, removed_bytes = removed_entries + 1, removed_bytes + item.size
+                continue
+            users[(domain, sha)] = users.get((domain, sha), 0) + 1
+            entries.append((max(item.mtime, obj.mtime), domain, relative, item.size))
+    for (domain, sha), obj in files.objects.items():
+        if (domain, sha) not in users and now - obj.mtime > grace:
+            safefs.unlink(domain_dir(root, domain), compilecache.object_relative(sha))
+            removed_bytes += obj.size
+    kept = {k: v for k, v in files.objects.items() if k in users}
+    total = sum(size for *_, size in entries) + sum(o.size for o in kept.values())
+    for _, domain, relative, size in sorted(entries):
+        if total <= max_bytes:
+            break
+        dest = domain_dir(root, domain)
+        sha = _object_named(dest, relative)
+        safefs.unlink(dest, relative)  # the manifest first: an object without its manifest is never read
+        removed_entries, removed_bytes, total = removed_entries + 1, removed_bytes + size, total - size
+        if sha is not None:
+            users[(domain, sha)] -= 1
+            if users[(domain, sha)] == 0:
+                obj = kept[(domain, sha)]
+                safefs.unlink(dest, compilecache.object_relative(sha))
+                removed_bytes, total = removed_bytes + obj.size, total - obj.size
+        with contextlib.suppress(OSError):
+            (dest / relative).parent.rmdir()  # its direct key's last manifest
+    return PruneResult(removed_entries=removed_entries, removed_bytes=removed_bytes, kept_bytes=total)
+
+
+def _object_named(dest: Path, manifest: PurePosixPath) -> str | None:
+    try:
+        entry = compilecache.parse_manifest(safefs.read_bytes(dest, manifest, max_bytes=MAX_MANIFEST_BYTES))
+    except OSError:
+        return None
+    return entry.object_sha256 if entry is not None else None
+
+
+def _age(path: Path, now: float) -> float:
+    try:
+        return now - path.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _remove_tree(path: Path) -> int:
+    """Remove a file, a link (not what it points to) or a whole directory; the bytes of regular files gone."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        path.unlink()
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    size = sum(f.size for f in safefs.walk(path))
+    shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
+    return size

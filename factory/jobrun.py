@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from factory import cache, images, leftovers, platform_tag, wheelcheck
+from factory import cache, images, leftovers, platform_tag, safefs, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
@@ -27,6 +27,7 @@ from factory.container import (
     DRIVER,
     IMPORT_ROOT,
     PACKAGE_MOUNT,
+    compilecache,
     heartbeat,
     protocol,
 )
@@ -43,6 +44,9 @@ WORK_MOUNT = "/var/factory"
 JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`JobRun.job_dir`)
 CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
+# a wheel the driver names: one plain file name of the wheel format, nothing that could leave its directory
+WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
+MAX_WHEEL_BYTES = 16 << 30
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 
@@ -53,6 +57,7 @@ class JobInputs:
     image: str
     source: Path
     wheelhouse: Path
+    cache_domain: str = ""  # the compile cache's trust domain of the source (`cache.trust_domain`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +161,7 @@ class JobRun:
         self.result = result
         self.log_path = ctx.run_dir / "logs" / f"{job.id}.log"
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
+        self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
 
     @property
     def job_dir(self) -> str:
@@ -184,16 +190,19 @@ class JobRun:
             "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
             heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
             heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
-            # a local path only: the store and its credentials stay with the host, which syncs it
+            # local paths only: the store, its credentials and the signing key stay with the host
             **(self.cache_env() if self.ctx.compile_cache is not None else {}),
         }
 
-    @staticmethod
-    def cache_env() -> dict[str, str]:
-        """The compile cache's root only. The driver puts the host compiler through the cache
-        (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the image's) and
-        keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
-        return {cache.ENV_DIR: cache.MOUNT}
+    def cache_env(self) -> dict[str, str]:
+        """The compile cache's read-only root and the job's outbox. The driver puts the host compiler through
+        the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
+        image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
+        assert self.ctx.compile_cache is not None
+        env = {cache.ENV_DIR: cache.MOUNT, cache.ENV_OUT: cache.OUT_MOUNT}
+        if self.ctx.compile_cache.config.verify:
+            env[cache.ENV_VERIFY] = str(self.ctx.compile_cache.config.verify)
+        return env
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
         """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
@@ -273,6 +282,7 @@ class JobRun:
                     result.compiles_cached += 1
                 else:
                     result.compiles_compiled += 1
+                    self.cache_checked(line)
                     if self.ctx.compile_cache is not None:
                         self.ctx.compile_cache.nudge()
                 self.changed()
@@ -317,10 +327,21 @@ class JobRun:
             markers=dict(markers),
         )
 
+    def cache_checked(self, line: str) -> None:
+        """A hit compiled again to check it (`build --verify-cache`): counted, and one that differs reported
+        and removed from the local cache."""
+        measured = protocol.parse_measurement(line)
+        if measured is None or measured.cache_check is None:
+            return
+        self.result.cache_checked += 1
+        if measured.cache_check != compilecache.CHECK_SAME:
+            self.result.cache_suspects.append(measured.source or measured.key)
+            if self.ctx.compile_cache is not None and measured.entry:
+                self.ctx.compile_cache.suspect(self.job.id, measured.entry, measured.source)
+
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
-        cached = self.ctx.compile_cache
         return {
-            **({str(cached.local): {"bind": cache.MOUNT, "mode": "rw"}} if cached is not None else {}),
+            **(self.job_cache.mounts() if self.job_cache is not None else {}),
             WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
             str(inputs.source): {"bind": "/src", "mode": "ro"},
             str(inputs.wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
@@ -359,7 +380,11 @@ class JobRun:
             if ctx.shard is not None:
                 self.plan_shard(inputs.source)
             if ctx.compile_cache is not None:
-                ctx.compile_cache.before_job(self.job.id)
+                self.job_cache = ctx.compile_cache.open_job(
+                    self.job.id, domain=inputs.cache_domain, outbox=ctx.run_dir / "cache-out" / self.job.id
+                )
+                mounts.update(self.job_cache.mounts())
+                ctx.compile_cache.before_job(self.job.id, inputs.cache_domain)
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
                 wheel, installed_torch = built
@@ -377,8 +402,9 @@ class JobRun:
             result.phase = result.result
             if result.result != "ok":
                 result.log_tail = log_tail(self.log_path)
-            shutil.rmtree(out_tmp, ignore_errors=True)
-            if ctx.compile_cache is not None and image is not None:
+            shutil.rmtree(out_tmp, ignore_errors=True)  # fd-based on Linux: never follows a link
+            shutil.rmtree(self.wheel_dir, ignore_errors=True)
+            if ctx.compile_cache is not None and self.job_cache is not None:
                 with contextlib.suppress(Exception):  # the cache never fails a job
                     ctx.compile_cache.after_job(self.job.id)
             self.changed()
@@ -464,12 +490,12 @@ class JobRun:
             result.result, result.reason = "ok", sharding.summary(ctx.shard, counts)
             return None
         if retries.stop == STOP_OK:
-            wheel_name = outcome.markers.get("wheel")
-            if not wheel_name or not (out_dir / wheel_name).is_file():
+            wheel = self.take_wheel(out_dir, outcome.markers.get("wheel"))
+            if wheel is None:
                 result.result, result.reason = "failed", "the build finished without a wheel"
                 return None
             # The driver reports the torch it built against; the wheel is pinned to that release.
-            return out_dir / str(wheel_name), str(outcome.markers.get("torch") or job.variant.torch)
+            return wheel, str(outcome.markers.get("torch") or job.variant.torch)
         if retries.stop == STOP_FAILED:
             result.result = "failed"
             result.reason = f"build exited with code {outcome.exit_code} (attempt {tried.number})"
@@ -488,6 +514,26 @@ class JobRun:
             f"after {len(result.attempts)} attempt(s)"
         )
         return None
+
+    @property
+    def wheel_dir(self) -> Path:
+        """Where the host keeps its copy of the job's wheel while it checks it: no container writes there.
+        Beside the output (a rename away from it), owned like the container's, so a dead run's is removed."""
+        return leftovers.output_tmp_dir(self.ctx.output, job_id=f"{self.job.id}-host", run_id=self.ctx.run_id)
+
+    def take_wheel(self, out_dir: Path, name: object) -> Path | None:
+        """The wheel the driver named, copied out of the container-written output directory into the host's
+        own (`safefs`: a plain file name, a regular file, no link followed, bounded); None when there is no
+        such wheel."""
+        if not isinstance(name, str) or not WHEEL_NAME.fullmatch(name):
+            return None
+        shutil.rmtree(self.wheel_dir, ignore_errors=True)
+        leftovers.make_output_tmp_dir(self.wheel_dir)
+        try:
+            safefs.copy_out(out_dir, name, self.wheel_dir, name, max_bytes=MAX_WHEEL_BYTES)
+        except OSError:
+            return None
+        return self.wheel_dir / name
 
     def learn(self, segment: str) -> None:
         """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
@@ -518,6 +564,9 @@ class JobRun:
             mounts = {**mounts}
             mounts.pop(next(k for k, v in mounts.items() if v["bind"] == "/wheelhouse"))
             mounts[str(inputs.wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
+        # the host's checked copy, read-only: what is installed is what is accepted
+        mounts = {k: v for k, v in mounts.items() if v["bind"] != "/out"}
+        mounts[str(wheel.parent)] = {"bind": "/out", "mode": "ro"}
         env = {
             **self.driver_env(python),
             "FACTORY_WHEEL": wheel.name,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+from factory import safefs
 from factory.container import protocol
 
 OWNER_FILE = protocol.OWNER_FILE  # inside a run's temporary output directory
@@ -48,6 +49,9 @@ def is_alive(
     return owner.pid == os.getpid() or pid_exists(owner.pid)
 
 
+OWNER_MAX_BYTES = 64 << 10
+
+
 def output_tmp_dir(output: Path, *, job_id: str, run_id: str) -> Path:
     """Where a job's wheel is made before it is accepted into `output`."""
     return output / f"{OUTPUT_TMP_PREFIX}{job_id}-{run_id}"
@@ -71,9 +75,11 @@ def parse_owner(text: str | None) -> Owner | None:
 
 
 def read_owner(directory: Path) -> Owner | None:
+    """The owner a directory records; the build container can write there, so its file is read as any file
+    a container wrote (`safefs`: no link followed, a regular file, bounded)."""
     try:
-        return parse_owner((directory / OWNER_FILE).read_text())
-    except OSError:
+        return parse_owner(safefs.read_bytes(directory, OWNER_FILE, max_bytes=OWNER_MAX_BYTES).decode())
+    except (OSError, UnicodeDecodeError):
         return None
 
 

@@ -66,6 +66,9 @@ class PreparedSource:
     tree: Path
     sdist: str | None = None  # the sdist's filename
     sha256: str | None = None  # of the sdist, checked against the index's hash where it gives one
+    # whose code this is: the sdist's sha256, the git URL or the directory, and the patches (the compile
+    # cache's trust domain: `cache.trust_domain`)
+    code_id: str = ""
 
 
 # ---------------------------------------------------------------------------------------------- pip settings
@@ -511,8 +514,10 @@ def prepare_source(
             if p.is_file() and ".git" not in p.parts
         ]
         key = _digest(kind, path, stamp, patch_hashes)
+        code_id = _digest(kind, os.path.realpath(path), patch_hashes)
     elif kind == "git":
         key = _digest(kind, name, version, url, ref, patch_hashes)
+        code_id = _digest(kind, url, patch_hashes)
     else:
         settings = pip or read_pip_settings()
         http = IndexClient(settings)
@@ -520,10 +525,12 @@ def prepare_source(
         archive, sha256 = fetch_sdist(found, cache / "sdists", http)
         sdist = (found.filename, sha256)
         key = _digest(kind, sha256, patch_hashes)
+        code_id = key
     result = PreparedSource(
         tree=cache / "sources" / key / "tree",
         sdist=sdist[0] if sdist else None,
         sha256=sdist[1] if sdist else None,
+        code_id=code_id,
     )
     final = result.tree.parent
     if final.is_dir():

@@ -77,6 +77,15 @@ def build(
             help="Sync the compile cache with this store (s3://bucket/prefix or a directory), or off.",
         ),
     ] = None,
+    verify_cache: Annotated[
+        int,
+        typer.Option(
+            "--verify-cache",
+            metavar="N",
+            help="Compile N of each job's cache hits anyway and compare the bytes; a difference is reported "
+            "as a suspected poisoned entry and the entry removed.",
+        ),
+    ] = 0,
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
@@ -106,7 +115,9 @@ def build(
         raise ConfigError(f"--output {output}: exists and is not a directory")
     if rebuild and not publish:
         raise ConfigError("--rebuild only applies with --publish")
-    compile_cache = resolve(mf, publishing=publish, override=cache)
+    compile_cache = resolve(mf, publishing=publish, override=cache, verify=verify_cache)
+    if verify_cache and compile_cache is None:
+        raise ConfigError("--verify-cache checks the compile cache's hits, and the cache is off")
     if one_shard is not None and compile_cache is None:
         raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
     if dry_run:

@@ -1,20 +1,26 @@
 """The compile cache: its on-disk format, its keys, and the lookup and store of one compile. The one owner of
-the cache's format; the host (syncing, `factory cache stats|prune`) uses the API at the top of this module.
+the cache's format and its grammar (`classify`); the host (`factory.cache`) imports, signs, syncs and prunes.
 
-Layout under the cache root ($FACTORY_CACHE_DIR; absent or empty: the cache is off):
-  v1/m/<dk[:2]>/<dk>/<rk>.json   a manifest: the files one compile of direct key dk read, with their sha256
-  v1/o/<rk[:2]>/<rk>             the object that compile wrote
-Every committed file is immutable and named by its content's key, so two hosts' caches merge by the union of
-their relative paths. A file is written under a temporary name (TEMP_PREFIX) in its own directory and renamed
-into place, the object before its manifest: a reader never sees half an entry.
+A cache root (one trust domain's: `factory.cache`) holds
+  m/<dk[:2]>/<dk>/<rk>.json   a manifest: the files one compile of direct key dk read, with their sha256, and
+                              the sha256 of the object it wrote
+  o/<sha[:2]>/<sha>           an object, named by the sha256 of its content
+A build container reads the root (read-only: FACTORY_CACHE_DIR) and writes what it compiles, in the same
+layout, to its job's outbox (FACTORY_CACHE_OUT), with a mark `h/<dk>-<rk>` for each entry it used; the host
+checks and imports the outbox. Every file is written under a temporary name (TEMP_PREFIX) in its own
+directory and renamed into place, the object before its manifest: a reader never sees half an entry.
 
 Direct mode, as ccache's: the direct key (dk) hashes the compiler's identity, the call's arguments with the
 paths that differ between jobs replaced by placeholders, the source's content and the environment the
 compiler reads. Every manifest under dk records the files the compile read (its depfile, which lists every
-header of every pass) as [normalised path, sha256]; a lookup hits only when each of them has the same content
-now. The result key (rk) hashes dk and those inputs. Python's include directory is a placeholder in the
-arguments (@PYINC@) and so takes no part in dk: a file that never includes Python.h has the same key for every
-Python, and one that does records Python.h among its inputs, so another Python's header misses.
+header of every pass) as [normalised path, sha256]; a lookup hits only when each of them is a regular file
+with the same content now. The result key (rk) hashes dk and those inputs. Python's include directory is a
+placeholder in the arguments (@PYINC@) and so takes no part in dk: a file that never includes Python.h has
+the same key for every Python, and one that does records Python.h among its inputs, so another Python's
+header misses.
+
+Objects are deterministic where the factory can make them so (`deterministic`, `prefix_maps`), so a hit can
+be checked by compiling it again (FACTORY_CACHE_VERIFY).
 
 Standard library only, like its package.
 """
@@ -28,39 +34,53 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-LAYOUT_VERSION = "v1"
-CACHE_DIR_ENV = "FACTORY_CACHE_DIR"
+LAYOUT_VERSION = "v2"
+CACHE_DIR_ENV = "FACTORY_CACHE_DIR"  # the entries to look up in (read-only in a build container)
+CACHE_OUT_ENV = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the job's outbox)
+CACHE_VERIFY_ENV = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
 TEMP_PREFIX = ".tmp-"
 # temporary files younger than this may belong to a writer still at work
 TEMP_GRACE_S = 3600.0
-KEY_FORMAT = 1
+KEY_FORMAT = 2
 MANIFEST_SUFFIX = ".json"
+HIT_SEPARATOR = "-"
 
 
-# --- the host's API: stats, prune, the files to sync ------------------------------------------------------
+# --- the grammar of a cache's files ------------------------------------------------------------------------
+
+OBJECT, MANIFEST, HIT = "o", "m", "h"
 
 
-@dataclass(frozen=True)
-class CacheStats:
-    entries: int  # manifests
-    objects: int
-    bytes: int  # of every committed file, manifests and objects
-    oldest: float | None  # mtime of the least recently used manifest
-    newest: float | None
+def is_key(text: str) -> bool:
+    """A sha256 in lower-case hex: every name in the cache is one (or two, or one with a suffix)."""
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
-@dataclass(frozen=True)
-class PruneResult:
-    removed_entries: int
-    removed_bytes: int
-    kept_bytes: int
+def classify(relative: str | PurePosixPath) -> tuple[str, ...] | None:
+    """What a path relative to a cache root names, by the cache's grammar alone, or None for anything else:
+    ("o", sha256) for `o/<sha[:2]>/<sha>`, an object named by the sha256 of its content;
+    ("m", dk, rk) for `m/<dk[:2]>/<dk>/<rk>.json`, a manifest;
+    ("h", dk, rk) for `h/<dk>-<rk>`, an outbox's mark that a build used that entry."""
+    parts = PurePosixPath(relative).parts
+    if len(parts) == 3 and parts[0] == OBJECT and is_key(parts[2]) and parts[1] == parts[2][:2]:
+        return (OBJECT, parts[2])
+    if len(parts) == 4 and parts[0] == MANIFEST and is_key(parts[2]) and parts[1] == parts[2][:2]:
+        name = parts[3]
+        if name.endswith(MANIFEST_SUFFIX) and is_key(name[: -len(MANIFEST_SUFFIX)]):
+            return (MANIFEST, parts[2], name[: -len(MANIFEST_SUFFIX)])
+    if len(parts) == 2 and parts[0] == HIT:
+        dk, sep, rk = parts[1].partition(HIT_SEPARATOR)
+        if sep and is_key(dk) and is_key(rk):
+            return (HIT, dk, rk)
+    return None
 
 
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -69,127 +89,38 @@ def cache_root(environ: Mapping[str, str] = os.environ) -> Path | None:
     return Path(value) if value else None
 
 
+def cache_out(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Where a build's new entries go; None: it only looks up."""
+    value = environ.get(CACHE_OUT_ENV, "")
+    return Path(value) if value else None
+
+
+def manifest_relative(direct_key: str, result_key: str) -> PurePosixPath:
+    return PurePosixPath(MANIFEST, direct_key[:2], direct_key, f"{result_key}{MANIFEST_SUFFIX}")
+
+
+def object_relative(sha256: str) -> PurePosixPath:
+    return PurePosixPath(OBJECT, sha256[:2], sha256)
+
+
+def hit_relative(direct_key: str, result_key: str) -> PurePosixPath:
+    return PurePosixPath(HIT, f"{direct_key}{HIT_SEPARATOR}{result_key}")
+
+
 def manifest_dir(root: Path, direct_key: str) -> Path:
-    return root / LAYOUT_VERSION / "m" / direct_key[:2] / direct_key
+    return root / MANIFEST / direct_key[:2] / direct_key
 
 
 def manifest_path(root: Path, direct_key: str, result_key: str) -> Path:
-    return manifest_dir(root, direct_key) / f"{result_key}{MANIFEST_SUFFIX}"
+    return root / manifest_relative(direct_key, result_key)
 
 
-def object_path(root: Path, result_key: str) -> Path:
-    return root / LAYOUT_VERSION / "o" / result_key[:2] / result_key
+def object_path(root: Path, sha256: str) -> Path:
+    return root / object_relative(sha256)
 
 
-def is_temp(path: Path) -> bool:
-    return path.name.startswith(TEMP_PREFIX)
-
-
-def iter_files(root: Path) -> Iterator[Path]:
-    """Every committed file of the cache, relative to root: objects, then manifests (each sorted), the order
-    in which a copy elsewhere never shows a manifest without its object. Temporary files and anything outside
-    the layout are left out."""
-    for kind in ("o", "m"):
-        base = root / LAYOUT_VERSION / kind
-        for path in sorted(_walk(base)):
-            if _committed(path, kind):
-                yield path.relative_to(root)
-
-
-def stats(root: Path) -> CacheStats:
-    manifests = list(_stat_files(root, "m"))
-    objects = list(_stat_files(root, "o"))
-    times = [st.st_mtime for _, st in manifests]
-    return CacheStats(
-        entries=len(manifests),
-        objects=len(objects),
-        bytes=sum(st.st_size for _, st in manifests + objects),
-        oldest=min(times, default=None),
-        newest=max(times, default=None),
-    )
-
-
-def prune(root: Path, *, max_bytes: int, now: float | None = None) -> PruneResult:
-    """Bring the cache under max_bytes, least recently used entries (manifest + object) first. Manifests whose
-    object is gone and objects no manifest names are removed whatever the size (an object only when older than
-    TEMP_GRACE_S: its manifest may be about to follow), and so are temporary files older than that."""
-    now = time.time() if now is None else now
-    removed_entries = removed_bytes = 0
-    objects = {p.name: (p, st) for p, st in _stat_files(root, "o")}
-    entries: list[tuple[float, int, Path, Path | None]] = []
-    named: set[str] = set()
-    for path, st in _stat_files(root, "m"):
-        rk = path.name[: -len(MANIFEST_SUFFIX)]
-        obj = objects.get(rk)
-        if obj is None:
-            removed_entries += 1
-            removed_bytes += _remove(path)
-            continue
-        named.add(rk)
-        entries.append((max(st.st_mtime, obj[1].st_mtime), st.st_size + obj[1].st_size, path, obj[0]))
-    for name, (path, st) in objects.items():
-        if name not in named and now - st.st_mtime > TEMP_GRACE_S:
-            removed_bytes += _remove(path)
-    for kind in ("m", "o"):
-        for path in _walk(root / LAYOUT_VERSION / kind):
-            if is_temp(path) and _age(path, now) > TEMP_GRACE_S:
-                _remove(path)
-    total = sum(size for _, size, _, _ in entries)
-    for _, size, manifest, obj in sorted(entries, key=lambda e: (e[0], str(e[2]))):
-        if total <= max_bytes:
-            break
-        # the manifest first: an object without its manifest is never read
-        removed_bytes += _remove(manifest)
-        if obj is not None:
-            removed_bytes += _remove(obj)
-        removed_entries += 1
-        total -= size
-        with contextlib.suppress(OSError):
-            manifest.parent.rmdir()  # its direct key's last manifest
-    return PruneResult(removed_entries=removed_entries, removed_bytes=removed_bytes, kept_bytes=total)
-
-
-def _walk(base: Path) -> Iterator[Path]:
-    for dirpath, _, names in os.walk(base):
-        for name in names:
-            yield Path(dirpath, name)
-
-
-def _committed(path: Path, kind: str) -> bool:
-    if is_temp(path):
-        return False
-    if kind == "m":
-        return path.name.endswith(MANIFEST_SUFFIX) and _is_key(path.name[: -len(MANIFEST_SUFFIX)])
-    return _is_key(path.name)
-
-
-def _is_key(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
-
-
-def _stat_files(root: Path, kind: str) -> Iterator[tuple[Path, os.stat_result]]:
-    for path in _walk(root / LAYOUT_VERSION / kind):
-        if _committed(path, kind):
-            try:
-                yield path, path.stat()
-            except FileNotFoundError:
-                continue
-
-
-def _remove(path: Path) -> int:
-    try:
-        size = path.stat().st_size
-        path.unlink()
-    except FileNotFoundError:
-        return 0
-    return size
-
-
-def _age(path: Path, now: float) -> float:
-    try:
-        return now - path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
+def is_temp(name: str) -> bool:
+    return name.startswith(TEMP_PREFIX)
 
 
 # --- path normalisation ------------------------------------------------------------------------------------
@@ -436,22 +367,26 @@ _HASHES: dict[str, tuple[int, int, str]] = {}
 
 
 def file_sha256(path: str) -> str | None:
-    """The content hash of a file (remembered by size and mtime for the rest of the process); None when it
-    cannot be read."""
+    """The content hash of a regular file (remembered by size and mtime for the rest of the process); None
+    when it cannot be read or is not a regular file: a manifest may name /dev/zero or a FIFO as an input."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    known = _HASHES.get(path)
-    if known and known[:2] == (st.st_size, st.st_mtime_ns):
-        return known[2]
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        known = _HASHES.get(path)
+        if known and known[:2] == (st.st_size, st.st_mtime_ns):
+            return known[2]
+        os.set_blocking(fd, True)
+        digest = hashlib.sha256()
+        try:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
-    except OSError:
-        return None
+        except OSError:
+            return None
     _HASHES[path] = (st.st_size, st.st_mtime_ns, digest.hexdigest())
     return digest.hexdigest()
 
@@ -618,13 +553,14 @@ class Entry:
     direct_key: str
     result_key: str
     inputs: tuple[tuple[str, str], ...]
-    object_sha256: str
+    object_sha256: str  # the object's name too: objects are stored under the hash of their content
     object_size: int
     depfile: str | None
     created: float
 
 
 def manifest_json(entry: Entry) -> str:
+    """A manifest's canonical text: the same entry always gives the same bytes (the host signs them)."""
     return json.dumps(
         {
             "version": LAYOUT_VERSION,
@@ -640,56 +576,72 @@ def manifest_json(entry: Entry) -> str:
     )
 
 
-def parse_manifest(text: str) -> Entry | None:
-    """An entry from a manifest's text; None for anything that is not a whole, consistent one."""
+def parse_manifest(text: str | bytes) -> Entry | None:
+    """An entry from a manifest's text; None for anything that is not a whole, consistent one. A signature
+    the host added beside the entry's fields is the host's to check."""
     try:
         raw = json.loads(text)
+        inputs = tuple((p, h) for p, h in raw["inputs"])
         entry = Entry(
-            direct_key=str(raw["direct_key"]),
-            result_key=str(raw["result_key"]),
-            inputs=tuple((str(p), str(h)) for p, h in raw["inputs"]),
-            object_sha256=str(raw["object_sha256"]),
-            object_size=int(raw["object_size"]),
-            depfile=None if raw.get("depfile") is None else str(raw["depfile"]),
-            created=float(raw.get("created", 0)),
+            direct_key=raw["direct_key"],
+            result_key=raw["result_key"],
+            inputs=inputs,
+            object_sha256=raw["object_sha256"],
+            object_size=raw["object_size"],
+            depfile=raw.get("depfile"),
+            created=raw.get("created", 0),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    if raw.get("version") != LAYOUT_VERSION or entry.result_key != result_key(entry.direct_key, entry.inputs):
+    typed = (
+        all(isinstance(p, str) and isinstance(h, str) for p, h in entry.inputs)
+        and isinstance(entry.direct_key, str)
+        and isinstance(entry.object_size, int)
+        and not isinstance(entry.object_size, bool)
+        and entry.object_size >= 0
+        and isinstance(entry.object_sha256, str)
+        and (entry.depfile is None or isinstance(entry.depfile, str))
+        and isinstance(entry.created, int | float)
+    )
+    if (
+        not typed
+        or raw.get("version") != LAYOUT_VERSION
+        or not is_key(entry.direct_key)
+        or not is_key(entry.object_sha256)
+        or entry.result_key != result_key(entry.direct_key, entry.inputs)
+    ):
         return None
-    return entry
+    return Entry(**{**entry.__dict__, "created": float(entry.created)})
 
 
 def lookup(root: Path, dk: str, roots: Roots) -> tuple[Entry, Path] | None:
-    """The entry of dk whose every input has its recorded content now, with its object's path. An unreadable
-    manifest, or one whose object is gone, is removed and passed over."""
+    """The entry of dk whose every input has its recorded content now, with its manifest's path. An
+    unreadable manifest, or one whose object is gone, is passed over (the host prunes it)."""
     try:
         names = sorted(os.listdir(manifest_dir(root, dk)))
     except OSError:
         return None
     for name in names:
-        if not name.endswith(MANIFEST_SUFFIX) or name.startswith(TEMP_PREFIX):
+        if classify(PurePosixPath(MANIFEST, dk[:2], dk, name)) is None:
             continue
         path = manifest_dir(root, dk) / name
         try:
-            entry = parse_manifest(path.read_text())
+            entry = parse_manifest(path.read_bytes())
         except OSError:
             continue
         if entry is None or entry.direct_key != dk or f"{entry.result_key}{MANIFEST_SUFFIX}" != name:
-            _discard(path)
             continue
-        if all(file_sha256(roots.denormalise(p)) == h for p, h in entry.inputs):
-            obj = object_path(root, entry.result_key)
-            if obj.is_file():
-                return entry, path
-            _discard(path)
+        current = all(file_sha256(roots.denormalise(p)) == h for p, h in entry.inputs)
+        if current and object_path(root, entry.object_sha256).is_file():
+            return entry, path
     return None
 
 
-def fetch(root: Path, entry: Entry, manifest: Path, *, call: Call, roots: Roots, cwd: str) -> bool:
+def fetch(root: Path, entry: Entry, *, call: Call, roots: Roots, cwd: str, out: Path | None = None) -> bool:
     """Copy a found entry's object to the call's output (and its depfile, with this job's paths), checking
-    its hash on the way; False, with the entry removed, when the object is not what its manifest says."""
-    obj = object_path(root, entry.result_key)
+    its hash on the way; False when the object is not what its manifest says. A hit is marked in `out`, the
+    outbox, for the host to count as a use (the cache itself may be read-only here)."""
+    obj = object_path(root, entry.object_sha256)
     target = os.path.join(cwd, call.output)
     digest = hashlib.sha256()
     size = 0
@@ -701,8 +653,6 @@ def fetch(root: Path, entry: Entry, manifest: Path, *, call: Call, roots: Roots,
                 size += len(chunk)
                 dst.write(chunk)
         if digest.hexdigest() != entry.object_sha256 or size != entry.object_size:
-            _discard(manifest)
-            _discard(obj)
             return False
         if call.depfile is not None:
             text = denormalise_depfile(entry.depfile or "", call.output, roots)
@@ -713,19 +663,17 @@ def fetch(root: Path, entry: Entry, manifest: Path, *, call: Call, roots: Roots,
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    for path in (manifest, obj):  # least recently used is what prune removes first
+    if out is not None:
         with contextlib.suppress(OSError):
-            # "now" needs only write access (explicit times need ownership): entries the host downloaded
-            # are root's, writable by the build's user
-            os.utime(path)
+            _write_atomic(str(out / hit_relative(entry.direct_key, entry.result_key)), b"", mkdir=True)
     return True
 
 
 def store(
-    root: Path, dk: str, *, call: Call, depfile_text: str, roots: Roots, cwd: str, started_ns: int
+    out: Path, dk: str, *, call: Call, depfile_text: str, roots: Roots, cwd: str, started_ns: int
 ) -> Entry | None:
-    """Record a finished compile; None (nothing stored) when one of its inputs cannot be read or changed
-    while it ran."""
+    """Record a finished compile in `out`; None (nothing stored) when one of its inputs cannot be read or
+    changed while it ran."""
     inputs: dict[str, str] = {}
     for dep in depfile_inputs(depfile_text):
         real = _realpath(os.path.join(cwd, dep))
@@ -756,8 +704,8 @@ def store(
         created=time.time(),
     )
     try:
-        _write_atomic(str(object_path(root, rk)), data, mkdir=True)
-        _write_atomic(str(manifest_path(root, dk, rk)), manifest_json(entry).encode(), mkdir=True)
+        _write_atomic(str(object_path(out, entry.object_sha256)), data, mkdir=True)
+        _write_atomic(str(manifest_path(out, dk, rk)), manifest_json(entry).encode(), mkdir=True)
     except OSError:
         return None
     return entry
@@ -794,50 +742,122 @@ def _write_atomic(target: str, data: bytes, *, mkdir: bool = False) -> None:
             os.unlink(tmp)
 
 
-def _discard(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
 # --- one compile through the cache (the wrappers' side) -----------------------------------------------------
+
+
+# nvcc names the host compiler's input after its temporary file, pid and counter included, and that name is
+# the object's STT_FILE symbol: the one byte-for-byte difference between two compiles of the same call
+_NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}-")
+_NVCC_TEMP_FIXED = b"tmpxft_00000000_00000000-"
+
+
+def deterministic(data: bytes, mode: str) -> bytes:
+    """An object as the same compile would write it in any process: nvcc's temporary names fixed (same
+    length, so nothing moves)."""
+    return _NVCC_TEMP_NAME.sub(_NVCC_TEMP_FIXED, data) if mode == "nvcc" else data
+
+
+def prefix_maps(roots: Roots, mode: str) -> list[str]:
+    """The host compiler's `-ffile-prefix-map`s that write a job's roots as their placeholders into objects
+    (`__FILE__`, debug info): an object then does not depend on which job compiled it. The longest path
+    last, as the last matching map wins. nvcc passes them on with -Xcompiler, which splits on commas: a
+    path with one is left as it is."""
+    maps = [
+        f"-ffile-prefix-map={path}={placeholder}"
+        for placeholder, path in sorted(roots.pairs, key=lambda pp: (len(pp[1]), pp[1]))
+        if "," not in path and "=" not in path and not any(c.isspace() for c in path)
+    ]
+    if not maps or mode != "nvcc":
+        return maps
+    return ["-Xcompiler", ",".join(maps)]
+
+
+def claim_verification(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this hit is one of the build's first FACTORY_CACHE_VERIFY hits, which are compiled anyway
+    and compared with the cache's object. The claims are files in the outbox, made with O_EXCL, so
+    concurrent compiles of one build never take more than that many."""
+    try:
+        wanted = int(environ.get(CACHE_VERIFY_ENV, "0") or 0)
+    except ValueError:
+        return False
+    if out is None or wanted <= 0:
+        return False
+    claims = out / "verify"
+    with contextlib.suppress(OSError):
+        claims.mkdir(parents=True, exist_ok=True)
+    for number in range(wanted):
+        try:
+            os.close(os.open(claims / str(number), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return True
+        except FileExistsError:
+            continue
+        except OSError:
+            return False
+    return False
+
+
+CHECK_SAME = "same"
+CHECK_DIFFERS = "differs"
 
 
 @dataclass(kw_only=True)
 class Attempt:
-    """A cacheable call with its key: served from the cache (`serve`), or run as `call.run_args` and then
+    """A cacheable call with its key: served from the cache (`serve`), or run as `run_args` and then
     recorded (`finish`)."""
 
     root: Path
+    out: Path | None  # where a compile that ran is recorded; None: look up only
     call: Call
     direct_key: str
     roots: Roots
     cwd: str
     own_depfile: str | None  # the depfile added to a call that named none, removed by `finish`
     started_ns: int = 0
+    expected: Entry | None = None  # a hit compiled anyway to check it (FACTORY_CACHE_VERIFY)
+    check: str | None = None  # CHECK_SAME or CHECK_DIFFERS once that compile has finished
 
-    def serve(self) -> bool:
-        """Whether the call's outputs were written from the cache."""
-        for _ in range(3):  # an entry found corrupt is removed: another may still fit
-            found = lookup(self.root, self.direct_key, self.roots)
-            if found is None:
-                return False
-            if fetch(self.root, *found, call=self.call, roots=self.roots, cwd=self.cwd):
-                return True
-        return False
+    @property
+    def run_args(self) -> tuple[str, ...]:
+        return (*self.call.run_args, *prefix_maps(self.roots, self.call.mode))
+
+    def serve(self, environ: Mapping[str, str] = os.environ) -> bool:
+        """Whether the call's outputs were written from the cache. A hit chosen for verification is not
+        served: it is compiled, and `finish` compares."""
+        found = lookup(self.root, self.direct_key, self.roots)
+        if found is None:
+            return False
+        entry, _ = found
+        if claim_verification(self.out, environ):
+            self.expected = entry
+            return False
+        return fetch(self.root, entry, call=self.call, roots=self.roots, cwd=self.cwd, out=self.out)
 
     def start(self) -> None:
         # an input changed after this moment may not be what the compiler read
         self.started_ns = time.time_ns()
 
     def finish(self, rc: int) -> Entry | None:
-        """Record the compile that ran (only a successful one), and remove the depfile of our own."""
+        """Make the object deterministic, compare it with the entry it verifies, record the compile (only a
+        successful one, and never one that contradicts the cache: the host reports that), and remove the
+        depfile of our own."""
         depfile = self.own_depfile or self.call.depfile
         try:
-            if rc != 0 or depfile is None:
+            if rc != 0:
+                return None
+            output = os.path.join(self.cwd, self.call.output)
+            data = Path(output).read_bytes()
+            fixed = deterministic(data, self.call.mode)
+            if fixed != data:
+                _write_atomic(output, fixed)
+            if self.expected is not None:
+                same = hashlib.sha256(fixed).hexdigest() == self.expected.object_sha256
+                self.check = CHECK_SAME if same else CHECK_DIFFERS
+                return None
+            if depfile is None or self.out is None:
                 return None
             text = Path(self.cwd, depfile).read_text(errors="surrogateescape")
             return store(
-                self.root,
+                self.out,
                 self.direct_key,
                 call=self.call,
                 depfile_text=text,
@@ -882,6 +902,7 @@ def attempt(
         return f"cannot read {call.source}"
     return Attempt(
         root=root,
+        out=cache_out(environ),
         call=call,
         direct_key=dk,
         roots=roots,

@@ -84,6 +84,11 @@ class Measurement:
     mem_s: float = 0.0  # byte-seconds
     cache: str | None = None  # CACHE_HIT, CACHE_MISS, CACHE_OFF; None from wrappers older than the cache
     tool: str = "nvcc"  # "cxx": the host compiler's launcher, which admits nothing
+    # a cache hit compiled anyway to check it (FACTORY_CACHE_VERIFY): "same" or "differs", and the entry
+    # ("<dk>-<rk>") it was checked against
+    cache_check: str | None = None
+    entry: str | None = None
+    source: str | None = None
 
     @property
     def compiled(self) -> bool:
@@ -129,9 +134,16 @@ def parse_measurement(line: str) -> Measurement | None:
             mem_s=float(raw.get("mem_s", 0)),
             cache=None if raw.get("cache") is None else str(raw["cache"]),
             tool=str(raw.get("tool", "nvcc")),
+            cache_check=_text(raw.get("cache_check")),
+            entry=_text(raw.get("entry")),
+            source=_text(raw.get("source")),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 # --- learned profiles --------------------------------------------------------------------------------------

@@ -36,9 +36,12 @@ Environment:
   FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
   FACTORY_SHARD_SOURCES        a sharded build's own sources (JSON list, relative to the source root); the
                                other compiles write empty objects (`shardskip`)
-  FACTORY_CACHE_DIR            the compile cache's root (`compilecache`); absent or empty: no cache. A compile
-                               is looked up before it is admitted: a hit takes no slot and no memory, writes
-                               its object (and depfile) and is measured as "cache": "hit"
+  FACTORY_CACHE_DIR            the compile cache's root (`compilecache`, read-only); absent or empty: no
+                               cache. A compile is looked up before it is admitted: a hit takes no slot and
+                               no memory, writes its object (and depfile) and is measured as "cache": "hit"
+  FACTORY_CACHE_OUT            the job's outbox: compiles that ran are recorded there, and hits marked
+  FACTORY_CACHE_VERIFY         how many hits of the build are compiled anyway and compared with the cache's
+                               object ("cache_check": "same" or "differs" in their measurement)
   FACTORY_REAL_CXX             the real host compiler of the `c++` launcher (default: c++ on PATH)
 
 The `c++` launcher beside `nvcc` (CXX when the cache is on) runs this module with --factory-cxx: the host
@@ -119,6 +122,15 @@ def serve_from_cache(cached: compilecache.Attempt | str, record: dict[str, objec
     return False
 
 
+def cache_record(cached: compilecache.Attempt | str, record: dict[str, object]) -> None:
+    """A compile's cache fields: whether it was looked up, and what checking a hit by compiling it found."""
+    record["cache"] = cache_state(cached)
+    if isinstance(cached, compilecache.Attempt) and cached.check is not None:
+        assert cached.expected is not None
+        record["cache_check"] = cached.check
+        record["entry"] = f"{cached.direct_key}-{cached.expected.result_key}"
+
+
 def cache_state(cached: compilecache.Attempt | str) -> str:
     return protocol.CACHE_MISS if isinstance(cached, compilecache.Attempt) else protocol.CACHE_OFF
 
@@ -146,15 +158,15 @@ def cxx_main(argv: list[str]) -> int:
     }
     if serve_from_cache(cached, record):
         return 0
-    run = run_measured([cxx, *cached.call.run_args])
+    run = run_measured([cxx, *cached.run_args])
     cached.finish(run.code)
     record.update(
         peak_bytes=max((rss for _, rss in run.samples), default=0),
         wall_s=round(run.wall_s, 3),
         cpu_s=round(run.cpu_s, 3),
         rc=run.code,
-        cache=protocol.CACHE_MISS,
     )
+    cache_record(cached, record)
     emit(record)
     return run.code
 
@@ -186,7 +198,7 @@ def main(argv: list[str]) -> int:
     if serve_from_cache(cached, record):
         return 0
     if isinstance(cached, compilecache.Attempt):
-        argv = list(cached.call.run_args)  # with a depfile of its own when the call named none
+        argv = list(cached.run_args)  # with a depfile of its own when the call named none, and prefix maps
     base = env_int("FACTORY_EST_BASE_BYTES", None)
     estimate = admission.compile_estimate(
         call.source,
@@ -237,9 +249,9 @@ def main(argv: list[str]) -> int:
             "envelope": list(admission.envelope(samples, wall)),
             "rise": list(admission.rise(samples, wall)),
             "mem_s": round(mem_seconds(samples, wall)),
-            "cache": cache_state(cached),
         }
     )
+    cache_record(cached, record)
     emit(record)
     if peak > prediction.peak_bytes:
         log(
