@@ -407,8 +407,7 @@ def download(store: Store, root: Path, key: str, *, keyring: Keyring) -> int:
     parsed = parse_store_key(key)
     if parsed is None:
         return 0
-    domain, relative, named = parsed
-    dest = domain_dir(root, domain)
+    domain, _, named = parsed
     opened = store.open(key)
     if opened is None:
         return 0
@@ -416,10 +415,10 @@ def download(store: Store, root: Path, key: str, *, keyring: Keyring) -> int:
     with contextlib.closing(stream):
         chunks = iter(lambda: stream.read(1 << 20), b"")
         if named[0] == OBJECT:
-            if size > MAX_OBJECT_BYTES or safefs.exists(dest, relative):
+            if size > MAX_OBJECT_BYTES or safefs.exists(root, key):
                 return 0
             safefs.write_stream(
-                dest, relative, chunks, max_bytes=MAX_OBJECT_BYTES, expect_sha256=named[1], expect_size=size
+                root, key, chunks, max_bytes=MAX_OBJECT_BYTES, expect_sha256=named[1], expect_size=size
             )
             return size
         if size > MAX_MANIFEST_BYTES:
@@ -428,9 +427,9 @@ def download(store: Store, root: Path, key: str, *, keyring: Keyring) -> int:
     entry = verified_entry(data, domain=domain, keyring=keyring)
     if entry is None or (entry.direct_key, entry.result_key) != named[1:] or len(data) != size:
         return 0
-    if not _has_object(dest, entry) or safefs.exists(dest, relative):
+    if not _has_object(domain_dir(root, domain), entry) or safefs.exists(root, key):
         return 0
-    safefs.write_bytes(dest, relative, data)
+    safefs.write_bytes(root, key, data)
     return size
 
 

@@ -23,9 +23,11 @@ from test_build import FACTORY, ROOT, demo_matrix
 from test_kill import build_containers
 from test_memory_build import SCALE, memext_matrix
 
+from factory.cache import LAYOUT, parse_store_key
 from factory.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SHARED_KEY = "a-key-every-runner-of-this-store-has-0123456789"
 
 
 def fresh_home(tmp: Path, name: str, session_home: Path) -> Path:
@@ -46,7 +48,8 @@ def run_build(matrix: Path, out: Path, home: Path) -> tuple[subprocess.Completed
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "FACTORY_HOME": str(home)},
+        # runners that share a store share its key (a CI secret); each would sign with its own otherwise
+        env={**os.environ, "FACTORY_HOME": str(home), "FACTORY_CACHE_KEY": SHARED_KEY},
     )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     (job,) = json.loads((out / "report.json").read_text())["jobs"]
@@ -55,7 +58,9 @@ def run_build(matrix: Path, out: Path, home: Path) -> tuple[subprocess.Completed
 
 def store_entries(store: Path) -> list[Path]:
     """The committed manifests in a store (one per cached compile)."""
-    return [p for p in (store / "v1" / "m").rglob("*.json") if not p.name.startswith(".")]
+    return [
+        p for p in (store / LAYOUT).glob("*/m/*/*/*.json") if parse_store_key(str(p.relative_to(store)))
+    ]
 
 
 def kernel_entries(store: Path) -> list[Path]:
@@ -107,7 +112,7 @@ def test_a_killed_build_resumes_from_the_store_elsewhere(
     proc = subprocess.Popen(
         factory_build(matrix, tmp_path / "w1"),
         cwd=ROOT,
-        env={**os.environ, "FACTORY_HOME": str(home1)},
+        env={**os.environ, "FACTORY_HOME": str(home1), "FACTORY_CACHE_KEY": SHARED_KEY},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

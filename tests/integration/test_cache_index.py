@@ -17,23 +17,24 @@ from factory.serve import ServeOptions, is_cache_path, make_server
 from factory.stores import LocalStore
 
 pytestmark = pytest.mark.integration
+OBJ = cache.store_key("d" * 64, "o/ab/ab" + "1" * 62)
 
 
 def test_the_cache_under_a_publish_store_is_no_project(tmp_path: Path) -> None:
     to = tmp_path / "index"
     store_dir = Path(cache.under(str(to)))
     assert store_dir == to / "_cache" / "compile"
-    (store_dir / "v1/o/ab").mkdir(parents=True)
-    (store_dir / "v1/o/ab/ab12").write_bytes(b"object")
+    (store_dir / OBJ).parent.mkdir(parents=True)
+    (store_dir / OBJ).write_bytes(b"object")
     wheel = make_wheel(tmp_path)
     publish_wheels([wheel], to=str(to))
     repair_index(to=str(to))
     pages = [p for p in to.rglob("*") if p.is_file() and not p.is_relative_to(to / "_cache")]
     assert pages and not [p for p in pages if b"_cache" in p.read_bytes()]
     assert sorted(p.name for p in (to / "simple").iterdir() if p.is_dir()) == [VID_NEW]
-    assert (store_dir / "v1/o/ab/ab12").read_bytes() == b"object"  # nothing of the index touched it
+    assert (store_dir / OBJ).read_bytes() == b"object"  # nothing of the index touched it
 
-    assert is_cache_path("_cache/compile/v1/o/ab/ab12") and is_cache_path("_cache")
+    assert is_cache_path(f"_cache/compile/{OBJ}") and is_cache_path("_cache")
     assert not is_cache_path("simple/") and not is_cache_path("files/_cachex")
     server = make_server(LocalStore(to), ServeOptions(port=0), log=lambda _line: None)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -42,7 +43,7 @@ def test_the_cache_under_a_publish_store_is_no_project(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         with urllib.request.urlopen(f"{base}/simple/") as resp:
             assert resp.status == 200
-        for path in ("_cache/compile/v1/o/ab/ab12", "_cache/", "_cache/compile/"):
+        for path in (f"_cache/compile/{OBJ}", "_cache/", "_cache/compile/"):
             with pytest.raises(urllib.error.HTTPError) as err:
                 urllib.request.urlopen(f"{base}/{path}")
             assert err.value.code == 404, path

@@ -1,8 +1,9 @@
 """The compile cache's sync with an S3 store (moto in server mode over HTTP): the union, never an overwrite,
-and nothing but the layout's files; about 2 s."""
+nothing but the layout's files, and nothing its signature or content does not vouch for; about 2 s."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from factory import cache
+from factory.container import compilecache
 from factory.stores import S3Store
 
 pytestmark = pytest.mark.integration
@@ -50,35 +52,79 @@ def s3() -> Iterator[tuple[str, Any]]:
                 os.environ[k] = v
 
 
-RK, DK, OTHER = "ab" + "1" * 62, "cd" + "3" * 62, "ef" + "5" * 62
-OBJ, MANIFEST, THEIRS = f"v1/o/ab/{RK}", f"v1/m/cd/{DK}/{RK}.json", f"v1/o/ef/{OTHER}"
+KEY = cache.Keyring(signing=b"k" * 40)
+DOMAIN, OTHER_DOMAIN = "d" * 64, "e" * 64
 
 
-def put(root: Path, key: str, data: bytes) -> None:
-    (root / key).parent.mkdir(parents=True, exist_ok=True)
-    (root / key).write_bytes(data)
+def entry(data: bytes, dk: str) -> tuple[compilecache.Entry, bytes]:
+    inputs = (("@JOB@/src/a.cu", "0" * 64),)
+    made = compilecache.Entry(
+        direct_key=dk,
+        result_key=compilecache.result_key(dk, inputs),
+        inputs=inputs,
+        object_sha256=hashlib.sha256(data).hexdigest(),
+        object_size=len(data),
+        depfile=None,
+        created=1.0,
+    )
+    return made, data
 
 
-def test_two_machines_share_a_cache_through_s3(s3: tuple[str, Any], tmp_path: Path) -> None:
+def keys_of(made: compilecache.Entry, domain: str = DOMAIN) -> tuple[str, str]:
+    return (
+        cache.store_key(domain, compilecache.object_relative(made.object_sha256)),
+        cache.store_key(domain, compilecache.manifest_relative(made.direct_key, made.result_key)),
+    )
+
+
+def put_entry(root: Path, made: compilecache.Entry, data: bytes, *, keyring: cache.Keyring = KEY) -> None:
+    obj, manifest = keys_of(made)
+    for key, body in ((obj, data), (manifest, cache.signed_manifest(made, domain=DOMAIN, keyring=keyring))):
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(body)
+
+
+def test_two_machines_share_a_cache_through_s3_and_take_only_what_they_can_verify(
+    s3: tuple[str, Any], tmp_path: Path
+) -> None:
     endpoint, client = s3
     prefix = "team/idx/_cache/compile"
-    client.put_object(Bucket="cache-store", Key=f"{prefix}/{THEIRS}", Body=b"theirs")
-    client.put_object(Bucket="cache-store", Key="team/idx/simple/index.html", Body=b"the index's")
+    store = f"s3://cache-store/{prefix}"
+    honest, honest_data = entry(b"honest object", "a" * 64)
     a, b = tmp_path / "a", tmp_path / "b"
-    put(a, OBJ, b"object")
-    put(a, MANIFEST, b"{}")
-    put(a, f"v1/o/ab/.tmp-{RK}-7-x", b"half")
-    put(a, THEIRS, b"mine")
-    config = cache.CacheConfig(local=a, store=f"s3://cache-store/{prefix}", endpoint_url=endpoint)
-    with cache.CacheSync(config) as sync:
-        sync.before_job("j1")
+    put_entry(a, honest, honest_data)
+    # a writer of the store without the key: an unsigned manifest, one signed with its own key, and an object
+    # whose bytes are not its name's
+    forged, forged_data = entry(b"planted object", "b" * 64)
+    other_key, _ = entry(b"planted object 2", "c" * 64)
+    f_obj, f_manifest = keys_of(forged)
+    k_obj, k_manifest = keys_of(other_key)
+    bad_obj = cache.store_key(DOMAIN, compilecache.object_relative("f" * 64))
+    unsigned = compilecache.manifest_json(forged).encode()
+    theirs = cache.signed_manifest(other_key, domain=DOMAIN, keyring=cache.Keyring(signing=b"x" * 40))
+    for key, body in (
+        (f_obj, forged_data), (f_manifest, unsigned), (k_obj, b"planted object 2"), (k_manifest, theirs),
+        (bad_obj, b"not the bytes of its name"), ("team/idx/simple/index.html", b"the index's"),
+    ):  # fmt: skip
+        client.put_object(
+            Bucket="cache-store", Key=f"{prefix}/{key}" if "simple" not in key else key, Body=body
+        )
+    a_config = cache.CacheConfig(local=a, store=store, endpoint_url=endpoint)
+    with cache.CacheSync(a_config, keyring=KEY) as sync:
+        sync.before_job("j1", DOMAIN)
         sent = sync.upload()
     assert sent.files == 2 and sent.failed == 0
-    listed = sorted(o["Key"] for o in client.list_objects_v2(Bucket="cache-store", Prefix=prefix)["Contents"])
-    assert listed == [f"{prefix}/{MANIFEST}", f"{prefix}/{OBJ}", f"{prefix}/{THEIRS}"]
-    assert client.get_object(Bucket="cache-store", Key=f"{prefix}/{THEIRS}")["Body"].read() == b"theirs"
-    assert (a / THEIRS).read_bytes() == b"mine"
-    got = cache.pull(S3Store("cache-store", prefix, endpoint_url=endpoint), b)
-    assert (got.files, got.failed) == (3, 0)
-    assert (b / OBJ).read_bytes() == b"object"
+    h_obj, h_manifest = keys_of(honest)
+    listed = {o["Key"] for o in client.list_objects_v2(Bucket="cache-store", Prefix=prefix)["Contents"]}
+    assert {f"{prefix}/{h_obj}", f"{prefix}/{h_manifest}"} <= listed
+    # machine A took the planted objects (named by their content, harmless) but no manifest it cannot verify
+    assert cache.local_files(a) == {h_obj, h_manifest, f_obj, k_obj}
+    got = cache.pull(S3Store("cache-store", prefix, endpoint_url=endpoint), b, keyring=KEY)
+    assert got.failed == 3  # the unsigned manifest, the other key's, the object that is not its name
     assert cache.local_files(b) == cache.local_files(a)
+    assert (b / h_manifest).read_bytes() == (a / h_manifest).read_bytes()
+    # another domain's builds see none of it
+    assert cache.pull(
+        S3Store("cache-store", prefix, endpoint_url=endpoint), tmp_path / "c", keyring=KEY,
+        remote=cache.remote_files(S3Store("cache-store", prefix, endpoint_url=endpoint), OTHER_DOMAIN),
+    ).files == 0  # fmt: skip

@@ -5,15 +5,19 @@ with the real c++ as well."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import require
 
+from factory import cache
+from factory.cache import stats as cache_stats
 from factory.container import CONTAINER_DIR, compilecache, protocol
 
 pytestmark = pytest.mark.integration
@@ -55,6 +59,10 @@ float total() { std::vector<float> v(3, PKG_FACTOR); float s = 0; for (float x :
 """
 
 ARCH = "-gencode=arch=compute_90,code=sm_90"
+# the source's own path in the object, as TORCH_CHECK and assert write it
+FILE_NAME = r"""
+const char* where() { return __FILE__; }
+"""
 
 
 def make_job(root: Path, name: str, python: str, sources: dict[str, str]) -> Path:
@@ -94,22 +102,44 @@ def obj_of(args: list[str]) -> Path:
     return Path(args[args.index("-o") + 1])
 
 
+KEYRING = cache.Keyring(signing=b"test-key-" * 4)
+DOMAIN = "d" * 64
+
+
+def domain(local: Path) -> Path:
+    """The trust domain's directory the build sees read-only, made as the host makes it."""
+    path = cache.domain_dir(local, DOMAIN)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run(
-    nvcc: str, cuda_home: Path, job: Path, cache: Path, args: list[str], *, state: Path | None = None
+    nvcc: str,
+    cuda_home: Path,
+    job: Path,
+    local: Path,
+    args: list[str],
+    *,
+    state: Path | None = None,
+    extra: dict[str, str] | None = None,
 ) -> tuple[protocol.Measurement, subprocess.CompletedProcess[str]]:
-    """The wrapper as a build runs it; with `state`, admitted as in a build (a state dir, a memory limit)."""
+    """The wrapper as a build runs it, its outbox then imported by the host as after a job; with `state`,
+    admitted as in a build (a state dir, a memory limit)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     env.pop("FACTORY_STATE_DIR", None)
     env.pop("VIRTUAL_ENV", None)
     if state is not None:
         env.update({"FACTORY_STATE_DIR": str(state), "FACTORY_MEM_LIMIT": str(64 << 30)})
+    outbox = job / "outbox"
     env.update(
         {
             "FACTORY_REAL_NVCC": nvcc,
             "CUDA_HOME": str(cuda_home),
             "FACTORY_JOB_DIR": str(job),
-            "FACTORY_CACHE_DIR": str(cache),
+            "FACTORY_CACHE_DIR": str(domain(local)),
+            "FACTORY_CACHE_OUT": str(outbox),
+            **(extra or {}),
         }
     )
     proc = subprocess.run(
@@ -122,8 +152,18 @@ def run(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    cache.import_outbox(outbox, domain(local), domain=DOMAIN, keyring=KEYRING)
     (m,) = [m for m in map(protocol.parse_measurement, proc.stderr.splitlines()) if m is not None]
     return m, proc
+
+
+def manifests(local: Path) -> list[compilecache.Entry]:
+    found = [
+        cache.verified_entry(p.read_bytes(), domain=DOMAIN, keyring=KEYRING)
+        for p in sorted((domain(local) / "m").rglob("*.json"))
+    ]
+    assert None not in found, "every manifest in the local cache is signed by the host"
+    return [e for e in found if e is not None]
 
 
 def test_a_kernel_without_python_h_compiles_once_for_two_pythons(
@@ -143,10 +183,7 @@ def test_a_kernel_without_python_h_compiles_once_for_two_pythons(
     depfile = Path(f"{obj_of(args_b)}.d").read_text()
     assert str(b / "venv" / "lib" / "python3.13" / "site-packages" / "pkg" / "include" / "pkg.h") in depfile
     assert "cuda_runtime.h" in depfile and str(a) not in depfile and "@" not in depfile
-    manifest = compilecache.parse_manifest(
-        next((cache / compilecache.LAYOUT_VERSION / "m").rglob("*.json")).read_text()
-    )
-    assert manifest is not None
+    (manifest,) = manifests(cache)
     paths = [p for p, _ in manifest.inputs]
     assert "@SITE@/pkg/include/pkg.h" in paths and "@JOB@/src/csrc/plain.cu" in paths
     assert any(p.startswith("@CUDA@/") for p in paths) and not any("Python.h" in p for p in paths)
@@ -168,7 +205,7 @@ def test_a_kernel_that_reads_python_h_is_compiled_per_python(
     assert states == ["miss", "miss", "hit"]
     objects = [obj_of(args).read_bytes() for args in calls]
     assert objects[0] != objects[1] and objects[0] == objects[2]
-    assert compilecache.stats(cache).entries == 2
+    assert cache_stats(cache).entries == 2
 
 
 def test_an_edited_header_misses(tmp_path: Path, toolkit_nvcc: str, cuda_home: Path) -> None:
@@ -196,7 +233,7 @@ def test_a_changed_flag_misses(
     other = [f for f in base if f != "-O3"] + changed if changed == ["-O2"] else [*base, *changed]
     assert run(toolkit_nvcc, cuda_home, a, cache, base)[0].cache == "miss"
     assert run(toolkit_nvcc, cuda_home, a, cache, other)[0].cache == "miss"
-    assert compilecache.stats(cache).entries == 2
+    assert cache_stats(cache).entries == 2
 
 
 def test_the_host_compiler_through_the_c_launcher_records_its_system_headers(tmp_path: Path) -> None:
@@ -204,7 +241,7 @@ def test_the_host_compiler_through_the_c_launcher_records_its_system_headers(tmp
     # <vector>, which a manifest must not
     cxx = shutil.which("c++")
     require(cxx is not None, "a host c++")
-    cache = tmp_path / "cache"
+    local = tmp_path / "cache"
     jobs = [make_job(tmp_path, name, "3.11", {"csrc/host.cpp": HOST}) for name in ("a", "b")]
     objects = []
     for job in jobs:
@@ -212,7 +249,12 @@ def test_the_host_compiler_through_the_c_launcher_records_its_system_headers(tmp
         env = dict(os.environ)
         env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
         env.update(
-            {"FACTORY_REAL_CXX": str(cxx), "FACTORY_JOB_DIR": str(job), "FACTORY_CACHE_DIR": str(cache)}
+            {
+                "FACTORY_REAL_CXX": str(cxx),
+                "FACTORY_JOB_DIR": str(job),
+                "FACTORY_CACHE_DIR": str(domain(local)),
+                "FACTORY_CACHE_OUT": str(job / "outbox"),
+            }
         )
         site = job / "venv" / "lib" / "python3.11" / "site-packages"
         args = ["-MMD", "-MF", f"{obj}.d", f"-I{site}/pkg/include", "-O2", "-fPIC", "-std=c++17"]
@@ -221,12 +263,58 @@ def test_the_host_compiler_through_the_c_launcher_records_its_system_headers(tmp
             env=env, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
+        cache.import_outbox(job / "outbox", domain(local), domain=DOMAIN, keyring=KEYRING)
         (m,) = [m for m in map(protocol.parse_measurement, proc.stderr.splitlines()) if m is not None]
         objects.append((m.cache, obj.read_bytes(), Path(f"{obj}.d").read_text()))
     assert [c for c, _, _ in objects] == ["miss", "hit"]
     assert objects[0][1] == objects[1][1] and str(jobs[1]) in objects[1][2]
-    (manifest,) = (cache / compilecache.LAYOUT_VERSION / "m").rglob("*.json")
-    entry = compilecache.parse_manifest(manifest.read_text())
-    assert entry is not None
+    (entry,) = manifests(local)
     assert any(p.endswith("/vector") for p, _ in entry.inputs)
     assert "@SITE@/pkg/include/pkg.h" in [p for p, _ in entry.inputs]
+
+
+def test_two_jobs_compile_the_same_bytes_so_a_hit_can_be_checked_by_compiling_it(
+    tmp_path: Path, toolkit_nvcc: str, cuda_home: Path
+) -> None:
+    # nvcc names its host pass after a temporary file (pid and counter in it), and a job's paths reach the
+    # object through __FILE__: the wrapper fixes the one and maps the other, so two jobs in different
+    # directories, on different Pythons, write the same object, and FACTORY_CACHE_VERIFY can compare
+    local = tmp_path / "cache"
+    a = make_job(tmp_path, "demo-py3.11-1", "3.11", {"csrc/plain.cu": PLAIN + FILE_NAME})
+    b = make_job(tmp_path, "demo-py3.13-22", "3.13", {"csrc/plain.cu": PLAIN + FILE_NAME})
+    args_a, args_b = torch_call(a, "3.11", "csrc/plain.cu"), torch_call(b, "3.13", "csrc/plain.cu")
+    assert run(toolkit_nvcc, cuda_home, a, local, args_a)[0].cache == "miss"
+    assert b"@JOB@/src/csrc/plain.cu" in obj_of(args_a).read_bytes()
+    checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
+    assert (checked.cache, checked.cache_check) == ("miss", "same")
+    (entry,) = manifests(local)
+    assert checked.entry == f"{entry.direct_key}-{entry.result_key}"
+    assert obj_of(args_b).read_bytes() == obj_of(args_a).read_bytes()
+    # the one claim is spent: the next lookup is served
+    served, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
+    assert (served.cache, served.cache_check) == ("hit", None)
+
+
+def test_a_hit_checked_by_compiling_it_reports_an_object_that_differs(
+    tmp_path: Path, toolkit_nvcc: str, cuda_home: Path
+) -> None:
+    # a signer gone bad (a runner's key, a build of the same code): an entry whose object is not what the
+    # compile writes, with a valid signature; verification catches it and the build uses its own object
+    local = tmp_path / "cache"
+    a = make_job(tmp_path, "a", "3.11", {"csrc/plain.cu": PLAIN})
+    b = make_job(tmp_path, "b", "3.11", {"csrc/plain.cu": PLAIN})
+    args_a, args_b = torch_call(a, "3.11", "csrc/plain.cu"), torch_call(b, "3.11", "csrc/plain.cu")
+    run(toolkit_nvcc, cuda_home, a, local, args_a)
+    honest = obj_of(args_a).read_bytes()
+    (entry,) = manifests(local)
+    planted = honest.replace(b"scale", b"SCALE")
+    assert planted != honest
+    forged = replace(entry, object_sha256=hashlib.sha256(planted).hexdigest(), object_size=len(planted))
+    obj = domain(local) / compilecache.object_relative(forged.object_sha256)
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    obj.write_bytes(planted)
+    manifest = domain(local) / compilecache.manifest_relative(entry.direct_key, entry.result_key)
+    manifest.write_bytes(cache.signed_manifest(forged, domain=DOMAIN, keyring=KEYRING))
+    checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
+    assert (checked.cache, checked.cache_check) == ("miss", "differs")
+    assert obj_of(args_b).read_bytes() == honest

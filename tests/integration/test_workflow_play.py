@@ -189,9 +189,14 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     moto.bucket(BUCKET)
     matrix_text = MATRIX.format(bucket=BUCKET, prefix=PREFIX, endpoint=moto.endpoint)
     secret = "play-" + secrets.token_hex(16)
+    cache_key = "play-cache-key-" + secrets.token_hex(16)
     context: dict[str, dict[str, str]] = {
         "inputs": {**inputs_of(), "matrix": "matrix.yaml"},
-        "secrets": {"AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER", "AWS_SECRET_ACCESS_KEY": secret},
+        "secrets": {
+            "AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER",
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "FACTORY_CACHE_KEY": cache_key,
+        },
         "matrix": {},
     }
     started = time.monotonic()
@@ -259,8 +264,9 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
 
     # the secret reached no output and no file a runner kept
     for out in [*outs.values(), said]:
-        assert secret not in out
+        assert secret not in out and cache_key not in out
     assert files_containing(tmp_path, secret.encode()) == []
+    assert files_containing(tmp_path, cache_key.encode()) == []
 
     # a second scheduled run plans nothing: the `if:` of build and index leave them out, no runner starts
     again = Runner.make(tmp_path / "plan-again", matrix_text)

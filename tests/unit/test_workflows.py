@@ -43,17 +43,22 @@ def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
     text = (WORKFLOWS / "factory.yml").read_text()
     doc = load("factory.yml")
     declared = set(doc["on"]["workflow_call"]["secrets"])
-    assert declared == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    users = []
+    aws = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert declared == {*aws, "FACTORY_CACHE_KEY"}
+    users, signers = [], []
     for step in steps(doc):
         env = step.get("env", {})
         passed = {k for k, v in env.items() if "secrets." in str(v)}
         assert all(env[k] == f"${{{{ secrets.{k} }}}}" for k in passed)
         if passed:
-            assert passed == declared
+            # the cache's key only where compiles are signed: the steps that build
+            assert passed == (declared if " build " in step["run"] else aws)
             users.append(step)
+            if "FACTORY_CACHE_KEY" in passed:
+                signers.append(step)
         assert "secrets." not in str(step.get("with", "")) and "secrets." not in str(step.get("run", ""))
-    assert text.count("secrets.") == len(users) * 2 and len(users) == 4  # plan, shard, build, index
+    assert len(users) == 4 and len(signers) == 2  # plan, shard, build, index; shard and build sign
+    assert text.count("secrets.") == len(users) * 2 + len(signers)
     assert all(s["run"].lstrip().startswith('"$RUNNER_TEMP/factory/bin/factory" ') for s in users)
 
 
@@ -62,7 +67,7 @@ def test_wheels_yml_calls_the_reusable_workflow_on_schedule_and_dispatch() -> No
     assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
     (job,) = doc["jobs"].values()
     assert job["uses"] == "./.github/workflows/factory.yml"
-    assert set(job["secrets"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert set(job["secrets"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "FACTORY_CACHE_KEY"}
     matrix = Path(__file__).resolve().parents[2] / job["with"]["matrix"]
     publish = YAML(typ="safe").load(matrix.read_text())["publish"]
     assert publish["to"].startswith("s3://")  # a per-runner directory cannot tell one runner what another did
