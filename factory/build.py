@@ -158,7 +158,10 @@ class Runner:
             return self._cache[key]
 
     def prepared_source(self) -> PreparedSource:
-        return self._once("source", lambda: prepare_package(self.mf.package, self.mf.recipe, self.home))
+        return self._once(
+            "source",
+            lambda: prepare_package(self.mf.package, self.mf.recipe, self.home, matrix_file=self.mf.display),
+        )
 
     def source_info(self) -> SourceInfo:
         """The source's provenance for the report; only its kind while no job has prepared it."""

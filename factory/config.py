@@ -21,7 +21,15 @@ from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatD
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
 from factory.memory.planner import container_limits
-from factory.options import BuildOptions, PackageSpec, PublishOptions, Recipe, Source, frozen_mapping
+from factory.options import (
+    BuildOptions,
+    FetchLimits,
+    PackageSpec,
+    PublishOptions,
+    Recipe,
+    Source,
+    frozen_mapping,
+)
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
 from factory.shard import MAX_SHARDS
 from factory.stores import check_destination, check_endpoint_url
@@ -50,6 +58,9 @@ MAX_ENTRIES = 256
 # build.memory, or a concurrency that leaves each container less, only gets every job OOM-killed.
 MIN_CONTAINER_MEMORY = 2**30
 MAX_CONCURRENCY = 256
+# package: keys that bound and check fetching the sdist (source: pypi)
+_FETCH_KEYS = ("sha256", "max_download", "max_unpacked", "download_deadline")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 
@@ -196,7 +207,7 @@ def _check_complete(check: Checker, mf: MatrixFile) -> None:
 def _package(check: Checker, root: Mapping[str, Any]) -> PackageSpec:
     """package: a valid distribution name, a PEP 440 version without a local label, where the source is."""
     node = check.mapping(root, "package", "package")
-    check.keys(node, ("name", "version", "source"), "package")
+    check.keys(node, ("name", "version", "source", *_FETCH_KEYS), "package")
     for required in ("name", "version"):
         if required not in node:
             raise check.fail(f"package: missing required key {required!r}", root, "package", at_key=True)
@@ -222,7 +233,25 @@ def _package(check: Checker, root: Mapping[str, Any]) -> PackageSpec:
             "version",
         )
     source = _source(check, node) if "source" in node else Source()
-    return PackageSpec(name=name, version=version, source=source)
+    for key in _FETCH_KEYS:
+        if key in node and source.kind != "pypi":
+            raise check.fail(f"package.{key} only goes with source: pypi", node, key, at_key=True)
+    sha256 = None
+    if "sha256" in node:
+        sha256 = check.string(node, "sha256", "package.sha256").lower()
+        if not _SHA256.fullmatch(sha256):
+            raise check.fail(
+                f"package.sha256 {node['sha256']!r} is not a sha256 (64 hex digits)", node, "sha256"
+            )
+    limits = FetchLimits()
+    if "max_download" in node:
+        limits = replace(limits, download_bytes=_size(check, node, "max_download", "package.max_download"))
+    if "max_unpacked" in node:
+        limits = replace(limits, unpacked_bytes=_size(check, node, "max_unpacked", "package.max_unpacked"))
+    if "download_deadline" in node:
+        seconds = check.number(node, "download_deadline", "package.download_deadline")
+        limits = replace(limits, download_seconds=seconds)
+    return PackageSpec(name=name, version=version, source=source, sha256=sha256, limits=limits)
 
 
 def _source(check: Checker, node: Mapping[str, Any]) -> Source:

@@ -1,9 +1,9 @@
 """What a killed factory leaves behind, and whether its owner still lives.
 
 A run killed with SIGKILL cleans nothing up: its `.tmp-<job>-<run>` directories stay in `--output`, its jobs'
-directories in the work volume, a publish's half-written temporaries in a local index. Each records its owner
-(process id and host), so the next run (or `factory clean`) removes those whose owner is gone, and never a
-live one's.
+directories in the work volume, a publish's half-written temporaries in a local index, a download or unpack
+in `$FACTORY_HOME` (`sdists/.partial-*`, `sources/.partial-*`). Each records its owner (process id and host),
+so the next run (or `factory clean`) removes those whose owner is gone, and never a live one's.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from factory.container import protocol
 
 OWNER_FILE = protocol.OWNER_FILE  # inside a run's temporary output directory
 OUTPUT_TMP_PREFIX = ".tmp-"
+PARTIAL_PREFIX = ".partial-"
+_PARTIAL = re.compile(r"^\.partial-(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.")
 # Without a readable owner (written by an older factory, or the run died between mkdir and the marker):
 # old enough that no live run can still be writing there.
 UNOWNED_AGE_S = 3600.0
@@ -143,3 +145,57 @@ _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9-]")
 def host_tag(host: str | None = None) -> str:
     """The host name as it can appear in a file name: letters, digits and dashes only."""
     return _HOST_UNSAFE.sub("-", host if host is not None else socket.gethostname())
+
+
+def partial_prefix() -> str:
+    """mkstemp's or mkdtemp's prefix for a temporary this process fills, then renames into place. A file has
+    no room for an owner file, so the name carries the owner, for files and directories alike."""
+    return f"{PARTIAL_PREFIX}{host_tag()}.{os.getpid()}."
+
+
+def partial_owner(name: str) -> Owner | None:
+    """The owner a partial_prefix name records (its host as host_tag); None for any other name."""
+    match = _PARTIAL.match(name)
+    return Owner(pid=int(match["pid"]), host=match["host"]) if match else None
+
+
+def is_stale_named(
+    owner: Owner | None,
+    *,
+    age_s: float,
+    host: str | None = None,
+    pid_exists: Callable[[int], bool] = psutil.pid_exists,
+) -> bool:
+    """The rule for temporaries whose name records their owner (host as host_tag): stale when the owner on
+    this host is gone (a live one's is kept however long it takes), or, when it cannot be checked from here
+    (another host's, an older factory's unowned name), when it is older than UNOWNED_AGE_S."""
+    here = host_tag(host)
+    if owner is not None and owner.host == here:
+        return not is_alive(owner, host=here, pid_exists=pid_exists)
+    return age_s > UNOWNED_AGE_S
+
+
+def remove_stale_partials(directory: Path) -> list[Path]:
+    """Remove the `.partial-*` files and directories in `directory` of owners now gone; the removed ones."""
+    removed: list[Path] = []
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith(PARTIAL_PREFIX):
+            continue
+        try:
+            age = now - entry.lstat().st_mtime
+            if not is_stale_named(partial_owner(entry.name), age_s=age):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink()
+        except OSError:  # gone meanwhile: its owner renamed it into place
+            continue
+        if not os.path.lexists(entry):
+            removed.append(entry)
+    return removed

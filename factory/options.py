@@ -13,6 +13,15 @@ from packaging.utils import canonicalize_name
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
 DEFAULT_CACHE_MAX = 20 * 2**30  # build.cache_max: the local compile cache's bound
+# Bounds on fetching an sdist from an index: a broken or hostile index must end in an error, not fill the
+# disk, the memory or the clock. The largest CUDA extension sdists are a few hundred MiB and unpack to a few
+# GiB.
+MAX_PAGE = 64 * 2**20  # a project's simple page (PyPI's largest are a few MiB)
+PAGE_DEADLINE_S = 60.0
+MAX_DOWNLOAD = 2 * 2**30  # package.max_download
+DOWNLOAD_DEADLINE_S = 300.0  # package.download_deadline
+MAX_UNPACKED = 16 * 2**30  # package.max_unpacked
+MAX_MEMBERS = 200_000  # files, directories and links in an sdist
 
 
 def frozen_mapping(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -29,10 +38,25 @@ class Source:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FetchLimits:
+    """How much an index may send and how long it may take, per request (a total, not a socket timeout: a
+    server that drips a byte a second never times a read out), and how much an sdist may unpack to."""
+
+    page_bytes: int = MAX_PAGE
+    page_seconds: float = PAGE_DEADLINE_S
+    download_bytes: int = MAX_DOWNLOAD
+    download_seconds: float = DOWNLOAD_DEADLINE_S
+    unpacked_bytes: int = MAX_UNPACKED
+    members: int = MAX_MEMBERS
+
+
+@dataclass(frozen=True, kw_only=True)
 class PackageSpec:
     name: str
     version: str
     source: Source = field(default_factory=Source)
+    sha256: str | None = None  # the sdist's, pinned in the matrix file (source: pypi only)
+    limits: FetchLimits = field(default_factory=FetchLimits)
 
     @property
     def canonical_name(self) -> str:

@@ -8,29 +8,39 @@ extra-index-url, find-links, cert, client-cert, proxy, trusted-host, timeout, fr
 PIP_* variables), but without running pip's resolver: `pip download` of an sdist runs its setup.py to read
 metadata, which fails for packages whose setup.py imports torch. The project's simple page (PEP 691 JSON
 when offered, else PEP 503 HTML) names the files; the sdist of the exact version is downloaded and its
-sha256 checked against the one the index gives.
+sha256 checked against the matrix file's pin or the one the index gives: one of them is required.
+
+An index is not trusted to be small, quick or well-formed: pages, downloads and unpacked trees are bounded
+(factory.options.FetchLimits), each request has a wall-clock deadline, a page over http(s) may link only to
+http(s) files, and whatever is refused is one line.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import filecmp
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import ssl
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
@@ -44,9 +54,11 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from factory import leftovers
+from factory.config import format_size
 from factory.errors import BuildError, ConfigError
 from factory.index import PYPI_JSON_TYPE, parse_anchors
-from factory.options import PackageSpec, Recipe
+from factory.options import FetchLimits, PackageSpec, Recipe
 from factory.urls import urls_without_credentials, without_credentials
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -57,6 +69,10 @@ ACCEPT = f"{PYPI_JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/htm
 PIP_SECTIONS = ("global", "download", ":env:")
 SHOWN_VERSIONS = 12  # the newest versions named when the asked one is missing
 CHUNK = 1 << 20
+# What a page may link to: an index on the network must not make the factory read the host's own files
+# (file:///etc/passwd, file:///dev/zero); a local index or find-links may name local files.
+REMOTE_LINK_SCHEMES = ("http", "https")
+LOCAL_LINK_SCHEMES = ("file", "http", "https")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +81,7 @@ class PreparedSource:
 
     tree: Path
     sdist: str | None = None  # the sdist's filename
-    sha256: str | None = None  # of the sdist, checked against the index's hash where it gives one
+    sha256: str | None = None  # of the sdist, checked against the matrix file's pin or the index's hash
     # whose code this is: the sdist's sha256, the git URL or the directory, and the patches (the compile
     # cache's trust domain: `cache.trust_domain`)
     code_id: str = ""
@@ -159,6 +175,22 @@ class _NotFound(Exception):
     """The index has no page for the project (HTTP 404/410, no such directory)."""
 
 
+class IndexPageError(ValueError):
+    """A page or file refused for what it is (malformed, too large, too slow); the message says why."""
+
+
+class _TooLarge(IndexPageError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"larger than {format_size(limit)}")
+        self.limit = limit
+
+
+class _TooSlow(IndexPageError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"not done within {seconds:g} s")
+        self.seconds = seconds
+
+
 @dataclass(frozen=True, kw_only=True)
 class IndexFile:
     """One file an index page links to."""
@@ -177,17 +209,46 @@ def _hash_of(fragment: str) -> tuple[str, str] | None:
     return None
 
 
+def is_file_name(name: str) -> bool:
+    """Whether `name` can be saved as it is: one path component, nothing unprintable (a newline, a NUL)."""
+    return name not in ("", ".", "..") and "/" not in name and "\\" not in name and name.isprintable()
+
+
+def _json_files(body: bytes) -> list[tuple[str, str, dict[str, Any]]]:
+    """(filename, url, hashes) of each file of a PEP 691 page; IndexPageError for a page of another shape."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:  # also a UnicodeDecodeError
+        raise IndexPageError(f"not a PEP 691 JSON page ({exc})") from None
+    files = doc.get("files", []) if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        raise IndexPageError("malformed PEP 691 page: no list of files")
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for item in files:
+        if not isinstance(item, dict):
+            raise IndexPageError(f"malformed PEP 691 page: a file entry is {item!r:.60}")
+        filename, url, hashes = item.get("filename"), item.get("url"), item.get("hashes") or {}
+        if not isinstance(filename, str) or not isinstance(url, str) or not isinstance(hashes, dict):
+            raise IndexPageError(f"malformed PEP 691 page: file entry {item!r:.80}")
+        if not is_file_name(filename):
+            raise IndexPageError(f"malformed PEP 691 page: filename {filename!r:.80} is not a file name")
+        out.append((filename, url, hashes))
+    return out
+
+
 def parse_project_page(
     body: bytes, content_type: str, page_url: str
 ) -> list[tuple[str, str, tuple[str, str] | None]]:
-    """(filename, absolute URL, hash) of each file a simple page (PEP 691 JSON or PEP 503 HTML) lists."""
+    """(filename, absolute URL, hash) of each file a simple page (PEP 691 JSON or PEP 503 HTML) lists.
+
+    A JSON page not of PEP 691's shape is an IndexPageError; an HTML link whose name is not a plain file name
+    is not a file, and is passed over as pages' other links are."""
     out: list[tuple[str, str, tuple[str, str] | None]] = []
     if content_type == PYPI_JSON_TYPE:
-        for item in json.loads(body).get("files", []):
-            hashes = item.get("hashes") or {}
+        for filename, url, hashes in _json_files(body):
             algo = "sha256" if "sha256" in hashes else next(iter(sorted(hashes)), None)
             digest = (algo, str(hashes[algo]).lower()) if algo in hashlib.algorithms_guaranteed else None
-            out.append((item["filename"], urljoin(page_url, item["url"]), digest))
+            out.append((filename, urljoin(page_url, url), digest))
         return out
     for anchor in parse_anchors(body.decode("utf-8", "replace")):
         if not anchor.href:
@@ -195,9 +256,95 @@ def parse_project_page(
         url = urljoin(page_url, anchor.href)
         parts = urlsplit(url)
         filename = unquote(parts.path.rsplit("/", 1)[-1])
-        if filename:
+        if is_file_name(filename):
             out.append((filename, urlunsplit(parts._replace(fragment="")), _hash_of(parts.fragment)))
     return out
+
+
+def _links_checked(
+    files: list[tuple[str, str, tuple[str, str] | None]], schemes: Sequence[str]
+) -> list[tuple[str, str, tuple[str, str] | None]]:
+    for _, url, _ in files:
+        if urlsplit(url).scheme not in schemes:
+            raise IndexPageError(
+                f"it links to {without_credentials(url)}; only a local index or find-links may link to "
+                "anything but http(s) files"
+            )
+    return files
+
+
+class _Deadline:
+    """Ends a request at a wall-clock deadline by shutting its sockets down, which wakes a read blocked on
+    them: a socket timeout bounds one read, not a server that sends a byte just before each one times out."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+            self._socks.clear()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._socks:
+                _shut(sock)
+
+    def connect(self, address: tuple[str, int], timeout: Any, source_address: Any = None) -> socket.socket:
+        """socket.create_connection, the socket watched."""
+        sock = socket.create_connection(address, timeout, source_address)
+        with self._lock:
+            # A duplicate: TLS wrapping detaches the original, and once the connection closes the original's
+            # descriptor number may be another file's.
+            self._socks.append(sock.dup())
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def connection(self, cls: type[HTTPConnection]) -> Callable[..., HTTPConnection]:
+        def make(*args: Any, **kwargs: Any) -> HTTPConnection:
+            conn = cls(*args, **kwargs)
+            # HTTPConnection connects (directly or to a proxy, before any TLS handshake) through this hook
+            conn._create_connection = self.connect  # type: ignore[attr-defined]
+            return conn
+
+        return make
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # not connected any more
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> HTTPResponse:
+        return self.do_open(self.deadline.connection(HTTPConnection), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline, context: ssl.SSLContext) -> None:
+        super().__init__(context=context)
+        self.deadline = deadline
+        self.tls = context
+
+    def https_open(self, req: urllib.request.Request) -> HTTPResponse:
+        return self.do_open(self.deadline.connection(HTTPSConnection), req, context=self.tls)
 
 
 class IndexClient:
@@ -220,14 +367,8 @@ class IndexClient:
                     ctx.load_cert_chain(pip.client_cert)
             except OSError as exc:
                 raise BuildError(f"pip configuration: client-cert {pip.client_cert}: {exc}") from None
-        proxies = {"http": pip.proxy, "https": pip.proxy} if pip.proxy else None
-        self.openers = {
-            trust: urllib.request.build_opener(
-                urllib.request.ProxyHandler(proxies),
-                urllib.request.HTTPSHandler(context=unverified if trust else verified),
-            )
-            for trust in (False, True)
-        }
+        self.proxies = {"http": pip.proxy, "https": pip.proxy} if pip.proxy else None
+        self.contexts = {False: verified, True: unverified}
 
     def bare(self, url: str) -> str:
         """`url` without user:password@, remembering them for requests to that host."""
@@ -239,7 +380,9 @@ class IndexClient:
         self.auth[netloc.lower()] = "Basic " + base64.b64encode(userinfo.encode()).decode()
         return urlunsplit(parts._replace(netloc=netloc))
 
-    def open(self, url: str, *, accept: str | None = None) -> Any:  # urllib's response
+    def open(self, url: str, *, deadline: _Deadline, accept: str | None = None) -> Any:  # urllib's response
+        """A GET of an http(s) URL (nothing else: no file:, ftp: or data:, nor a redirect to one), its
+        connections shut down when `deadline` expires."""
         parts = urlsplit(url)
         request = urllib.request.Request(url)
         if accept:
@@ -249,9 +392,56 @@ class IndexClient:
             # never carried to the host a redirect points to
             request.add_unredirected_header("Authorization", header)
         trust = parts.netloc.lower() in self.trusted or (parts.hostname or "").lower() in self.trusted
-        return self.openers[trust].open(request, timeout=self.timeout)
+        opener = urllib.request.OpenerDirector()
+        for handler in (
+            urllib.request.ProxyHandler(self.proxies),
+            urllib.request.UnknownHandler(),
+            urllib.request.HTTPDefaultErrorHandler(),
+            urllib.request.HTTPRedirectHandler(),
+            urllib.request.HTTPErrorProcessor(),
+            _HTTPHandler(deadline),
+            _HTTPSHandler(deadline, self.contexts[trust]),
+        ):
+            opener.add_handler(handler)
+        return opener.open(request, timeout=self.timeout)
 
-    def page(self, url: str) -> list[tuple[str, str, tuple[str, str] | None]]:
+    def get(
+        self,
+        url: str,
+        sink: Callable[[bytes], object],
+        *,
+        limit: int,
+        seconds: float,
+        accept: str | None = None,
+    ) -> tuple[str, str]:
+        """GET `url` into `sink` block by block: at most `limit` bytes (else _TooLarge), all within `seconds`
+        (else _TooSlow). The content type, and the URL it came from after redirects."""
+        with _Deadline(seconds) as deadline:
+            total = 0
+            try:
+                with self.open(url, deadline=deadline, accept=accept) as resp:
+                    declared = resp.headers.get("Content-Length", "").strip()
+                    if declared.isdigit() and int(declared) > limit:
+                        raise _TooLarge(limit)
+                    # read1: one receive at a time, so the deadline is seen between them
+                    while not deadline.expired and (block := resp.read1(CHUNK)):
+                        total += len(block)
+                        if total > limit:
+                            raise _TooLarge(limit)
+                        sink(block)
+                    short = resp.length  # what the Content-Length promised and the body did not bring
+                    got = resp.headers.get_content_type(), resp.geturl()
+            except (OSError, HTTPException):
+                if deadline.expired:
+                    raise _TooSlow(seconds) from None
+                raise
+            if deadline.expired:
+                raise _TooSlow(seconds)
+        if short:
+            raise IndexPageError(f"the connection closed after {total} of {declared} bytes")
+        return got
+
+    def page(self, url: str, limits: FetchLimits) -> list[tuple[str, str, tuple[str, str] | None]]:
         """The files an index page, or a find-links page or directory, lists."""
         parts = urlsplit(url)
         if parts.scheme == "file" or "://" not in url:
@@ -261,22 +451,30 @@ class IndexClient:
             page = path / "index.html" if path.is_dir() else path
             if not page.is_file():
                 raise _NotFound
-            return parse_project_page(page.read_bytes(), "text/html", page.resolve().as_uri())
+            with page.open("rb") as fh:
+                body = fh.read(limits.page_bytes + 1)
+            if len(body) > limits.page_bytes:
+                raise _TooLarge(limits.page_bytes)
+            files = parse_project_page(body, "text/html", page.resolve().as_uri())
+            return _links_checked(files, LOCAL_LINK_SCHEMES)
+        received = bytearray()
         try:
-            with self.open(url, accept=ACCEPT) as resp:
-                body = resp.read()
-                content_type = resp.headers.get_content_type()
-                return parse_project_page(body, content_type, resp.geturl())
+            content_type, final_url = self.get(
+                url, received.extend, limit=limits.page_bytes, seconds=limits.page_seconds, accept=ACCEPT
+            )
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 410):
                 raise _NotFound from None
             raise
+        return _links_checked(
+            parse_project_page(bytes(received), content_type, final_url), REMOTE_LINK_SCHEMES
+        )
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
-    return str(getattr(exc, "reason", exc))
+    return " ".join(str(getattr(exc, "reason", exc)).split()) or type(exc).__name__
 
 
 def _versions_shown(versions: Iterable[Version]) -> str:
@@ -286,9 +484,22 @@ def _versions_shown(versions: Iterable[Version]) -> str:
     return ", ".join(ordered)
 
 
-def find_sdist(name: str, version: str, pip: PipSettings, http: IndexClient | None = None) -> IndexFile:
-    """The sdist of exactly `name` `version` on the configured indexes and find-links, in pip's order."""
+def find_sdist(
+    name: str,
+    version: str,
+    pip: PipSettings,
+    http: IndexClient | None = None,
+    *,
+    limits: FetchLimits | None = None,
+    matrix_file: str | None = None,
+) -> IndexFile:
+    """The sdist of exactly `name` `version` on the configured indexes and find-links, in pip's order.
+
+    A project, version or sdist that every index read says it lacks is a ConfigError naming `matrix_file`:
+    the file asks for something that does not exist. With an index that could not be read, it may be there:
+    a BuildError."""
     http = http or IndexClient(pip)
+    limits = limits or FetchLimits()
     try:
         wanted = Version(version)
     except InvalidVersion:
@@ -304,10 +515,10 @@ def find_sdist(name: str, version: str, pip: PipSettings, http: IndexClient | No
         shown = without_credentials(location)
         asked.append(shown)
         try:
-            files = http.page(url)
+            files = http.page(url, limits)
         except _NotFound:
             continue
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError is an OSError
+        except (OSError, ValueError, HTTPException) as exc:  # URLError is an OSError
             unreadable.append(f"{shown}: {_reason(exc)}")
             continue
         for filename, file_url, digest in files:
@@ -338,8 +549,8 @@ def find_sdist(name: str, version: str, pip: PipSettings, http: IndexClient | No
     else:
         message = f"{name} {version}: no such project on {where}"
     if unreadable:
-        message += f"; could not read {'; '.join(unreadable)}"
-    raise BuildError(message)
+        raise BuildError(f"{message}; could not read {'; '.join(unreadable)}")
+    raise ConfigError(message, file=matrix_file or None)
 
 
 def _file_digests(path: Path, algo: str) -> tuple[str, str]:
@@ -352,34 +563,94 @@ def _file_digests(path: Path, algo: str) -> tuple[str, str]:
     return hashers[algo].hexdigest(), hashers["sha256"].hexdigest()
 
 
-def fetch_sdist(found: IndexFile, dest: Path, http: IndexClient) -> tuple[Path, str]:
-    """`found` in `dest` (a cached copy whose hash still matches is reused), and its sha256."""
+def expected_sha256(
+    found: IndexFile, pin: str | None, *, name: str, version: str, matrix_file: str | None = None
+) -> str:
+    """The sha256 the download must have: the matrix file's pin (an index that gives another is refused before
+    anything is fetched), else the index's. With neither, nothing would check the bytes: a ConfigError saying
+    how to pin them."""
+    given = found.digest[1] if found.digest and found.digest[0] == "sha256" else None
+    if pin is not None and given is not None and pin != given:
+        raise BuildError(
+            f"{name} {version}: {found.where} gives sha256 {given} for {found.filename}, "
+            f"the matrix file pins {pin}"
+        )
+    if pin is not None:
+        return pin
+    if given is not None:
+        return given
+    raise ConfigError(
+        f"{name} {version}: {found.where} gives no sha256 for {found.filename}; "
+        "pin it in the matrix file: package: {sha256: <hex>}",
+        file=matrix_file or None,
+    )
+
+
+def _copy_local(path: Path, out: Any, limit: int) -> None:
+    """A file a local index names, at most `limit` bytes of it; a FIFO or device (/dev/zero) is refused."""
+    if not path.is_file():
+        raise IndexPageError("not a regular file")
+    total = 0
+    with path.open("rb") as src:
+        while block := src.read(CHUNK):
+            total += len(block)
+            if total > limit:
+                raise _TooLarge(limit)
+            out.write(block)
+
+
+def fetch_sdist(
+    found: IndexFile,
+    dest: Path,
+    http: IndexClient,
+    *,
+    sha256: str,
+    pinned: bool = False,
+    limits: FetchLimits | None = None,
+) -> tuple[Path, str]:
+    """`found` in `dest`, its sha256 `sha256` (a cached copy that has it is reused); the path and sha256.
+
+    A digest of another algorithm the index gives is checked too. `pinned`: `sha256` is the matrix file's."""
+    limits = limits or FetchLimits()
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / found.filename
-    algo, expected = found.digest or ("sha256", None)
-    if expected is not None and target.is_file():
-        got, sha256 = _file_digests(target, algo)
-        if got == expected:
-            return target, sha256
+    algo = found.digest[0] if found.digest else "sha256"
+    if target.is_file() and _file_digests(target, algo)[1] == sha256:
+        return target, sha256
     shown = f"{found.filename} from {found.where}"
-    fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=".partial-")
+    fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=leftovers.partial_prefix())
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out:
-            if urlsplit(found.url).scheme == "file":
-                with Path(urllib.request.url2pathname(urlsplit(found.url).path)).open("rb") as src:
-                    shutil.copyfileobj(src, out, CHUNK)
-            else:
-                with http.open(found.url) as resp:
-                    shutil.copyfileobj(resp, out, CHUNK)
-    except (OSError, ValueError) as exc:  # URLError is an OSError
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if urlsplit(found.url).scheme == "file":
+                    local = Path(urllib.request.url2pathname(urlsplit(found.url).path))
+                    _copy_local(local, out, limits.download_bytes)
+                else:
+                    http.get(
+                        found.url, out.write, limit=limits.download_bytes, seconds=limits.download_seconds
+                    )
+        except _TooLarge:
+            raise BuildError(
+                f"cannot download {shown}: larger than {format_size(limits.download_bytes)}; "
+                "if the sdist really is, raise package.max_download in the matrix file"
+            ) from None
+        except _TooSlow:
+            raise BuildError(
+                f"cannot download {shown}: not done within {limits.download_seconds:g} s; "
+                "for a slow index raise package.download_deadline in the matrix file"
+            ) from None
+        except (OSError, ValueError, HTTPException) as exc:  # URLError is an OSError
+            raise BuildError(f"cannot download {shown}: {_reason(exc)}") from None
+        got, got_sha256 = _file_digests(tmp, algo)
+        if got_sha256 != sha256:
+            says = "the matrix file pins" if pinned else "the index says"
+            raise BuildError(f"{shown}: sha256 of the download is {got_sha256}, {says} {sha256}")
+        if found.digest is not None and got != found.digest[1]:
+            raise BuildError(f"{shown}: {algo} of the download is {got}, the index says {found.digest[1]}")
+        os.replace(tmp, target)
+    finally:
         tmp.unlink(missing_ok=True)
-        raise BuildError(f"cannot download {shown}: {_reason(exc)}") from None
-    got, sha256 = _file_digests(tmp, algo)
-    if expected is not None and got != expected:
-        tmp.unlink()
-        raise BuildError(f"{shown}: {algo} of the download is {got}, the index says {expected}")
-    os.replace(tmp, target)
     return target, sha256
 
 
@@ -395,13 +666,78 @@ def _single_top_dir(root: Path) -> Path:
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else root
 
 
-def _unpack(archive: Path, dest: Path) -> Path:
+def remove_stale_partials(cache: Path) -> list[Path]:
+    """Remove the downloads and trees in `cache` that runs now gone left half-made; the removed ones."""
+    return [p for sub in ("sdists", "sources") for p in leftovers.remove_stale_partials(cache / sub)]
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "named pipe"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "device"),
+    (stat.S_ISBLK, "device"),
+)
+
+
+def check_source_tree(tree: Path, cache: Path) -> None:
+    """A tree `source: {path}` can copy, else a ConfigError: the factory's home not inside it (the copy would
+    copy itself until its path is too long), and only files, directories and symlinks where the copy goes
+    (copying a named pipe waits for a writer; a socket cannot be copied)."""
+    if cache.resolve().is_relative_to(tree.resolve()):
+        raise ConfigError(
+            f"FACTORY_HOME {cache} is inside the source tree {tree}; set FACTORY_HOME to a directory outside"
+        )
+    for top, dirs, files in os.walk(tree):
+        ignored = IGNORED(top, [*dirs, *files])
+        dirs[:] = [d for d in dirs if d not in ignored]
+        for name in files:
+            if name in ignored:
+                continue
+            entry = Path(top, name)
+            mode = entry.lstat().st_mode
+            for test, what in _SPECIAL:
+                if test(mode):
+                    raise ConfigError(
+                        f"source tree {tree}: {entry.relative_to(tree)} is a {what}; a source tree may hold "
+                        "only files, directories and symlinks"
+                    )
+
+
+def _unpack(archive: Path, dest: Path, limits: FetchLimits) -> Path:
+    """`archive` (a .tar.gz or .zip sdist) in `dest`, its top directory. Members are counted, with their
+    sizes, before each is written: a small archive of a huge tree stops at the limit, not at a full disk.
+    A tar member with an absolute path, a path or link out of `dest`, or a device is refused (tarfile's data
+    filter); zipfile makes neither links nor paths out of `dest`."""
+    members = size = 0
+
+    def count(nbytes: int) -> None:
+        nonlocal members, size
+        members += 1
+        size += nbytes
+        if members > limits.members:
+            raise BuildError(f"{archive.name} has more than {limits.members} files, directories and links")
+        if size > limits.unpacked_bytes:
+            raise BuildError(
+                f"{archive.name} unpacks to more than {format_size(limits.unpacked_bytes)}; if the sdist "
+                "really does, raise package.max_unpacked in the matrix file"
+            )
+
     if archive.suffix == ".zip":
         with zipfile.ZipFile(archive) as zf:
-            zf.extractall(dest)
+            infos = zf.infolist()
+            for info in infos:
+                count(info.file_size)  # zipfile writes no more than the size an entry declares
+            zf.extractall(dest, members=infos)
     else:
-        with tarfile.open(archive) as tf:
-            tf.extractall(dest, filter="data")
+
+        def admit(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+            checked = tarfile.data_filter(member, path)
+            count(checked.size if checked.isreg() else 0)
+            return checked
+
+        # no mode guessing: an sdist named .tar.gz is gzip, and a file that is not is one line, not five
+        with tarfile.open(archive, "r:gz") as tf:
+            tf.extractall(dest, filter=admit)
     return _single_top_dir(dest)
 
 
@@ -493,13 +829,21 @@ def prepare_source(
     path: Path | None = None,
     patches: Sequence[Path] = (),
     pip: PipSettings | None = None,
+    sha256: str | None = None,
+    limits: FetchLimits | None = None,
+    matrix_file: str | None = None,
 ) -> PreparedSource:
     """The patched source tree, made once per (source, patches) and reused.
 
     For `source: pypi` the index is asked on every call (`pip` defaults to the host's pip configuration):
-    its hash names the tree, so a cached tree is never one of other bytes, and the cached sdist is checked
-    against it again.
+    the sdist's sha256 (`sha256`, the matrix file's pin, else the index's) names the tree, so a cached tree is
+    never one of other bytes, and the cached sdist is checked against it again. `matrix_file` is named in
+    errors that the matrix file can fix.
+
+    What a killed run left half-made in `cache` is removed first (`remove_stale_partials`).
     """
+    limits = limits or FetchLimits()
+    remove_stale_partials(cache)
     patch_hashes = [hashlib.sha256(p.read_bytes()).hexdigest() for p in patches]
     archive: Path | None = None
     sdist: tuple[str, str] | None = None
@@ -507,6 +851,7 @@ def prepare_source(
         assert path is not None
         if not path.is_dir():
             raise BuildError(f"source directory {path} does not exist")
+        check_source_tree(path, cache)
         # Local trees change between runs: key on content so an edit is never built from a stale copy.
         stamp = [
             (str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
@@ -521,10 +866,13 @@ def prepare_source(
     else:
         settings = pip or read_pip_settings()
         http = IndexClient(settings)
-        found = find_sdist(name, version, settings, http)
-        archive, sha256 = fetch_sdist(found, cache / "sdists", http)
-        sdist = (found.filename, sha256)
-        key = _digest(kind, sha256, patch_hashes)
+        found = find_sdist(name, version, settings, http, limits=limits, matrix_file=matrix_file)
+        expected = expected_sha256(found, sha256, name=name, version=version, matrix_file=matrix_file)
+        archive, digest = fetch_sdist(
+            found, cache / "sdists", http, sha256=expected, pinned=sha256 is not None, limits=limits
+        )
+        sdist = (found.filename, digest)
+        key = _digest(kind, digest, patch_hashes)
         code_id = key
     result = PreparedSource(
         tree=cache / "sources" / key / "tree",
@@ -536,7 +884,7 @@ def prepare_source(
     if final.is_dir():
         return result
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".partial-"))
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=leftovers.partial_prefix()))
     try:
         tree = tmp / "tree"
         if kind == "path":
@@ -561,9 +909,9 @@ def prepare_source(
         else:
             assert archive is not None
             try:
-                unpacked = _unpack(archive, tmp / "unpacked")
-            except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
-                raise BuildError(f"cannot unpack {archive.name}: {exc}") from None
+                unpacked = _unpack(archive, tmp / "unpacked", limits)
+            except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile) as exc:
+                raise BuildError(f"cannot unpack {archive.name}: {_reason(exc)}") from None
             unpacked.rename(tree)
         apply_patches(tree, patches)
         # Read-only mounts must still be readable by the container's unprivileged user.
@@ -576,8 +924,11 @@ def prepare_source(
     return result
 
 
-def prepare_package(package: PackageSpec, recipe: Recipe, cache: Path) -> PreparedSource:
-    """The source a build of `package` mounts: fetched as its `source:` says, the recipe's patches applied."""
+def prepare_package(
+    package: PackageSpec, recipe: Recipe, cache: Path, *, matrix_file: str | None = None
+) -> PreparedSource:
+    """The source a build of `package` mounts: fetched as its `source:` says, the recipe's patches applied.
+    `matrix_file`, where `package` was read, is named in the errors it can fix."""
     src = package.source
     return prepare_source(
         kind=src.kind,
@@ -588,6 +939,9 @@ def prepare_package(package: PackageSpec, recipe: Recipe, cache: Path) -> Prepar
         ref=src.ref,
         path=src.path,
         patches=recipe.patches,
+        sha256=package.sha256,
+        limits=package.limits,
+        matrix_file=matrix_file,
     )
 
 

@@ -97,9 +97,6 @@ def _check_key(key: str) -> None:
 # put()'s temporaries: ".<name>.<host>.<pid>.<random>.tmp", beside the file they become. Hidden: nothing
 # published starts with ".". The writer's host and pid tell a killed publish's leftovers from a live one's.
 _TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
-# A temporary whose writer cannot be told (another host's, an older factory's) is taken for abandoned when
-# no write touched it for this long.
-TMP_AGE_S = 3600.0
 
 
 def tmp_prefix(name: str) -> str:
@@ -123,12 +120,8 @@ def is_stale_tmp(
     pid_exists: Callable[[int], bool] = psutil.pid_exists,
 ) -> bool:
     """Whether a temporary was abandoned: its writer on this host is gone (a live one's is kept however long
-    it takes), or, when its writer cannot be checked from here, it is older than TMP_AGE_S."""
-    writer = tmp_writer(tmp_name)
-    here = leftovers.host_tag(host)
-    if writer is not None and writer.host == here:
-        return not leftovers.is_alive(writer, host=here, pid_exists=pid_exists)
-    return age_s > TMP_AGE_S
+    it takes), or, when its writer cannot be checked from here, it is older than leftovers.UNOWNED_AGE_S."""
+    return leftovers.is_stale_named(tmp_writer(tmp_name), age_s=age_s, host=host, pid_exists=pid_exists)
 
 
 class LocalStore:

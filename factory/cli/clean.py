@@ -28,9 +28,12 @@ def clean(
         ),
     ] = True,
 ) -> None:
-    """Remove what factory runs whose process is gone left behind, one line each; a live run's stay."""
+    """Remove what factory runs whose process is gone left behind, one line each; a live run's stay. Half-made
+    downloads and source trees in $FACTORY_HOME go too."""
     from factory import leftovers
     from factory.errors import ConfigError
+    from factory.home import factory_home
+    from factory.source import remove_stale_partials
     from factory.stores import LocalStore
 
     for directory in [*(output or []), *(to or [])]:
@@ -51,3 +54,5 @@ def clean(
     for directory in to or []:
         for path in LocalStore(directory.resolve()).remove_stale_temporaries():
             typer.echo(f"removed {path}")
+    for path in remove_stale_partials(factory_home()):
+        typer.echo(f"removed {path}")

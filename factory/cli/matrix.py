@@ -117,7 +117,7 @@ def matrix_command(
         patched = ""
         if mf.recipe.patches and not no_source:
             # the fetch and patched tree a build makes (cached): a patch that no longer applies fails here
-            prepared = prepare_package(mf.package, mf.recipe, factory_home())
+            prepared = prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display)
             of = prepared.sdist or f"{mf.package.name} {mf.package.version}"
             count = len(mf.recipe.patches)
             patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"

@@ -22,7 +22,7 @@ DirArgument = Annotated[Path, typer.Argument(help="The directory with the source
 
 def _prepared(matrix: Path) -> PreparedSource:
     mf = load_matrix_file(matrix)
-    return prepare_package(mf.package, mf.recipe, factory_home())
+    return prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display)
 
 
 @source_app.command("unpack")

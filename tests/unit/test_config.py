@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from factory.config import load_matrix_file, parse_size
-from factory.options import BuildOptions, PublishOptions, Source
+from factory.options import BuildOptions, FetchLimits, PublishOptions, Source
 from factory.plan import matrix_env, plan_matrix
 from factory.recipes import BUILTIN_RECIPES, recipe_env
 from factory.variants import Variant
@@ -122,6 +122,20 @@ def test_sources(tmp_path: Path) -> None:
         tmp_path, 'package: {name: x, version: "1.0", source: {git: "https://h/x.git", ref: v1}}\n' + AXES
     )
     assert mf.package.source == Source(kind="git", url="https://h/x.git", ref="v1")
+
+
+def test_sdist_pin_and_fetch_limits(tmp_path: Path) -> None:
+    assert load(tmp_path, 'package: {name: x, version: "1.0"}\n' + AXES).package.limits == FetchLimits()
+    pin = "AB" * 32
+    mf = load(
+        tmp_path,
+        f'package: {{name: x, version: "1.0", sha256: {pin}, max_download: 3GiB, max_unpacked: 40GiB,\n'
+        "  download_deadline: 900}\n" + AXES,
+    )
+    assert mf.package.sha256 == pin.lower()
+    assert mf.package.limits == FetchLimits(
+        download_bytes=3 * 2**30, unpacked_bytes=40 * 2**30, download_seconds=900.0
+    )
 
 
 def test_build_and_publish_options(tmp_path: Path) -> None:

@@ -185,3 +185,25 @@ def test_the_driver_lists_and_removes_what_the_host_chose(
         driver.remove_jobs(root, ["../jobs"])
     driver.list_jobs(tmp_path / "missing")
     assert protocol.parse_job_listing(capsys.readouterr().out) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "age_s", "stale"),
+    [
+        (".partial-h.1.xyz", 7200.0, False),  # live owner, however long it takes
+        (".partial-h.2.xyz", 5.0, True),  # owner gone
+        (".partial-other.2.xyz", 5.0, False),  # another host's: only age tells
+        (".partial-other.2.xyz", 7200.0, True),
+        (".partial-xyz", 5.0, False),  # an older factory's, no owner in the name: only age tells
+        (".partial-xyz", 7200.0, True),
+    ],
+)
+def test_partial_staleness_is_the_rule_of_named_temporaries(name: str, age_s: float, stale: bool) -> None:
+    owner = leftovers.partial_owner(name)
+    assert leftovers.is_stale_named(owner, age_s=age_s, host="h", pid_exists=lambda p: p == 1) is stale
+
+
+def test_partial_prefix_names_this_process() -> None:
+    assert leftovers.partial_owner(leftovers.partial_prefix() + "abc") == leftovers.Owner(
+        pid=os.getpid(), host=leftovers.host_tag()
+    )

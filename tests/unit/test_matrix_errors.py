@@ -371,6 +371,23 @@ CASES: dict[str, tuple[str, str]] = {
     "top-level-list": ("- a #<\n- b\n", "the top level must be a mapping, not a list"),
     "empty-file": ("#<\n", "the file is empty"),
     "no-axes": (HEAD + "matrix: {} #<\n", "matrix has no axes and no include entries"),
+    "sha256-not-hex": (
+        'package: {name: x, version: "1", sha256: abc} #<\nmatrix:\n' + GOOD_AXES,
+        "package.sha256 'abc' is not a sha256 (64 hex digits)",
+    ),
+    "sha256-with-git": (
+        'package:\n  name: x\n  version: "1"\n  source: {git: "https://h/x.git", ref: v1}\n'
+        f"  sha256: {'0' * 64} #<\nmatrix:\n" + GOOD_AXES,
+        "package.sha256 only goes with source: pypi",
+    ),
+    "max-download-not-a-size": (
+        'package:\n  name: x\n  version: "1"\n  max_download: lots #<\nmatrix:\n' + GOOD_AXES,
+        "package.max_download: size 'lots' is not a size like 16GiB",
+    ),
+    "download-deadline-negative": (
+        'package:\n  name: x\n  version: "1"\n  download_deadline: -5 #<\nmatrix:\n' + GOOD_AXES,
+        "package.download_deadline must be positive, not -5",
+    ),
 }
 
 
