@@ -36,7 +36,7 @@ from factory.engine import (
     remove_stale_containers,
     run_labels,
 )
-from factory.errors import ConfigError
+from factory.errors import BuildError, ConfigError
 from factory.jobrun import (
     CONTAINER_USER,
     WORK_MOUNT,
@@ -291,6 +291,10 @@ def run_build(
         for j in jobs
     ]
     runner = Runner(client, mf, settings, on_change=on_change, log=log)
+    # a project or version the index does not have is the matrix file's error (exit 2) before any job
+    # starts; an index that cannot be reached now is each job's failure, in the report
+    with contextlib.suppress(BuildError):
+        runner.prepared_source()
     stale = remove_stale_containers(client)
     if stale:
         log(f"removed {len(stale)} container(s) left by an earlier run that did not finish")

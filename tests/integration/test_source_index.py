@@ -8,6 +8,9 @@ pinned.
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +55,25 @@ def test_missing_version_names_the_configured_index(tmp_path: Path) -> None:
     message = str(err.value)
     assert message.startswith(f"{NAME} 9.9.9: no such version on {first_index}")
     assert "(versions: " in message
+
+
+def test_factory_build_of_a_version_the_index_lacks_is_a_matrix_error(
+    tmp_path: Path, docker_client: object
+) -> None:
+    # before any job starts, one line naming the matrix file, exit 2 like every other config error
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        f'package: {{name: {NAME}, version: "9.9.9"}}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.11"], cxx11_abi: [true], arch: ["8.0"]}\n'
+        "build: {flavor: pypi}\n"
+    )
+    args = ["build", "--matrix", str(matrix), "--output", str(tmp_path / "w")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "factory.cli", *args],
+        capture_output=True, text=True, env={**os.environ, "FACTORY_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    require("could not read" not in proc.stderr, f"the configured package index ({proc.stderr.strip()})")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]  # a warning may come first
+    assert line.startswith(f"error: {matrix}: {NAME} 9.9.9: no such version"), line
+    assert "9.9.9" in line and "Traceback" not in proc.stderr
