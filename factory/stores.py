@@ -15,18 +15,17 @@ import ipaddress
 import os
 import random
 import re
-import shutil
-import tempfile
+import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
 import psutil
 
-from factory import leftovers
+from factory import leftovers, safefs
 from factory.errors import ConfigError, PublishError
 from factory.urls import HTTP_SCHEMES, checked_url, urls_without_credentials, without_credentials
 
@@ -80,12 +79,43 @@ class Store(Protocol):
         ...
 
 
-def _sha256_file(path: Path) -> str:
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _sha256_stream(fh: IO[bytes]) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _blocks(data: bytes | Path) -> Iterator[Iterable[bytes]]:
+    if isinstance(data, bytes):
+        yield [data]
+        return
+    with data.open("rb") as fh:
+        yield iter(lambda: fh.read(1 << 20), b"")
+
+
+def _exists_at(dirfd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _sha256_at(dirfd: int, name: str) -> str | None:
+    """The sha256 of the regular file `name` in a directory; None for none (a link counts as none)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return _sha256_stream(fh)
 
 
 def _check_key(key: str) -> None:
@@ -134,12 +164,6 @@ class LocalStore:
         self.description = str(root)
         self._swept = False
 
-    def _path(self, key: str) -> Path:
-        _check_key(key)
-        if key.endswith("/"):
-            key += "index.html"
-        return self.root / key
-
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Serialises check-and-replace between processes (and hosts sharing a POSIX-locking filesystem)."""
@@ -151,36 +175,56 @@ class LocalStore:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def get(self, key: str) -> Blob | None:
+    def _relative(self, key: str) -> str:
+        _check_key(key)
+        return f"{key}index.html" if key.endswith("/") else key
+
+    def _open(self, key: str) -> tuple[IO[bytes], int] | None:
+        """A stored file, opened without following a link on the way (`safefs`): whoever else can write the
+        directory cannot make the factory read a host file through it. None when there is no regular file."""
+        relative = self._relative(key)
         try:
-            data = self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            with safefs.open_regular(self.root, relative) as opened:
+                dup = os.dup(opened)
+        except OSError:
             return None
+        return os.fdopen(dup, "rb"), os.fstat(dup).st_size
+
+    def get(self, key: str) -> Blob | None:
+        opened = self._open(key)
+        if opened is None:
+            return None
+        with opened[0] as fh:
+            data = fh.read()
         return Blob(data=data, etag=hashlib.sha256(data).hexdigest())
 
     def head(self, key: str) -> Head | None:
-        path = self._path(key)
-        if not path.is_file():
+        opened = self._open(key)
+        if opened is None:
             return None
-        digest = _sha256_file(path)
-        return Head(size=path.stat().st_size, etag=digest, sha256=digest)
+        with opened[0] as fh:
+            digest = _sha256_stream(fh)
+        return Head(size=opened[1], etag=digest, sha256=digest)
 
     def sha256_of(self, key: str) -> str | None:
-        path = self._path(key)
-        return _sha256_file(path) if path.is_file() else None
+        opened = self._open(key)
+        if opened is None:
+            return None
+        with opened[0] as fh:
+            return _sha256_stream(fh)
 
     def open(self, key: str) -> tuple[IO[bytes], int] | None:
-        path = self._path(key)
-        if not path.is_file():
-            return None
-        return path.open("rb"), path.stat().st_size
+        return self._open(key)
 
     def keys(self, prefix: str) -> Iterator[str]:
         _check_key(prefix)
-        for path in (self.root / prefix).rglob("*"):
-            # put()'s temporaries are hidden (_TMP_NAME); nothing published starts with "."
-            if path.is_file() and not path.name.startswith("."):
-                yield path.relative_to(self.root).as_posix()
+        # regular files only, no link followed: put()'s temporaries are hidden (_TMP_NAME); nothing
+        # published starts with "."
+        base = PurePosixPath(prefix.rstrip("/")) if prefix.strip("/") else None
+        top = self.root / base if base is not None else self.root
+        for found in safefs.walk(top):
+            if not any(part.startswith(".") for part in found.relative.parts):
+                yield (base / found.relative).as_posix() if base is not None else found.relative.as_posix()
 
     def put(
         self,
@@ -195,36 +239,38 @@ class LocalStore:
     ) -> str:
         # Content type and caching are decided by whoever serves the directory (factory serve), from the name.
         del content_type, cache_control, sha256
-        path = self._path(key)
+        relative = PurePosixPath(self._relative(key))
         if not self._swept:  # a publish killed mid-copy left its temporaries: the next one removes them
             self._swept = True
             self.remove_stale_temporaries()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write the new content aside first so the lock is held only for check-and-rename.
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix(path.name), suffix=".tmp")
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                if isinstance(data, Path):
-                    with data.open("rb") as src:
-                        shutil.copyfileobj(src, fh, 1 << 20)
-                else:
-                    fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            etag = _sha256_file(tmp)
-            with self.lock():
-                if if_none_match and path.exists():
-                    raise PreconditionFailed(key)
-                if if_match is not None:
-                    current = _sha256_file(path) if path.is_file() else None
-                    if current != if_match:
+        self.root.mkdir(parents=True, exist_ok=True)
+        parent = relative.parent.as_posix() if relative.parent != PurePosixPath(".") else ""
+        # every level made and entered without following a link: nothing lands outside the store
+        with safefs.open_dir(self.root, parent, create=True) as dirfd:
+            tmp = f"{tmp_prefix(relative.name)}{os.urandom(6).hex()}.tmp"
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dirfd
+            )
+            try:
+                # Write the new content aside first so the lock is held only for check-and-rename.
+                digest = hashlib.sha256()
+                with os.fdopen(fd, "wb") as fh, _blocks(data) as blocks:
+                    for block in blocks:
+                        digest.update(block)
+                        fh.write(block)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.chmod(tmp, 0o644, dir_fd=dirfd)
+                with self.lock():
+                    if if_none_match and _exists_at(dirfd, relative.name):
                         raise PreconditionFailed(key)
-                os.replace(tmp, path)
-            return etag
-        finally:
-            tmp.unlink(missing_ok=True)
+                    if if_match is not None and _sha256_at(dirfd, relative.name) != if_match:
+                        raise PreconditionFailed(key)
+                    os.replace(tmp, relative.name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+                return digest.hexdigest()
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dirfd)
 
     def remove_stale_temporaries(self) -> list[Path]:
         """Remove the temporaries of writers now gone (`is_stale_tmp`); the removed ones."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,38 @@ def test_compare_and_swap_rereads_after_losing_a_race(tmp_path: Path) -> None:
     assert calls == [b"a", b"b"]
     blob = store.get("k")
     assert blob is not None and blob.data == b"b+"
+
+
+def test_a_link_in_a_directory_store_is_never_followed(tmp_path: Path) -> None:
+    # whoever else can write the store cannot make the factory read or write a host file through it
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"host secret")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "store"
+    store = LocalStore(root)
+    store.put("files/v/real.whl", b"wheel", **KW)
+    (root / "files" / "v" / "evil.whl").symlink_to(secret)
+    (root / "simple").mkdir()
+    (root / "simple" / "x").symlink_to(outside, target_is_directory=True)
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    (outside / "inside.whl").write_bytes(b"not the store's")
+    for read in (store.get, store.open, store.head, store.sha256_of):
+        assert read("files/v/evil.whl") is None
+        assert read("simple/x/") is None
+    assert sorted(store.keys("files/")) == ["files/v/real.whl"]
+    with pytest.raises(OSError):
+        store.put("simple/x/index.html", b"page", **KW)
+    with pytest.raises(OSError):
+        store.put("linked/a.whl", b"w", **KW)
+    assert sorted(p.name for p in outside.iterdir()) == ["inside.whl"]
+    assert secret.read_bytes() == b"host secret"
+
+
+def test_a_fifo_in_a_directory_store_is_no_file(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    LocalStore(root).put("files/v/a.whl", b"w", **KW)
+    os.mkfifo(root / "files" / "v" / "b.whl")
+    store = LocalStore(root)
+    assert store.open("files/v/b.whl") is None and store.get("files/v/b.whl") is None  # no blocking open
+    assert sorted(store.keys("files/")) == ["files/v/a.whl"]
