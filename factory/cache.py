@@ -469,11 +469,16 @@ def pull(
     return SyncResult(files=files, bytes=size, failed=failed)
 
 
-def push(store: Store, root: Path, *, remote: set[str]) -> SyncResult:
-    """Upload every file of `root` that `remote` (what the store is known to have) lacks; each one uploaded
-    is added to `remote`. A file another writer put first is left as it is (same name, same content)."""
+def push(store: Store, root: Path, *, remote: set[str], domains: Iterable[str] | None = None) -> SyncResult:
+    """Upload every file of `root` (of `domains`, when given) that `remote` (what the store is known to have)
+    lacks; each one uploaded is added to `remote`. A file another writer put first is left as it is (same
+    name, same content)."""
     files = size = failed = 0
-    for key in objects_first(local_files(root) - remote):
+    mine = local_files(root)
+    if domains is not None:
+        wanted = set(domains)
+        mine = {k for k in mine if (parsed := parse_store_key(k)) is not None and parsed[0] in wanted}
+    for key in objects_first(mine - remote):
         path = root / key
         try:
             if not safefs.exists(root, key):  # pruned meanwhile
@@ -524,7 +529,9 @@ class CacheSync:
         self.keyring = keyring or load_keyring(config.local.parent.parent)
         self._lock = threading.Lock()
         self._store: Store | None = None
-        self._remote: set[str] | None = None
+        self._remote: set[str] = set()  # what the store is known to have of the domains listed
+        self._listed: set[str] = set()
+        self._domains: set[str] = set()  # of this run's jobs: the only ones synced
         self._fetched: set[str] = set()
         self._verified: set[tuple[str, int, int]] = set()
         self._jobs: dict[str, JobCache] = {}
@@ -560,17 +567,20 @@ class CacheSync:
         with self._lock:
             verify_domain(dest, domain=domain, keyring=self.keyring, known=self._verified)
             self._jobs[job_id] = job
+            self._domains.add(domain)
         return job
 
     def before_job(self, job_id: str, domain: str) -> None:
         """Bring down what the store has of the job's domain that the local cache lacks."""
         with self._lock:
+            self._domains.add(domain)
             store = self._open()
             if store is None:
                 return
             try:
                 remote = remote_files(store, domain)
-                self._remote = (self._remote or set()) | remote
+                self._remote |= remote
+                self._listed.add(domain)
                 # each file once a run: one pruned to keep the bound is not fetched again for the next job
                 wanted = remote - self._fetched
                 got = pull(
@@ -607,15 +617,17 @@ class CacheSync:
         return got
 
     def upload(self) -> SyncResult:
-        """Send up what the store lacks (what this host compiled since the last upload)."""
+        """Send up what the store lacks of this run's domains (what this host compiled since the last
+        upload)."""
         with self._lock:
             store = self._open()
-            if store is None:
+            if store is None or not self._domains:
                 return SyncResult()
             try:
-                if self._remote is None:
-                    self._remote = remote_files(store)
-                return push(store, self.local, remote=self._remote)
+                for domain in self._domains - self._listed:
+                    self._remote |= remote_files(store, domain)
+                    self._listed.add(domain)
+                return push(store, self.local, remote=self._remote, domains=self._domains)
             except (FactoryError, OSError) as exc:
                 self._fail("written", exc)
                 return SyncResult()
