@@ -183,10 +183,18 @@ def load_keyring(home: Path | None = None, environ: Mapping[str, str] = os.envir
     else:
         path = local_dir(home).parent / KEY_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_hex(32) + "\n")
+        if not path.exists() and not path.is_symlink():
+            # written whole aside, then linked into place: a concurrent reader never sees it half made, and
+            # of two first runs one key wins
+            tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_hex(32) + "\n")
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
         try:
             text = safefs.read_bytes(path.parent, path.name, max_bytes=4096).decode()
         except (OSError, UnicodeDecodeError) as exc:
@@ -218,9 +226,9 @@ def verified_entry(data: bytes, *, domain: str, keyring: Keyring) -> compilecach
         raw = json.loads(data)
         key = keyring.accepts().get(raw["key_id"])
         tag = raw["tag"]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
-    if key is None or not isinstance(tag, str):
+    if key is None or not isinstance(tag, str) or not compilecache.is_key(tag):
         return None
     expected = hmac.new(key, _signed_text(domain, entry), hashlib.sha256).hexdigest()
     return entry if hmac.compare_digest(expected, tag) else None
@@ -298,13 +306,14 @@ def import_outbox(outbox: Path, dest: Path, *, domain: str, keyring: Keyring) ->
     outbox once read; anything else there is left for the outbox's removal. Never follows a link, never
     reads anything but a regular file, never more than the bounds."""
     objects = entries = hits = refused = 0
-    found: dict[str, list[tuple[PurePosixPath, tuple[str, ...]]]] = {"o": [], "m": [], "h": []}
+    found: dict[str, list[tuple[PurePosixPath, tuple[str, ...], int]]] = {"o": [], "m": [], "h": []}
     for item in safefs.walk(outbox):
         named = compilecache.classify(item.relative)
         if named is not None:
-            found[named[0]].append((item.relative, named))
-    for relative, (_, sha) in found[OBJECT]:
-        if not safefs.exists(dest, relative):
+            found[named[0]].append((item.relative, named, item.size))
+    for relative, (_, sha), size in found[OBJECT]:
+        # one of another size is a truncated copy: the build that just made it anew replaces it
+        if _size_of(dest, relative) != size:
             try:
                 safefs.copy_out(
                     outbox, relative, dest, relative, max_bytes=MAX_OBJECT_BYTES, expect_sha256=sha
@@ -313,7 +322,7 @@ def import_outbox(outbox: Path, dest: Path, *, domain: str, keyring: Keyring) ->
             except OSError:
                 refused += 1
         safefs.unlink(outbox, relative)
-    for relative, (_, dk, rk) in found[MANIFEST]:
+    for relative, (_, dk, rk), _ in found[MANIFEST]:
         try:
             data = safefs.read_bytes(outbox, relative, max_bytes=MAX_MANIFEST_BYTES)
         except OSError:
@@ -329,7 +338,7 @@ def import_outbox(outbox: Path, dest: Path, *, domain: str, keyring: Keyring) ->
             safefs.write_bytes(dest, relative, signed_manifest(entry, domain=domain, keyring=keyring))
             entries += 1
         safefs.unlink(outbox, relative)
-    for relative, (_, dk, rk) in found[compilecache.HIT]:
+    for relative, (_, dk, rk), _ in found[compilecache.HIT]:
         manifest = compilecache.manifest_relative(dk, rk)
         entry = _local_entry(dest, manifest, domain=domain, keyring=keyring)
         if entry is not None:
@@ -341,11 +350,16 @@ def import_outbox(outbox: Path, dest: Path, *, domain: str, keyring: Keyring) ->
 
 
 def _has_object(dest: Path, entry: compilecache.Entry) -> bool:
+    return _size_of(dest, compilecache.object_relative(entry.object_sha256)) == entry.object_size
+
+
+def _size_of(root: Path, relative: PurePosixPath) -> int | None:
+    """The size of a regular file under root; None for none."""
     try:
-        with safefs.open_regular(dest, compilecache.object_relative(entry.object_sha256)) as fd:
-            return os.fstat(fd).st_size == entry.object_size
+        with safefs.open_regular(root, relative) as fd:
+            return os.fstat(fd).st_size
     except OSError:
-        return False
+        return None
 
 
 def _local_entry(

@@ -373,10 +373,11 @@ def file_sha256(path: str) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         known = _HASHES.get(path)
         if known and known[:2] == (st.st_size, st.st_mtime_ns):
             return known[2]
@@ -591,7 +592,7 @@ def parse_manifest(text: str | bytes) -> Entry | None:
             depfile=raw.get("depfile"),
             created=raw.get("created", 0),
         )
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     typed = (
         all(isinstance(p, str) and isinstance(h, str) for p, h in entry.inputs)

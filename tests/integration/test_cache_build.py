@@ -58,9 +58,7 @@ def run_build(matrix: Path, out: Path, home: Path) -> tuple[subprocess.Completed
 
 def store_entries(store: Path) -> list[Path]:
     """The committed manifests in a store (one per cached compile)."""
-    return [
-        p for p in (store / LAYOUT).glob("*/m/*/*/*.json") if parse_store_key(str(p.relative_to(store)))
-    ]
+    return [p for p in (store / LAYOUT).glob("*/m/*/*/*.json") if parse_store_key(str(p.relative_to(store)))]
 
 
 def kernel_entries(store: Path) -> list[Path]:

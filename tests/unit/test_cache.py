@@ -3,20 +3,21 @@ store (a directory here; S3 through moto in tests/integration/test_cache_s3.py),
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from factory import build, cache, jobrun, leftovers, report
 from factory.cli.progress import progress_line, summary_lines
 from factory.config import load_matrix_file
-from factory.container import driver, protocol
+from factory.container import compilecache, driver, protocol
 from factory.container.protocol import measurement_line
 from factory.errors import ConfigError
 from factory.memory import jobmemory
@@ -120,10 +121,30 @@ def test_parse_max_refuses_in_one_line(bad: str) -> None:
 
 # --- the local directory and the sync --------------------------------------------------------------------
 
-RK, DK, OTHER = "ab" + "1" * 62, "cd" + "3" * 62, "ef" + "5" * 62
-OBJ = f"v1/o/ab/{RK}"
-MANIFEST = f"v1/m/cd/{DK}/{RK}.json"
-THEIRS = f"v1/o/ef/{OTHER}"
+KEY = cache.Keyring(signing=b"k" * 40)
+DOMAIN, OTHER_DOMAIN = "d" * 64, "e" * 64
+
+
+def make_entry(data: bytes, n: int = 0) -> compilecache.Entry:
+    dk = hashlib.sha256(f"dk{n}".encode()).hexdigest()
+    inputs = (("@JOB@/src/a.cu", hashlib.sha256(f"in{n}".encode()).hexdigest()),)
+    return compilecache.Entry(
+        direct_key=dk,
+        result_key=compilecache.result_key(dk, inputs),
+        inputs=inputs,
+        object_sha256=hashlib.sha256(data).hexdigest(),
+        object_size=len(data),
+        depfile=None,
+        created=1.0,
+    )
+
+
+def keys_of(entry: compilecache.Entry, domain: str = DOMAIN) -> tuple[str, str]:
+    """The store keys (and paths under the local cache) of an entry's object and manifest."""
+    return (
+        cache.store_key(domain, compilecache.object_relative(entry.object_sha256)),
+        cache.store_key(domain, compilecache.manifest_relative(entry.direct_key, entry.result_key)),
+    )
 
 
 def put(root: Path, key: str, data: bytes) -> Path:
@@ -133,65 +154,98 @@ def put(root: Path, key: str, data: bytes) -> Path:
     return path
 
 
+def put_entry(
+    root: Path, data: bytes, n: int = 0, *, domain: str = DOMAIN, mtime: float | None = None
+) -> tuple[str, str]:
+    """A signed entry (object, then manifest) as the local cache or a store holds it; its two keys."""
+    made = make_entry(data, n)
+    obj, manifest = keys_of(made, domain)
+    for key, body in ((obj, data), (manifest, cache.signed_manifest(made, domain=domain, keyring=KEY))):
+        path = put(root, key, body)
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+    return obj, manifest
+
+
+SHA = hashlib.sha256(b"x").hexdigest()
+
+
 @pytest.mark.parametrize(
-    ("relative", "key"),
+    ("key", "expected"),
     [
-        (OBJ, OBJ),
-        (MANIFEST, MANIFEST),
-        (f"v1/o/ab/.tmp-{RK}-12-ab12", None),
-        ("v1/o/ab/ab12.tmp", None),
-        ("v1/../etc/passwd", None),
-        ("v2/o/ab/ab12", None),
-        ("v1", None),
-        ("_cache/v1/o/ab/ab12", None),
+        (f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}", (DOMAIN, f"o/{SHA[:2]}/{SHA}", ("o", SHA))),
+        (
+            f"v2/{DOMAIN}/m/{SHA[:2]}/{SHA}/{'1' * 64}.json",
+            (DOMAIN, f"m/{SHA[:2]}/{SHA}/{'1' * 64}.json", ("m", SHA, "1" * 64)),
+        ),
+        (f"v2/{DOMAIN}/h/{SHA}-{SHA}", None),  # an outbox's mark: never synced
+        (f"v2/{DOMAIN}/o/{SHA[:2]}/.tmp-{SHA}-12-ab12", None),
+        (f"v2/{DOMAIN}/o/{SHA[:3]}/{SHA}", None),
+        (f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}.tmp", None),
+        (f"v2/{DOMAIN}/../etc/passwd", None),
+        (f"v2/{DOMAIN[:63]}/o/{SHA[:2]}/{SHA}", None),
+        (f"v2/{DOMAIN.upper()}/o/{SHA[:2]}/{SHA}", None),
+        (f"v1/o/{SHA[:2]}/{SHA}", None),
+        (f"v2/o/{SHA[:2]}/{SHA}", None),
+        ("v2", None),
+        (f"_cache/v2/{DOMAIN}/o/{SHA[:2]}/{SHA}", None),
     ],
 )
-def test_layout_key(relative: str, key: str | None) -> None:
-    assert cache.layout_key(relative) == key
+def test_parse_store_key(key: str, expected: tuple[str, str, tuple[str, ...]] | None) -> None:
+    parsed = cache.parse_store_key(key)
+    if expected is None:
+        assert parsed is None
+    else:
+        assert parsed == (expected[0], PurePosixPath(expected[1]), expected[2])
+        assert cache.store_key(parsed[0], parsed[1]) == key
 
 
 def test_local_files_are_committed_files_only(tmp_path: Path) -> None:
-    put(tmp_path, OBJ, b"object")
-    put(tmp_path, MANIFEST, b"{}")
-    put(tmp_path, f"v1/o/ab/.tmp-{RK}-1-x", b"half")
+    obj, manifest = put_entry(tmp_path, b"object")
+    put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-{SHA}-1-x", b"half")
+    put(tmp_path, f"v2/{DOMAIN}/h/{SHA}-{SHA}", b"")
     put(tmp_path, "stray.txt", b"x")
-    assert cache.local_files(tmp_path) == {OBJ, MANIFEST}
+    put(tmp_path, f"v1/o/{SHA[:2]}/{SHA}", b"x")
+    (tmp_path / f"v2/{DOMAIN}/o/{SHA[:2]}").mkdir(parents=True)
+    (tmp_path / f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}").symlink_to(tmp_path / "stray.txt")
+    assert cache.local_files(tmp_path) == {obj, manifest}
     assert cache.local_files(tmp_path / "absent") == set()
 
 
 def test_push_then_pull_is_the_union_and_never_overwrites(tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    store = LocalStore(tmp_path / "store")
-    put(a, OBJ, b"object")
-    put(a, MANIFEST, b"{}")
-    put(a, f"v1/o/ab/.tmp-{RK}-1-x", b"half")
-    put(tmp_path / "store", THEIRS, b"theirs")  # another machine's
-    put(tmp_path / "store", "profiles/x.json", b"not the cache's")
-    put(b, THEIRS, b"mine, same name")  # a name is its content: never replaced either way
+    a, b, store_dir = tmp_path / "a", tmp_path / "b", tmp_path / "store"
+    store = LocalStore(store_dir)
+    obj, manifest = put_entry(a, b"object", 1)
+    put(a, f"v2/{DOMAIN}/o/ab/.tmp-{SHA}-1-x", b"half")
+    theirs = put_entry(store_dir, b"theirs", 2)  # another machine's
+    put(store_dir, "profiles/x.json", b"not the cache's")
+    put_entry(b, b"theirs", 2)  # a name is its content: never replaced either way
+    os.utime(b / theirs[0], (1000.0, 1000.0))
     remote = cache.remote_files(store)
-    assert remote == {THEIRS}
+    assert remote == set(theirs)
     sent = cache.push(store, a, remote=remote)
-    assert (sent.files, sent.bytes, sent.failed) == (2, 8, 0)
-    assert remote == {OBJ, MANIFEST, THEIRS}
+    assert (sent.files, sent.failed) == (2, 0)
+    assert sent.bytes == (a / obj).stat().st_size + (a / manifest).stat().st_size
+    assert remote == {obj, manifest, *theirs}
     assert cache.push(store, a, remote=cache.remote_files(store)).files == 0
-    got = cache.pull(store, b)
+    got = cache.pull(store, b, keyring=KEY)
     assert (got.files, got.failed) == (2, 0)
-    assert cache.local_files(b) == {OBJ, MANIFEST, THEIRS}
-    assert (b / OBJ).read_bytes() == b"object"
-    assert (b / THEIRS).read_bytes() == b"mine, same name"
-    assert (tmp_path / "store" / THEIRS).read_bytes() == b"theirs"
+    assert cache.local_files(b) == {obj, manifest, *theirs}
+    assert (b / obj).read_bytes() == b"object" and (b / manifest).read_bytes() == (a / manifest).read_bytes()
+    assert (b / theirs[0]).stat().st_mtime == 1000.0  # not written again
     assert not list(b.rglob(".tmp-*")) and not (b / "profiles").exists()
 
 
-def test_directories_the_host_makes_stay_writable_by_the_build_user(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "store")
-    put(tmp_path / "store", OBJ, b"object")
-    cache.pull(store, tmp_path / "local")
-    for directory in (tmp_path / "local", tmp_path / "local/v1", tmp_path / "local/v1/o/ab"):
-        assert directory.stat().st_mode & 0o777 == 0o777, directory
-    assert (
-        tmp_path / "local" / OBJ
-    ).stat().st_mode & 0o777 == 0o666  # a hit in a container refreshes its mtime (LRU)
+def test_the_local_cache_is_the_host_s_alone(tmp_path: Path) -> None:
+    """Build containers read their domain (read-only) and never write the local cache: its directories and
+    files are not writable by anyone but the host (the old layout made them 0777/0666 for the containers)."""
+    store_dir = tmp_path / "store"
+    obj, manifest = put_entry(store_dir, b"object")
+    cache.pull(LocalStore(store_dir), tmp_path / "local", keyring=KEY)
+    local = tmp_path / "local"
+    assert cache.local_files(local) == {obj, manifest}
+    for path in [local, *local.rglob("*")]:
+        assert path.stat().st_mode & 0o022 == 0, path
 
 
 def test_a_download_cut_short_is_not_committed(tmp_path: Path) -> None:
@@ -201,57 +255,80 @@ def test_a_download_cut_short_is_not_committed(tmp_path: Path) -> None:
             assert opened is not None
             return opened[0], opened[1] + 10  # the store said more than came
 
-    put(tmp_path / "store", OBJ, b"object")
-    got = cache.pull(Short(tmp_path / "store"), tmp_path / "local")
-    assert (got.files, got.failed) == (0, 1)
+    put_entry(tmp_path / "store", b"object")
+    got = cache.pull(Short(tmp_path / "store"), tmp_path / "local", keyring=KEY)
+    assert (got.files, got.failed) == (0, 2)  # the object cut short, then its manifest without it
     assert cache.local_files(tmp_path / "local") == set()
     assert not [p for p in (tmp_path / "local").rglob("*") if p.is_file()]
 
 
-def test_cache_sync_pulls_before_a_job_and_uploads_when_nudged(tmp_path: Path) -> None:
+def test_cache_sync_pulls_before_a_job_and_imports_and_uploads_when_nudged(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
-    put(store_dir, MANIFEST, b"{}")
+    pulled = put_entry(store_dir, b"from the store", 1)
     lines: list[str] = []
     config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
-    with cache.CacheSync(config, log=lines.append) as sync:
-        sync.before_job("job1")
-        assert (tmp_path / "local" / MANIFEST).is_file()
-        put(tmp_path / "local", OBJ, b"compiled now")
-        sync.nudge()  # a compile finished: it goes up while the job runs, before any job end
+    with cache.CacheSync(config, log=lines.append, keyring=KEY) as sync:
+        job = sync.open_job("job1", domain=DOMAIN, outbox=tmp_path / "run" / "cache-out" / "job1")
+        sync.before_job("job1", DOMAIN)
+        assert all((tmp_path / "local" / k).is_file() for k in pulled)
+        made = make_entry(b"compiled now", 2)
+        put(job.outbox, compilecache.object_relative(made.object_sha256).as_posix(), b"compiled now")
+        put(job.outbox, compilecache.manifest_relative(made.direct_key, made.result_key).as_posix(),
+            compilecache.manifest_json(made).encode())  # fmt: skip
+        sync.nudge()  # a compile finished: it is imported and goes up while the job runs, before any job end
+        obj, manifest = keys_of(made)
         deadline = time.monotonic() + 30
-        while not (store_dir / OBJ).is_file():
-            assert time.monotonic() < deadline, "the nudged upload never came"
+        while not (store_dir / manifest).is_file():
+            assert time.monotonic() < deadline, "the nudged import and upload never came"
             time.sleep(0.05)
-    assert lines == [f"job1: compile cache: 1 file(s) fetched from {store_dir}"]
+        assert (store_dir / obj).read_bytes() == b"compiled now"
+        stored = (store_dir / manifest).read_bytes()
+        assert cache.verified_entry(stored, domain=DOMAIN, keyring=KEY) == made  # signed on the way in
+    assert lines == [f"job1: compile cache: 2 file(s) fetched from {store_dir}"]
 
 
 def test_a_pull_stops_at_the_bound_and_fetches_a_file_once_a_run(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
-    put(store_dir, OBJ, b"x" * 100)
-    put(store_dir, THEIRS, b"y" * 100)
-    put(store_dir, MANIFEST, b"{}")
-    assert cache.pull(LocalStore(store_dir), tmp_path / "capped", max_bytes=150).files == 2
+    one = put_entry(store_dir, b"x" * 1000, 1)
+    two = put_entry(store_dir, b"y" * 1000, 2)
+    capped = cache.pull(LocalStore(store_dir), tmp_path / "capped", keyring=KEY, max_bytes=1500)
+    assert capped.files == 2  # both objects (first), then the bound is reached
     config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
-    sync = cache.CacheSync(config)
-    sync.before_job("j1")
-    assert cache.local_files(tmp_path / "local") == {OBJ, THEIRS, MANIFEST}
-    (tmp_path / "local" / THEIRS).unlink()  # pruned after the job
-    sync.before_job("j2")
-    assert cache.local_files(tmp_path / "local") == {OBJ, MANIFEST}
+    sync = cache.CacheSync(config, keyring=KEY)
+    sync.open_job("j1", domain=DOMAIN, outbox=tmp_path / "out" / "j1")
+    sync.before_job("j1", DOMAIN)
+    assert cache.local_files(tmp_path / "local") == {*one, *two}
+    (tmp_path / "local" / two[1]).unlink()  # pruned after the job
+    sync.before_job("j2", DOMAIN)
+    assert cache.local_files(tmp_path / "local") == {*one, two[0]}
 
 
 def test_an_unreachable_store_costs_only_the_head_start(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     lines: list[str] = []
-    sync = cache.CacheSync(cache.CacheConfig(local=tmp_path / "local", store=str(blocker)), log=lines.append)
-    sync.before_job("j")
+    config = cache.CacheConfig(local=tmp_path / "local", store=str(blocker))
+    sync = cache.CacheSync(config, log=lines.append, keyring=KEY)
+    sync.open_job("j", domain=DOMAIN, outbox=tmp_path / "out" / "j")
+    sync.before_job("j", DOMAIN)
     assert sync.upload().files == 0
     assert len(lines) == 1 and lines[0].startswith("compile cache store not opened: ")
 
 
+def test_cache_sync_without_a_keyring_uses_the_home_s_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(cache.KEY_ENV, raising=False)
+    monkeypatch.delenv(cache.TRUSTED_KEYS_ENV, raising=False)
+    home = tmp_path / "home"
+    sync = cache.CacheSync(cache.CacheConfig(local=cache.local_dir(home)))
+    assert sync.keyring == cache.load_keyring(home, {})
+    assert (home / "cache" / cache.KEY_FILE).is_file()
+    assert not (cache.local_dir(home) / cache.KEY_FILE).exists()  # never inside what containers see
+
+
 def test_sync_writes_objects_before_their_manifests(tmp_path: Path) -> None:
-    """A build's lookup (and a prune) removes a manifest whose object is missing: never show one early."""
+    """A manifest is accepted only once its object is here: never send one early."""
     order: list[str] = []
 
     class Recording(LocalStore):
@@ -259,21 +336,18 @@ def test_sync_writes_objects_before_their_manifests(tmp_path: Path) -> None:
             order.append(key)
             return super().put(key, data, **kwargs)  # type: ignore[arg-type]
 
-    put(tmp_path / "a", MANIFEST, b"{}")
-    put(tmp_path / "a", OBJ, b"object")
+    obj, manifest = put_entry(tmp_path / "a", b"object")
     cache.push(Recording(tmp_path / "store"), tmp_path / "a", remote=set())
-    assert order == [OBJ, MANIFEST]
-    assert cache.objects_first([MANIFEST, THEIRS, OBJ]) == [OBJ, THEIRS, MANIFEST]
+    assert order == [obj, manifest]
+    other_obj, _ = keys_of(make_entry(b"other", 5))
+    assert cache.objects_first([manifest, other_obj, obj]) == [*sorted([obj, other_obj]), manifest]
 
 
 # --- factory cache stats|prune ------------------------------------------------------------------------------
 
 
-def entry(root: Path, n: int, size: int, mtime: float) -> None:
-    rk, dk = f"{n:02x}" * 32, f"{n + 100:02x}" * 32
-    for key, data in ((f"v1/o/{rk[:2]}/{rk}", b"x" * size), (f"v1/m/{dk[:2]}/{dk}/{rk}.json", b"{}")):
-        path = put(root, key, data)
-        os.utime(path, (mtime, mtime))
+def size_of(root: Path, *keys: str) -> int:
+    return sum((root / k).stat().st_size for k in keys)
 
 
 def test_cli_stats_and_prune(
@@ -284,20 +358,115 @@ def test_cli_stats_and_prune(
     code, out = factory_cli(["cache", "stats", "--json"])
     assert code == 0 and json.loads(out)["entries"] == 0
     now = time.time()
-    for n in range(3):
-        entry(root, n, 1000, now - 100 + n)  # entry 0 least recently used
+    made = [put_entry(root, bytes([n]) * 1000, n, mtime=now - 100 + n) for n in range(3)]  # 0: least recent
     code, out = factory_cli(["cache", "stats", "--json"])
     data = json.loads(out)
     assert code == 0, out
-    assert (data["entries"], data["objects"], data["bytes"]) == (3, 3, 3 * 1002)
+    assert (data["entries"], data["objects"]) == (3, 3)
+    assert data["bytes"] == size_of(root, *(k for keys in made for k in keys))
     assert data["path"] == str(root) and data["oldest"] < data["newest"]
     code, out = factory_cli(["cache", "stats"])
     assert code == 0 and f"compile cache: {root}" in out and "entries: 3" in out
-    code, out = factory_cli(["cache", "prune", "--max", "2100"])
+    code, out = factory_cli(["cache", "prune", "--max", str(size_of(root, *made[1], *made[2]))])
     assert code == 0, out
     assert "removed 1 entries" in out
-    assert not (root / "v1/o/00").exists() or not list((root / "v1/o/00").iterdir())
+    assert not (root / made[0][0]).exists() and not (root / made[0][1]).exists()
     assert cache.stats(root).entries == 2
+
+
+def test_stats_count_every_domain(tmp_path: Path) -> None:
+    assert cache.stats(tmp_path) == cache.CacheStats(entries=0, objects=0, bytes=0, oldest=None, newest=None)
+    a = put_entry(tmp_path, b"a" * 100, 1, mtime=1000.0)
+    b = put_entry(tmp_path, b"b" * 50, 2, domain=OTHER_DOMAIN, mtime=2000.0)
+    put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-half-written", b"x")
+    put(tmp_path, f"v1/o/{SHA[:2]}/{SHA}", b"old layout")
+    s = cache.stats(tmp_path)
+    assert (s.entries, s.objects, s.oldest, s.newest) == (2, 2, 1000.0, 2000.0)
+    assert s.bytes == size_of(tmp_path, *a, *b)
+
+
+def test_prune_removes_the_least_recently_used_first_across_domains(tmp_path: Path) -> None:
+    now = time.time()
+    made = [
+        put_entry(tmp_path, bytes([n]) * 1000, n, domain=(DOMAIN, OTHER_DOMAIN)[n % 2], mtime=now - 100 + n)
+        for n in range(6)
+    ]
+    # a hit (its mark imported) makes the oldest the newest
+    outbox, dest = tmp_path / "outbox", cache.domain_dir(tmp_path, DOMAIN)
+    first = make_entry(bytes([0]) * 1000, 0)
+    put(outbox, compilecache.hit_relative(first.direct_key, first.result_key).as_posix(), b"")
+    assert cache.import_outbox(outbox, dest, domain=DOMAIN, keyring=KEY).hits == 1
+    total = cache.stats(tmp_path).bytes
+    keep = total - size_of(tmp_path, *made[1], *made[2])
+    result = cache.prune(keep, tmp_path, now=now)
+    assert result.removed_entries == 2 and result.kept_bytes == cache.stats(tmp_path).bytes <= keep
+    assert cache.local_files(tmp_path) == {k for n in (0, 3, 4, 5) for k in made[n]}
+    assert cache.prune(0, tmp_path, now=now).kept_bytes == 0
+    assert cache.stats(tmp_path).entries == 0 and cache.local_files(tmp_path) == set()
+
+
+def test_prune_removes_other_layouts_and_stray_files_whatever_the_size(tmp_path: Path) -> None:
+    root = tmp_path / "local"
+    now = time.time()
+    kept = put_entry(root, b"kept", 1, mtime=now)
+    outside = put(tmp_path / "outside", "precious", b"not the cache's")
+    strays = [
+        put(root, f"v1/o/{SHA[:2]}/{SHA}", b"old layout"),
+        put(root, "stray.txt", b"x"),
+        put(root, f"v2/{DOMAIN}/stray", b"x"),
+        put(root, f"v2/{DOMAIN}/m/zz/junk", b"x"),
+        put(root, f"v2/{DOMAIN}/h/{SHA}-{SHA}", b""),
+        put(root, f"v2/{'f' * 63}/o/{SHA[:2]}/{SHA}", b"x"),
+    ]
+    (root / "v0").symlink_to(outside.parent, target_is_directory=True)  # an old tree that is a link
+    for path in strays:
+        os.utime(path, (now, now))
+    cache.prune(10**9, root, now=now)
+    assert [p for p in strays if p.exists()] == []
+    assert not os.path.lexists(root / "v0") and outside.read_bytes() == b"not the cache's"
+    assert cache.local_files(root) == set(kept)
+
+
+def test_an_object_two_entries_share_stays_while_one_uses_it(tmp_path: Path) -> None:
+    now = time.time()
+    shared = b"the same object"
+    first = make_entry(shared, 1)
+    second = make_entry(shared, 2)
+    obj, m1 = keys_of(first)
+    _, m2 = keys_of(second)
+    put(tmp_path, obj, shared)
+    put(tmp_path, m1, cache.signed_manifest(first, domain=DOMAIN, keyring=KEY))
+    put(tmp_path, m2, cache.signed_manifest(second, domain=DOMAIN, keyring=KEY))
+    for key, age in ((obj, 300), (m1, 200), (m2, 100)):
+        os.utime(tmp_path / key, (now - age, now - age))
+    total = cache.stats(tmp_path).bytes
+    result = cache.prune(total - 1, tmp_path, now=now)
+    assert result.removed_entries == 1 and not (tmp_path / m1).exists()
+    assert (tmp_path / obj).read_bytes() == shared and (tmp_path / m2).is_file()
+    assert result.kept_bytes == size_of(tmp_path, obj, m2)
+    assert cache.prune(size_of(tmp_path, obj, m2) - 1, tmp_path, now=now).removed_entries == 1
+    assert cache.local_files(tmp_path) == set()
+
+
+def test_prune_keeps_a_writer_at_work_and_removes_what_one_that_died_left(tmp_path: Path) -> None:
+    now = time.time()
+    grace = compilecache.TEMP_GRACE_S
+    lost_obj, lost = put_entry(tmp_path, b"lost", 1, mtime=now)
+    (tmp_path / lost_obj).unlink()  # a manifest without its object, just now: an import may be under way
+    old_obj, old = put_entry(tmp_path, b"old", 2, mtime=now - 2 * grace)
+    (tmp_path / old_obj).unlink()  # and long ago
+    young_obj, young_m = put_entry(tmp_path, b"young", 3, mtime=now)
+    (tmp_path / young_m).unlink()  # its manifest is about to follow
+    stale_obj, stale_m = put_entry(tmp_path, b"stale", 4, mtime=now - 2 * grace)
+    (tmp_path / stale_m).unlink()
+    fresh_tmp = put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-x.1.aa", b"x")
+    stale_tmp = put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-x.2.bb", b"x")
+    os.utime(stale_tmp, (now - 2 * grace, now - 2 * grace))
+    result = cache.prune(10**9, tmp_path, now=now)
+    assert result.removed_entries == 1
+    assert (tmp_path / lost).is_file() and not (tmp_path / old).exists()
+    assert (tmp_path / young_obj).is_file() and fresh_tmp.exists()
+    assert not (tmp_path / stale_obj).exists() and not stale_tmp.exists()
 
 
 @pytest.mark.parametrize("bad", ["12Q", "0", "-5GiB"])
@@ -342,38 +511,57 @@ def test_report_and_progress_show_cached_and_compiled() -> None:
 # --- what the build container gets ------------------------------------------------------------------------
 
 
-def test_the_container_gets_a_local_mount_and_no_store_or_credentials(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("verify", [0, 3])
+def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_or_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: int
 ) -> None:
     monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    secret_key = "the-signing-key-" * 3
+    monkeypatch.setenv(cache.KEY_ENV, secret_key)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.setenv(name, "do-not-leak")
     mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
     config = cache.CacheConfig(
-        local=cache.local_dir(), store="s3://wheels/secret-prefix/_cache/compile", endpoint_url="http://s3.x"
+        local=cache.local_dir(),
+        store="s3://wheels/secret-prefix/_cache/compile",
+        endpoint_url="http://s3.x",
+        verify=verify,
     )
     settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=config)
     runner = build.Runner(None, mf, settings)
+    assert runner.compile_cache is not None and runner.compile_cache.keyring.signing == secret_key.encode()
     job = plan_matrix(mf).jobs[0]
     run = jobrun.JobRun(runner.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
+    outbox = tmp_path / "run" / "cache-out" / job.id
+    run.job_cache = runner.compile_cache.open_job(job.id, domain=DOMAIN, outbox=outbox)
     parallel = jobmemory.initial_parallelism(
         recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
     )
     env = run.container_env(parallel)
-    assert env[cache.ENV_DIR] == cache.MOUNT and "CXX" not in env  # the driver sets CXX (driver.cache_env)
+    assert env[cache.ENV_DIR] == cache.MOUNT and env[cache.ENV_OUT] == cache.OUT_MOUNT
+    assert env.get(cache.ENV_VERIFY) == (str(verify) if verify else None)
+    assert "CXX" not in env  # the driver sets CXX (driver.cache_env)
+    assert cache.KEY_ENV not in env and cache.TRUSTED_KEYS_ENV not in env
     assert not [k for k in env if k.startswith("AWS_")]
-    assert not [k for k, v in env.items() if "secret-prefix" in v or "s3.x" in v or "do-not-leak" in v]
-    inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path)
+    leaks = ("secret-prefix", "s3.x", "do-not-leak", secret_key)
+    assert not [k for k, v in env.items() if any(x in v for x in leaks)]
+    inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path, cache_domain=DOMAIN)
     mounts = run.mounts(inputs, tmp_path / "out")
-    host = [h for h, m in mounts.items() if m["bind"] == cache.MOUNT]
-    assert host == [str(tmp_path / "home" / "cache" / "compile")] and mounts[host[0]]["mode"] == "rw"
-    assert Path(host[0]).is_dir() and Path(host[0]).stat().st_mode & 0o777 == 0o777
+    cached = {m["bind"]: (h, m["mode"]) for h, m in mounts.items() if m["bind"].startswith(cache.MOUNT)}
+    assert cached == {
+        cache.MOUNT: (str(cache.domain_dir(cache.local_dir(), DOMAIN)), "ro"),
+        cache.OUT_MOUNT: (str(outbox), "rw"),
+    }
+    # neither the whole local cache (every domain), nor its layout's directory, nor where the key file lives
+    local = cache.local_dir()
+    assert not {local, local.parent, local / cache.LAYOUT} & {Path(h) for h in mounts}
+    assert Path(cached[cache.MOUNT][0]).is_dir() and outbox.is_dir()
 
 
 def cache_job_run(tmp_path: Path, job_env: dict[str, str]) -> tuple[jobrun.JobRun, dict[str, str]]:
     """A job of the demo matrix with the cache on and `job_env` as its matrix env, and its container env."""
     mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
-    config = cache.CacheConfig(local=tmp_path / "cache")
+    config = cache.CacheConfig(local=cache.local_dir(tmp_path / "home"))
     settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=config)
     job = replace(plan_matrix(mf).jobs[0], env=job_env)
     run = jobrun.JobRun(
@@ -410,6 +598,30 @@ def test_the_host_sets_no_cxx_so_the_image_cxx_is_kept(tmp_path: Path) -> None:
     assert in_the_container({}, env)["CXX"] == str(driver.CXX_LAUNCHER)
 
 
+def test_a_verified_hit_that_differs_is_reported_and_its_entry_removed(tmp_path: Path) -> None:
+    """`build --verify-cache`: the line handler counts each checked hit; one whose bytes differ is named in
+    the job's result and its entry removed from the local cache (a suspected poisoned entry)."""
+    run, _ = cache_job_run(tmp_path, {})
+    sync = run.ctx.compile_cache
+    assert sync is not None
+    job = sync.open_job(run.job.id, domain=DOMAIN, outbox=tmp_path / "out" / run.job.id)
+    same, differs = make_entry(b"same", 1), make_entry(b"differs", 2)
+    for made in (same, differs):
+        obj, manifest = keys_of(made)
+        put(sync.local, obj, b"x")
+        put(sync.local, manifest, cache.signed_manifest(made, domain=DOMAIN, keyring=sync.keyring))
+    for made, check in ((same, "same"), (differs, "differs")):
+        line = measurement_line(
+            {"key": "k", "peak_bytes": 1, "wall_s": 1.0, "cache": "miss", "cache_check": check,
+             "entry": f"{made.direct_key}-{made.result_key}", "source": f"{check}.cu"}
+        )  # fmt: skip
+        run.cache_checked(line)
+    run.cache_checked(measured("miss"))  # an ordinary compile: not a check
+    assert run.result.cache_checked == 2 and run.result.cache_suspects == ["differs.cu"]
+    assert (job.dest / compilecache.manifest_relative(same.direct_key, same.result_key)).is_file()
+    assert not (job.dest / compilecache.manifest_relative(differs.direct_key, differs.result_key)).exists()
+
+
 def test_the_job_dir_records_its_factory_process(tmp_path: Path) -> None:
     """For `factory clean`: the driver writes it into the job's directory in the work volume."""
     run, env = cache_job_run(tmp_path, {})
@@ -422,9 +634,11 @@ def test_with_the_cache_off_the_container_has_neither(tmp_path: Path) -> None:
     runner = build.Runner(None, mf, build.BuildSettings(output=tmp_path, run_id="r1", compile_cache=None))
     job = plan_matrix(mf).jobs[0]
     run = jobrun.JobRun(runner.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
-    assert cache.ENV_DIR not in run.driver_env() and "CXX" not in run.driver_env()
+    env = run.driver_env()
+    assert cache.ENV_DIR not in env and cache.ENV_OUT not in env and "CXX" not in env
     inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path)
-    assert cache.MOUNT not in [m["bind"] for m in run.mounts(inputs, tmp_path).values()]
+    binds = [m["bind"] for m in run.mounts(inputs, tmp_path).values()]
+    assert cache.MOUNT not in binds and cache.OUT_MOUNT not in binds
 
 
 def test_measured_cache_reads_one_line() -> None:
