@@ -9,6 +9,7 @@ check-then-rename; on S3 the server's own If-None-Match / If-Match conditional P
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import ipaddress
@@ -16,6 +17,7 @@ import os
 import random
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -80,12 +82,21 @@ class Store(Protocol):
         ...
 
 
-def _sha256_file(path: Path) -> str:
+def _sha256_stream(fh: IO[bytes]) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    with path.open("rb") as fh:
+        return _sha256_stream(fh)
+
+
+# What open() says of a path that names no regular file it may read: missing, a symbolic link (ELOOP under
+# O_NOFOLLOW), a link or a file where a directory was needed (ENOTDIR).
+_NOT_A_FILE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP}
 
 
 def _check_key(key: str) -> None:
@@ -158,35 +169,74 @@ class LocalStore:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def get(self, key: str) -> Blob | None:
+    def _open_file(self, key: str) -> int | None:
+        """A read-only descriptor of the regular file `key` names; None when there is none.
+
+        Opened one path component at a time relative to the root, none of them followed if it is a symbolic
+        link: a link in the index (`files/v/x.whl -> /etc/passwd`, `simple/etc -> /etc`) must not hand out
+        what lies outside it, and a check of the resolved path would race a link swapped in after it."""
+        _check_key(key)
+        if key.endswith("/"):
+            key += "index.html"
+        *directories, name = key.split("/")
         try:
-            data = self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        try:
+            for part in directories:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            # O_NONBLOCK: a FIFO planted in the index must not hang the reader in open()
+            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in _NOT_A_FILE:
+                return None
+            raise
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            os.close(file_fd)
+            return None
+        return file_fd
+
+    def get(self, key: str) -> Blob | None:
+        fd = self._open_file(key)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read()
         return Blob(data=data, etag=hashlib.sha256(data).hexdigest())
 
     def head(self, key: str) -> Head | None:
-        path = self._path(key)
-        if not path.is_file():
+        fd = self._open_file(key)
+        if fd is None:
             return None
-        digest = _sha256_file(path)
-        return Head(size=path.stat().st_size, etag=digest, sha256=digest)
+        with os.fdopen(fd, "rb") as fh:
+            digest = _sha256_stream(fh)
+            return Head(size=os.fstat(fh.fileno()).st_size, etag=digest, sha256=digest)
 
     def sha256_of(self, key: str) -> str | None:
-        path = self._path(key)
-        return _sha256_file(path) if path.is_file() else None
+        fd = self._open_file(key)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            return _sha256_stream(fh)
 
     def open(self, key: str) -> tuple[IO[bytes], int] | None:
-        path = self._path(key)
-        if not path.is_file():
+        fd = self._open_file(key)
+        if fd is None:
             return None
-        return path.open("rb"), path.stat().st_size
+        fh = os.fdopen(fd, "rb")
+        return fh, os.fstat(fd).st_size
 
     def keys(self, prefix: str) -> Iterator[str]:
         _check_key(prefix)
         for path in (self.root / prefix).rglob("*"):
-            # put()'s temporaries are hidden (_TMP_NAME); nothing published starts with "."
-            if path.is_file() and not path.name.startswith("."):
+            # put()'s temporaries are hidden (_TMP_NAME); nothing published starts with "."; a link is not
+            # the index's (rglob does not descend into linked directories either)
+            if not path.name.startswith(".") and not path.is_symlink() and path.is_file():
                 yield path.relative_to(self.root).as_posix()
 
     def put(
@@ -225,7 +275,7 @@ class LocalStore:
                 if if_none_match and path.exists():
                     raise PreconditionFailed(key)
                 if if_match is not None:
-                    current = _sha256_file(path) if path.is_file() else None
+                    current = self.sha256_of(key)
                     if current != if_match:
                         raise PreconditionFailed(key)
                 os.replace(tmp, path)
