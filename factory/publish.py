@@ -35,6 +35,7 @@ from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
+from factory.wheelcheck import wheel_archive_problems
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
@@ -130,7 +131,8 @@ def check_metadata(metadata: bytes, *, name: str, version: Version, shown: str) 
 
 
 def inspect_wheel(path: Path) -> WheelInfo:
-    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel.
+    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel,
+    PublishError for one an installer would refuse (`wheelcheck.archive_problems`).
 
     `filename` is the canonical spelling (index.canonical_wheel_filename), whatever the file is called."""
     from factory.variants import variant_id_from_local_version
@@ -159,6 +161,11 @@ def inspect_wheel(path: Path) -> WheelInfo:
         raise ConfigError(f"{path}: cannot read wheel ({exc.strerror})") from None
     metadata = read_metadata(path, str(path))
     requires_python = check_metadata(metadata, name=str(name), version=version, shown=str(path))
+    # Checked as an installer checks it, since a published file can never be replaced: a wheel pip or uv
+    # refuses (a RECORD that does not match) or unpacks outside its directory ("../") must never get in.
+    problems = wheel_archive_problems(path)
+    if problems:
+        raise PublishError(f"{path}: {problems[0]}; not published")
     return WheelInfo(
         path=path,
         filename=filename,
