@@ -676,7 +676,7 @@ def import_check_script(import_name: str) -> str:
     Run it as `python -I -c SCRIPT` (or from a file with -I) outside the source tree: a checkout on sys.path
     would be imported instead of the installed wheel. The script also drops the working directory itself.
     """
-    if not _DOTTED.match(import_name):
+    if not _DOTTED.fullmatch(import_name):
         raise CheckError(f"import name {import_name!r} is not a dotted Python module name")
     return f"""\
 import importlib, json, os, sys, traceback
