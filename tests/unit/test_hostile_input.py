@@ -358,3 +358,27 @@ def test_a_trailing_newline_passes_no_pattern() -> None:
         VariantKey.parse_id("cu128-torch2.10-abi1-sm80.90\n")
     with pytest.raises(ValueError):
         VariantKey.parse_local_version("cu12.8.torch2.10.abi1.sm80.90\n")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '{"peak_bytes": Infinity}',
+        '{"peak_bytes": 1e400}',
+        '{"peak_bytes": -1}',
+        '{"peak_bytes": 1000, "wall_s": NaN}',
+        '{"peak_bytes": 1000, "wall_s": -1}',
+        '{"peak_bytes": 1000, "envelope": [1, Infinity]}',
+        '{"peak_bytes": ' + "9" * 400 + "}",
+    ],
+)
+def test_a_profile_with_numbers_no_compile_measures_is_refused(
+    entry: str, tmp_path: Path, factory_cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    path = tmp_path / "p.compile-profile.json"
+    path.write_text('{"format": 1, "package": "x", "version": "1", "entries": {"a.cu|80|1": ' + entry + "}}")
+    code, output = factory_cli(["memory", "import", str(path)])
+    assert code == 2 and "Traceback" not in output, output
+    assert len(output.strip().splitlines()) == 1, output
+    assert "bad profile entry 'a.cu|80|1'" in output, output
