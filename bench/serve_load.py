@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from factory.publish import publish_wheels
+from factory.wheelcheck import record_hash
 
 RESULTS = Path(__file__).resolve().parent / "results" / "serve.json"
 HOST = "127.0.0.1"  # loopback only: the load never leaves this machine
@@ -81,8 +82,9 @@ def make_wheel(directory: Path, project: str, version: str, label: str, rng: ran
         f"{dist_info}/WHEEL": (
             b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
         ),
-        f"{dist_info}/RECORD": b"",
     }
+    record = [f"{name},{record_hash(data)},{len(data)}" for name, data in files.items()]
+    files[f"{dist_info}/RECORD"] = "\n".join([*record, f"{dist_info}/RECORD,,", ""]).encode()
     path = directory / f"{module}-{version}+{label}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():

@@ -22,6 +22,14 @@ from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
 from factory.memory.planner import container_limits
 from factory.options import (
+    MAX_ATTEMPTS,
+    MAX_COMPILE_GIB,
+    MAX_COMPILE_SECONDS,
+    MAX_CPUS,
+    MAX_PIDS,
+    MAX_SIZE,
+    MIN_CPUS,
+    MIN_PIDS,
     BuildOptions,
     FetchLimits,
     PackageSpec,
@@ -108,7 +116,7 @@ def parse_size(value: str | int) -> int:
         if value <= 0:
             raise ValueError(f"size {value} must be positive")
         return value
-    match = _SIZE.match(str(value))
+    match = _SIZE.fullmatch(str(value))
     if match is None:
         raise ValueError(f"size {value!r} is not a size like 16GiB, 512MiB or a byte count")
     number, unit, binary, byte = match.groups()
@@ -388,10 +396,10 @@ def _recipe_fields(
         changes["min_arch"] = _single_arch(check, value, "min_arch", "recipe.min_arch", compat.known_archs)
     if "compile_gib_per_arch" in value:
         changes["compile_gib_per_arch"] = check.number(
-            value, "compile_gib_per_arch", "recipe.compile_gib_per_arch"
+            value, "compile_gib_per_arch", "recipe.compile_gib_per_arch", maximum=MAX_COMPILE_GIB
         )
     if "compile_gib_by_file" in value:
-        changes["compile_gib_by_file"] = _by_file(check, value, "compile_gib_by_file")
+        changes["compile_gib_by_file"] = _by_file(check, value, "compile_gib_by_file", MAX_COMPILE_GIB)
     if "compile_after_peak" in value:
         after = value["compile_after_peak"]
         if after is not None:
@@ -404,7 +412,9 @@ def _recipe_fields(
                 )
         changes["compile_after_peak"] = after
     if "compile_seconds_by_file" in value:
-        changes["compile_seconds_by_file"] = _by_file(check, value, "compile_seconds_by_file")
+        changes["compile_seconds_by_file"] = _by_file(
+            check, value, "compile_seconds_by_file", MAX_COMPILE_SECONDS
+        )
     if "extra_build_requires" in value:
         changes["extra_build_requires"] = _requirements(check, value, "extra_build_requires")
     if "cxx_std" in value:
@@ -453,7 +463,9 @@ def _requirements(check: Checker, node: Mapping[str, Any], key: str) -> tuple[st
     return items
 
 
-def _by_file(check: Checker, node: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
+def _by_file(
+    check: Checker, node: Mapping[str, Any], key: str, maximum: float
+) -> tuple[tuple[str, float], ...]:
     """Ordered glob -> number table (GiB, seconds); it replaces the base recipe's table (an empty mapping
     clears it)."""
     what = f"recipe.{key}"
@@ -475,7 +487,7 @@ def _by_file(check: Checker, node: Mapping[str, Any], key: str) -> tuple[tuple[s
                 pattern,
                 at_key=True,
             )
-        out.append((str(pattern), check.number(table, pattern, f"{what}[{pattern!r}]")))
+        out.append((str(pattern), check.number(table, pattern, f"{what}[{pattern!r}]", maximum=maximum)))
     return tuple(out)
 
 
@@ -641,7 +653,7 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
                     key,
                 )
     if "cpus" in node:
-        c["cpus"] = check.number(node, "cpus", "build.cpus")
+        c["cpus"] = check.number(node, "cpus", "build.cpus", minimum=MIN_CPUS, maximum=MAX_CPUS)
     if "concurrency" in node:
         c["concurrency"] = check.integer(node, "concurrency", "build.concurrency")
         if c["concurrency"] > MAX_CONCURRENCY:
@@ -665,9 +677,11 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
             if not is_image_reference(image):
                 raise check.fail(f"build.images.{cuda} {image!r} {NOT_AN_IMAGE}", node["images"], cuda)
     if "pids_limit" in node:
-        c["pids_limit"] = check.integer(node, "pids_limit", "build.pids_limit", minimum=64)
+        c["pids_limit"] = check.integer(
+            node, "pids_limit", "build.pids_limit", minimum=MIN_PIDS, maximum=MAX_PIDS
+        )
     if "max_attempts" in node:
-        c["max_attempts"] = check.integer(node, "max_attempts", "build.max_attempts")
+        c["max_attempts"] = check.integer(node, "max_attempts", "build.max_attempts", maximum=MAX_ATTEMPTS)
     if "offline" in node:
         c["offline"] = check.boolean(node, "offline", "build.offline")
     if "torch_index" in node:
@@ -758,9 +772,12 @@ def _size(check: Checker, node: Any, key: object, what: str) -> int:
     if isinstance(value, float) or not isinstance(value, str | int):
         raise check.fail(f"{what} must be a size like 16GiB, not {kind(value)} {value!r}", node, key)
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except ValueError as exc:
         raise check.fail(f"{what}: {exc}", node, key) from None
+    if size > MAX_SIZE:
+        raise check.fail(f"{what} {value} is above {format_size(MAX_SIZE)}", node, key)
+    return size
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -888,7 +905,7 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
 
 
 def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split(".")) if re.match(r"^\d+(\.\d+)*$", v) else (0,)
+    return tuple(int(p) for p in v.split(".")) if re.fullmatch(r"\d+(\.\d+)*", v) else (0,)
 
 
 # ----------------------------------------------------------------------------------------------------

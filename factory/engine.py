@@ -9,6 +9,7 @@ leaves containers behind.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -20,7 +21,8 @@ from typing import Any
 import psutil
 
 from factory.container import heartbeat
-from factory.errors import BuildError
+from factory.errors import BuildError, ConfigError
+from factory.options import MAX_CPUS, MIN_CPUS
 
 LABEL = "io.wheel-factory"
 RUN_LABEL = "io.wheel-factory.run"
@@ -38,6 +40,14 @@ class Limits:
     cpus: float
     pids: int
     network: str = "none"  # "none" or "bridge"
+
+
+def nano_cpus(cpus: float) -> int:
+    """Docker's nano_cpus for a CPU limit; ConfigError outside MIN_CPUS to MAX_CPUS, never the 0 that Docker
+    reads as "no limit" (what 1e-12 CPUs truncated to) nor an OverflowError."""
+    if not (math.isfinite(cpus) and MIN_CPUS <= cpus <= MAX_CPUS):
+        raise ConfigError(f"a container's CPU limit must be {MIN_CPUS:g} to {MAX_CPUS}, not {cpus:g}")
+    return round(cpus * 1e9)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +146,7 @@ class Engine:
             working_dir=working_dir,
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,
-            nano_cpus=int(limits.cpus * 1e9),
+            nano_cpus=nano_cpus(limits.cpus),
             pids_limit=limits.pids,
             security_opt=["no-new-privileges"],
             cap_drop=["ALL"],

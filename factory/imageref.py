@@ -24,7 +24,7 @@ NOT_AN_IMAGE = "is not a Docker image reference (like factory-base:bookworm)"
 def is_image_reference(ref: str) -> bool:
     """Whether Docker would take `ref` as an image name (`factory-base:bookworm`,
     `nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04`, `localhost:5000/x@sha256:...`)."""
-    return len(ref) <= 255 and _REFERENCE.match(ref) is not None
+    return len(ref) <= 255 and _REFERENCE.fullmatch(ref) is not None
 
 
 def check_image_reference(ref: str, what: str) -> None:

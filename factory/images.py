@@ -207,7 +207,7 @@ def default_base_image(python: str) -> str:
 
 
 def _check_version(what: str, value: str) -> None:
-    if not _VERSION_RE.match(value):
+    if not _VERSION_RE.fullmatch(value):
         raise ConfigError(f"invalid {what} version {value!r}: expected MAJOR.MINOR")
 
 
@@ -228,7 +228,7 @@ def toolchain_image_name(*, cuda: str, suite: str, flavor: str) -> str:
     """The tag of a builder image with every Python of a toolchain: `factory-builder:cu13.0-forky-pypi`."""
     _check_version("CUDA", cuda)
     _check_flavor(flavor)
-    if not _SUITE_RE.match(suite):
+    if not _SUITE_RE.fullmatch(suite):
         raise ConfigError(f"invalid suite name {suite!r}")
     return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}"
 
@@ -510,7 +510,7 @@ def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str | None:
 def base_suite_of(image: str) -> str | None:
     """The suite of a factory-bootstrapped base tag (`factory-base:bookworm` -> "bookworm"), else None."""
     repo, sep, tag = image.rpartition(":")
-    if not sep or repo != BASE_REPOSITORY or not _SUITE_RE.match(tag):
+    if not sep or repo != BASE_REPOSITORY or not _SUITE_RE.fullmatch(tag):
         return None
     return tag
 
@@ -585,7 +585,7 @@ def bootstrap_base(
     `include` defaults to the suite's toolchain (`base_include`); a toolchain's pinned GCC is made the root's
     only gcc/g++/cc/c++ (`compiler_links`). Returns the image's tag.
     """
-    if not _SUITE_RE.match(suite):
+    if not _SUITE_RE.fullmatch(suite):
         raise ConfigError(f"invalid suite name {suite!r}")
     include = tuple(include) if include is not None else base_include(suite)
     toolchain = toolchain_named(suite)
@@ -1003,7 +1003,7 @@ def _build(
                     tail = [*tail[-19:], line]
                     if line.startswith("Step "):
                         _say(progress, line if len(line) <= 100 else line[:99] + "…")
-                    elif match := _STEP_ID_RE.match(line):
+                    elif match := _STEP_ID_RE.fullmatch(line):
                         step_ids.append(match.group(1))
         except Exception as exc:
             error = _short(exc)

@@ -17,7 +17,15 @@ from packaging.utils import canonicalize_name
 
 from factory import index
 from factory.index import FileRecord, MatrixCell
-from factory.publish import MATRIX_STATE, VARIANTS_STATE, converge_pages, list_page_keys, published_wheel
+from factory.publish import (
+    MATRIX_STATE,
+    REPAIR_HINT,
+    VARIANTS_STATE,
+    converge_pages,
+    list_page_keys,
+    published_wheel,
+    repair_refusals,
+)
 from factory.stores import Store, compare_and_swap, open_store
 
 if TYPE_CHECKING:
@@ -32,12 +40,27 @@ class IndexCheck:
     wheels: int  # listed on the project pages
     variant_ids: tuple[str, ...]
     problems: tuple[str, ...]  # one line each; none when the index is whole
+    # files/ keys on no page that `index repair` would leave off every page too (each also a problem)
+    unlistable: tuple[str, ...] = ()
     missing: tuple[str, ...]  # planned job ids with no published wheel
     pages_written: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def advice(self, to: str) -> list[str]:
+        """What makes the index whole again: repair for what it can mend; removing, by whoever owns the
+        index, the files no page may list, which repair leaves where they are."""
+        lines = []
+        if len(self.problems) > len(self.unlistable):
+            lines.append(REPAIR_HINT.format(to=to))
+        if self.unlistable:
+            lines.append(
+                f"remove from the index the {len(self.unlistable)} file(s) no page may list (named above): "
+                "factory index repair leaves them where they are"
+            )
+        return lines
 
 
 def planned_cells(
@@ -154,10 +177,22 @@ def check_index(
         if variant_id not in variant_ids and any(listed.get((variant_id, p)) for p in projects):
             c.problems.append(f"simple/{variant_id}/: not listed on {VARIANTS_STATE}")
     on_pages = {(v, r.filename) for (v, _p), recs in listed.items() for r in recs}
+    unlistable: list[str] = []
     for variant_id, names in sorted(files.items()):
+        by_project: dict[str, list[str]] = {}
         for name in sorted(names):
             if (variant_id, name) not in on_pages:
-                c.problems.append(f"{index.files_path(variant_id, name)}: on no page")
+                project_name = str(canonicalize_name(name.split("-", 1)[0]))
+                by_project.setdefault(project_name, []).append(index.files_path(variant_id, name))
+        for project_name, keys in sorted(by_project.items()):
+            # what repair would leave off the pages too: advice to repair would not work for it
+            refused = repair_refusals(store, variant_id, listed.get((variant_id, project_name), ()), keys)
+            for key in keys:
+                if key in refused:
+                    unlistable.append(key)
+                    c.problems.append(f"{key}: on no page, and no page may list it ({refused[key]})")
+                else:
+                    c.problems.append(f"{key}: on no page")
 
     written: list[str] = []
     missing: list[str] = []
@@ -204,6 +239,7 @@ def check_index(
         wheels=len(on_pages),
         variant_ids=tuple(sorted({v for v, _p in listed if listed[(v, _p)]})),
         problems=problems,
+        unlistable=tuple(unlistable),
         missing=tuple(missing),
         pages_written=tuple(written),
     )

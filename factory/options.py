@@ -23,6 +23,18 @@ DOWNLOAD_DEADLINE_S = 300.0  # package.download_deadline
 MAX_UNPACKED = 16 * 2**30  # package.max_unpacked
 MAX_MEMBERS = 200_000  # files, directories and links in an sdist
 
+# Bounds of the numbers a matrix file or an option gives, said in the messages that enforce them. Past them a
+# value is a typo or an attack, not a machine: 1e308 GiB overflowed int() in the planner, and a CPU count
+# below Docker's nano_cpus resolution (1e-9 CPU, with 1e6 its smallest accepted) read as "no limit".
+MAX_SIZE = 64 * 2**40  # any memory, budget or cache size
+MIN_CPUS = 0.01
+MAX_CPUS = 4096
+MIN_PIDS = 64
+MAX_PIDS = 4_194_304  # the kernel's own pid_max ceiling
+MAX_ATTEMPTS = 20
+MAX_COMPILE_GIB = 1024.0  # of one compile, per arch
+MAX_COMPILE_SECONDS = 7 * 86400.0  # of one file's compile, per arch
+
 
 def frozen_mapping(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     """A read-only copy, for the mappings inside frozen options."""

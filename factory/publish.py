@@ -35,6 +35,7 @@ from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
+from factory.wheelcheck import wheel_archive_problems
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
@@ -130,7 +131,8 @@ def check_metadata(metadata: bytes, *, name: str, version: Version, shown: str) 
 
 
 def inspect_wheel(path: Path) -> WheelInfo:
-    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel.
+    """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel,
+    PublishError for one an installer would refuse (`wheelcheck.archive_problems`).
 
     `filename` is the canonical spelling (index.canonical_wheel_filename), whatever the file is called."""
     from factory.variants import variant_id_from_local_version
@@ -159,6 +161,11 @@ def inspect_wheel(path: Path) -> WheelInfo:
         raise ConfigError(f"{path}: cannot read wheel ({exc.strerror})") from None
     metadata = read_metadata(path, str(path))
     requires_python = check_metadata(metadata, name=str(name), version=version, shown=str(path))
+    # Checked as an installer checks it, since a published file can never be replaced: a wheel pip or uv
+    # refuses (a RECORD that does not match) or unpacks outside its directory ("../") must never get in.
+    problems = wheel_archive_problems(path)
+    if problems:
+        raise PublishError(f"{path}: {problems[0]}; not published")
     return WheelInfo(
         path=path,
         filename=filename,
@@ -627,8 +634,9 @@ class RepairResult:
     pages_written: tuple[str, ...]
 
 
-def _wheel_metadata(store: Store, key: str) -> bytes:
-    """The wheel's METADATA, from its .metadata file or else (re-published) from the wheel itself."""
+def _wheel_metadata(store: Store, key: str, *, keep: bool = True) -> bytes:
+    """The wheel's METADATA, from its .metadata file or else from the wheel itself (re-published unless not
+    `keep`)."""
     blob = store.get(key + ".metadata")
     if blob is not None and len(blob.data) <= MAX_METADATA_BYTES:
         return blob.data
@@ -641,6 +649,8 @@ def _wheel_metadata(store: Store, key: str) -> bytes:
             shutil.copyfileobj(stream, tmp, 1 << 20)
         tmp.seek(0)
         metadata = read_metadata(tmp, key)
+    if not keep:
+        return metadata
     _put_immutable(
         store,
         key + ".metadata",
@@ -651,29 +661,41 @@ def _wheel_metadata(store: Store, key: str) -> bytes:
     return metadata
 
 
-def _repair_record(store: Store, key: str, variant_id: str, old: Mapping[str, FileRecord]) -> FileRecord:
-    """The record of one stored wheel; ConfigError when no page may list it."""
+def wheel_name_problem(filename: str, variant_id: str) -> str | None:
+    """Why no page of variant `variant_id` may list a wheel file called `filename` (None: one may)."""
     from factory.variants import variant_id_from_local_version
 
-    filename = key.rsplit("/", 1)[1]
     try:
-        name, version, _build, _tags = parse_wheel_filename(filename)
+        _name, version, _build, _tags = parse_wheel_filename(filename)
         canonical = index.canonical_wheel_filename(filename)
     except InvalidWheelFilename:
-        raise ConfigError("not a wheel filename") from None
+        return "not a wheel filename"
     if canonical != filename:
-        raise ConfigError(f"not the canonical spelling {canonical}")
+        return f"not the canonical spelling {canonical}"
     try:
         label_variant = variant_id_from_local_version(version.local or "")
     except ValueError:
         label_variant = None
     if label_variant != variant_id:
-        raise ConfigError(f"its local label names variant {label_variant}, not {variant_id}")
+        return f"its local label names variant {label_variant}, not {variant_id}"
+    return None
+
+
+def _repair_record(
+    store: Store, key: str, variant_id: str, old: Mapping[str, FileRecord], *, keep: bool = True
+) -> FileRecord:
+    """The record of one stored wheel; ConfigError when no page may list it. Not `keep`: write nothing (a
+    wheel without its .metadata file is not given one)."""
+    filename = key.rsplit("/", 1)[1]
+    problem = wheel_name_problem(filename, variant_id)
+    if problem is not None:
+        raise ConfigError(problem)
+    name, version, _build, _tags = parse_wheel_filename(filename)
     head = store.head(key)
     sha256 = store.sha256_of(key)
     if head is None or sha256 is None:
         raise ConfigError("vanished while repairing")
-    metadata = _wheel_metadata(store, key)
+    metadata = _wheel_metadata(store, key, keep=keep)
     requires_python = check_metadata(metadata, name=str(name), version=version, shown=key)
     known = old.get(filename)
     return FileRecord(
@@ -685,6 +707,26 @@ def _repair_record(store: Store, key: str, variant_id: str, old: Mapping[str, Fi
         requires_python=requires_python,
         metadata_sha256=hashlib.sha256(metadata).hexdigest(),
     )
+
+
+def repair_refusals(
+    store: Store, variant_id: str, listed: Sequence[FileRecord], unlisted: Iterable[str]
+) -> dict[str, str]:
+    """Of the stored wheels `unlisted` (keys under files/<variant_id>/, all of one project whose page lists
+    `listed`), those `repair_index` would leave off the page, each with why; reads only. The same rules in
+    the same order as repair: a name and METADATA a page may list, then no other spelling of a release
+    already listed or kept before it by name."""
+    refused: dict[str, str] = {}
+    kept = tuple(listed)
+    for key in sorted(unlisted):
+        try:
+            rec = _repair_record(store, key, variant_id, {}, keep=False)
+            kept = index.merge_records(kept, [rec]) or kept
+        except ConfigError as exc:
+            refused[key] = str(exc).removeprefix(f"{key}: ")
+        except index.RecordConflict as exc:
+            refused[key] = str(exc)
+    return refused
 
 
 def _readable(store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]]) -> tuple[T, ...]:

@@ -48,7 +48,7 @@ class Shard:
 
 def parse_shard(text: str) -> Shard:
     """ "2/4" -> Shard(index=2, count=4); ValueError saying what is wrong for anything else."""
-    match = _SHARD_RE.match(text)
+    match = _SHARD_RE.fullmatch(text)
     if not match:
         raise ValueError(f"{text!r} is not I/N (e.g. 2/4)")
     index, count = int(match.group(1)), int(match.group(2))

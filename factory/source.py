@@ -785,7 +785,7 @@ def _patch_failure(patch: Path, output: str) -> str:
     failed: list[str] = []
     other: list[str] = []
     for line in output.splitlines():
-        if match := _CHECKING.match(line):
+        if match := _CHECKING.fullmatch(line):
             current = match.group(1).strip().strip("'\"")
         elif match := _FAILED_HUNK.match(line):
             number, at = int(match.group(1)), match.group(2)

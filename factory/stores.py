@@ -136,7 +136,7 @@ def tmp_prefix(name: str) -> str:
 
 def tmp_writer(tmp_name: str) -> leftovers.Owner | None:
     """The process that writes a temporary, from its name; None for a name not made by tmp_prefix."""
-    match = _TMP_NAME.match(tmp_name)
+    match = _TMP_NAME.fullmatch(tmp_name)
     if match is None:
         return None
     return leftovers.Owner(pid=int(match["pid"]), host=match["host"])

@@ -26,7 +26,7 @@ def python_tag(python: str) -> str:
 def parse_manylinux(platform: str) -> Manylinux | None:
     """manylinux_2_34_x86_64 -> ((2, 34), "x86_64"); manylinux2014_x86_64 -> ((2, 17), ...); None for any
     other platform tag (linux_x86_64 promises nothing about glibc)."""
-    match = _MANYLINUX.match(platform)
+    match = _MANYLINUX.fullmatch(platform)
     if match is not None:
         return Manylinux((int(match["major"]), int(match["minor"])), match["machine"])
     legacy, _, machine = platform.partition("_")

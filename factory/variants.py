@@ -49,7 +49,7 @@ class Arch:
     def parse(cls, text: str) -> Arch:
         """ "9.0a", "90a", "sm_90a" and "sm90a" are all Arch(9, 0, "a"); ValueError for anything else."""
         value = text.strip()
-        match = _ARCH_DOTTED.match(value) or _ARCH_DIGITS.match(value)
+        match = _ARCH_DOTTED.fullmatch(value) or _ARCH_DIGITS.fullmatch(value)
         if match is None:
             raise ValueError(
                 f"arch {text!r} is not a compute capability like 8.0, 9.0a, 10.0f, 90a or sm_90a"
@@ -59,7 +59,7 @@ class Arch:
     @classmethod
     def parse_dotted(cls, text: str) -> Arch:
         """Only torch's spelling "9.0a", the one a matrix file's `arch` axis is written in."""
-        match = _ARCH_DOTTED.match(text.strip())
+        match = _ARCH_DOTTED.fullmatch(text.strip())
         if match is None:
             raise ValueError(
                 f"arch {text!r} is not a compute capability like 8.0 or 9.0a (10.0f for a family target)"
@@ -141,9 +141,9 @@ class VariantKey:
     archs: tuple[str, ...]  # "8.0", "9.0a", "10.0f"
 
     def __post_init__(self) -> None:
-        if not CUDA_VERSION.match(self.cuda):
+        if not CUDA_VERSION.fullmatch(self.cuda):
             raise ValueError(f"CUDA version {self.cuda!r} is not like 12.8 or 12.10")
-        if not TORCH_VERSION.match(self.torch):
+        if not TORCH_VERSION.fullmatch(self.torch):
             raise ValueError(f"torch version {self.torch!r} is not like 2.10 or 2.14.1")
         if not self.archs:
             raise ValueError("arch set is empty")
@@ -185,7 +185,7 @@ class VariantKey:
     @classmethod
     def parse_id(cls, variant_id: str) -> VariantKey:
         """The inverse of `id`; ValueError for a name that is not exactly a variant id this module makes."""
-        match = _ID.match(variant_id)
+        match = _ID.fullmatch(variant_id)
         key = None
         if match is not None:
             major = match["major"] or match["dmajor"]
@@ -203,7 +203,7 @@ class VariantKey:
         """The inverse of `local_version`, with or without a leading "VERSION+"; ValueError for a label the
         factory did not make. Takes packaging's normalised form as well as the label as written."""
         local = label.split("+", 1)[1] if "+" in label else label
-        match = _LABEL.match(local)
+        match = _LABEL.fullmatch(local)
         key = None if match is None else cls._from_match(match["cuda"], match)
         if key is None or key.local_version != local:
             raise ValueError(

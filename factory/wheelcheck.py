@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -149,14 +150,52 @@ def _dist_info_dirs(names: Iterable[str]) -> list[str]:
     )
 
 
-def record_problems(archive: zipfile.ZipFile, record_path: str) -> list[str]:
-    """Every way RECORD disagrees with the archive: unlisted files, missing files, wrong hashes or sizes."""
-    problems: list[str] = []
+# What reading a damaged or unsupported zip member raises (a CRC mismatch, bad deflate data, an unknown
+# compression method, encryption, a truncated file).
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError, OSError)
+
+
+def member_path_problem(name: str) -> str | None:
+    """Why a path in a wheel (a zip member or a RECORD entry) could land outside the install directory."""
+    if not name:
+        return "an empty path"
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path"
+    if "\x00" in name:
+        return "a NUL in the path"
+    if ".." in name.replace("\\", "/").split("/"):
+        return "a '..' path"
+    return None
+
+
+def _record_rows(archive: zipfile.ZipFile, record_path: str) -> list[list[str]] | str:
     try:
-        rows = list(csv.reader(io.StringIO(archive.read(record_path).decode("utf-8"))))
-    except (KeyError, UnicodeDecodeError, csv.Error) as exc:
-        return [f"RECORD: cannot be read ({exc})"]
+        return list(csv.reader(io.StringIO(archive.read(record_path).decode("utf-8"))))
+    except (KeyError, UnicodeDecodeError, csv.Error, *_UNREADABLE) as exc:
+        return f"RECORD: cannot be read ({exc})"
+
+
+def _member_digest(archive: zipfile.ZipFile, info: zipfile.ZipInfo, algorithm: str) -> tuple[str, int]:
+    """The urlsafe-base64 digest (no padding) and the size of a member as an installer unpacks it."""
+    hasher = hashlib.new(algorithm)
+    size = 0
+    with archive.open(info) as handle:
+        while chunk := handle.read(_COPY_CHUNK):
+            hasher.update(chunk)
+            size += len(chunk)
+    return base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode("ascii"), size
+
+
+def record_problems(archive: zipfile.ZipFile, record_path: str) -> list[str]:
+    """Every way RECORD disagrees with the archive, as an installer checks it: each file listed once with a
+    sha256 (or stronger) urlsafe-base64 digest and its size that match, RECORD's own line without either,
+    no file unlisted, nothing listed that is not there, no path that leaves the install directory."""
+    rows = _record_rows(archive, record_path)
+    if isinstance(rows, str):
+        return [rows]
+    problems: list[str] = []
     listed: dict[str, tuple[str, str]] = {}
+    signatures = {f"{record_path.rsplit('/', 1)[0]}/{s}" for s in _RECORD_SIGNATURES}
     for number, row in enumerate(rows, start=1):
         if not row:
             continue
@@ -164,12 +203,18 @@ def record_problems(archive: zipfile.ZipFile, record_path: str) -> list[str]:
             problems.append(f"RECORD line {number}: expected 3 fields, got {len(row)}")
             continue
         path, digest, size = row
+        why = member_path_problem(path)
+        if why is not None:
+            problems.append(f"RECORD line {number}: {path!r} is {why}")
+            continue
         if path in listed:
             problems.append(f"RECORD: {path} is listed twice")
         listed[path] = (digest, size)
+    own = listed.get(record_path)
+    if own is not None and own != ("", ""):
+        problems.append(f"RECORD: its own line must have no hash or size, not {','.join(own)!r}")
     members = [i for i in archive.infolist() if not i.is_dir()]
     seen: set[str] = set()
-    signatures = {f"{record_path.rsplit('/', 1)[0]}/{s}" for s in _RECORD_SIGNATURES}
     for info in members:
         name = info.filename
         if name in seen:
@@ -185,18 +230,47 @@ def record_problems(archive: zipfile.ZipFile, record_path: str) -> list[str]:
         if algorithm not in {"sha256", "sha384", "sha512"} or not expected:
             problems.append(f"RECORD: {name} has no sha256 (or stronger) hash: {digest!r}")
             continue
-        hasher = hashlib.new(algorithm)
-        with archive.open(info) as handle:
-            while chunk := handle.read(_COPY_CHUNK):
-                hasher.update(chunk)
-        actual = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode("ascii")
+        if not size.isdecimal():
+            problems.append(f"RECORD: {name} has no size: {size!r}")
+            continue
+        try:
+            actual, actual_size = _member_digest(archive, info, algorithm)
+        except _UNREADABLE as exc:
+            problems.append(f"zip: {name} cannot be read ({exc})")
+            continue
         if actual != expected:
             problems.append(f"RECORD: {name} hash mismatch (RECORD {algorithm}={expected}, file {actual})")
-        if size and size != str(info.file_size):
-            problems.append(f"RECORD: {name} size mismatch (RECORD {size}, file {info.file_size})")
-    for name in sorted(set(listed) - seen):
+        if int(size) != actual_size:
+            problems.append(f"RECORD: {name} size mismatch (RECORD {size}, file {actual_size})")
+    for name in sorted(set(listed) - seen - {record_path}):
         problems.append(f"RECORD: {name} is listed but not in the wheel")
     return problems
+
+
+def archive_problems(archive: zipfile.ZipFile) -> list[str]:
+    """Every reason an installer would refuse the wheel archive, or should: a member path that leaves the
+    install directory, one .dist-info directory with a RECORD, and that RECORD (`record_problems`)."""
+    problems = [
+        f"zip: {info.filename!r} is {why}"
+        for info in archive.infolist()
+        if (why := member_path_problem(info.filename)) is not None
+    ]
+    dist_infos = _dist_info_dirs(archive.namelist())
+    if len(dist_infos) != 1:
+        return [*problems, f"zip: expected one .dist-info directory, found {', '.join(dist_infos) or 'none'}"]
+    record_path = f"{dist_infos[0]}/RECORD"
+    if record_path not in archive.namelist():
+        return [*problems, f"{record_path}: missing"]
+    return problems + record_problems(archive, record_path)
+
+
+def wheel_archive_problems(wheel: Path) -> list[str]:
+    """`archive_problems` of the wheel file; one problem when it is not a readable zip."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive_problems(archive)
+    except (zipfile.BadZipFile, *_UNREADABLE) as exc:
+        return [f"zip: cannot be opened ({exc})"]
 
 
 # --- pinning ------------------------------------------------------------------------------------------------
@@ -454,11 +528,7 @@ def _check_contents(
 
     problems += _check_metadata(archive, f"{dist_info}/METADATA", name, file_version, torch_version)
     problems += _check_wheel_file(archive, f"{dist_info}/WHEEL", tags)
-    record_path = f"{dist_info}/RECORD"
-    if record_path in names:
-        problems += record_problems(archive, record_path)
-    else:
-        problems.append(f"{record_path}: missing")
+    problems += archive_problems(archive)
     problems += _check_extensions(archive, expected, host_only)
     problems += [
         f"{member}: a vendored copy of a library torch provides at runtime "
@@ -606,7 +676,7 @@ def import_check_script(import_name: str) -> str:
     Run it as `python -I -c SCRIPT` (or from a file with -I) outside the source tree: a checkout on sys.path
     would be imported instead of the installed wheel. The script also drops the working directory itself.
     """
-    if not _DOTTED.match(import_name):
+    if not _DOTTED.fullmatch(import_name):
         raise CheckError(f"import name {import_name!r} is not a dotted Python module name")
     return f"""\
 import importlib, json, os, sys, traceback

@@ -393,8 +393,8 @@ def which(index: str, *, env: Environment, project: str | None = None) -> WhichR
         return WhichResult(env=env, choice=choice, variant_url=None, projects=(), commands=())
     variant_url = variants[choice.match]
     links = _index_links(fetch_page(variant_url), variant_url)
-    pages = {canonicalize_name(p): url for p, url in links.items() if _PROJECT.match(p)}
-    listed = tuple(p for p in links if _PROJECT.match(p))
+    pages = {canonicalize_name(p): url for p, url in links.items() if _PROJECT.fullmatch(p)}
+    listed = tuple(p for p in links if _PROJECT.fullmatch(p))
     projects: Sequence[str] = listed
     if project is not None:
         wanted = canonicalize_name(project)

@@ -69,6 +69,8 @@ class Checker:
             raise self.fail(f"{what} must be a string, not {kind(value)}", node, key)
         if not allow_empty and not value.strip():
             raise self.fail(f"{what} must not be empty", node, key)
+        if "\x00" in value:  # no path, URL, environment or command line can carry one
+            raise self.fail(f"{what} must not contain a NUL character", node, key)
         return str(value)
 
     def url(self, node: Any, key: object, what: str, *, schemes: tuple[str, ...], besides: str = "") -> str:
@@ -95,23 +97,39 @@ class Checker:
             raise self.fail(f"{what} must be true or false, not {kind(value)} {value!r}", node, key)
         return value
 
-    def integer(self, node: Any, key: object, what: str, *, minimum: int = 1) -> int:
+    def integer(
+        self, node: Any, key: object, what: str, *, minimum: int = 1, maximum: int | None = None
+    ) -> int:
         value = node[key]
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(f"{what} must be an integer, not {kind(value)} {value!r}", node, key)
-        if value < minimum:
-            raise self.fail(f"{what} must be at least {minimum}, not {value}", node, key)
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f"at least {minimum}" if maximum is None else f"{minimum} to {maximum}"
+            digits = str(value)
+            shown = digits if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
+            raise self.fail(f"{what} must be {bounds}, not {shown}", node, key)
         return int(value)
 
-    def number(self, node: Any, key: object, what: str) -> float:
+    def number(
+        self, node: Any, key: object, what: str, *, minimum: float = 0.0, maximum: float | None = None
+    ) -> float:
+        """A finite number above 0, at least `minimum` if that is above 0, and at most `maximum`."""
         value = node[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(f"{what} must be a number, not {kind(value)} {value!r}", node, key)
-        if not math.isfinite(value):  # YAML's .nan and .inf are floats too
-            raise self.fail(f"{what} must be a finite number, not {value}", node, key)
-        if value <= 0:
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past float's range
+            number = math.inf
+        if not math.isfinite(number):  # YAML's .nan and .inf are floats too
+            raise self.fail(f"{what} must be a finite number, not {number}", node, key)
+        if number <= 0:
             raise self.fail(f"{what} must be positive, not {value}", node, key)
-        return float(value)
+        if number < minimum:
+            raise self.fail(f"{what} must be at least {minimum:g}, not {number:g}", node, key)
+        if maximum is not None and number > maximum:
+            raise self.fail(f"{what} must be at most {maximum:g}, not {number:g}", node, key)
+        return number
 
     def str_list(self, node: Any, key: object, what: str) -> tuple[str, ...]:
         value = node[key]
@@ -127,7 +145,7 @@ class Checker:
             raise self.fail(f"{what} must be a mapping of NAME: value, not {kind(value)}", node, key)
         out: dict[str, str] = {}
         for name, item in value.items():
-            if not isinstance(name, str) or not ENV_NAME.match(name):
+            if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
                 raise self.fail(
                     f"{what}: {name!r} is not an environment variable name", value, name, at_key=True
                 )
@@ -141,12 +159,14 @@ class Checker:
                 item = self.doc.source_text(value, name) or str(item)
             elif not isinstance(item, str):
                 raise self.fail(f"{what}.{name} must be a string, not {kind(item)}", value, name)
+            if "\x00" in item:  # Docker refuses it only when the container is created
+                raise self.fail(f"{what}.{name} must not contain a NUL character", value, name)
             out[name] = str(item)
         return _frozen(out)
 
     def env_name(self, node: Any, key: object, what: str) -> str:
         value = self.string(node, key, what)
-        if not ENV_NAME.match(value):
+        if not ENV_NAME.fullmatch(value):
             raise self.fail(f"{what} {value!r} is not an environment variable name", node, key)
         return value
 

@@ -45,10 +45,32 @@ def _register() -> None:
 
 # before _register(): the command modules import it
 def cpus_option(value: float | None) -> float | None:
-    """A --cpus option as given: None, or a positive, finite number of CPUs."""
+    """A --cpus option as given: None, or a finite number of CPUs from MIN_CPUS to MAX_CPUS."""
+    from factory.options import MAX_CPUS, MIN_CPUS
+
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ConfigError(f"--cpus must be a positive number of CPUs, not {value:g}")
+    if value is not None and value < MIN_CPUS:
+        raise ConfigError(f"--cpus must be at least {MIN_CPUS:g}, not {value:g}")
+    if value is not None and value > MAX_CPUS:
+        raise ConfigError(f"--cpus must be at most {MAX_CPUS}, not {value:g}")
     return value
+
+
+def size_option(value: str, option: str, *, minimum: int = 1) -> int:
+    """A size option (--memory 16GiB) in bytes, from `minimum` to MAX_SIZE."""
+    from factory.config import format_size, parse_size
+    from factory.options import MAX_SIZE
+
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    if size > MAX_SIZE:
+        raise ConfigError(f"{option} {value} is above {format_size(MAX_SIZE)}")
+    if size < minimum:
+        raise ConfigError(f"{option} {value} is below {format_size(minimum)}")
+    return size
 
 
 _register()

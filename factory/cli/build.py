@@ -13,10 +13,10 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from factory.cli import app, cpus_option
+from factory.cli import app, cpus_option, size_option
 from factory.cli.matrix import TRUST_PATHS
 from factory.cli.progress import PlainProgress, ProgressView, show_report
-from factory.config import load_matrix_file, parse_size
+from factory.config import MIN_CONTAINER_MEMORY, load_matrix_file
 from factory.errors import ConfigError
 from factory.shard import Shard, parse_shard
 
@@ -105,10 +105,7 @@ def build(
         raise ConfigError(
             f"no job matches --only {only!r}" if only else "the matrix plans no job", file=str(matrix)
         )
-    try:
-        mem = parse_size(memory) if memory is not None else None
-    except ValueError as exc:
-        raise ConfigError(f"--memory: {exc}") from None
+    mem = size_option(memory, "--memory", minimum=MIN_CONTAINER_MEMORY) if memory is not None else None
     cpus = cpus_option(cpus)
     one_shard = shard_option(shard)
     if output.exists() and not output.is_dir():

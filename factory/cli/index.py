@@ -56,7 +56,6 @@ def check(
     """Check that every page lists only files that are there with its bytes, every wheel is listed and every
     page is its state's rendering; exit 1 when not (safe while others publish)."""
     from factory.indexcheck import check_index
-    from factory.publish import REPAIR_HINT
 
     jobs: list[Job] = []
     project = None
@@ -82,5 +81,6 @@ def check(
         f"{len(result.problems)} problems"
     )
     if not result.ok:
-        typer.echo(REPAIR_HINT.format(to=to), err=True)
+        for line in result.advice(to):
+            typer.echo(line, err=True)
         raise typer.Exit(1)

@@ -42,7 +42,7 @@ def library_gaps(toolkit_lib: Path, dirs: Iterable[Path]) -> dict[str, Path]:
     gaps: dict[str, Path] = {}
     for directory in dirs:
         for entry in sorted(directory.iterdir()):
-            match = _VERSIONED_LIB.match(entry.name)
+            match = _VERSIONED_LIB.fullmatch(entry.name)
             name = match.group(1) if match else entry.name if entry.name.endswith(".so") else None
             if name is None or name in gaps:
                 continue

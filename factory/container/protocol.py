@@ -185,15 +185,16 @@ def parse_profile(data: object) -> tuple[str, str, dict[str, ProfileEntry]]:
     entries: dict[str, ProfileEntry] = {}
     for key, raw in data["entries"].items():
         try:
-            entries[str(key)] = ProfileEntry(
-                peak_bytes=int(raw["peak_bytes"]),
-                wall_s=float(raw["wall_s"]) if raw.get("wall_s") is not None else None,
-                samples=int(raw.get("samples", 1)),
+            entry = ProfileEntry(
+                peak_bytes=_bounded_int(raw["peak_bytes"]),
+                wall_s=_seconds(raw["wall_s"]) if raw.get("wall_s") is not None else None,
+                samples=max(1, _bounded_int(raw.get("samples", 1))),
                 envelope=_ints(raw.get("envelope")),
                 rise=_ints(raw.get("rise")),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ValueError(f"bad profile entry {key!r}: {exc}") from None
+        entries[str(key)] = entry
     return str(data.get("package", "")), str(data.get("version", "")), entries
 
 
@@ -213,8 +214,28 @@ def parse_compile_key(key: str) -> tuple[str, tuple[str, ...], int] | None:
     return parts[0], tuple(parts[1].split(",")), int(parts[2]) if parts[2].isdigit() else 1
 
 
+# JSON as Python reads it takes NaN and Infinity, and integers of any length: a profile is planned with, so
+# what no compile measures is refused (int(Infinity) raised OverflowError through `factory memory import`).
+_MAX_PROFILE_INT = 2**46  # 64 TiB of memory, and far more samples than any build takes
+_MAX_PROFILE_SECONDS = 7 * 86400.0
+
+
+def _bounded_int(value: object) -> int:
+    number = int(value)  # type: ignore[call-overload]
+    if not 0 <= number <= _MAX_PROFILE_INT:
+        raise ValueError(f"{number if len(str(number)) <= 30 else 'a huge number'} is out of range")
+    return number
+
+
+def _seconds(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    if not 0 <= number <= _MAX_PROFILE_SECONDS:  # NaN fails this too
+        raise ValueError(f"{number} seconds is out of range")
+    return number
+
+
 def _ints(value: object) -> tuple[int, ...]:
-    return tuple(int(v) for v in value or ())  # type: ignore[attr-defined]
+    return tuple(_bounded_int(v) for v in value or ())  # type: ignore[attr-defined]
 
 
 # --- owners ------------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ cover every job once, a plan never exceeds what one GitHub matrix holds, publish
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import textwrap
@@ -34,6 +33,7 @@ from factory.options import PublishOptions
 from factory.pipeline import plan_ci
 from factory.plan import plan_matrix
 from factory.publish import publish_wheels
+from factory.wheelcheck import record_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -99,7 +99,7 @@ def _wheel(directory: Path, name: str, version: str, tag: str) -> Path:
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode(),
         f"{dist_info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: no\nTag: {tag}\n".encode(),
     }
-    record = [f"{n},sha256={hashlib.sha256(d).hexdigest()},{len(d)}" for n, d in files.items()]
+    record = [f"{n},{record_hash(d)},{len(d)}" for n, d in files.items()]
     files[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{module}-{version}-{tag}.whl"

@@ -241,3 +241,144 @@ def test_a_memory_for_a_larger_machine_passes_the_check(tmp_path: Path) -> None:
     path.write_text(GOOD + "build:\n  memory: 64GiB\n  concurrency: 64\n")
     build = load_matrix_file(path).build
     assert (build.memory, build.concurrency) == (64 * 2**30, 64)
+
+
+RECIPE = "recipe:\n  name: r\n  base: flash-attn\n"
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("build:\n  memory: 100TiB\n", "build.memory 100TiB is above 64.0 TiB"),
+        (
+            "build:\n  memory_budget: " + "9" * 30 + "\n",
+            "build.memory_budget " + "9" * 30 + " is above 64.0 TiB",
+        ),
+        ("build:\n  cache_max: 65TiB\n", "build.cache_max 65TiB is above 64.0 TiB"),
+        ("build:\n  cpus: 1e308\n", "build.cpus must be at most 4096, not 1e+308"),
+        ("build:\n  cpus: 1e-12\n", "build.cpus must be at least 0.01, not 1e-12"),
+        ("build:\n  cpus: .nan\n", "build.cpus must be a finite number, not nan"),
+        ("build:\n  pids_limit: 99999999999\n", "build.pids_limit must be 64 to 4194304, not 99999999999"),
+        ("build:\n  pids_limit: 8\n", "build.pids_limit must be 64 to 4194304, not 8"),
+        ("build:\n  max_attempts: 1000\n", "build.max_attempts must be 1 to 20, not 1000"),
+        (
+            "build:\n  max_attempts: " + "9" * 400 + "\n",
+            "build.max_attempts must be 1 to 20, not 999999999999... (400 digits)",
+        ),
+        (RECIPE + "  compile_gib_per_arch: 1e308\n", "recipe.compile_gib_per_arch must be at most 1024"),
+        (
+            RECIPE + "  compile_gib_per_arch: " + "9" * 400 + "\n",
+            "compile_gib_per_arch must be a finite number",
+        ),
+        (
+            RECIPE + "  compile_gib_by_file: {'*.cu': 2000}\n",
+            "recipe.compile_gib_by_file['*.cu'] must be at most",
+        ),
+        (
+            RECIPE + "  compile_seconds_by_file: {'*.cu': 1e300}\n",
+            "compile_seconds_by_file['*.cu'] must be at most",
+        ),
+        (RECIPE + '  env: {"FOO\\n": x}\n', "recipe.env: 'FOO\\n' is not an environment variable name"),
+        (RECIPE + '  arch_env: "FOO\\n"\n', "recipe.arch_env 'FOO\\n' is not an environment variable name"),
+        (RECIPE + '  local_version_env: "V\\n"\n', "recipe.local_version_env 'V\\n' is not an environment"),
+        (RECIPE + '  env: {FOO: "a\\0b"}\n', "recipe.env.FOO must not contain a NUL character"),
+        (RECIPE + '  patches: ["x\\0y"]\n', "recipe.patches item must not contain a NUL character"),
+        ('publish:\n  to: "/tmp/x\\0y"\n', "publish.to must not contain a NUL character"),
+    ],
+)
+def test_numbers_and_names_out_of_bounds_are_refused(
+    section: str, message: str, tmp_path: Path, factory_cli: Cli
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD + section)
+    code, output, seconds = check(factory_cli, path)
+    assert message in one_error_line(code, output, seconds=seconds)
+
+
+def test_a_nul_in_a_source_path_is_refused(tmp_path: Path, factory_cli: Cli) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD.replace('version: "2.8.3"}', 'version: "2.8.3", source: {path: "a\\0b"}}'))
+    code, output, seconds = check(factory_cli, path)
+    assert "package.source.path must not contain a NUL character" in one_error_line(
+        code, output, seconds=seconds
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--cpus", "1e-12"], "error: --cpus must be at least 0.01, not 1e-12"),
+        (["--memory", "100TiB"], "error: --memory 100TiB is above 64.0 TiB"),
+        (["--memory", "1MiB"], "error: --memory 1MiB is below 1.0 GiB"),
+    ],
+)
+def test_build_options_out_of_bounds_are_refused(
+    argv: list[str], line: str, tmp_path: Path, factory_cli: Cli
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD)
+    code, output = factory_cli(["build", "--matrix", str(path), "--dry-run", *argv])
+    assert code == 2, output
+    assert output.strip() == line
+
+
+def test_a_recipe_too_large_to_plan_is_refused_before_planning(tmp_path: Path, factory_cli: Cli) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD + RECIPE + "  compile_gib_per_arch: 1e308\n")
+    code, output = factory_cli(["memory", "plan", "--cpus", "8", "--memory", "16GiB", "--matrix", str(path)])
+    assert code == 2 and "Traceback" not in output, output
+    assert "recipe.compile_gib_per_arch must be at most 1024, not 1e+308" in output
+
+
+@pytest.mark.parametrize("cpus", [0.0, 1e-12, 0.009, 4097.0, float("inf"), float("nan")])
+def test_docker_never_gets_a_cpu_limit_it_reads_as_none(cpus: float) -> None:
+    from factory.engine import nano_cpus
+
+    with pytest.raises(ConfigError, match=r"^a container's CPU limit must be 0.01 to 4096"):
+        nano_cpus(cpus)
+    assert nano_cpus(0.01) == 10**7 and nano_cpus(2.5) == 2_500_000_000
+
+
+def test_a_trailing_newline_passes_no_pattern() -> None:
+    """`$` matches before a final newline: every pattern that must match a whole value is matched whole."""
+    from factory.imageref import is_image_reference
+    from factory.images import base_suite_of
+    from factory.stores import tmp_writer
+    from factory.tags import parse_manylinux
+    from factory.variants import VariantKey
+
+    assert is_image_reference("ubuntu:22.04") and not is_image_reference("ubuntu:22.04\n")
+    assert base_suite_of("factory-base:bookworm") == "bookworm"
+    assert base_suite_of("factory-base:bookworm\n") is None
+    assert parse_manylinux("manylinux_2_28_x86_64") is not None
+    assert parse_manylinux("manylinux_2_28_x86_64\n") is None
+    assert tmp_writer(".x.whl.host.12.abc.tmp") is not None and tmp_writer(".x.whl.host.12.abc.tmp\n") is None
+    VariantKey.parse_id("cu128-torch2.10-abi1-sm80.90")
+    with pytest.raises(ValueError):
+        VariantKey.parse_id("cu128-torch2.10-abi1-sm80.90\n")
+    with pytest.raises(ValueError):
+        VariantKey.parse_local_version("cu12.8.torch2.10.abi1.sm80.90\n")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '{"peak_bytes": Infinity}',
+        '{"peak_bytes": 1e400}',
+        '{"peak_bytes": -1}',
+        '{"peak_bytes": 1000, "wall_s": NaN}',
+        '{"peak_bytes": 1000, "wall_s": -1}',
+        '{"peak_bytes": 1000, "envelope": [1, Infinity]}',
+        '{"peak_bytes": ' + "9" * 400 + "}",
+    ],
+)
+def test_a_profile_with_numbers_no_compile_measures_is_refused(
+    entry: str, tmp_path: Path, factory_cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    path = tmp_path / "p.compile-profile.json"
+    path.write_text('{"format": 1, "package": "x", "version": "1", "entries": {"a.cu|80|1": ' + entry + "}}")
+    code, output = factory_cli(["memory", "import", str(path)])
+    assert code == 2 and "Traceback" not in output, output
+    assert len(output.strip().splitlines()) == 1, output
+    assert "bad profile entry 'a.cu|80|1'" in output, output

@@ -4,6 +4,7 @@ damage is named, planned jobs not published show as "not built" without hiding w
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from test_ci_plan import _demo, _wheel
@@ -14,6 +15,9 @@ from factory.index import MatrixCell
 from factory.indexcheck import add_absent, check_index
 from factory.plan import plan_matrix
 from factory.publish import publish_wheels
+
+Cli = Callable[[list[str]], tuple[int, str]]
+TAG = "cp311-cp311-linux_x86_64"
 
 
 def _published(tmp_path: Path) -> tuple[Path, list, str]:
@@ -49,7 +53,8 @@ def test_each_kind_of_damage_is_named(tmp_path: Path) -> None:
     result = check_index(to=str(to))
     assert set(result.problems) == {
         f"files/{vid}/{wheel.name}: not the file its page lists (size or sha256 differ)",
-        f"files/{vid}/{stray.name}: on no page",
+        f"files/{vid}/{stray.name}: on no page, and no page may list it (cannot read wheel (File is not a "
+        "zip file))",
         "simple/index.html: not the rendering of its state",
     }
     wheel.unlink()
@@ -73,3 +78,42 @@ def test_add_absent_keeps_what_a_report_said() -> None:
     other = MatrixCell(project="p", variant_id="w", python="3.11", status="not built", detail="not published")
     assert add_absent([failed], [planned]) is None
     assert add_absent([failed], [planned, other]) == (failed, other)
+
+
+def test_the_advice_for_files_repair_leaves_alone_works(tmp_path: Path, factory_cli: Cli) -> None:
+    """A file repair will not list (not a wheel filename, another spelling, not a zip) is named with why, and
+    the advice is to remove it, not to run a repair that leaves it there; a wheel repair can list is still
+    advised to repair, which then lists it."""
+    to, jobs, project = _published(tmp_path)
+    vid = jobs[0].variant.id
+    directory = to / "files" / vid
+    (published,) = directory.glob("*.whl")
+    other_spelling = published.name.replace("factory_demo_ext", "Factory_Demo_Ext")
+    not_a_zip = published.name.replace("0.1.0", "0.0.9")
+    strays = {
+        directory / "notes.whl": (b"notes", "not a wheel filename"),
+        directory / other_spelling: (published.read_bytes(), "not the canonical spelling"),
+        directory / not_a_zip: (b"not a zip", "cannot read wheel"),
+    }
+    for stray, (data, _why) in strays.items():
+        stray.write_bytes(data)
+    for _attempt in range(2):  # before and after a repair: repair changes nothing about them
+        code, output = factory_cli(["index", "check", "--to", str(to)])
+        assert code == 1, output
+        for stray, (_data, why) in strays.items():
+            line = f"problem: files/{vid}/{stray.name}: on no page, and no page may list it ({why}"
+            assert line in output, output
+        assert "remove from the index the 3 file(s) no page may list" in output, output
+        assert "factory index repair --to" not in output, output
+        assert factory_cli(["index", "repair", "--to", str(to)])[0] == 0
+    for stray in strays:
+        stray.unlink()
+    assert factory_cli(["index", "check", "--to", str(to)])[0] == 0
+
+    newer = _wheel(tmp_path / "w2", project, jobs[0].variant.full_version.replace("0.1.0", "0.2.0"), TAG)
+    (directory / newer.name).write_bytes(newer.read_bytes())
+    code, output = factory_cli(["index", "check", "--to", str(to)])
+    assert code == 1 and f"problem: files/{vid}/{newer.name}: on no page\n" in output, output
+    assert f"factory index repair --to {to}" in output and "remove from the index" not in output, output
+    assert factory_cli(["index", "repair", "--to", str(to)])[0] == 0
+    assert factory_cli(["index", "check", "--to", str(to)])[0] == 0

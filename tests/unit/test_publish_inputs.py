@@ -14,6 +14,7 @@ from factory.errors import ConfigError
 from factory.publish import MAX_METADATA_BYTES, inspect_wheel, load_report
 from factory.stores import parse_s3_url
 from factory.urls import urls_without_credentials
+from factory.wheelcheck import record_hash
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
 VID = "cu130-torch2.14-abi1-sm80.90"
@@ -24,9 +25,12 @@ def wheel(directory: Path, filename: str, metadata: bytes | None = None, *, name
     version = filename.split("-")[1]
     if metadata is None:
         metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode()
+    dist_info = f"demo_ext-{version}.dist-info"
+    record = f"{dist_info}/METADATA,{record_hash(metadata)},{len(metadata)}\n{dist_info}/RECORD,,\n"
     path = directory / filename
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr(f"demo_ext-{version}.dist-info/METADATA", metadata)
+        zf.writestr(f"{dist_info}/METADATA", metadata)
+        zf.writestr(f"{dist_info}/RECORD", record)
     return path
 
 

@@ -4,6 +4,7 @@ requests, over-long paths, control characters, an S3 endpoint that is down."""
 from __future__ import annotations
 
 import http.client
+import os
 import queue
 import select
 import socket
@@ -173,3 +174,32 @@ def test_an_s3_endpoint_that_is_down_is_502_in_one_line(
         assert f"127.0.0.1:{closed_port}" in line and "PASSWORD" not in line and "alice" not in line
         assert running.log.empty()  # one line for the request, nothing besides it
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_no_symbolic_link_leads_out_of_the_index(
+    index_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Links to a file or a directory outside the root, at the end of a path or inside it, are not found;
+    the files beside them still are."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret").write_text("SECRET\n")
+    (outside / "index.html").write_text("SECRET PAGE\n")
+    (index_root / "files" / "v1").mkdir(parents=True)
+    (index_root / "files" / "v1" / "ok.whl").write_bytes(b"wheel")
+    (index_root / "files" / "v1" / "evil.whl").symlink_to(outside / "secret")
+    (index_root / "simple" / "etc").symlink_to(outside, target_is_directory=True)
+    (index_root / "simple" / "inner.html").symlink_to(index_root / "simple" / "index.html")
+    os.mkfifo(index_root / "files" / "v1" / "fifo.whl")
+    with start(LocalStore(index_root)) as running:
+        assert running.get("/files/v1/ok.whl") == (200, b"wheel")
+        for path in (
+            "/files/v1/evil.whl",
+            "/simple/etc/secret",
+            "/simple/etc/",
+            "/simple/etc",
+            "/simple/inner.html",  # even a link that stays inside: links are not the index's
+            "/files/v1/fifo.whl",  # and what is not a regular file is not served (nor blocks the server)
+        ):
+            status, body = running.get(path)
+            assert (status, b"SECRET" in body) == (404, False), path
+    assert sorted(LocalStore(index_root).keys("files/")) == ["files/v1/ok.whl"]

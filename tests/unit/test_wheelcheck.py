@@ -483,6 +483,16 @@ def test_record_lists_a_missing_file_and_misses_a_present_one(tmp_path: Path) ->
     ]
 
 
+def test_the_build_check_refuses_what_an_installer_would(tmp_path: Path) -> None:
+    """The same archive check as publish's (`archive_problems`): no path out of the install directory."""
+    files = {**members(), "../escape.py": b"x = 1\n"}
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{TAG}.whl", files)
+    assert check_wheel(wheel, **JOB)[:2] == [
+        "zip: '../escape.py' is a '..' path",
+        "RECORD line 6: '../escape.py' is a '..' path",
+    ]
+
+
 def test_missing_record(tmp_path: Path) -> None:
     wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{TAG}.whl", members(), record=False)
     assert check_wheel(wheel, **JOB) == [f"{DIST_INFO}/RECORD: missing"]
