@@ -300,6 +300,9 @@ def run_build(
         log(f"removed {len(stale)} container(s) left by an earlier run that did not finish")
     for leftover in leftovers.remove_stale_output_dirs(settings.output):
         log(f"removed {leftover}, left by an earlier run that did not finish")
+    if runner.compile_cache is not None:
+        for leftover in cache.remove_stale_outboxes(runner.compile_cache.local):
+            log(f"removed {leftover}, left by an earlier run that did not finish")
     pool = ThreadPoolExecutor(max_workers=max(1, mf.build.concurrency), thread_name_prefix="job")
     pending: dict[Future[None], JobResult] = {}
     try:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from factory import safefs
+from factory import leftovers, safefs
 from factory.config import MatrixFile, parse_size
 from factory.container import compilecache
 from factory.container.compilecache import MANIFEST, OBJECT
@@ -287,16 +287,49 @@ class ImportResult:
     refused: int = 0
 
 
+OUTBOXES = "outbox"  # beside the local cache: `<run>-<job>/`, each with its owner in `<run>-<job>.owner`
+OWNER_SUFFIX = ".owner"
+
+
+def outbox_dir(local: Path, *, run_id: str, job_id: str) -> Path:
+    return local.parent / OUTBOXES / f"{run_id}-{job_id}"
+
+
 def make_outbox(path: Path) -> Path:
-    """A job's outbox: a fresh directory only the build containers' user can write (and the host)."""
+    """A job's outbox: a fresh directory only the build containers' user can write (and the host), its owner
+    (this process) recorded beside it where no container writes, so a dead run's is removed
+    (`remove_stale_outboxes`)."""
     if path.exists() or path.is_symlink():
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-    path.mkdir(parents=True, mode=0o700)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(path.name + OWNER_SUFFIX).write_text(leftovers.owner_json())
+    path.mkdir(mode=0o700)
     if os.geteuid() == 0:
         os.chown(path, OUTBOX_UID, OUTBOX_UID)
     else:  # a rootless host: the container's user maps elsewhere
         path.chmod(0o777)
     return path
+
+
+def remove_stale_outboxes(local: Path) -> list[Path]:
+    """Remove the outboxes that runs now gone left (a killed factory's: what they hold was never imported,
+    and never will be); the removed ones. A live run's are kept, however old."""
+    removed: list[Path] = []
+    root = local.parent / OUTBOXES
+    now = time.time()
+    for item in safefs.walk(root, max_depth=0):
+        if not item.relative.name.endswith(OWNER_SUFFIX):
+            continue
+        box = root / item.relative.name[: -len(OWNER_SUFFIX)]
+        try:
+            owner = leftovers.parse_owner(safefs.read_bytes(root, item.relative, max_bytes=64 << 10).decode())
+        except (OSError, UnicodeDecodeError):
+            owner = None
+        if leftovers.is_stale_output_dir(owner, age_s=now - item.mtime):
+            shutil.rmtree(box, ignore_errors=True)  # never follows a link (fd-based on Linux)
+            safefs.unlink(root, item.relative)
+            removed.append(box)
+    return removed
 
 
 def import_outbox(outbox: Path, dest: Path, *, domain: str, keyring: Keyring) -> ImportResult:
@@ -571,10 +604,11 @@ class CacheSync:
         self._broken = True
         self.log(f"compile cache store not {what}: {exc}; building with the local cache only")
 
-    def open_job(self, job_id: str, *, domain: str, outbox: Path) -> JobCache:
+    def open_job(self, job_id: str, *, domain: str, run_id: str) -> JobCache:
         """A job's cache: its domain's directory, with only entries the host vouches for in it (anything
         else removed), and a fresh outbox."""
         dest = domain_dir(self.local, domain)
+        outbox = outbox_dir(self.local, run_id=run_id, job_id=job_id)
         with safefs.open_dir(self.local, PurePosixPath(LAYOUT, domain), create=True):
             pass
         job = JobCache(domain=domain, dest=dest, outbox=make_outbox(outbox))
@@ -654,6 +688,7 @@ class CacheSync:
             if job is not None:
                 self._import(job)
                 shutil.rmtree(job.outbox, ignore_errors=True)  # never follows a link (fd-based on Linux)
+                job.outbox.with_name(job.outbox.name + OWNER_SUFFIX).unlink(missing_ok=True)
         if job is not None and job.refused:
             self.log(f"{job_id}: compile cache: {job.refused} file(s) of the build's outbox refused")
         sent = self.upload()

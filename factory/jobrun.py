@@ -381,7 +381,7 @@ class JobRun:
                 self.plan_shard(inputs.source)
             if ctx.compile_cache is not None:
                 self.job_cache = ctx.compile_cache.open_job(
-                    self.job.id, domain=inputs.cache_domain, outbox=ctx.run_dir / "cache-out" / self.job.id
+                    self.job.id, domain=inputs.cache_domain, run_id=ctx.run_id
                 )
                 mounts.update(self.job_cache.mounts())
                 ctx.compile_cache.before_job(self.job.id, inputs.cache_domain)

@@ -31,6 +31,7 @@ def clean(
     """Remove what factory runs whose process is gone left behind, one line each; a live run's stay. Half-made
     downloads and source trees in $FACTORY_HOME go too."""
     from factory import leftovers
+    from factory.cache import local_dir, remove_stale_outboxes
     from factory.errors import ConfigError
     from factory.home import factory_home
     from factory.source import remove_stale_partials
@@ -55,4 +56,6 @@ def clean(
         for path in LocalStore(directory.resolve()).remove_stale_temporaries():
             typer.echo(f"removed {path}")
     for path in remove_stale_partials(factory_home()):
+        typer.echo(f"removed {path}")
+    for path in remove_stale_outboxes(local_dir()):
         typer.echo(f"removed {path}")

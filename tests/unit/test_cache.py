@@ -268,7 +268,7 @@ def test_cache_sync_pulls_before_a_job_and_imports_and_uploads_when_nudged(tmp_p
     lines: list[str] = []
     config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
     with cache.CacheSync(config, log=lines.append, keyring=KEY) as sync:
-        job = sync.open_job("job1", domain=DOMAIN, outbox=tmp_path / "run" / "cache-out" / "job1")
+        job = sync.open_job("job1", domain=DOMAIN, run_id="r1")
         sync.before_job("job1", DOMAIN)
         assert all((tmp_path / "local" / k).is_file() for k in pulled)
         made = make_entry(b"compiled now", 2)
@@ -295,7 +295,7 @@ def test_a_pull_stops_at_the_bound_and_fetches_a_file_once_a_run(tmp_path: Path)
     assert capped.files == 2  # both objects (first), then the bound is reached
     config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
     sync = cache.CacheSync(config, keyring=KEY)
-    sync.open_job("j1", domain=DOMAIN, outbox=tmp_path / "out" / "j1")
+    sync.open_job("j1", domain=DOMAIN, run_id="r1")
     sync.before_job("j1", DOMAIN)
     assert cache.local_files(tmp_path / "local") == {*one, *two}
     (tmp_path / "local" / two[1]).unlink()  # pruned after the job
@@ -309,7 +309,7 @@ def test_an_unreachable_store_costs_only_the_head_start(tmp_path: Path) -> None:
     lines: list[str] = []
     config = cache.CacheConfig(local=tmp_path / "local", store=str(blocker))
     sync = cache.CacheSync(config, log=lines.append, keyring=KEY)
-    sync.open_job("j", domain=DOMAIN, outbox=tmp_path / "out" / "j")
+    sync.open_job("j", domain=DOMAIN, run_id="r1")
     sync.before_job("j", DOMAIN)
     assert sync.upload().files == 0
     assert len(lines) == 1 and lines[0].startswith("compile cache store not opened: ")
@@ -532,8 +532,8 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     assert runner.compile_cache is not None and runner.compile_cache.keyring.signing == secret_key.encode()
     job = plan_matrix(mf).jobs[0]
     run = jobrun.JobRun(runner.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
-    outbox = tmp_path / "run" / "cache-out" / job.id
-    run.job_cache = runner.compile_cache.open_job(job.id, domain=DOMAIN, outbox=outbox)
+    run.job_cache = runner.compile_cache.open_job(job.id, domain=DOMAIN, run_id="r1")
+    outbox = run.job_cache.outbox
     parallel = jobmemory.initial_parallelism(
         recipe=mf.recipe, archs=1, limit_bytes=8 * 2**30, cpus=2, package="p", version="1"
     )
@@ -604,7 +604,7 @@ def test_a_verified_hit_that_differs_is_reported_and_its_entry_removed(tmp_path:
     run, _ = cache_job_run(tmp_path, {})
     sync = run.ctx.compile_cache
     assert sync is not None
-    job = sync.open_job(run.job.id, domain=DOMAIN, outbox=tmp_path / "out" / run.job.id)
+    job = sync.open_job(run.job.id, domain=DOMAIN, run_id="r1")
     same, differs = make_entry(b"same", 1), make_entry(b"differs", 2)
     for made in (same, differs):
         obj, manifest = keys_of(made)

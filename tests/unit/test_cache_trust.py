@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from factory import cache
+from factory import cache, leftovers
 from factory.container import compilecache
 from factory.errors import ConfigError
 from factory.stores import LocalStore
@@ -442,10 +442,10 @@ def test_open_job_checks_the_domain_and_makes_a_fresh_outbox(tmp_path: Path) -> 
     write(dest, object_of(planted), b"p")
     write(dest, manifest_of(planted), compilecache.manifest_json(planted).encode())
     host = write(tmp_path / "host", "keep", b"host file")
-    outbox = tmp_path / "run" / "cache-out" / "j1"
+    outbox = cache.outbox_dir(local, run_id="r1", job_id="j1")
     outbox.parent.mkdir(parents=True)
     outbox.symlink_to(host.parent, target_is_directory=True)  # a leftover link where the outbox goes
-    job = sync.open_job("j1", domain=DOMAIN, outbox=outbox)
+    job = sync.open_job("j1", domain=DOMAIN, run_id="r1")
     assert not (dest / manifest_of(planted)).exists()
     assert host.read_bytes() == b"host file"
     assert outbox.is_dir() and not outbox.is_symlink() and list(outbox.iterdir()) == []
@@ -459,8 +459,8 @@ def test_after_job_imports_and_removes_the_outbox_and_suspect_removes_an_entry(t
     local = tmp_path / "cache"
     lines: list[str] = []
     sync = cache.CacheSync(cache.CacheConfig(local=local), keyring=KEY, log=lines.append)
-    outbox = tmp_path / "out" / "j1"
-    job = sync.open_job("j1", domain=DOMAIN, outbox=outbox)
+    outbox = cache.outbox_dir(local, run_id="r1", job_id="j1")
+    job = sync.open_job("j1", domain=DOMAIN, run_id="r1")
     entry = make_entry(b"obj")
     put_outbox(outbox, entry, b"obj")
     write(outbox, "m/zz/junk", b"x")
@@ -470,7 +470,7 @@ def test_after_job_imports_and_removes_the_outbox_and_suspect_removes_an_entry(t
         cache.verified_entry((job.dest / manifest_of(entry)).read_bytes(), domain=DOMAIN, keyring=KEY)
         == entry
     )
-    sync.open_job("j2", domain=DOMAIN, outbox=tmp_path / "out" / "j2")
+    sync.open_job("j2", domain=DOMAIN, run_id="r1")
     sync.suspect("j2", "../../etc-passwd", "k.cu")  # not an entry's name: nothing
     sync.suspect("j2", f"{entry.direct_key}-{entry.result_key}", "k.cu")
     assert not (job.dest / manifest_of(entry)).exists()
@@ -537,7 +537,7 @@ def test_before_job_brings_only_the_job_s_domain(tmp_path: Path) -> None:
     lines: list[str] = []
     local = tmp_path / "local"
     sync = cache.CacheSync(cache.CacheConfig(local=local, store=str(store)), keyring=KEY, log=lines.append)
-    job = sync.open_job("j1", domain=DOMAIN, outbox=tmp_path / "out" / "j1")
+    job = sync.open_job("j1", domain=DOMAIN, run_id="r1")
     sync.before_job("j1", DOMAIN)
     assert cache.local_files(local) == {
         cache.store_key(DOMAIN, object_of(mine)),
@@ -599,3 +599,19 @@ def test_a_truncated_local_object_is_replaced_by_the_next_build_that_makes_it(bo
     got = take(box)
     assert (got.objects, got.entries, got.refused) == (1, 1, 0)
     assert (box["dest"] / object_of(entry)).read_bytes() == data
+
+
+def test_a_dead_run_s_outbox_is_removed_and_a_live_one_s_kept(tmp_path: Path) -> None:
+    local = tmp_path / "cache" / "compile"
+    sync = cache.CacheSync(cache.CacheConfig(local=local), keyring=KEY)
+    live = sync.open_job("j1", domain=DOMAIN, run_id="live")
+    dead = sync.open_job("j2", domain=DOMAIN, run_id="dead")
+    write(dead.outbox, "o/ab/" + "ab" * 32, b"never imported")
+    owner = dead.outbox.with_name(dead.outbox.name + cache.OWNER_SUFFIX)
+    # a process that is gone: pid 2**22 + 1 is above the kernel's pid_max
+    owner.write_text(leftovers.owner_json(leftovers.Owner(pid=2**22 + 1, host=leftovers.host_tag())))
+    (dead.outbox / "link").symlink_to(tmp_path / "host", target_is_directory=True)
+    write(tmp_path / "host", "keep", b"host")
+    assert cache.remove_stale_outboxes(local) == [dead.outbox]
+    assert not dead.outbox.exists() and not owner.exists()
+    assert live.outbox.is_dir() and (tmp_path / "host" / "keep").read_bytes() == b"host"
