@@ -322,7 +322,9 @@ def remove_stale_outboxes(local: Path) -> list[Path]:
             continue
         box = root / item.relative.name[: -len(OWNER_SUFFIX)]
         try:
-            owner = leftovers.parse_owner(safefs.read_bytes(root, item.relative, max_bytes=64 << 10).decode())
+            owner = leftovers.parse_owner(
+                safefs.read_bytes(root, item.relative, max_bytes=leftovers.OWNER_MAX_BYTES).decode()
+            )
         except (OSError, UnicodeDecodeError):
             owner = None
         if leftovers.is_stale_output_dir(owner, age_s=now - item.mtime):

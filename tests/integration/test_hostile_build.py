@@ -280,11 +280,12 @@ def test_a_hostile_setup_py_cannot_reach_the_host_the_store_or_another_build(
 
     # a runner with another key takes no manifest of this store
     other = cache.Keyring(signing=b"another-runner-key-" * 3)
-    store = S3Store("wheels", "idx/_cache/compile", endpoint_url=endpoint)
     os.environ.update(creds)
     try:
-        cache.pull(store, tmp_path / "other-runner", keyring=other)
+        store = S3Store("wheels", "idx/_cache/compile", endpoint_url=endpoint)
+        got = cache.pull(store, tmp_path / "other-runner", keyring=other)
     finally:
         for k in creds:
             os.environ.pop(k, None)
+    assert got.failed > 0  # the manifests: each one signed by a key it does not hold
     assert not [k for k in cache.local_files(tmp_path / "other-runner") if "/m/" in k]
