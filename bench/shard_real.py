@@ -71,12 +71,16 @@ def home(work: Path, name: str) -> Path:
     return h
 
 
+STORE_KEY = "bench-shard-key-shared-by-every-runner-0123456789"
+
+
 def start(m: Path, out: Path, h: Path, *extra: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "factory", "build", "--trust-paths", "-m", str(m), "-o", str(out), *extra]
     return subprocess.Popen(
         cmd,
         cwd=ROOT,
-        env={**os.environ, "FACTORY_HOME": str(h)},
+        # the runners of one store share its signing key, as CI's do (FACTORY_CACHE_KEY)
+        env={**os.environ, "FACTORY_HOME": str(h), "FACTORY_CACHE_KEY": STORE_KEY},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from test_build import ROOT
-from test_cache_build import cubin_archs, factory_build, fresh_home, run_build, store_entries
+from test_cache_build import SHARED_KEY, cubin_archs, factory_build, fresh_home, run_build, store_entries
 from test_memory_build import SCALE, memext_matrix
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -34,7 +34,11 @@ def test_two_shards_fill_the_cache_and_the_final_build_only_links(
         subprocess.Popen(
             [*factory_build(matrix, tmp_path / f"s{i}"), "--shard", f"{i}/2", "--cpus", "1"],
             cwd=ROOT,
-            env={**os.environ, "FACTORY_HOME": str(fresh_home(tmp_path, f"home{i}", session_factory_home))},
+            env={
+                **os.environ,
+                "FACTORY_HOME": str(fresh_home(tmp_path, f"home{i}", session_factory_home)),
+                "FACTORY_CACHE_KEY": SHARED_KEY,  # the runners of one store sign with its key
+            },
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
