@@ -1,0 +1,64 @@
+"""The wheel a build leaves in `/out` (a directory its container can write) reaches the host's checks only as
+a copy made without following a link, of a regular file, under the plain file name the driver reported: a
+build's code can plant links, FIFOs and forged log marks there (issue 31, section 1)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from factory import build, jobrun, leftovers, report
+from factory.config import load_matrix_file
+from factory.plan import plan_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> jobrun.JobRun:
+    mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
+    settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=None)
+    job = plan_matrix(mf).jobs[0]
+    return jobrun.JobRun(
+        build.Runner(None, mf, settings).context,
+        job,
+        report.JobResult(job_id=job.id, variant_id="v", python="3.11"),
+    )
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    path = tmp_path / "out" / ".tmp-job"
+    path.mkdir(parents=True)
+    return path
+
+
+def test_the_reported_wheel_is_copied_out(run: jobrun.JobRun, out: Path) -> None:
+    (out / "demo-0.1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel bytes")
+    taken = run.take_wheel(out, "demo-0.1.0-cp311-cp311-linux_x86_64.whl")
+    assert taken is not None and taken.read_bytes() == b"wheel bytes"
+    assert taken.parent == run.wheel_dir and not taken.is_relative_to(out)
+    assert leftovers.read_owner(run.wheel_dir) is not None  # a dead run's copy is removed like its /out
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../../../../etc/passwd", "/etc/passwd", "a/b.whl", "x.whl\n", ".whl/..", "", None, 7, "ok.tar.gz"],
+)
+def test_a_name_that_is_not_one_wheel_file_is_no_wheel(run: jobrun.JobRun, out: Path, name: object) -> None:
+    # the driver's mark can be forged by the build's own output: the name is the container's word
+    assert run.take_wheel(out, name) is None
+
+
+def test_a_link_or_a_fifo_named_as_the_wheel_is_no_wheel(
+    run: jobrun.JobRun, out: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "host-secret"
+    secret.write_bytes(b"credentials")
+    (out / "a-1-py3-none-any.whl").symlink_to(secret)
+    os.mkfifo(out / "b-1-py3-none-any.whl")
+    assert run.take_wheel(out, "a-1-py3-none-any.whl") is None
+    assert run.take_wheel(out, "b-1-py3-none-any.whl") is None  # refused at once, never a blocked open
+    assert not [p for p in run.wheel_dir.iterdir() if p.name != leftovers.OWNER_FILE]
