@@ -376,14 +376,14 @@ class JobRun:
             leftovers.make_output_tmp_dir(out_tmp)  # owned, so a later run can tell it from a live one's
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
             self.profile_dir.mkdir(parents=True, exist_ok=True)
-            mounts = self.mounts(inputs, out_tmp)
-            if ctx.shard is not None:
-                self.plan_shard(inputs.source)
             if ctx.compile_cache is not None:
                 self.job_cache = ctx.compile_cache.open_job(
                     self.job.id, domain=inputs.cache_domain, run_id=ctx.run_id
                 )
-                mounts.update(self.job_cache.mounts())
+            mounts = self.mounts(inputs, out_tmp)
+            if ctx.shard is not None:
+                self.plan_shard(inputs.source)
+            if ctx.compile_cache is not None:
                 ctx.compile_cache.before_job(self.job.id, inputs.cache_domain)
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
