@@ -167,6 +167,12 @@ class Keyring:
         return {key_id(k): k for k in (self.signing, *self.trusted)}
 
 
+def shared_key(config: CacheConfig, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether other hosts can use what this one signs: no store (nothing to share), or a key from the
+    environment (a secret the runners of the store share) rather than this home's own."""
+    return config.store is None or bool(environ.get(KEY_ENV))
+
+
 def _key_bytes(text: str, *, what: str) -> bytes:
     text = text.strip()
     if len(text) < MIN_KEY_CHARS or any(c.isspace() or not c.isprintable() for c in text):

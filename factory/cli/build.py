@@ -90,7 +90,7 @@ def build(
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
     from factory.build import BuildSettings, run_build
-    from factory.cache import resolve
+    from factory.cache import KEY_ENV, resolve, shared_key
     from factory.engine import check_docker
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
@@ -117,6 +117,12 @@ def build(
         raise ConfigError("--verify-cache checks the compile cache's hits, and the cache is off")
     if one_shard is not None and compile_cache is None:
         raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
+    if one_shard is not None and compile_cache is not None and not shared_key(compile_cache):
+        typer.echo(
+            f"warning: --shard without {KEY_ENV}: this host signs its compiles with its own key, and a "
+            "final build on another host will not use them",
+            err=True,
+        )
     if dry_run:
         for job in jobs:
             typer.echo(f"{job.id}\tpython {job.python}\tarch {job.variant.arch}\t{job.variant.full_version}")

@@ -4,6 +4,7 @@ CLI's --shard checks."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -339,3 +340,17 @@ def test_matrix_github_shards_outputs_and_the_256_limit(tmp_path: Path) -> None:
     )
     assert big.returncode == 2 and big.stderr.strip().count("\n") == 0 and "256" in big.stderr, big.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "warned"), [("", True), ("a-key-the-runners-of-this-store-share-0123", False)]
+)
+def test_a_shard_without_the_store_s_shared_key_is_warned(tmp_path: Path, key: str, warned: bool) -> None:
+    # a final build on another runner verifies this one's compiles only with the key they share
+    matrix = Path(__file__).parents[2] / "matrix.yaml"
+    cmd = [sys.executable, "-m", "factory", "build", "-m", str(matrix), "--shard", "1/2", "--dry-run"]
+    cmd += ["--cache", str(tmp_path / "store")]
+    env = {k: v for k, v in os.environ.items() if k != "FACTORY_CACHE_KEY"}
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**env, "FACTORY_CACHE_KEY": key})
+    assert result.returncode == 0, result.stderr
+    assert ("warning: --shard without FACTORY_CACHE_KEY" in result.stderr) is warned, result.stderr
