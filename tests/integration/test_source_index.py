@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from factory.errors import BuildError
+from factory.errors import BuildError, ConfigError
 from factory.source import PreparedSource, prepare_source, read_pip_settings
 from factory.urls import without_credentials
 
@@ -50,7 +50,7 @@ def test_sdist_comes_through_the_configured_index_with_its_hash(tmp_path: Path) 
 
 def test_missing_version_names_the_configured_index(tmp_path: Path) -> None:
     first_index = without_credentials(read_pip_settings().indexes[0]).rstrip("/") + "/"
-    with pytest.raises(BuildError) as err:
+    with pytest.raises(ConfigError) as err:  # the matrix file's error: exit 2
         fetch(tmp_path / "cache", version="9.9.9")
     message = str(err.value)
     assert message.startswith(f"{NAME} 9.9.9: no such version on {first_index}")
