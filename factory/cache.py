@@ -305,8 +305,10 @@ def make_outbox(path: Path) -> Path:
     """A job's outbox: a fresh directory only the build containers' user can write (and the host), its owner
     (this process) recorded beside it where no container writes, so a dead run's is removed
     (`remove_stale_outboxes`)."""
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_name(path.name + OWNER_SUFFIX).write_text(leftovers.owner_json())
     path.mkdir(mode=0o700)
@@ -422,12 +424,7 @@ def verify_domain(
     removed = 0
     for item in safefs.walk(dest / MANIFEST):
         relative = PurePosixPath(MANIFEST) / item.relative
-        try:
-            with safefs.open_regular(dest, relative) as fd:
-                st = os.fstat(fd)
-        except OSError:
-            continue
-        memo = (relative.as_posix(), st.st_ino, st.st_size)
+        memo = (relative.as_posix(), item.inode, item.size)
         if known is not None and memo in known:
             continue
         named = compilecache.classify(relative)
@@ -802,7 +799,7 @@ class _Files:
     # by domain: (path in the domain's directory, what lstat said)
     manifests: dict[str, list[tuple[PurePosixPath, safefs.Found]]] = field(default_factory=dict)
     objects: dict[tuple[str, str], safefs.Found] = field(default_factory=dict)  # (domain, sha256)
-    other: list[PurePosixPath] = field(default_factory=list)  # relative to the layout's directory
+    other: list[safefs.Found] = field(default_factory=list)  # relative to the layout's directory
 
 
 def _inventory(root: Path) -> _Files:
@@ -810,7 +807,7 @@ def _inventory(root: Path) -> _Files:
     for item in safefs.walk(root / LAYOUT):
         parsed = parse_store_key(f"{LAYOUT}/{item.relative.as_posix()}")
         if parsed is None:
-            files.other.append(item.relative)
+            files.other.append(item)
         elif parsed[2][0] == OBJECT:
             files.objects[(parsed[0], parsed[2][1])] = item
         else:
@@ -842,15 +839,13 @@ def prune(max_bytes: int, root: Path | None = None, *, now: float | None = None)
     grace = compilecache.TEMP_GRACE_S
     removed_entries = removed_bytes = 0
     for entry in sorted(os.listdir(root)) if root.is_dir() else []:
-        if entry != LAYOUT and entry != ".lock":  # an earlier layout's tree, never followed if a link
-            path = root / entry
-            removed_bytes += _remove_tree(path)
+        if entry != LAYOUT:  # an earlier layout's tree, never followed if a link
+            removed_bytes += _remove_tree(root / entry)
     files = _inventory(root)
-    for relative in files.other:
-        item_age = _age(root / LAYOUT / relative, now)
-        if not compilecache.is_temp(relative.name) or item_age > grace:
-            safefs.unlink(root / LAYOUT, relative)
-    entries: list[tuple[float, str, PurePosixPath, int]] = []
+    for other in files.other:
+        if not compilecache.is_temp(other.relative.name) or now - other.mtime > grace:
+            safefs.unlink(root / LAYOUT, other.relative)
+    entries: list[tuple[float, str, PurePosixPath, int, str]] = []
     users: dict[tuple[str, str], int] = {}
     for domain, manifests in files.manifests.items():
         for relative, item in manifests:
@@ -863,26 +858,24 @@ def prune(max_bytes: int, root: Path | None = None, *, now: float | None = None)
                     removed_entries, removed_bytes = removed_entries + 1, removed_bytes + item.size
                 continue
             users[(domain, sha)] = users.get((domain, sha), 0) + 1
-            entries.append((max(item.mtime, obj.mtime), domain, relative, item.size))
+            entries.append((max(item.mtime, obj.mtime), domain, relative, item.size, sha))
     for (domain, sha), obj in files.objects.items():
         if (domain, sha) not in users and now - obj.mtime > grace:
             safefs.unlink(domain_dir(root, domain), compilecache.object_relative(sha))
             removed_bytes += obj.size
     kept = {k: v for k, v in files.objects.items() if k in users}
-    total = sum(size for *_, size in entries) + sum(o.size for o in kept.values())
-    for _, domain, relative, size in sorted(entries):
+    total = sum(e[3] for e in entries) + sum(o.size for o in kept.values())
+    for _, domain, relative, size, sha in sorted(entries):
         if total <= max_bytes:
             break
         dest = domain_dir(root, domain)
-        sha = _object_named(dest, relative)
         safefs.unlink(dest, relative)  # the manifest first: an object without its manifest is never read
         removed_entries, removed_bytes, total = removed_entries + 1, removed_bytes + size, total - size
-        if sha is not None:
-            users[(domain, sha)] -= 1
-            if users[(domain, sha)] == 0:
-                obj = kept[(domain, sha)]
-                safefs.unlink(dest, compilecache.object_relative(sha))
-                removed_bytes, total = removed_bytes + obj.size, total - obj.size
+        users[(domain, sha)] -= 1
+        if users[(domain, sha)] == 0:
+            obj = kept[(domain, sha)]
+            safefs.unlink(dest, compilecache.object_relative(sha))
+            removed_bytes, total = removed_bytes + obj.size, total - obj.size
         with contextlib.suppress(OSError):
             (dest / relative).parent.rmdir()  # its direct key's last manifest
     return PruneResult(removed_entries=removed_entries, removed_bytes=removed_bytes, kept_bytes=total)
@@ -894,13 +887,6 @@ def _object_named(dest: Path, manifest: PurePosixPath) -> str | None:
     except OSError:
         return None
     return entry.object_sha256 if entry is not None else None
-
-
-def _age(path: Path, now: float) -> float:
-    try:
-        return now - path.lstat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _remove_tree(path: Path) -> int:

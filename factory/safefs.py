@@ -42,6 +42,7 @@ class Found:
     relative: PurePosixPath
     size: int
     mtime: float
+    inode: int
 
 
 def _parts(relative: str | PurePosixPath) -> tuple[str, ...]:
@@ -192,7 +193,7 @@ def walk(root: Path, *, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRI
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                yield Found(relative=prefix / name, size=st.st_size, mtime=st.st_mtime)
+                yield Found(relative=prefix / name, size=st.st_size, mtime=st.st_mtime, inode=st.st_ino)
             elif stat.S_ISDIR(st.st_mode) and depth < max_depth:
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)

@@ -31,7 +31,7 @@ from factory import index
 from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
 from factory.stores import Store
-from factory.urls import scrub_urls
+from factory.urls import printable
 
 _JSON_TYPES = {index.PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
 _HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}
@@ -103,9 +103,7 @@ BACKLOG = 1024
 # A request path longer than S3's longest key, or a segment longer than a file name may be, names nothing.
 MAX_PATH_BYTES = 1024
 MAX_SEGMENT_BYTES = 255
-MAX_LOG_LINE = 2048
 MAX_LOGGED_REQUEST = 512  # of a request line, so that its status still fits on the line
-_CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0), ord("\\"))})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,13 +114,6 @@ class ServeOptions:
     # A request head must arrive in full, and an idle connection is closed, within this many seconds; a
     # response write that stalls this long ends its connection too.
     timeout_s: float = 30.0
-
-
-def printable(text: str) -> str:
-    """`text` as one log line: control characters (ESC, CR, LF, C1) and backslashes escaped, URLs without
-    their credentials, cut at MAX_LOG_LINE characters."""
-    line = scrub_urls(text).translate(_CONTROL)
-    return line if len(line) <= MAX_LOG_LINE else line[: MAX_LOG_LINE - 3] + "..."
 
 
 def path_problem(path: str) -> HTTPStatus | None:

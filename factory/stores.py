@@ -15,7 +15,6 @@ import ipaddress
 import os
 import random
 import re
-import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -104,18 +103,6 @@ def _exists_at(dirfd: int, name: str) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def _sha256_at(dirfd: int, name: str) -> str | None:
-    """The sha256 of the regular file `name` in a directory; None for none (a link counts as none)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dirfd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return _sha256_stream(fh)
 
 
 def _check_key(key: str) -> None:
@@ -244,13 +231,10 @@ class LocalStore:
             self._swept = True
             self.remove_stale_temporaries()
         self.root.mkdir(parents=True, exist_ok=True)
-        parent = relative.parent.as_posix() if relative.parent != PurePosixPath(".") else ""
         # every level made and entered without following a link: nothing lands outside the store
-        with safefs.open_dir(self.root, parent, create=True) as dirfd:
+        with safefs.open_dir(self.root, relative.parent, create=True) as dirfd:
             tmp = f"{tmp_prefix(relative.name)}{os.urandom(6).hex()}.tmp"
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dirfd
-            )
+            fd = os.open(tmp, _NEW_FILE, 0o644, dir_fd=dirfd)
             try:
                 # Write the new content aside first so the lock is held only for check-and-rename.
                 digest = hashlib.sha256()
@@ -264,7 +248,7 @@ class LocalStore:
                 with self.lock():
                     if if_none_match and _exists_at(dirfd, relative.name):
                         raise PreconditionFailed(key)
-                    if if_match is not None and _sha256_at(dirfd, relative.name) != if_match:
+                    if if_match is not None and self.sha256_of(key) != if_match:
                         raise PreconditionFailed(key)
                     os.replace(tmp, relative.name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
                 return digest.hexdigest()

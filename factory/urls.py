@@ -43,6 +43,17 @@ def checked_url(url: str, *, schemes: Collection[str], what: str) -> SplitResult
     return parts
 
 
+MAX_LOG_LINE = 2048
+_CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0), ord("\\"))})
+
+
+def printable(text: str) -> str:
+    """`text` as one log line: control characters (ESC, CR, LF, C1) and backslashes escaped, URLs without
+    their credentials, cut at MAX_LOG_LINE characters. For whatever a client, a container or an index said."""
+    line = scrub_urls(text).translate(_CONTROL)
+    return line if len(line) <= MAX_LOG_LINE else line[: MAX_LOG_LINE - 3] + "..."
+
+
 def scrub_urls(text: str) -> str:
     """`text` with every URL in it through without_credentials (an outside message: botocore's, git's)."""
     return _URL_IN_TEXT.sub(lambda m: without_credentials(m.group()), text)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from factory.serve import MAX_LOG_LINE, ServeOptions, make_server, printable
+from factory.serve import ServeOptions, make_server
 from factory.stores import LocalStore, S3Store, Store
+from factory.urls import MAX_LOG_LINE, printable
 
 WAIT_S = 30.0  # generous: the events below take well under a second on an idle machine
 
