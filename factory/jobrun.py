@@ -38,6 +38,7 @@ from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
 from factory.plan import Job, matrix_env
 from factory.report import Attempt, JobResult
+from factory.urls import printable
 
 WORK_VOLUME = "factory-work"
 WORK_MOUNT = "/var/factory"
@@ -335,9 +336,10 @@ class JobRun:
             return
         self.result.cache_checked += 1
         if measured.cache_check != compilecache.CHECK_SAME:
-            self.result.cache_suspects.append(measured.source or measured.key)
+            source = printable(measured.source or measured.key)  # the container's words: one line
+            self.result.cache_suspects.append(source)
             if self.ctx.compile_cache is not None and measured.entry:
-                self.ctx.compile_cache.suspect(self.job.id, measured.entry, measured.source)
+                self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
 
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
         return {

@@ -588,10 +588,15 @@ def expected_sha256(
 
 def _copy_local(path: Path, out: Any, limit: int) -> None:
     """A file a local index names, at most `limit` bytes of it; a FIFO or device (/dev/zero) is refused."""
-    if not path.is_file():
+    # opened first, then its type checked on the descriptor: a FIFO swapped in after a check of the path
+    # would block the open
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         raise IndexPageError("not a regular file")
+    os.set_blocking(fd, True)
     total = 0
-    with path.open("rb") as src:
+    with os.fdopen(fd, "rb") as src:
         while block := src.read(CHUNK):
             total += len(block)
             if total > limit:

@@ -657,3 +657,27 @@ def test_build_with_a_bad_cache_flag_is_a_usage_error(
     assert code == 2 and out.strip() == "error: --cache 'ftp://host/x': use a directory or s3://bucket/prefix"
     code, out = factory_cli(["build", "--matrix", matrix, "--dry-run", "--cache", "off"])
     assert code == 0, out
+
+
+def test_a_forged_check_line_names_its_source_on_one_line_and_removes_nothing_of_another_domain(
+    tmp_path: Path,
+) -> None:
+    # the build's own output can print measurement lines: the name is shown escaped, the entry must be a
+    # pair of keys, and only the job's own domain is touched
+    run, _ = cache_job_run(tmp_path, {})
+    lines: list[str] = []
+    sync = run.ctx.compile_cache
+    assert sync is not None
+    sync.log = lines.append
+    sync.open_job(run.job.id, domain=DOMAIN, run_id="r1")
+    other, elsewhere = make_entry(b"theirs", 3), "e" * 64
+    obj, manifest = keys_of(other, elsewhere)
+    for key in (obj, manifest):
+        put(sync.local, key, b"x")
+    forged = {"key": "k", "peak_bytes": 1, "wall_s": 1.0, "cache": "miss", "cache_check": "differs"}
+    forged["source"] = "a.cu\nfactory: published evil.whl\x1b[2J"
+    for entry in (f"{other.direct_key}-{other.result_key}", "../../x-y"):
+        run.cache_checked(measurement_line({**forged, "entry": entry}))
+    assert run.result.cache_suspects == ["a.cu\\x0afactory: published evil.whl\\x1b[2J"] * 2
+    assert len(lines) == 1 and "\n" not in lines[0] and "\x1b" not in lines[0]
+    assert (sync.local / manifest).is_file()
