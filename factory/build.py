@@ -238,7 +238,8 @@ class Runner:
         wh = self.wheelhouse_for(job)
         self.ensure_work_volume(image)
         domain = cache.trust_domain(self.prepared_source().code_id)
-        return JobInputs(image=image, source=source, wheelhouse=wh, cache_domain=domain)
+        toolkit = self._once(f"toolkit:{image}", lambda: images.image_toolkit(self.client, image))
+        return JobInputs(image=image, source=source, wheelhouse=wh, cache_domain=domain, toolkit=toolkit)
 
     def run_job(self, job: Job, result: JobResult) -> None:
         run_job(self.context, job, result, prepare=self.inputs)

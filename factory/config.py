@@ -22,6 +22,7 @@ from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
 from factory.memory.planner import container_limits
 from factory.options import (
+    FLAVORS,
     MAX_ATTEMPTS,
     MAX_COMPILE_GIB,
     MAX_COMPILE_SECONDS,
@@ -662,9 +663,11 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
             )
     if "flavor" in node:
         flavor = check.string(node, "flavor", "build.flavor")
-        if flavor not in ("devel", "pypi", "manylinux"):
+        if flavor not in FLAVORS:
             raise check.fail(
-                f"build.flavor {flavor!r} must be 'devel', 'pypi' or 'manylinux'", node, "flavor"
+                f"build.flavor {flavor!r} must be one of {', '.join(repr(f) for f in FLAVORS)}",
+                node,
+                "flavor",
             )
         c["flavor"] = flavor
     if "base_image" in node:

@@ -34,6 +34,7 @@ from typing import Any
 from factory.errors import ConfigError, ImageError
 from factory.home import factory_home
 from factory.imageref import check_image_reference
+from factory.options import FLAVORS
 from factory.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 
 Progress = Callable[[str], None]
@@ -51,7 +52,6 @@ LABEL_MIRROR = "io.wheel-factory.mirror"
 # The GCC every compile in the image uses ("14"); absent where the suite's one default g++ is it.
 LABEL_GCC = "io.wheel-factory.gcc"
 
-FLAVORS = ("devel", "pypi", "manylinux")
 BASE_REPOSITORY = "factory-base"
 BUILDER_REPOSITORY = "factory-builder"
 STANDIN_REPOSITORY = "factory-standin"
@@ -74,6 +74,9 @@ class Toolchain:
     pythons: tuple[str, ...]
     # The pinned g++ major ("14"), made the image's gcc/g++/cc/c++; None: the suite's default g++.
     gcc: str | None = None
+    # The CUDA release of the suite's own `nvidia-cuda-toolkit` (non-free), the debian flavor's toolkit; None:
+    # the suite has none the factory uses.
+    cuda: str | None = None
 
     @property
     def multi(self) -> bool:
@@ -82,9 +85,12 @@ class Toolchain:
 
 # forky (Debian testing) ships python3.13, 3.14 and 3.15 and g++-12..16; nvcc 13.0 refuses GCC > 15, and
 # g++-14 is the compiler of trixie and of the most CUDA 13 builds, so it is the one pinned.
+# trixie's nvidia-cuda-toolkit is CUDA 12.4, whose nvcc takes GCC <= 13: g++-13 is pinned there. Listed after
+# forky, so the pypi flavor's Python 3.13 keeps forky's multi-Python toolchain.
 TOOLCHAINS = (
     Toolchain(suite="bookworm", pythons=("3.11",)),
     Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14"),
+    Toolchain(suite="trixie", pythons=("3.13",), gcc="13", cuda="12.4"),
 )
 
 # nvidia/cuda tags carry the full version; a matrix names major.minor.
@@ -248,9 +254,52 @@ def job_toolchain(*, python: str, flavor: str, base_image: str | None) -> Toolch
     return toolchain if toolchain.multi else None
 
 
+def debian_toolchain(*, cuda: str, python: str) -> Toolchain:
+    """The suite whose own nvidia-cuda-toolkit builds a CUDA `cuda` variant for `python` (the debian flavor):
+    the toolkit's CUDA major must be the variant's (torch's extension builder refuses another major) and its
+    minor not above it (a lower minor is a warning there, and the wheel links the same libcudart soname)."""
+    _check_version("CUDA", cuda)
+    _check_version("Python", python)
+    wanted = version_key(cuda)
+    for toolchain in TOOLCHAINS:
+        if toolchain.cuda is None or python not in toolchain.pythons:
+            continue
+        have = version_key(toolchain.cuda)
+        if have[0] == wanted[0] and have <= wanted:
+            return toolchain
+    known = "; ".join(
+        f"{t.suite}: CUDA {t.cuda}, Python {', '.join(t.pythons)}" for t in TOOLCHAINS if t.cuda is not None
+    )
+    raise ImageError(
+        f"flavor debian: no Debian suite's nvidia-cuda-toolkit builds CUDA {cuda} for Python {python} "
+        f"({known}); use flavor pypi (CUDA >= 13) or devel"
+    )
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """ "12.4" -> (12, 4): CUDA versions compared as numbers ("12.10" above "12.9")."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def toolkit_cuda(*, cuda: str, python: str, flavor: str) -> str:
+    """The CUDA release whose nvcc compiles a variant of CUDA `cuda`: the distribution's package for the
+    debian flavor, the variant's own release for the others (NVIDIA's image, the PyPI wheels)."""
+    _check_flavor(flavor)
+    if flavor == "debian":
+        toolkit = debian_toolchain(cuda=cuda, python=python).cuda
+        assert toolkit is not None
+        return toolkit
+    return cuda
+
+
 def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
     """The builder image a job of (cuda, python) runs in: the toolchain image when the job has one (every
-    Python of a variant then compiles with one compiler), else the image of its own Python."""
+    Python of a variant then compiles with one compiler), else the image of its own Python. The debian
+    flavor's image is its suite's, named by the toolkit's CUDA (every CUDA 12 variant shares it)."""
+    if flavor == "debian":
+        toolchain = debian_toolchain(cuda=cuda, python=python)
+        assert toolchain.cuda is not None
+        return toolchain_image_name(cuda=toolchain.cuda, suite=toolchain.suite, flavor=flavor)
     toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
     if toolchain is not None:
         return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)
@@ -401,6 +450,11 @@ def build_args(*, cuda: str, python: str, flavor: str, base_image: str) -> dict[
     args = {"BASE_IMAGE": base_image, "PYTHON": python, "FACTORY_UID": str(FACTORY_UID)}
     if flavor == "pypi":
         args["CUDA_MAJOR"] = str(cuda_major(cuda))
+    if flavor == "debian":
+        toolchain = debian_toolchain(cuda=cuda, python=python)
+        assert toolchain.cuda is not None and toolchain.gcc is not None
+        args["TOOLKIT"] = toolchain.cuda
+        args["GCC"] = toolchain.gcc
     if flavor == "manylinux":
         args["PYTHON_BIN"] = manylinux_python(python)
     return args
@@ -767,6 +821,9 @@ def base_image_for(*, cuda: str, python: str, flavor: str, base_image: str | Non
     _check_flavor(flavor)
     if flavor == "pypi":
         return base_image or default_base_image(python)
+    if flavor == "debian":
+        # the toolkit is the suite's own package: only that suite's bootstrapped base carries it
+        return f"{BASE_REPOSITORY}:{debian_toolchain(cuda=cuda, python=python).suite}"
     if base_image and base_suite_of(base_image) is None:
         return base_image
     return devel_base_image(cuda) if flavor == "devel" else manylinux_base_image(cuda)
@@ -796,9 +853,22 @@ def ensure_builder_image(
         return ensure_toolchain_image(
             client, cuda=cuda, suite=toolchain.suite, flavor=flavor, bootstrap=bootstrap, progress=progress
         )
-    name = builder_image_name(cuda=cuda, python=python, flavor=flavor)
+    name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
+    labels = {LABEL: "builder", LABEL_CUDA: cuda, LABEL_PYTHON: python, LABEL_FLAVOR: flavor}
+    if flavor == "debian":
+        # named and labelled by its toolkit (the Dockerfile checks nvcc is that release), not by a variant
+        toolchain = debian_toolchain(cuda=cuda, python=python)
+        assert toolchain.cuda is not None and toolchain.gcc is not None
+        labels.update(
+            {
+                LABEL_CUDA: toolchain.cuda,
+                LABEL_TOOLKIT: toolchain.cuda,
+                LABEL_SUITE: toolchain.suite,
+                LABEL_GCC: toolchain.gcc,
+            }
+        )
     return _make_image(
         client,
         name=name,
@@ -808,9 +878,10 @@ def ensure_builder_image(
         args=build_args(cuda=cuda, python=python, flavor=flavor, base_image=base),
         requirements=image_requirements(cuda=cuda, flavor=flavor),
         python=python,
-        labels={LABEL: "builder", LABEL_CUDA: cuda, LABEL_PYTHON: python, LABEL_FLAVOR: flavor},
-        # Everything is in the context, so the build cannot reach anything; devel needs apt for Python.
-        network_mode=None if flavor == "devel" else "none",
+        labels=labels,
+        # Everything is in the context, so the build cannot reach anything; devel needs apt for Python,
+        # debian for the toolkit (the distribution's mirror).
+        network_mode=None if flavor in ("devel", "debian") else "none",
         progress=progress,
     )
 
@@ -1024,6 +1095,23 @@ def _remove_stage_images(client: Any, built: Any, step_ids: Sequence[str]) -> No
     for short_id in reversed(step_ids):
         if short_id not in kept:
             _remove_quietly(client, short_id)
+
+
+def image_toolkit(client: Any, name: str) -> str | None:
+    """The CUDA release of an image's nvcc: the factory's label, else the CUDA_VERSION NVIDIA's images set
+    ("12.8.1" -> "12.8"); None when the image says neither."""
+    image = _get_image(client, name)
+    if image is None:
+        return None
+    label = (image.labels or {}).get(LABEL_TOOLKIT)
+    if label:
+        return str(label)
+    env = (image.attrs.get("Config") or {}).get("Env") or []
+    for item in env:
+        key, _, value = str(item).partition("=")
+        if key == "CUDA_VERSION" and _VERSION_RE.fullmatch(value):
+            return ".".join(value.split(".")[:2])
+    return None
 
 
 def list_images(client: Any) -> list[ImageInfo]:

@@ -59,6 +59,7 @@ class JobInputs:
     source: Path
     wheelhouse: Path
     cache_domain: str = ""  # the compile cache's trust domain of the source (`cache.trust_domain`)
+    toolkit: str | None = None  # the CUDA release of the image's nvcc, when the image says
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,6 +376,7 @@ class JobRun:
             self.changed()
             inputs = prepare(self.job)
             image = inputs.image
+            result.image, result.toolkit = image, inputs.toolkit
             leftovers.make_output_tmp_dir(out_tmp)  # owned, so a later run can tell it from a live one's
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
             self.profile_dir.mkdir(parents=True, exist_ok=True)

@@ -116,13 +116,18 @@ class Recipe:
     host_only_libraries: tuple[str, ...] = ()
 
 
+# Builder image flavors (factory/images.py): NVIDIA's devel image, NVIDIA's PyPI toolkit on a bootstrapped
+# Debian, PyTorch's manylinux builder, Debian's own nvidia-cuda-toolkit package.
+FLAVORS = ("devel", "pypi", "manylinux", "debian")
+
+
 @dataclass(frozen=True, kw_only=True)
 class BuildOptions:
     memory: int | None = None
     memory_budget: int | None = None
     cpus: float | None = None
     concurrency: int = 1
-    flavor: Literal["devel", "pypi", "manylinux"] = "devel"
+    flavor: Literal["devel", "pypi", "manylinux", "debian"] = "devel"
     # None: for the pypi flavor, the factory base whose Debian suite ships each job's Python
     base_image: str | None = None
     images: Mapping[str, str] = field(default_factory=frozen_mapping)

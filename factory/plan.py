@@ -9,6 +9,8 @@ from types import MappingProxyType
 
 from factory.abi3 import ABI3, covers, python_key, wheel_tag
 from factory.config import AXES, MatrixFile
+from factory.errors import ConfigError, ImageError
+from factory.images import cuda_major, toolkit_cuda
 from factory.matrix import expand
 from factory.recipes import recipe_env
 from factory.tags import python_tag
@@ -26,6 +28,9 @@ class Job:
     # An abi3 job (the recipe's py_limited_api): its wheel's tag ("cp311") and the later Pythons it covers.
     limited_api: str | None = None
     covers: tuple[str, ...] = ()
+    # The CUDA release of the nvcc that compiles the job when it is not the variant's own (the debian flavor:
+    # Debian's 12.4 package for a CUDA 12.8 torch).
+    toolkit: str | None = None
 
     @property
     def id(self) -> str:
@@ -57,6 +62,8 @@ class Job:
             "local_version": v.local_version,
             "verified": self.verified,
         }
+        if self.toolkit:
+            out["toolkit"] = self.toolkit
         if self.limited_api:
             out["abi"] = f"{self.limited_api}-{ABI3}"
             out["covers"] = list(self.covers)
@@ -124,6 +131,34 @@ def matrix_env(mf: MatrixFile, job: Job) -> dict[str, str]:
     return {**recipe_env(mf.recipe, job.variant), **job.env}
 
 
+def job_toolkit(mf: MatrixFile, *, cuda: str, python: str) -> str:
+    """The CUDA release that compiles a (cuda, python) job: the debian flavor's distribution package, else the
+    variant's own (an image named in build.images is taken at its word)."""
+    if cuda in mf.build.images:
+        return cuda
+    try:
+        return toolkit_cuda(cuda=cuda, python=python, flavor=mf.build.flavor)
+    except ImageError as exc:
+        raise ConfigError(f"{mf.display}: {exc}") from None
+
+
+def toolkit_arch_problem(mf: MatrixFile, *, archs: tuple[str, ...], cuda: str, toolkit: str) -> str | None:
+    """Why a flavor's toolkit cannot compile one of a CUDA `cuda` variant's archs, naming the arch, the
+    toolkit and the flavors that can; None when it compiles them all."""
+    flavor = mf.build.flavor
+    for arch in archs:
+        problem = mf.compat.arch_problem(arch, toolkit)
+        if problem is None:
+            continue
+        able = ["devel"] + (["pypi"] if cuda_major(cuda) >= 13 else [])
+        if mf.compat.arch_problem(arch, cuda) is not None:
+            able = []
+        instead = f"; flavor {' or '.join(able)} (CUDA {cuda}) can" if able else ""
+        uses = f"flavor {flavor} compiles the CUDA {cuda} variant with CUDA {toolkit}"
+        return f"arch {arch}: {uses}: {problem}{instead}"
+    return None
+
+
 def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
     """Expand the matrix and (unless prune=False) drop or trim what the compatibility data rules out."""
     spec = mf.matrix
@@ -157,6 +192,11 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
             archs, notes, verified = verdict.archs, verdict.notes, verdict.verified
         else:
             notes = ("not checked (--no-prune)",)
+        toolkit = job_toolkit(mf, cuda=cuda, python=python)
+        if prune and toolkit != cuda:
+            refused = toolkit_arch_problem(mf, archs=archs, cuda=cuda, toolkit=toolkit)
+            if refused is not None:
+                raise ConfigError(f"{mf.display}: {refused}")
         job = Job(
             variant=Variant(
                 package=mf.package.name,
@@ -171,6 +211,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
             extra=MappingProxyType(extra),
             verified=verified,
             notes=notes,
+            toolkit=toolkit if toolkit != cuda else None,
         )
         if job.id in seen:
             reason = f"same job as {job.id}" + (" after trimming archs" if notes else "")

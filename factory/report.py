@@ -45,6 +45,8 @@ class JobResult:
     log_tail: list[str] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     shard: str | None = None  # "I/N": a shard's build, which fills the compile cache and makes no wheel
+    image: str | None = None  # the builder image
+    toolkit: str | None = None  # the CUDA release of its nvcc (Debian's 12.4 for a CUDA 12.8 variant, say)
     # compiles of every attempt (the measurement lines' "cache" field): served from the compile cache, or run
     compiles_cached: int = 0
     compiles_compiled: int = 0

@@ -75,7 +75,8 @@ def build(
     flavor: Annotated[
         str,
         typer.Option(
-            help="devel (nvidia/cuda base), pypi (PyPI toolkit) or manylinux (pytorch/manylinux2_28)."
+            help="devel (nvidia/cuda base), pypi (PyPI toolkit), manylinux (pytorch/manylinux2_28) or "
+            "debian (Debian's nvidia-cuda-toolkit: CUDA 12.4 on trixie, for CUDA 12 variants)."
         ),
     ] = "pypi",
     base: Annotated[

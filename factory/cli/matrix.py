@@ -52,6 +52,8 @@ def _table(plan: Plan, title: str) -> Table:
         notes = list(dict.fromkeys(n for j in jobs for n in j.notes))
         verified = all(j.verified for j in jobs)
         status = "[green]ok[/]" if verified else "[yellow]unverified[/]"
+        toolkits = sorted({j.toolkit for j in jobs if j.toolkit})
+        notes += [f"compiled with CUDA {t}'s nvcc (the flavor's toolkit)" for t in toolkits]
         if notes:
             status += "\n" + "\n".join(f"[dim]{n}[/]" for n in notes)
         table.add_row(variant.id, pythons, variant.arch, status)

@@ -162,15 +162,25 @@ def summary_table(report: BuildReport) -> Table:
     return table
 
 
+def other_toolkit(r: JobResult) -> bool:
+    """Whether the job compiled with another CUDA release than its variant's (the debian flavor's 12.4 for
+    a cu128 variant): then the summary names it."""
+    if not r.toolkit:
+        return False
+    release = "".join(r.toolkit.split(".")[:2])
+    return not r.variant_id.startswith(f"cu{release}-")
+
+
 def summary_lines(report: BuildReport) -> list[str]:
     """The summary as plain lines, one per job, each field whole."""
     lines = ["summary:"]
     for r in report.jobs:
         peak = format_size(r.peak_bytes) if r.peak_bytes else "-"
         served = f"  {cached(r)}" if r.compiles_cached or r.compiles_compiled else ""
+        nvcc = f"  nvcc {r.toolkit}" if other_toolkit(r) else ""
         lines.append(
             f"{r.job_id}  {r.result}  wall {format_duration(r.wall_s)}  peak {peak}  "
-            f"attempts {len(r.attempts)}{served}  {_detail(r)}".rstrip()
+            f"attempts {len(r.attempts)}{served}{nvcc}  {_detail(r)}".rstrip()
         )
         if failed(r) and r.log:
             lines.append(f"  log: {r.log}")

@@ -36,9 +36,11 @@ def header_gaps(toolkit_include: Path, dirs: Iterable[Path]) -> dict[str, Path]:
     return gaps
 
 
-def library_gaps(toolkit_lib: Path, dirs: Iterable[Path]) -> dict[str, Path]:
+def library_gaps(toolkit_lib: Path | Iterable[Path], dirs: Iterable[Path]) -> dict[str, Path]:
     """Unversioned name -> versioned file for each library of `dirs` (wheels ship only libfoo.so.N) that the
-    toolkit's lib lacks under any name, so that `-lfoo` finds it; the first directory with a name wins."""
+    toolkit's lib directories lack under any name, so that `-lfoo` finds it; the first directory with a
+    name wins."""
+    toolkit_libs = [toolkit_lib] if isinstance(toolkit_lib, Path) else list(toolkit_lib)
     gaps: dict[str, Path] = {}
     for directory in dirs:
         for entry in sorted(directory.iterdir()):
@@ -46,7 +48,7 @@ def library_gaps(toolkit_lib: Path, dirs: Iterable[Path]) -> dict[str, Path]:
             name = match.group(1) if match else entry.name if entry.name.endswith(".so") else None
             if name is None or name in gaps:
                 continue
-            if not any(toolkit_lib.glob(f"{name}*")):
+            if not any(any(lib.glob(f"{name}*")) for lib in toolkit_libs):
                 gaps[name] = entry
     return gaps
 
@@ -74,8 +76,17 @@ def with_search_path(env: Mapping[str, str], name: str, directory: Path | None) 
 
 
 def toolkit_home(env: Mapping[str, str]) -> Path:
-    """The toolkit's root: CUDA_HOME (pypi flavor), else /usr/local/cuda (nvidia/cuda images)."""
+    """The toolkit's root: CUDA_HOME (pypi flavor; /usr for Debian's package), else /usr/local/cuda
+    (nvidia/cuda images)."""
     return Path(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda")
+
+
+def toolkit_lib_dirs(home: Path) -> list[Path]:
+    """Where the toolkit's libraries are: lib64 or lib under its root, and for a distribution's package in
+    the FHS layout (CUDA_HOME=/usr), the multiarch directory the linker searches (lib/x86_64-linux-gnu)."""
+    dirs = [home / "lib64"] if (home / "lib64").is_dir() else [home / "lib"]
+    dirs += sorted(p for p in (home / "lib").glob("*-linux-gnu") if p.is_dir())
+    return dirs
 
 
 def fill_gaps(
@@ -85,8 +96,7 @@ def fill_gaps(
     (linked under `into`), and the names of the headers and of the libraries it added."""
     home = toolkit_home(env)
     headers = header_gaps(home / "include", venv_nvidia_dirs(venv, "include"))
-    toolkit_lib = home / "lib64" if (home / "lib64").is_dir() else home / "lib"
-    libraries = library_gaps(toolkit_lib, venv_nvidia_dirs(venv, "lib"))
+    libraries = library_gaps(toolkit_lib_dirs(home), venv_nvidia_dirs(venv, "lib"))
     out = with_search_path(env, "CPATH", link_dir(into / "include", headers))
     out = with_search_path(out, "LIBRARY_PATH", link_dir(into / "lib", libraries))
     return out, list(headers), list(libraries)

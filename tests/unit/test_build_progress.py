@@ -186,3 +186,25 @@ def test_progress_line_of_a_finished_job_that_succeeded_names_its_wheel() -> Non
     assert progress.progress_line(r, now=0.0) == (
         "cu130-torch2.14-abi1-sm90-py311: ok: demo-0.1.0+cu13.0-cp311-cp311-linux_x86_64.whl"
     )
+
+
+def test_the_summary_names_a_toolkit_other_than_the_variants_cuda() -> None:
+    debian = JobResult(
+        job_id="cu128-torch2.10-abi1-sm80-py313",
+        variant_id="cu128-torch2.10-abi1-sm80",
+        python="3.13",
+        result="ok",
+        image="factory-builder:cu12.4-trixie-debian",
+        toolkit="12.4",
+    )
+    pypi = JobResult(
+        job_id="cu130-torch2.14-abi1-sm80-py313",
+        variant_id="cu130-torch2.14-abi1-sm80",
+        python="3.13",
+        result="ok",
+        toolkit="13.0.88",
+    )
+    lines = progress.summary_lines(BuildReport(run_id="r", matrix="m.yaml", started=0.0, jobs=[debian, pypi]))
+    assert "nvcc 12.4" in lines[1] and "nvcc" not in lines[2]
+    data = debian.to_json()
+    assert data["toolkit"] == "12.4" and data["image"] == "factory-builder:cu12.4-trixie-debian"

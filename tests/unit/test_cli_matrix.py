@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from factory.cli import app
+from factory.errors import ConfigError
 
 runner = CliRunner()
 BODY = """\
@@ -93,3 +94,55 @@ def test_check(tmp_path: Path) -> None:
     result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path)), "--check", "--no-source"])
     assert result.exit_code == 0
     assert "ok: 2 jobs in 2 variants, 2 dropped, 0 unverified" in result.output
+
+
+DEBIAN = """\
+package: {name: flash-attn, version: "2.8.3"}
+matrix:
+  cuda: ["CUDA"]
+  torch: ["2.10"]
+  python: ["3.13"]
+  cxx11_abi: [true]
+  arch: ["ARCHS"]
+build:
+  flavor: debian
+"""
+
+
+def write_debian(tmp_path: Path, *, cuda: str = "12.8", archs: str = "8.0") -> Path:
+    path = tmp_path / "debian.yaml"
+    path.write_text(DEBIAN.replace("CUDA", cuda).replace("ARCHS", archs))
+    return path
+
+
+def test_debian_flavor_shows_its_toolkit(tmp_path: Path) -> None:
+    path = write_debian(tmp_path, archs="8.0;9.0")
+    result = runner.invoke(app, ["matrix", "--matrix", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (job,) = json.loads(result.output)
+    assert job["cuda"] == "12.8" and job["toolkit"] == "12.4"
+    table = runner.invoke(app, ["matrix", "--matrix", str(path)])
+    assert "compiled with CUDA 12.4's nvcc" in " ".join(table.output.split())
+
+
+def refusal(path: Path) -> str:
+    """The one-line configuration error (exit 2) `factory matrix --check` stops with."""
+    result = runner.invoke(app, ["matrix", "--matrix", str(path), "--check", "--no-source"])
+    assert isinstance(result.exception, ConfigError), result.output
+    assert result.exception.exit_code == 2
+    line = str(result.exception)
+    assert "\n" not in line
+    return line
+
+
+def test_an_arch_the_flavors_toolkit_cannot_compile_is_refused(tmp_path: Path) -> None:
+    path = write_debian(tmp_path, archs="8.0;12.0")
+    line = refusal(path)
+    assert f"{path}: arch 12.0: flavor debian compiles the CUDA 12.8 variant with CUDA 12.4" in line
+    assert "sm_120 (needs CUDA >= 12.8)" in line and "flavor devel (CUDA 12.8) can" in line
+
+
+def test_the_debian_flavor_refuses_a_cuda_13_variant(tmp_path: Path) -> None:
+    path = write_debian(tmp_path, cuda="13.0")
+    line = refusal(path)
+    assert "flavor debian: no Debian suite's nvidia-cuda-toolkit builds CUDA 13.0" in line

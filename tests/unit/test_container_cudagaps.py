@@ -11,6 +11,7 @@ from factory.container.cudagaps import (
     link_dir,
     summary,
     toolkit_home,
+    toolkit_lib_dirs,
     venv_nvidia_dirs,
     with_search_path,
 )
@@ -111,3 +112,19 @@ def test_with_search_path_and_toolkit_home() -> None:
     assert with_search_path({"CPATH": "/a"}, "CPATH", None) == {"CPATH": "/a"}
     assert toolkit_home({}) == Path("/usr/local/cuda")
     assert toolkit_home({"CUDA_HOME": "/opt/t"}) == Path("/opt/t")
+
+
+def test_a_distribution_toolkits_multiarch_libraries_are_not_gaps(tmp_path: Path) -> None:
+    # Debian's nvidia-cuda-toolkit: CUDA_HOME=/usr, libcudart.so in /usr/lib/x86_64-linux-gnu; the venv's
+    # CUDA 12.8 copy must not be put before it on LIBRARY_PATH, while a library Debian lacks still is.
+    home = tmp_path / "usr"
+    multiarch = home / "lib" / "x86_64-linux-gnu"
+    multiarch.mkdir(parents=True)
+    (multiarch / "libcudart.so").touch()
+    venv_lib = tmp_path / "venv" / "lib" / "python3.13" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"
+    venv_lib.mkdir(parents=True)
+    (venv_lib / "libcudart.so.12").touch()
+    (venv_lib / "libcufile.so.0").touch()
+    assert toolkit_lib_dirs(home) == [home / "lib", multiarch]
+    gaps = library_gaps(toolkit_lib_dirs(home), venv_nvidia_dirs(tmp_path / "venv", "lib"))
+    assert list(gaps) == ["libcufile.so"]

@@ -229,7 +229,8 @@ def test_image_requirements_per_flavor() -> None:
 @pytest.mark.parametrize("flavor", images.FLAVORS)
 def test_build_args_match_the_dockerfile(flavor: str) -> None:
     text = images.dockerfile_text(flavor)
-    args = images.build_args(cuda="13.0", python="3.11", flavor=flavor, base_image="x:y")
+    cuda, python = ("12.8", "3.13") if flavor == "debian" else ("13.0", "3.11")
+    args = images.build_args(cuda=cuda, python=python, flavor=flavor, base_image="x:y")
     # Every value we pass is declared (docker warns and ignores undeclared ones) and every ARG gets a value.
     assert set(args) == images.declared_build_args(text)
 
@@ -452,7 +453,7 @@ def test_base_include_pins_the_compiler_and_every_python() -> None:
     assert "python3" in include  # the job driver runs `python3 -m`
     # Suites without a pinned toolchain keep the packages they were always bootstrapped with.
     assert images.base_include("bookworm") == images.DEFAULT_INCLUDE
-    assert images.base_include("trixie") == images.DEFAULT_INCLUDE
+    assert images.base_include("sid") == images.DEFAULT_INCLUDE
 
 
 def test_compiler_links_name_every_way_a_build_finds_its_compiler() -> None:
@@ -588,3 +589,60 @@ def test_the_housekeeping_image_is_a_tagged_builder() -> None:
     assert images.housekeeping_image([info("base", "factory-base:forky"), info("builder")]) is None
     found = [info("base", "a:1"), info("builder"), info("builder", "b:1", "b:2"), info("builder", "c:1")]
     assert images.housekeeping_image(found) == "b:1"
+
+
+# ---------------------------------------------------------------------------------------------- debian flavor
+
+
+@pytest.mark.parametrize("cuda", ["12.4", "12.6", "12.8", "12.9"])
+def test_debian_flavor_builds_cuda_12_variants_with_trixies_toolkit(cuda: str) -> None:
+    toolchain = images.debian_toolchain(cuda=cuda, python="3.13")
+    assert (toolchain.suite, toolchain.cuda, toolchain.gcc) == ("trixie", "12.4", "13")
+    assert images.toolkit_cuda(cuda=cuda, python="3.13", flavor="debian") == "12.4"
+    # one image for every CUDA 12 variant, named by its toolkit, on the suite's own base
+    name = images.builder_image_for(cuda=cuda, python="3.13", flavor="debian", base_image=None)
+    assert name == "factory-builder:cu12.4-trixie-debian"
+    base = images.base_image_for(cuda=cuda, python="3.13", flavor="debian", base_image="factory-base:forky")
+    assert base == "factory-base:trixie"
+
+
+@pytest.mark.parametrize(
+    ("cuda", "python"),
+    [
+        ("13.0", "3.13"),  # another major: torch's extension builder refuses it
+        ("12.2", "3.13"),  # a toolkit newer than the variant's CUDA
+        ("12.8", "3.11"),  # trixie ships Python 3.13 only
+    ],
+)
+def test_debian_flavor_refuses_what_no_suite_toolkit_builds(cuda: str, python: str) -> None:
+    with pytest.raises(ImageError) as err:
+        images.debian_toolchain(cuda=cuda, python=python)
+    message = str(err.value)
+    assert f"CUDA {cuda} for Python {python}" in message
+    assert "trixie: CUDA 12.4, Python 3.13" in message and "flavor pypi" in message
+    assert "\n" not in message
+
+
+def test_other_flavors_compile_with_the_variants_cuda() -> None:
+    for flavor in ("devel", "pypi", "manylinux"):
+        assert images.toolkit_cuda(cuda="12.8", python="3.11", flavor=flavor) == "12.8"
+
+
+def test_the_pypi_flavors_python_313_keeps_forky() -> None:
+    # trixie is listed for the debian flavor; the pypi flavor's 3.13 stays on forky's multi-Python toolchain
+    assert images.python_suite_for("3.13") == "forky"
+
+
+def test_trixie_base_pins_the_gcc_cuda_12_4_accepts() -> None:
+    include = images.base_include("trixie")
+    assert "g++-13" in include and "python3.13-dev" in include and "python3.13-venv" in include
+    assert "g++" not in include
+
+
+def test_debian_dockerfile_checks_its_toolkit_and_compiler() -> None:
+    text = images.dockerfile_text("debian")
+    assert "nvidia-cuda-toolkit" in text and "non-free" in text
+    assert '"${version}" = "${TOOLKIT}"' in text  # the label's toolkit is the nvcc in the image
+    assert '-dumpversion)" = "${GCC}"' in text
+    assert "--no-index" in text  # ninja and uv from the host's wheelhouse
+    assert images.image_requirements(cuda="12.8", flavor="debian") == ("ninja", "uv")

@@ -157,7 +157,7 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "build-flavor": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  flavor: conda #<\n",
-        "build.flavor 'conda' must be 'devel', 'pypi' or 'manylinux'",
+        "build.flavor 'conda' must be one of 'devel', 'pypi', 'manylinux', 'debian'",
     ),
     "build-concurrency": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  concurrency: 0 #<\n",
