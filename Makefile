@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images test test-unit lint demo bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -31,7 +31,11 @@ images: install docker
 	$(FACTORY) images build --cuda 13.0 --python 3.11 --flavor pypi
 	$(FACTORY) images build --cuda 13.0 --python 3.13 --python 3.14 --flavor pypi
 
-test: install toolkit docker images
+# The debian flavor's image (Debian trixie's nvidia-cuda-toolkit 12.4, about 5 GB): the CUDA 12 tests use it.
+debian-image: install docker
+	$(FACTORY) images build --cuda 12.8 --python 3.13 --flavor debian
+
+test: install toolkit docker images debian-image
 	$(PY) -m pytest -ra
 
 test-unit: install toolkit
@@ -80,3 +84,10 @@ real-packages: install docker images
 
 clean:
 	rm -rf wheelhouse index .pytest_cache
+
+# One whole flash-attn 2.8.3 wheel (every kernel, sm_80, CUDA 13.0, torch 2.14, Python 3.13): eight shard runs
+# into a directory cache store, then the final build from it, published to $FACTORY_HOME/flash-attn-wheel/index
+# and installed from there. Hours on two cores; resumable: run it again and it goes on where it stopped
+# (bench/results/flash-attn-wheel.json; docs/BENCHMARKS.md, "flash-attn, whole").
+flash-attn-wheel: install docker images
+	$(PY) -m bench.flash_attn_wheel --shards 8

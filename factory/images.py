@@ -11,6 +11,11 @@ Flavors:
 - "pypi": any base with the job's Python plus the CUDA toolkit from NVIDIA's PyPI wheels (CUDA >= 13), built
   with the network off from a host-side wheelhouse. The default base, `factory-base:<suite>`, is made locally
   with debootstrap, so this flavor works on hosts that reach no container registry.
+- "debian": the distribution's own CUDA, `nvidia-cuda-toolkit` from Debian's non-free archive (trixie: CUDA
+  12.4, g++-13), installed with apt on the bootstrapped `factory-base:trixie`; it builds the CUDA 12 variants
+  (torch 2.9/2.10 are CUDA 12.8 builds: a lower toolkit minor is a warning to torch's extension builder, and
+  the wheel links the same libcudart.so.12) without a registry. One image per suite, named by its toolkit
+  (`factory-builder:cu12.4-trixie-debian`); archs the toolkit cannot compile are refused at plan time.
 
 Images carry labels with their kind, versions and a hash of their inputs, so an image whose inputs have not
 changed is reused instead of rebuilt.

@@ -1,0 +1,178 @@
+"""`python -m bench.flash_attn_wheel`: one whole flash-attn 2.8.3 wheel through the factory (every kernel, one
+arch: examples/flash-attn/sm80-cu13.yaml), spread over shard runs that share a directory cache store, then
+the final build from the cache, its checks, publishing to a local index, and an install from that index.
+
+Hours on two cores, so every step is resumable: a shard recorded as done in
+bench/results/flash-attn-wheel.json is not run again, and a shard stopped halfway loses nothing its compiles
+already put in the store (a rerun finds them cached). Run it again until it says the wheel is installed;
+`--shards-only` stops before the final build, `--max-shards K` after K more shards (a session's worth).
+
+Per shard it records the wall, the compiles (cached / compiled), the CPU seconds and peak of each compile (the
+wrapper's measurement lines in the job log), the attempts and OOM kills, and the container's peak.
+Needs dockerd and the pypi builder image (`make images`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from factory.container.protocol import parse_measurement
+from factory.home import factory_home
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = ROOT / "examples" / "flash-attn" / "sm80-cu13.yaml"
+RESULTS = Path(__file__).resolve().parent / "results" / "flash-attn-wheel.json"
+JOB = "cu130-torch2.14-abi1-sm80-py313"
+FACTORY = [sys.executable, "-m", "factory.cli"]
+
+
+def load_results() -> dict[str, Any]:
+    if RESULTS.is_file():
+        return json.loads(RESULTS.read_text())
+    return {"matrix": str(MATRIX.relative_to(ROOT)), "job": JOB, "shards": {}, "final": None}
+
+
+def save_results(results: dict[str, Any]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(RESULTS)
+
+
+def compiles_of(log: Path) -> list[dict[str, Any]]:
+    """Each compile the job ran or was served, from the wrapper's measurement lines in its log."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = parse_measurement(line)
+        if m is None:
+            continue
+        out.append(
+            {
+                "source": m.source or m.key.split("|", 1)[0],
+                "tool": m.tool,
+                "cache": m.cache,
+                "cpu_s": m.cpu_s,
+                "wall_s": m.wall_s,
+                "peak_bytes": m.peak_bytes,
+                "rc": m.rc,
+            }
+        )
+    return out
+
+
+def summarize(report_path: Path, wall_s: float, rc: int) -> dict[str, Any]:
+    report = json.loads(report_path.read_text())
+    (job,) = [j for j in report["jobs"] if j["job_id"] == JOB]
+    compiles = compiles_of(Path(job["log"])) if job.get("log") and Path(job["log"]).is_file() else []
+    ran = [c for c in compiles if c["cache"] != "hit"]
+    return {
+        "rc": rc,
+        "result": job["result"],
+        "reason": job.get("reason"),
+        "wall_s": round(wall_s, 1),
+        "attempts": len(job["attempts"]),
+        "oom_kills": sum(1 for a in job["attempts"] if a["oom_killed"]),
+        "container_peak_bytes": job["peak_bytes"],
+        "compiles_cached": job["compiles_cached"],
+        "compiles_compiled": job["compiles_compiled"],
+        "cpu_s": round(sum(c["cpu_s"] or 0.0 for c in ran), 1),
+        "wheel": job.get("wheel"),
+        "log": job.get("log"),
+        "compiles": compiles,
+    }
+
+
+def work_matrix(work: Path, index: Path) -> Path:
+    """The example matrix, publishing to the work directory's own index."""
+    path = work / "matrix.yaml"
+    path.write_text(MATRIX.read_text() + f"publish:\n  to: {index}\n")
+    return path
+
+
+def factory_build(matrix: Path, args: list[str]) -> tuple[int, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([*FACTORY, "build", "--matrix", str(matrix), *args], cwd=ROOT)
+    return proc.returncode, time.monotonic() - t0
+
+
+def install_from_index(index: Path, wheel: str) -> dict[str, Any]:
+    """pip in a fresh Python 3.13 venv (the forky base: this host's Python is 3.11) installs flash-attn from
+    the published index, its torch and other requirements from the job's wheelhouse, with no network."""
+    from factory.config import load_matrix_file
+    from factory.jobrun import requirements
+    from factory.plan import plan_matrix
+    from factory.wheelhouse import download_wheelhouse
+
+    mf = load_matrix_file(MATRIX)
+    (job,) = plan_matrix(mf).jobs
+    wheelhouse = download_wheelhouse(requirements(mf, job), factory_home() / "wheelhouses", python="3.13")
+    variant = job.variant.id
+    script = (
+        "set -e; python3.13 -m venv /tmp/venv; "
+        "/tmp/venv/bin/pip install -q --disable-pip-version-check --no-index "
+        f"--find-links /wheelhouse --find-links /index/{variant}/files flash-attn einops; "
+        "cd /tmp; /tmp/venv/bin/python -I -c "
+        '"import importlib.metadata as m, torch, flash_attn, flash_attn_2_cuda; '
+        "print(m.version('flash-attn'), torch.__version__, flash_attn_2_cuda.__file__)\""
+    )
+    proc = subprocess.run(
+        [
+            "docker", "run", "--rm", "--network", "none",
+            "-v", f"{wheelhouse}:/wheelhouse:ro", "-v", f"{index}:/index:ro",
+            "factory-base:forky", "sh", "-c", script,
+        ],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    return {"rc": proc.returncode, "stdout": proc.stdout.strip()[-2000:], "stderr": proc.stderr[-2000:]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--cpus", type=float, default=None, help="CPUs per container (default: the host's)")
+    parser.add_argument("--work", type=Path, default=factory_home() / "flash-attn-wheel")
+    parser.add_argument("--max-shards", type=int, default=None, help="Run at most this many more shards.")
+    parser.add_argument("--shards-only", action="store_true", help="Stop before the final build.")
+    opts = parser.parse_args()
+    store, index = opts.work / "store", opts.work / "index"
+    store.mkdir(parents=True, exist_ok=True)
+    results = load_results()
+    results["shard_count"] = opts.shards
+    matrix = work_matrix(opts.work, index)
+    cpus = [] if opts.cpus is None else ["--cpus", str(opts.cpus)]
+    ran = 0
+    for i in range(1, opts.shards + 1):
+        key = f"{i}/{opts.shards}"
+        if results["shards"].get(key, {}).get("result") == "ok":
+            continue
+        if opts.max_shards is not None and ran >= opts.max_shards:
+            print(f"stopping after {ran} shards (--max-shards)")
+            return 0
+        out = opts.work / f"shard-{i}-of-{opts.shards}"
+        rc, wall = factory_build(matrix, ["--shard", key, "--cache", str(store), "--output", str(out), *cpus])
+        results["shards"][key] = {**summarize(out / "report.json", wall, rc), "finished": time.time()}
+        save_results(results)
+        ran += 1
+        print(f"shard {key}: {results['shards'][key]['result']} in {wall:.0f}s")
+    if opts.shards_only:
+        return 0
+    out = opts.work / "final"
+    rc, wall = factory_build(matrix, ["--cache", str(store), "--output", str(out), "--publish", *cpus])
+    final = {**summarize(out / "report.json", wall, rc), "finished": time.time()}
+    if final["result"] == "ok" and final["wheel"]:
+        final["install"] = install_from_index(index, final["wheel"])
+    results["final"] = final
+    save_results(results)
+    print(json.dumps({k: v for k, v in final.items() if k != "compiles"}, indent=2))
+    return 0 if final["result"] == "ok" and final.get("install", {}).get("rc") == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
