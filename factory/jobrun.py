@@ -625,6 +625,7 @@ class JobRun:
         result.phase = "check"
         self.changed()
         self.note("checking the wheel")
+        passed = False
         try:
             wheel = self.label(wheel)
             wheelcheck.pin_torch_requirement(wheel, torch)
@@ -647,8 +648,9 @@ class JobRun:
             for python in job.pythons:
                 if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
                     return
+            passed = True
         finally:
-            if result.result != "ok":
+            if not passed:
                 self.keep_wheel(wheel)
         final = self.ctx.output / wheel.name
         os.replace(wheel, final)

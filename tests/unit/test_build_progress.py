@@ -36,7 +36,8 @@ def test_progress_line_names_phase_compiles_memory_and_attempt() -> None:
     r.compiles_done, r.compiles_total, r.mem_now = 37, 120, 3 * GIB
     line = progress.progress_line(r, now=100.0 + 125)
     assert line == (
-        "cu130-torch2.14-abi1-sm90-py311: build, compiles 37/120, memory 3.0 GiB / 16.0 GiB, attempt 2, 2m05s"
+        "cu130-torch2.14-abi1-sm90-py311: build, compiles 37/120 so far, memory 3.0 GiB / 16.0 GiB, "
+        "attempt 2, 2m05s"
     )
 
 
@@ -77,7 +78,7 @@ def test_a_running_job_prints_once_a_minute_after_its_last_line() -> None:
     assert plain.changed(r, now=100.0) is not None
     assert plain.due([r], now=159.9) == []
     r.compiles_done, r.compiles_total = 5, 10
-    assert plain.due([r], now=160.0) == ["cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10, 1m00s"]
+    assert plain.due([r], now=160.0) == ["cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10 so far, 1m00s"]
     assert plain.due([r], now=200.0) == []  # 40 s after that line
     r.phase = "check"
     assert plain.changed(r, now=210.0) is not None  # a phase change restarts the minute
