@@ -78,7 +78,8 @@ def test_a_running_job_prints_once_a_minute_after_its_last_line() -> None:
     assert plain.changed(r, now=100.0) is not None
     assert plain.due([r], now=159.9) == []
     r.compiles_done, r.compiles_total = 5, 10
-    assert plain.due([r], now=160.0) == ["cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10 so far, 1m00s"]
+    line = "cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10 so far, 1m00s"
+    assert plain.due([r], now=160.0) == [line]
     assert plain.due([r], now=200.0) == []  # 40 s after that line
     r.phase = "check"
     assert plain.changed(r, now=210.0) is not None  # a phase change restarts the minute
@@ -187,3 +188,24 @@ def test_progress_line_of_a_finished_job_that_succeeded_names_its_wheel() -> Non
     assert progress.progress_line(r, now=0.0) == (
         "cu130-torch2.14-abi1-sm90-py311: ok: demo-0.1.0+cu13.0-cp311-cp311-linux_x86_64.whl"
     )
+
+
+def test_compiles_read_so_far_only_while_the_build_runs() -> None:
+    r = running()
+    r.compiles_done, r.compiles_total = 12, 15
+    assert progress.compiles(r) == "12/15 so far"  # a later extension may add to the total
+    r.phase = "check"
+    assert progress.compiles(r) == "12/15"
+
+
+def test_a_wheel_that_failed_its_check_is_named_in_the_summary_and_the_failure() -> None:
+    r = running()
+    r.result = r.phase = "failed"
+    r.reason = "install/import check failed (exit 1): ModuleNotFoundError: No module named 'scipy'"
+    r.log, r.kept_wheel = "/x/job.log", "/out/check-failed/x-0.1.0+cu13.0-cp313-cp313-linux_x86_64.whl"
+    con, out = console(width=80)
+    progress.show_report(con, report_with(r), "report.json", interactive=False)
+    text = out.getvalue()
+    assert f"  wheel kept: {r.kept_wheel}\n" in text
+    assert f"{r.reason} (log: /x/job.log; wheel kept: {r.kept_wheel})" in text
+    assert report_with(r).to_json()["jobs"][0]["kept_wheel"] == r.kept_wheel
