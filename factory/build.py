@@ -24,7 +24,7 @@ from typing import Any, Literal
 import docker.errors
 import psutil
 
-from factory import cache, home, images, leftovers, wheelhouse
+from factory import cache, home, images, leftovers, runtimereqs, wheelhouse
 from factory.config import MatrixFile
 from factory.container import heartbeat
 from factory.engine import (
@@ -212,6 +212,25 @@ class Runner:
             ),
         )
 
+    def check_wheelhouse_for(self, job: Job) -> runtimereqs.CheckWheelhouse:
+        """The package's runtime requirements (its source's metadata, read once) for the install check,
+        downloaded before the build starts."""
+        declared = self._once(
+            "runtime-requirements", lambda: runtimereqs.declared_requirements(self.prepared_source().tree)
+        )
+        index = self.mf.build.torch_index_url(job.variant.cuda)
+        extra = () if index is None else (index,)
+        return self._once(
+            f"check-wheelhouse:{job.python}:{extra}",
+            lambda: runtimereqs.check_wheelhouse(
+                declared,
+                package=self.mf.package.name,
+                python=job.python,
+                dest=self.home / "wheelhouses",
+                extra_index_urls=extra,
+            ),
+        )
+
     def ensure_work_volume(self, image: str) -> None:
         """The shared work volume must belong to the unprivileged build user; only root can chown it."""
 
@@ -239,7 +258,11 @@ class Runner:
         self.ensure_work_volume(image)
         domain = cache.trust_domain(self.prepared_source().code_id)
         toolkit = self._once(f"toolkit:{image}", lambda: images.image_toolkit(self.client, image))
-        return JobInputs(image=image, source=source, wheelhouse=wh, cache_domain=domain, toolkit=toolkit)
+        check = self.check_wheelhouse_for(job)
+        return JobInputs(
+            image=image, source=source, wheelhouse=wh, cache_domain=domain, toolkit=toolkit,
+            check_wheelhouse=check.path, check_requirements=check.requirements, check_note=check.note,
+        )  # fmt: skip
 
     def run_job(self, job: Job, result: JobResult) -> None:
         run_job(self.context, job, result, prepare=self.inputs)

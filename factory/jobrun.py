@@ -14,12 +14,13 @@ import shutil
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from factory import cache, images, leftovers, platform_tag, safefs, wheelcheck
+from factory import buildlog, cache, images, leftovers, platform_tag, safefs, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
@@ -41,6 +42,8 @@ from factory.report import Attempt, JobResult
 from factory.urls import printable
 
 WORK_VOLUME = "factory-work"
+CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the driver's check phase installs from it too
+CHECK_FAILED_DIR = "check-failed"  # under the output: a wheel that built and failed a check, kept
 WORK_MOUNT = "/var/factory"
 JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`JobRun.job_dir`)
 CONTAINER_USER = "10001:10001"
@@ -60,6 +63,10 @@ class JobInputs:
     wheelhouse: Path
     cache_domain: str = ""  # the compile cache's trust domain of the source (`cache.trust_domain`)
     toolkit: str | None = None  # the CUDA release of the image's nvcc, when the image says
+    # the install check's own wheelhouse: the package's runtime requirements (`runtimereqs`); None: none
+    check_wheelhouse: Path | None = None
+    check_requirements: tuple[str, ...] = ()
+    check_note: str = ""  # what the log says of them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,22 +128,26 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     return [*errors, *(["..."] if errors else []), *tail]
 
 
-NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
-
-
 def ninja_progress(log_text: str) -> tuple[int, int] | None:
-    """(compiled, total) edges of a ninja run in a log: how far an attempt got before it died.
+    """(compiled, total) edges of the ninja runs in a log (one per extension): how far an attempt got before
+    it died. Without a terminal ninja prints `[finished/total]` as each edge ends, failed ones too (with
+    `FAILED:`)."""
+    progress = buildlog.compile_progress(log_text)
+    return (progress.compiled, progress.total) if progress is not None and progress.total else None
 
-    Without a terminal ninja prints `[finished/total]` as each edge ends, failed ones too (with `FAILED:`).
-    """
-    finished = total = failed = 0
-    for line in log_text.splitlines():
-        match = NINJA_STATUS.match(line)
-        if match:
-            finished, total = max(finished, int(match.group(1))), int(match.group(2))
-        elif line.lstrip().startswith("FAILED:"):
-            failed += 1
-    return (max(0, finished - failed), total) if total else None
+
+MAX_CHECK_LOG = 1 << 20  # of a check's log segment, the end read for its failure's reason
+
+
+def read_tail_from(path: Path, offset: int, max_bytes: int = MAX_CHECK_LOG) -> str:
+    """The log from `offset`, at most its last `max_bytes` (what a check container wrote is bounded here)."""
+    try:
+        with path.open("rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            fh.seek(max(offset, end - max_bytes))
+            return fh.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def read_from(path: Path, offset: int) -> str:
@@ -164,6 +175,8 @@ class JobRun:
         self.log_path = ctx.run_dir / "logs" / f"{job.id}.log"
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
+        self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
+        self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
 
     @property
     def job_dir(self) -> str:
@@ -274,9 +287,10 @@ class JobRun:
         result = self.result
 
         def on_line(line: str) -> None:
-            status = NINJA_STATUS.match(line)
-            if status:  # live counts only: the attempt's record is read from its whole log at its end
-                result.compiles_done, result.compiles_total = int(status.group(1)), int(status.group(2))
+            self.trace.feed(line)
+            if self.progress.feed(line):  # live counts only: the attempt's record is read from its log
+                result.compiles_done, result.compiles_total = self.progress.done, self.progress.total
+                self.changed()
                 return
             served = cache.measured_cache(line)
             if served is not None:
@@ -343,7 +357,9 @@ class JobRun:
                 self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
 
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
+        check = inputs.check_wheelhouse
         return {
+            **({str(check): {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}} if check is not None else {}),
             **(self.job_cache.mounts() if self.job_cache is not None else {}),
             WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
             str(inputs.source): {"bind": "/src", "mode": "ro"},
@@ -377,6 +393,9 @@ class JobRun:
             inputs = prepare(self.job)
             image = inputs.image
             result.image, result.toolkit = image, inputs.toolkit
+            if inputs.check_note:
+                self.note(inputs.check_note)
+            result.check_requirements = list(inputs.check_requirements)
             leftovers.make_output_tmp_dir(out_tmp)  # owned, so a later run can tell it from a live one's
             out_tmp.chmod(0o777)  # the container's unprivileged user writes the wheel here
             self.profile_dir.mkdir(parents=True, exist_ok=True)
@@ -453,6 +472,7 @@ class JobRun:
             )  # fmt: skip
             result.attempts.append(record)
             result.compiles_done = result.compiles_total = 0
+            self.progress = buildlog.CompileProgress()
             start = self.log_path.stat().st_size if self.log_path.exists() else 0
             # after an OOM the plan's reason is already the attempt's report line
             self.note(parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}")
@@ -565,9 +585,11 @@ class JobRun:
             self.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
             inputs = prepare(replace(job, python=python, covers=()))
             image = inputs.image
-            mounts = {**mounts}
-            mounts.pop(next(k for k, v in mounts.items() if v["bind"] == "/wheelhouse"))
+            binds = ("/wheelhouse", CHECK_WHEELHOUSE_MOUNT)
+            mounts = {k: v for k, v in mounts.items() if v["bind"] not in binds}
             mounts[str(inputs.wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
+            if inputs.check_wheelhouse is not None:
+                mounts[str(inputs.check_wheelhouse)] = {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}
         # the host's checked copy, read-only: what is installed is what is accepted
         mounts = {k: v for k, v in mounts.items() if v["bind"] != "/out"}
         mounts[str(wheel.parent)] = {"bind": "/out", "mode": "ro"}
@@ -576,11 +598,15 @@ class JobRun:
             "FACTORY_WHEEL": wheel.name,
             "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
         }
+        start = self.log_path.stat().st_size if self.log_path.exists() else 0
         outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
         if outcome.exit_code != 0:
             result.result = "failed"
             on = f" on Python {python}" if python != job.python else ""
-            result.reason = f"install/import check{on} failed (exit {outcome.exit_code})"
+            why = buildlog.check_failure_reason(read_tail_from(self.log_path, start))
+            result.reason = f"install/import check{on} failed (exit {outcome.exit_code})" + (
+                f": {why}" if why else ""
+            )
             return False
         result.checked_pythons.append(python)
         return True
@@ -594,37 +620,96 @@ class JobRun:
         mounts: Mapping[str, Mapping[str, str]],
         prepare: Callable[[Job], JobInputs],
     ) -> None:
-        """Pin torch, retag the platform, check the wheel, then install and import it in a fresh container;
-        only then is it moved to the output."""
+        """Label, pin torch, retag the platform, check the wheel, then install and import it in a fresh
+        container; only then is it moved to the output. A wheel that built and failed a check is kept
+        (`keep_wheel`), so that mending the check needs no compile."""
         job, result = self.job, self.result
         result.phase = "check"
         self.changed()
         self.note("checking the wheel")
-        wheelcheck.pin_torch_requirement(wheel, torch)
-        wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
-        problems = wheelcheck.check_wheel(
-            wheel,
-            name=self.mf.package.name,
-            version=self.mf.package.version,
-            local_version=job.variant.local_version,
-            python=job.python,
-            torch_version=torch,
-            archs=job.variant.archs,
-            limited_api=job.limited_api,
-            host_only=self.mf.recipe.host_only_libraries,
-        )
-        if problems:
-            result.result = "failed"
-            result.reason = "wheel check failed: " + "; ".join(problems)
-            return
-        for python in job.pythons:
-            if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
+        passed = False
+        try:
+            wheel = self.label(wheel)
+            wheelcheck.pin_torch_requirement(wheel, torch)
+            wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
+            problems = wheelcheck.check_wheel(
+                wheel,
+                name=self.mf.package.name,
+                version=self.mf.package.version,
+                local_version=job.variant.local_version,
+                python=job.python,
+                torch_version=torch,
+                archs=job.variant.archs,
+                limited_api=job.limited_api,
+                host_only=self.host_only(wheel),
+            )
+            if problems:
+                result.result = "failed"
+                result.reason = "wheel check failed: " + "; ".join(problems)
                 return
+            for python in job.pythons:
+                if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
+                    return
+            passed = True
+        finally:
+            if not passed:
+                self.keep_wheel(wheel)
         final = self.ctx.output / wheel.name
         os.replace(wheel, final)
         final.chmod(0o644)
         result.wheel = final.name
         result.result = "ok"
+
+    def label(self, wheel: Path) -> Path:
+        """The wheel with the variant's local version label: as built when its setup.py read the label,
+        else set by the host (`wheelcheck.set_local_version`), whatever the recipe."""
+        label = self.job.variant.local_version
+        if not label:
+            return wheel
+        labelled = wheelcheck.set_local_version(wheel, label)
+        if labelled is None:
+            return wheel
+        self.note(f"the wheel's version had no local label: {wheel.name} is now {labelled.name}")
+        return labelled
+
+    def host_only(self, wheel: Path) -> tuple[str, ...]:
+        """The extension modules the wheel check lets carry no device code: those whose link in the build
+        had no object nvcc compiled (`buildlog.module_kinds`), and the recipe's `host_only_libraries`,
+        which are taken as they are; where the two disagree the log says so."""
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                members = [n for n in archive.namelist() if wheelcheck.is_extension_module(n)]
+        except (zipfile.BadZipFile, OSError):
+            return self.mf.recipe.host_only_libraries  # the wheel check says what is wrong with it
+        kinds = buildlog.module_kinds(members, self.trace)
+        self.note(f"extension modules: {buildlog.describe_kinds(kinds)}")
+        inferred = buildlog.host_only_globs(kinds)
+        self.result.host_only = sorted(m for m, k in kinds.items() if k == buildlog.HOST)
+        explicit = self.mf.recipe.host_only_libraries
+        for member, kind in sorted(kinds.items()):
+            if kind == buildlog.DEVICE and any(wheelcheck.library_glob_matches(member, g) for g in explicit):
+                self.note(
+                    f"the recipe's host_only_libraries names {printable(member)}, whose link has objects "
+                    "nvcc compiled: it is excused from carrying device code as the recipe says"
+                )
+        return tuple(dict.fromkeys([*explicit, *inferred]))
+
+    def keep_wheel(self, wheel: Path) -> None:
+        """Keep a wheel that built but failed a check in `<output>/check-failed/`, named in the report and
+        the summary: checking it again needs no compile (and a rerun finds its compiles in the cache)."""
+        if not wheel.is_file() or wheel.is_symlink():
+            return
+        kept_dir = self.ctx.output / CHECK_FAILED_DIR
+        try:
+            kept_dir.mkdir(exist_ok=True)
+            kept = kept_dir / wheel.name
+            os.replace(wheel, kept)
+            kept.chmod(0o644)
+        except OSError as exc:
+            self.note(f"the wheel could not be kept: {exc}")
+            return
+        self.result.kept_wheel = str(kept)
+        self.note(f"the wheel that failed its check is kept: {kept}")
 
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:

@@ -56,11 +56,18 @@ class JobResult:
     # An abi3 job: the later Pythons its one wheel covers, and every Python it was installed and imported on.
     covers: list[str] = field(default_factory=list)
     checked_pythons: list[str] = field(default_factory=list)
+    # the package's runtime requirements the install check's own wheelhouse holds (`runtimereqs`)
+    check_requirements: list[str] = field(default_factory=list)
+    # extension modules whose link had no object nvcc compiled: excused from carrying device code
+    host_only: list[str] = field(default_factory=list)
+    # a wheel that built and failed a check, kept under <output>/check-failed/ (its path)
+    kept_wheel: str | None = None
     # Live-only state, not part of the report (LIVE_FIELDS).
     phase: str = field(default="queued", repr=False)
     started: float | None = field(default=None, repr=False)
     mem_now: int = field(default=0, repr=False)
-    # ninja's `[done/total]` of the attempt that is running, as its lines stream
+    # ninja's `[done/total]` of the attempt that is running, summed over its ninja runs (one per extension):
+    # the total is what is known so far
     compiles_done: int = field(default=0, repr=False)
     compiles_total: int = field(default=0, repr=False)
 

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from factory.variants import Arch
 _TORCH = "torch"
 _RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _COPY_CHUNK = 1 << 20
+MAX_METADATA_BYTES = 16 << 20  # a METADATA read to rewrite it (long descriptions are a few hundred KiB)
 
 
 # --- small pure helpers -------------------------------------------------------------------------------------
@@ -276,69 +277,184 @@ def wheel_archive_problems(wheel: Path) -> list[str]:
 # --- pinning ------------------------------------------------------------------------------------------------
 
 
-def pin_torch_requirement(wheel: Path, torch_version: str) -> None:
-    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents.
-
-    Every member keeps its zip metadata (timestamps, permission bits); RECORD is regenerated from the bytes
-    actually written and placed last. The new zip replaces the old one by rename, so a failure leaves the
-    original wheel untouched.
-    """
+def _open_wheel(wheel: Path) -> zipfile.ZipFile:
     try:
-        archive = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as exc:
+        return zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, *_UNREADABLE) as exc:
         raise CheckError(f"{wheel.name}: not a readable wheel ({exc})") from None
-    with archive:
-        names = archive.namelist()
-        dist_infos = _dist_info_dirs(names)
+
+
+def _read_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str) -> str:
+    """METADATA's text, read within MAX_METADATA_BYTES (the wheel came out of a build container)."""
+    path = f"{dist_info}/METADATA"
+    try:
+        info = archive.getinfo(path)
+    except KeyError:
+        raise CheckError(f"{wheel.name}: {path} is missing") from None
+    if info.file_size > MAX_METADATA_BYTES:
+        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB")
+    try:
+        with archive.open(info) as handle:
+            data = handle.read(MAX_METADATA_BYTES + 1)
+    except _UNREADABLE as exc:
+        raise CheckError(f"{wheel.name}: {path} cannot be read ({exc})") from None
+    if len(data) > MAX_METADATA_BYTES:
+        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckError(f"{wheel.name}: {path} is not UTF-8") from None
+
+
+def pin_torch_requirement(wheel: Path, torch_version: str) -> None:
+    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents
+    (`rewrite_wheel`)."""
+    with _open_wheel(wheel) as archive:
+        dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
             raise CheckError(f"{wheel.name}: expected one .dist-info directory, found {len(dist_infos)}")
         dist_info = dist_infos[0]
-        metadata_path = f"{dist_info}/METADATA"
-        record_path = f"{dist_info}/RECORD"
-        if metadata_path not in names:
-            raise CheckError(f"{wheel.name}: {metadata_path} is missing")
-        try:
-            metadata = archive.read(metadata_path).decode("utf-8")
-        except UnicodeDecodeError:
-            raise CheckError(f"{wheel.name}: {metadata_path} is not UTF-8") from None
+        metadata = _read_metadata(archive, wheel, dist_info)
         pinned = pin_torch_in_metadata(metadata, torch_version).encode("utf-8")
-        dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES}
-
-        fd, temp_name = tempfile.mkstemp(prefix=f".{wheel.name}.", suffix=".tmp", dir=wheel.parent)
-        temp = Path(temp_name)
-        try:
-            with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as out:
-                rows: list[tuple[str, str, str]] = []
-                for info in archive.infolist():
-                    if info.filename in dropped:
-                        continue  # signatures over the old RECORD would be false now
-                    if info.is_dir():
-                        out.writestr(info, b"")
-                        continue
-                    if info.filename == metadata_path:
-                        out.writestr(_copy_info(info), pinned)
-                        rows.append((info.filename, record_hash(pinned), str(len(pinned))))
-                        continue
-                    rows.append(_copy_member(archive, info, out))
-                rows.append((record_path, "", ""))
-                text = io.StringIO()
-                csv.writer(text, lineterminator="\n").writerows(rows)
-                record_info = archive.getinfo(record_path) if record_path in names else None
-                new_record = _copy_info(record_info) if record_info else zipfile.ZipInfo(record_path)
-                new_record.compress_type = zipfile.ZIP_DEFLATED
-                out.writestr(new_record, text.getvalue().encode("utf-8"))
-                out.close()
-                raw.flush()
-                os.fsync(raw.fileno())
-            temp.chmod(wheel.stat().st_mode & 0o777)
-            temp.replace(wheel)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
+        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned)
 
 
-def _copy_info(info: zipfile.ZipInfo) -> zipfile.ZipInfo:
-    new = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+def rewrite_wheel(
+    archive: zipfile.ZipFile,
+    target: Path,
+    *,
+    dist_info: str,
+    metadata: bytes,
+    renames: Mapping[str, str] | None = None,
+) -> None:
+    """Write `archive` anew as `target` with `metadata` as its METADATA and each member under a prefix of
+    `renames` (old -> new, directory prefixes ending in '/') renamed; RECORD is made from the bytes actually
+    written and placed last, signatures over the old one dropped. Every member keeps its zip metadata
+    (timestamps, permission bits). The new zip is written beside `target` and renamed over it, so a failure
+    leaves whatever was there untouched."""
+    renames = renames or {}
+    metadata_path = f"{dist_info}/METADATA"
+    record_path = f"{dist_info}/RECORD"
+    dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES}
+    names = archive.namelist()
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as out:
+            rows: list[tuple[str, str, str]] = []
+            for info in archive.infolist():
+                if info.filename in dropped:
+                    continue  # signatures over the old RECORD would be false now
+                name = _renamed(info.filename, renames)
+                if info.is_dir():
+                    out.writestr(_copy_info(info, name), b"")
+                    continue
+                if info.filename == metadata_path:
+                    out.writestr(_copy_info(info, name), metadata)
+                    rows.append((name, record_hash(metadata), str(len(metadata))))
+                    continue
+                rows.append(_copy_member(archive, info, out, name))
+            new_record_path = _renamed(record_path, renames)
+            rows.append((new_record_path, "", ""))
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerows(rows)
+            record_info = archive.getinfo(record_path) if record_path in names else None
+            new_record = (
+                _copy_info(record_info, new_record_path) if record_info else zipfile.ZipInfo(new_record_path)
+            )
+            new_record.compress_type = zipfile.ZIP_DEFLATED
+            out.writestr(new_record, text.getvalue().encode("utf-8"))
+            out.close()
+            raw.flush()
+            os.fsync(raw.fileno())
+        if archive.filename:  # the old wheel's permission bits
+            temp.chmod(Path(archive.filename).stat().st_mode & 0o777)
+        temp.replace(target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _renamed(path: str, renames: Mapping[str, str]) -> str:
+    for old, new in renames.items():
+        if path.startswith(old):
+            return new + path[len(old) :]
+    return path
+
+
+# --- the local version label --------------------------------------------------------------------------------
+
+
+def labelled_version(version: Version, label: str) -> Version | None:
+    """The version a wheel should have with the variant's `label`; None when it has it already. One with
+    another local version is refused: its setup.py chose that one, and which is right is not ours to say."""
+    if version.local == label:
+        return None
+    if version.local is not None:
+        raise CheckError(
+            f"the wheel's version {version} carries the local version {version.local}, "
+            f"not the variant's {label}"
+        )
+    try:
+        return Version(f"{version.public}+{label}")
+    except InvalidVersion:
+        raise CheckError(f"{label!r} is not a PEP 440 local version label") from None
+
+
+def set_metadata_version(text: str, version: Version) -> str:
+    """METADATA with its one `Version:` header set to `version`; every other header, and the body, kept."""
+    headers, body = _split_headers(text)
+    found = [i for i, h in enumerate(headers) if h.split(":", 1)[0].strip().lower() == "version"]
+    if len(found) != 1:
+        raise CheckError(f"METADATA has {len(found)} Version headers, not one")
+    line = headers[found[0]]
+    headers[found[0]] = f"Version: {version}{line[len(line.rstrip(chr(13) + chr(10))) :] or chr(10)}"
+    return "".join(headers) + body
+
+
+def relabelled_name(filename: str, version: Version) -> str:
+    """A wheel file name with its version field set: the name, build tag and tags kept as written."""
+    parts = filename.removesuffix(".whl").split("-")
+    return "-".join([parts[0], str(version), *parts[2:]]) + ".whl"
+
+
+def set_local_version(wheel: Path, label: str) -> Path | None:
+    """Give `wheel` the local version `label` (`+cu13.0.torch2.14...`) where its setup.py gave it none: in
+    its file name, its .dist-info and .data directory names, METADATA's Version and RECORD (paths and
+    hashes); WHEEL is copied as it is. Renaming the file alone would break pip, which checks they agree.
+    Returns the new wheel, beside the old one (which is gone), or None when it carries the label already.
+    The wheel came out of a build container: an archive an installer would refuse (`archive_problems`), or a
+    wheel that carries another local version, is a CheckError of one line."""
+    try:
+        _name, version, _build, _tags = parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise CheckError(f"{wheel.name}: {exc}") from None
+    new_version = labelled_version(version, label)
+    if new_version is None:
+        return None
+    target = wheel.with_name(relabelled_name(wheel.name, new_version))
+    with _open_wheel(wheel) as archive:
+        problems = archive_problems(archive)
+        if problems:
+            raise CheckError(f"{wheel.name}: {problems[0]}")
+        (dist_info,) = _dist_info_dirs(archive.namelist())  # archive_problems: exactly one
+        stem, _, written = dist_info.removesuffix(".dist-info").rpartition("-")
+        if not _same_version(written, version):
+            raise CheckError(f"{wheel.name}: {dist_info} does not carry the file name's version {version}")
+        metadata = set_metadata_version(_read_metadata(archive, wheel, dist_info), new_version)
+        renames = {
+            f"{stem}-{written}.dist-info/": f"{stem}-{new_version}.dist-info/",
+            f"{stem}-{written}.data/": f"{stem}-{new_version}.data/",
+        }
+        data = metadata.encode("utf-8")
+        rewrite_wheel(archive, target, dist_info=dist_info, metadata=data, renames=renames)
+    if target != wheel:
+        wheel.unlink()
+    return target
+
+
+def _copy_info(info: zipfile.ZipInfo, name: str | None = None) -> zipfile.ZipInfo:
+    new = zipfile.ZipInfo(info.filename if name is None else name, date_time=info.date_time)
     new.compress_type = info.compress_type
     new.external_attr = info.external_attr
     new.create_system = info.create_system
@@ -346,12 +462,13 @@ def _copy_info(info: zipfile.ZipInfo) -> zipfile.ZipInfo:
 
 
 def _copy_member(
-    source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile
+    source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile, name: str | None = None
 ) -> tuple[str, str, str]:
-    """Stream one member across (extensions can be hundreds of MB), hashing what is written."""
+    """Stream one member across (extensions can be hundreds of MB) under `name` (default: its own), hashing
+    what is written."""
     hasher = hashlib.sha256()
     size = 0
-    new = _copy_info(info)
+    new = _copy_info(info, name)
     new.file_size = info.file_size
     with (
         source.open(info) as src,
@@ -362,7 +479,7 @@ def _copy_member(
             size += len(chunk)
             dst.write(chunk)
     digest = base64.urlsafe_b64encode(hasher.digest()).rstrip(b"=").decode("ascii")
-    return info.filename, f"sha256={digest}", str(size)
+    return new.filename, f"sha256={digest}", str(size)
 
 
 # --- the acceptance check -----------------------------------------------------------------------------------

@@ -33,7 +33,11 @@ def format_duration(seconds: float) -> str:
 
 
 def compiles(r: JobResult) -> str:
-    return f"{r.compiles_done}/{r.compiles_total}" if r.compiles_total else "-"
+    """ "12/15": the compiles finished of those known, over every extension's ninja run; "so far" while the
+    build runs, when a later extension may add to the total."""
+    if not r.compiles_total:
+        return "-"
+    return f"{r.compiles_done}/{r.compiles_total}" + (" so far" if r.phase == "build" else "")
 
 
 def cached(r: JobResult) -> str:
@@ -57,8 +61,10 @@ def failed(r: JobResult) -> bool:
 
 def failure(r: JobResult) -> str:
     """A finished job that did not succeed: why, and where its log is."""
-    log = f" (log: {r.log})" if r.log else ""
-    return f"{r.job_id}: {r.result}: {r.reason or 'no reason recorded'}{log}"
+    where = [f"log: {r.log}"] if r.log else []
+    where += [f"wheel kept: {r.kept_wheel}"] if r.kept_wheel else []
+    shown = f" ({'; '.join(where)})" if where else ""
+    return f"{r.job_id}: {r.result}: {r.reason or 'no reason recorded'}{shown}"
 
 
 def progress_line(r: JobResult, now: float) -> str:
@@ -141,6 +147,10 @@ def _detail(r: JobResult) -> str:
     return r.wheel or r.reason or ""
 
 
+def _kept(r: JobResult) -> str:
+    return f"wheel kept: {r.kept_wheel}" if r.kept_wheel else ""
+
+
 def summary_table(report: BuildReport) -> Table:
     """The summary for a terminal, where a folded cell is only a matter of the window's width."""
     table = Table(title="summary")
@@ -148,6 +158,8 @@ def summary_table(report: BuildReport) -> Table:
         table.add_column(col, overflow="fold")
     for r in report.jobs:
         detail = escape(_detail(r))
+        if r.kept_wheel:
+            detail += f"\n{escape(_kept(r))}"
         if failed(r) and r.log:
             detail += f"\nlog: {escape(r.log)}"
         table.add_row(
@@ -182,6 +194,8 @@ def summary_lines(report: BuildReport) -> list[str]:
             f"{r.job_id}  {r.result}  wall {format_duration(r.wall_s)}  peak {peak}  "
             f"attempts {len(r.attempts)}{served}{nvcc}  {_detail(r)}".rstrip()
         )
+        if r.kept_wheel:
+            lines.append(f"  {_kept(r)}")
         if failed(r) and r.log:
             lines.append(f"  log: {r.log}")
     return lines

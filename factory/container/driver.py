@@ -26,9 +26,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import compilecache, cudagaps, heartbeat, protocol
+from . import cudagaps, heartbeat, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
+CHECK_WHEELHOUSE = Path("/wheelhouse-check")  # the package's runtime requirements, when the host found any
 SOURCE = Path("/src")
 OUT = Path("/out")
 OBJECT_SUFFIXES = (".o", ".obj")
@@ -60,21 +61,9 @@ def claim(jd: Path) -> None:
         (jd / protocol.OWNER_FILE).write_text(owner)
 
 
-def uv_install(python: Path, args: list[str]) -> None:
-    run(
-        [
-            "uv",
-            "pip",
-            "install",
-            "--python",
-            str(python),
-            "--offline",
-            "--no-index",
-            "--find-links",
-            str(WHEELHOUSE),
-            *args,
-        ]
-    )
+def uv_install(python: Path, args: list[str], *, wheelhouses: tuple[Path, ...] = (WHEELHOUSE,)) -> None:
+    links = [arg for w in wheelhouses for arg in ("--find-links", str(w))]
+    run(["uv", "pip", "install", "--python", str(python), "--offline", "--no-index", *links, *args])
 
 
 def make_venv(path: Path) -> Path:
@@ -121,9 +110,10 @@ def check_torch_cuda(python: Path) -> None:
 
 
 def cache_env(env: dict[str, str]) -> dict[str, str]:
-    """With the compile cache on, the host compiler's compiles go through it too: CXX is the `c++` launcher,
-    which runs the CXX the build had (FACTORY_REAL_CXX)."""
-    if not env.get(compilecache.CACHE_DIR_ENV) or env.get("CXX") == str(CXX_LAUNCHER):
+    """CXX is the `c++` launcher, which runs the CXX the build had (FACTORY_REAL_CXX): with the compile cache
+    on, the host compiler's compiles go through it; cache or not, it records each shared link (`links`), from
+    which the host tells the modules that carry no kernels."""
+    if env.get("CXX") == str(CXX_LAUNCHER):
         return {}
     extra = {"CXX": str(CXX_LAUNCHER)}
     if env.get("CXX"):
@@ -210,7 +200,8 @@ def check() -> None:
     mark(phase="install-check")
     wheel = OUT / os.environ["FACTORY_WHEEL"]
     python = make_venv(jd / "check-venv")
-    uv_install(python, [str(wheel)])
+    found = (WHEELHOUSE, CHECK_WHEELHOUSE) if CHECK_WHEELHOUSE.is_dir() else (WHEELHOUSE,)
+    uv_install(python, [str(wheel)], wheelhouses=found)
     script = os.environ["FACTORY_IMPORT_CHECK"]
     run([str(python), "-I", "-c", script], cwd="/")
     mark(phase="done")

@@ -7,6 +7,9 @@
   (`measurement_json`) and printed into the build log behind `::factory-compile::` (`measurement_line`);
   `parse_measurement` reads either; its "cache" field says whether the compile cache served it ("hit": nothing
   was compiled, its figures are the lookup's and teach no profile), compiled it ("miss") or was off
+- links: `::factory-link::` {"output", "inputs"} lines the `c++` launcher prints into the build log for each
+  shared link it runs (`link_line`, `parse_link`); with the compiles' "object" they tell the host which
+  modules carry no object nvcc compiled (`links`)
 - learned profiles: `{"format", "package", "version", "entries": {compile key: entry}}`, written by the host
   (`profile_json`) and read by the host and by the wrapper (`parse_profile`)
 - compile keys: `file|arch,arch|threads`, the keys of a profile (`compile_key`)
@@ -28,8 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .links import Link
+
 MARK = "::factory::"
 MEASUREMENT_MARK = "::factory-compile::"
+LINK_MARK = "::factory-link::"
+MAX_LINK_INPUTS = 100_000  # a line naming more is no link the host reads
 PROFILE_FORMAT = 1
 CACHE_HIT = "hit"
 CACHE_MISS = "miss"
@@ -89,6 +96,7 @@ class Measurement:
     cache_check: str | None = None
     entry: str | None = None
     source: str | None = None
+    tool_object: str | None = None  # the object the compile wrote, absolute in the container ("object")
 
     @property
     def compiled(self) -> bool:
@@ -137,6 +145,7 @@ def parse_measurement(line: str) -> Measurement | None:
             cache_check=_text(raw.get("cache_check")),
             entry=_text(raw.get("entry")),
             source=_text(raw.get("source")),
+            tool_object=_text(raw.get("object")),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -144,6 +153,31 @@ def parse_measurement(line: str) -> Measurement | None:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+# --- links ------------------------------------------------------------------------------------------------
+
+
+def link_line(link: Link) -> str:
+    return f"{LINK_MARK} {json.dumps({'output': link.output, 'inputs': list(link.inputs)}, sort_keys=True)}"
+
+
+def parse_link(line: str) -> Link | None:
+    """The link a build log line records; None for any other line, and for one that is not well formed (the
+    build writes its log: a line is read as text, never as a path to open)."""
+    line = line.lstrip()  # pip -v indents what setuptools' commands print
+    if not line.startswith(f"{LINK_MARK} "):
+        return None
+    try:
+        raw = json.loads(line[len(LINK_MARK) + 1 :])
+        output, inputs = raw["output"], raw["inputs"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(output, str) or not isinstance(inputs, list) or len(inputs) > MAX_LINK_INPUTS:
+        return None
+    if not all(isinstance(i, str) for i in inputs):
+        return None
+    return Link(output=output, inputs=tuple(inputs))
 
 
 # --- learned profiles --------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ import shutil
 import sys
 import time
 
-from . import admission, compilecache, protocol, shardskip
+from . import admission, compilecache, links, protocol, shardskip
 from .environ import env_fraction, env_int, log, read_cgroup
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -148,6 +148,11 @@ def cxx_main(argv: list[str]) -> int:
     """The host compiler through the cache: a hit writes the object, a miss compiles (unadmitted) and is
     stored; anything else runs as it is."""
     cxx = real_cxx()
+    link = links.link_of(argv, os.getcwd())
+    if link is not None:
+        # before it runs: a link that fails still said what it linked
+        print(protocol.link_line(link), file=sys.stderr, flush=True)
+        os.execv(cxx, [cxx, *argv])
     cached = cache_attempt("cxx", cxx, argv)
     if not isinstance(cached, compilecache.Attempt):
         os.execv(cxx, [cxx, *argv])
@@ -156,6 +161,9 @@ def cxx_main(argv: list[str]) -> int:
         "source": os.path.basename(cached.call.source),
         "tool": "cxx",
     }
+    compiled = links.output_of(argv, os.getcwd())
+    if compiled is not None:
+        record["object"] = compiled
     if serve_from_cache(cached, record):
         return 0
     run = run_measured([cxx, *cached.run_args])
@@ -186,6 +194,9 @@ def main(argv: list[str]) -> int:
         "archs": list(call.archs),
         "threads": call.threads,
     }
+    compiled = links.output_of(argv, os.getcwd())
+    if compiled is not None:
+        record["object"] = compiled  # the host tells from it which modules link nvcc's objects
     shard = shardskip.shard_sources()
     if shard is not None and not shardskip.in_shard(call.source, shard):
         # another shard's compile: before the cache's key, which would hash its inputs for nothing

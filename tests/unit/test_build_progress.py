@@ -36,7 +36,8 @@ def test_progress_line_names_phase_compiles_memory_and_attempt() -> None:
     r.compiles_done, r.compiles_total, r.mem_now = 37, 120, 3 * GIB
     line = progress.progress_line(r, now=100.0 + 125)
     assert line == (
-        "cu130-torch2.14-abi1-sm90-py311: build, compiles 37/120, memory 3.0 GiB / 16.0 GiB, attempt 2, 2m05s"
+        "cu130-torch2.14-abi1-sm90-py311: build, compiles 37/120 so far, memory 3.0 GiB / 16.0 GiB, "
+        "attempt 2, 2m05s"
     )
 
 
@@ -77,7 +78,8 @@ def test_a_running_job_prints_once_a_minute_after_its_last_line() -> None:
     assert plain.changed(r, now=100.0) is not None
     assert plain.due([r], now=159.9) == []
     r.compiles_done, r.compiles_total = 5, 10
-    assert plain.due([r], now=160.0) == ["cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10, 1m00s"]
+    line = "cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10 so far, 1m00s"
+    assert plain.due([r], now=160.0) == [line]
     assert plain.due([r], now=200.0) == []  # 40 s after that line
     r.phase = "check"
     assert plain.changed(r, now=210.0) is not None  # a phase change restarts the minute
@@ -208,3 +210,24 @@ def test_the_summary_names_a_toolkit_other_than_the_variants_cuda() -> None:
     assert "nvcc 12.4" in lines[1] and "nvcc" not in lines[2]
     data = debian.to_json()
     assert data["toolkit"] == "12.4" and data["image"] == "factory-builder:cu12.4-trixie-debian"
+
+
+def test_compiles_read_so_far_only_while_the_build_runs() -> None:
+    r = running()
+    r.compiles_done, r.compiles_total = 12, 15
+    assert progress.compiles(r) == "12/15 so far"  # a later extension may add to the total
+    r.phase = "check"
+    assert progress.compiles(r) == "12/15"
+
+
+def test_a_wheel_that_failed_its_check_is_named_in_the_summary_and_the_failure() -> None:
+    r = running()
+    r.result = r.phase = "failed"
+    r.reason = "install/import check failed (exit 1): ModuleNotFoundError: No module named 'scipy'"
+    r.log, r.kept_wheel = "/x/job.log", "/out/check-failed/x-0.1.0+cu13.0-cp313-cp313-linux_x86_64.whl"
+    con, out = console(width=80)
+    progress.show_report(con, report_with(r), "report.json", interactive=False)
+    text = out.getvalue()
+    assert f"  wheel kept: {r.kept_wheel}\n" in text
+    assert f"{r.reason} (log: /x/job.log; wheel kept: {r.kept_wheel})" in text
+    assert report_with(r).to_json()["jobs"][0]["kept_wheel"] == r.kept_wheel

@@ -804,9 +804,13 @@ def test_a_hit_teaches_no_profile() -> None:
     assert dict(merged.entries) == {"k": profiles.ProfileEntry(peak_bytes=5, wall_s=2.0, samples=1)}
 
 
-def test_the_driver_puts_the_host_compiler_through_the_cache_only_when_it_is_on() -> None:
-    assert driver.cache_env({}) == {}
-    assert driver.cache_env({"FACTORY_CACHE_DIR": "", "CXX": "g++"}) == {}
+def test_the_driver_puts_the_host_compiler_through_the_launcher_cache_or_not() -> None:
+    # cache or not: the launcher records each shared link (which modules link nvcc's objects)
+    assert driver.cache_env({}) == {"CXX": str(CXX)}
+    assert driver.cache_env({"FACTORY_CACHE_DIR": "", "CXX": "g++"}) == {
+        "CXX": str(CXX),
+        "FACTORY_REAL_CXX": "g++",
+    }
     assert driver.cache_env({"FACTORY_CACHE_DIR": "/cache"}) == {"CXX": str(CXX)}
     assert driver.cache_env({"FACTORY_CACHE_DIR": "/cache", "CXX": "g++-13"}) == {
         "CXX": str(CXX),
