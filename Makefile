@@ -78,8 +78,9 @@ bench-serve: install
 # Real third-party sdists from the configured index, each by its built-in recipe alone, for sm_80 (not CI:
 # causal-conv1d's four CUDA files take ~10 minutes on two cores, torch-scatter's more). flash-attn is left
 # out: a full build is a day on such a machine.
-real-packages: install docker images
+real-packages: install docker images debian-image
 	$(FACTORY) build --matrix examples/real/causal-conv1d.yaml --output wheelhouse/causal-conv1d
+	$(FACTORY) build --matrix examples/real/causal-conv1d-cu12.yaml --output wheelhouse/causal-conv1d-cu12
 	$(FACTORY) build --matrix examples/real/torch-scatter.yaml --output wheelhouse/torch-scatter
 
 clean:

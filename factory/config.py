@@ -105,6 +105,16 @@ class MatrixFile:
     display: str = ""  # the path as the user wrote it, for messages
 
 
+def with_flavor(mf: MatrixFile, flavor: str | None) -> MatrixFile:
+    """The matrix file built with another image flavor (`--flavor`: the same matrix on a host that reaches no
+    registry, say); `mf` itself when `flavor` is None."""
+    if flavor is None:
+        return mf
+    if flavor not in FLAVORS:
+        raise ConfigError(f"--flavor {flavor!r} must be one of {', '.join(repr(f) for f in FLAVORS)}")
+    return replace(mf, build=replace(mf.build, flavor=flavor))  # type: ignore[arg-type]
+
+
 # ----------------------------------------------------------------------------------------------------
 # Small public helpers
 

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.live import Live
 
 from factory.cli import app, cpus_option, size_option
-from factory.cli.matrix import TRUST_PATHS
+from factory.cli.matrix import FLAVOR_OPTION, TRUST_PATHS
 from factory.cli.progress import PlainProgress, ProgressView, show_report
-from factory.config import MIN_CONTAINER_MEMORY, load_matrix_file
+from factory.config import MIN_CONTAINER_MEMORY, load_matrix_file, with_flavor
 from factory.errors import ConfigError
 from factory.shard import Shard, parse_shard
 
@@ -52,6 +52,7 @@ def build(
     ] = False,
     memory: Annotated[str | None, typer.Option(help="Memory limit per container, e.g. 16GiB.")] = None,
     cpus: Annotated[float | None, typer.Option(help="CPUs per container.")] = None,
+    flavor: Annotated[str | None, FLAVOR_OPTION] = None,
     publish: Annotated[
         bool, typer.Option("--publish", help="Publish accepted wheels (see `publish:`).")
     ] = False,
@@ -97,7 +98,7 @@ def build(
     from factory.recipes import recipe_warnings
 
     console = Console(stderr=True)
-    mf = load_matrix_file(matrix, trust_paths=trust_paths)
+    mf = with_flavor(load_matrix_file(matrix, trust_paths=trust_paths), flavor)
     for warning in recipe_warnings(mf.recipe, mf.package):
         typer.echo(f"warning: {warning}", err=True)
     jobs = list(plan_matrix(mf).only(only).jobs)

@@ -14,7 +14,7 @@ from rich.table import Table
 from factory import shard as sharding
 from factory.ci import Chunk, github_matrix, github_outputs, parse_chunk
 from factory.cli import app
-from factory.config import load_matrix_file
+from factory.config import load_matrix_file, with_flavor
 from factory.errors import ConfigError
 from factory.home import factory_home
 from factory.plan import Job, Plan, plan_matrix
@@ -25,6 +25,11 @@ from factory.source import prepare_package
 TRUST_PATHS = typer.Option(
     "--trust-paths",
     help="Allow package.source.path and recipe.patches outside the matrix file's directory.",
+)
+
+FLAVOR_OPTION = typer.Option(
+    "--flavor",
+    help="Build with this image flavor instead of build.flavor (devel, pypi, manylinux, debian).",
 )
 
 
@@ -84,6 +89,7 @@ def matrix_command(
         bool, typer.Option("--no-source", help="With --check: do not fetch the source to try the patches.")
     ] = False,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
+    flavor: Annotated[str | None, FLAVOR_OPTION] = None,
     unpublished: Annotated[
         bool,
         typer.Option("--unpublished", help="With --format github: only jobs whose wheel publish.to lacks."),
@@ -109,7 +115,7 @@ def matrix_command(
     part = parse_chunk(chunk)
     if fmt is not Format.github and (unpublished or github_output or part != Chunk()):
         raise ConfigError("--unpublished, --chunk and --github-output apply to --format github only")
-    mf = load_matrix_file(matrix, trust_paths=trust_paths)
+    mf = with_flavor(load_matrix_file(matrix, trust_paths=trust_paths), flavor)
     for warning in recipe_warnings(mf.recipe, mf.package):
         typer.echo(f"warning: {warning}", err=True)
     plan = plan_matrix(mf, prune=not no_prune).only(only)

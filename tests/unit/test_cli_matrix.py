@@ -146,3 +146,15 @@ def test_the_debian_flavor_refuses_a_cuda_13_variant(tmp_path: Path) -> None:
     path = write_debian(tmp_path, cuda="13.0")
     line = refusal(path)
     assert "flavor debian: no Debian suite's nvidia-cuda-toolkit builds CUDA 13.0" in line
+
+
+def test_flavor_option_overrides_the_matrix_files(tmp_path: Path) -> None:
+    path = write_debian(tmp_path, archs="8.0;12.0")
+    # the file's debian flavor cannot compile sm_120; with --flavor devel the variant's own CUDA does
+    result = runner.invoke(app, ["matrix", "--matrix", str(path), "--format", "json", "--flavor", "devel"])
+    assert result.exit_code == 0, result.output
+    (job,) = json.loads(result.output)
+    assert job["arch"] == "8.0;12.0" and "toolkit" not in job
+    bad = runner.invoke(app, ["matrix", "--matrix", str(path), "--flavor", "conda"])
+    assert isinstance(bad.exception, ConfigError)
+    assert str(bad.exception) == "--flavor 'conda' must be one of 'devel', 'pypi', 'manylinux', 'debian'"
