@@ -18,7 +18,9 @@ from factory.variants import Arch, arch_key, torch_minor, version_tuple
 
 TOP_KEYS = ("cuda_versions", "archs", "torch", "recipes")
 ARCH_KEYS = ("min_cuda", "max_cuda", "why")
-TORCH_KEYS = ("cuda", "python", "cxx11_abi", "cxx_std", "complete")
+# default_cuda: the CUDA of the release's default build, the one PyPI serves (and so the one a job whose
+# build.torch_index is `default` gets from an index that mirrors PyPI)
+TORCH_KEYS = ("cuda", "default_cuda", "python", "cxx11_abi", "cxx_std", "complete")
 RECIPE_KEYS = ("min_arch", "cxx_std")
 
 
@@ -106,8 +108,11 @@ class CompatData:
         recipe: str,
         min_arch: str | None = None,
         cxx_std: str | None = None,
+        default_index: bool = False,
     ) -> Verdict:
-        """Prune one combination. The recipe's own `min_arch`/`cxx_std` win over the data's."""
+        """Prune one combination. The recipe's own `min_arch`/`cxx_std` win over the data's. `default_index`:
+        torch comes from the host's pip configuration (`build.torch_index: default`), whose one build of a
+        release is its default one (PyPI's), so another CUDA cannot be had there."""
         unknown: list[str] = []
         entry = self.torch_entry(torch)
         tm = torch_minor(torch)
@@ -126,6 +131,12 @@ class CompatData:
                 if complete:
                     return ruled_out(f"torch {tm} ships no CUDA {cuda} build (only {', '.join(shipped)})")
                 unknown.append(f"torch {tm} with CUDA {cuda}")
+            default_cuda = entry.get("default_cuda")
+            if default_index and default_cuda is not None and cuda != default_cuda:
+                return ruled_out(
+                    f"torch {tm} on the default index is a CUDA {default_cuda} build, not {cuda} "
+                    f"(build.torch_index {cuda}: default)"
+                )
             pythons = entry.get("python")
             if pythons is None:
                 unknown.append(f"Pythons of torch {tm}")

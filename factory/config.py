@@ -892,6 +892,8 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
                     ]
                 elif k == "cxx11_abi":
                     d[k] = [check.boolean(e[k], i, w) for i in range(len(check.items(e, k, w)))]
+                elif k == "default_cuda":
+                    d[k] = check.pattern(e, k, w, CUDA_VERSION, "12.8")
                 elif k == "complete":
                     d[k] = check.boolean(e, k, w)
                 elif k == "cxx_std":

@@ -26,7 +26,20 @@ def measured_compile_gib(package: str = "flash-attn", *, arch_count: int = 1) ->
 def compile_rows() -> tuple[dict[str, str], ...]:
     """The CSV's rows (one measured compile each), its comment lines left out."""
     text = resources.files("factory").joinpath("data/flash-attn-compiles.csv").read_text(encoding="utf-8")
+    return parse_rows(text)
+
+
+def parse_rows(text: str) -> tuple[dict[str, str], ...]:
+    """Rows of a compiles CSV (the shipped one, or one `bench.compiles_export` wrote), comments left out."""
     return tuple(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+
+
+Rows = Sequence[dict[str, str]]
+
+
+def _is_2_8_3(version: str) -> bool:
+    """flash-attn 2.8.3 and its post releases (2.8.3.post2: the same kernels, another wheel download URL)."""
+    return re.fullmatch(r"2\.8\.3(\.post\d+)?", version) is not None
 
 
 # Safety on top of a measured peak: the same file measured 6.34 GiB with torch 2.13's headers and 6.64 with
@@ -36,12 +49,12 @@ ESTIMATE_MARGIN = 1.03
 FLASH_ATTN_HDIMS = (32, 64, 96, 128, 192, 256)
 
 
-def _flash_attn_kernel_rows() -> Iterator[tuple[str, int, dict[str, str]]]:
+def _flash_attn_kernel_rows(rows: Rows | None = None) -> Iterator[tuple[str, int, dict[str, str]]]:
     """(file name prefix such as "flash_bwd_hdim", head dimension, row) of each measured flash-attn 2.8.3
     kernel file compiled for one arch."""
-    for r in compile_rows():
+    for r in compile_rows() if rows is None else rows:
         m = re.match(r"(flash_(?:fwd_split|fwd|bwd)_hdim)(\d+)_", r["tu"])
-        if m and r["flash_attn_version"] == "2.8.3" and "+" not in r["gencodes"]:
+        if m and _is_2_8_3(r["flash_attn_version"]) and "+" not in r["gencodes"]:
             yield m.group(1), int(m.group(2)), r
 
 
@@ -56,7 +69,7 @@ def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
     return points[-1][1]
 
 
-def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
+def flash_attn_file_estimates(rows: Rows | None = None) -> tuple[tuple[str, float], ...]:
     """flash-attn 2.8.3's per-file table (GiB per arch) from factory/data/flash-attn-compiles.csv.
 
     The measured rows are flash-attn 2.8.3 kernel files with torch 2.14.1's headers, one arch each (forward,
@@ -67,7 +80,7 @@ def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     ESTIMATE_MARGIN, rounded up to 0.1 GiB. Files of no measured kind fall back to compile_gib_per_arch.
     """
     measured: dict[str, dict[int, float]] = {}  # file name prefix ("flash_bwd_hdim") -> head dim -> GiB
-    for prefix, hdim, r in _flash_attn_kernel_rows():
+    for prefix, hdim, r in _flash_attn_kernel_rows(rows):
         if r.get("peak_gib"):
             points = measured.setdefault(prefix, {})
             points[hdim] = max(points.get(hdim, 0.0), float(r["peak_gib"]))
@@ -88,13 +101,13 @@ def flash_attn_file_estimates() -> tuple[tuple[str, float], ...]:
     return tuple(table)
 
 
-def flash_attn_file_seconds() -> tuple[tuple[str, float], ...]:
+def flash_attn_file_seconds(rows: Rows | None = None) -> tuple[tuple[str, float], ...]:
     """flash-attn 2.8.3's `compile_seconds_by_file` from factory/data/flash-attn-compiles.csv: the CPU seconds
     of one arch (the wall time of rows without one), per kind and head dimension, the same patterns as
     `flash_attn_file_estimates`. Only their order and ratios count, so a head dimension between two measured
     ones is interpolated linearly and one beyond them takes the nearest one's figure."""
     measured: dict[str, dict[int, tuple[bool, float]]] = {}  # prefix -> head dim -> (has cpu_s, seconds)
-    for prefix, hdim, r in _flash_attn_kernel_rows():
+    for prefix, hdim, r in _flash_attn_kernel_rows(rows):
         figure = (True, float(r["cpu_s"])) if r.get("cpu_s") else (False, float(r["wall_s"] or 0))
         points = measured.setdefault(prefix, {})
         points[hdim] = max(points.get(hdim, (False, 0.0)), figure)
@@ -110,10 +123,10 @@ def flash_attn_file_seconds() -> tuple[tuple[str, float], ...]:
 AFTER_PEAK_MARGIN = 1.1
 
 
-def measured_after_peak() -> float | None:
+def measured_after_peak(rows: Rows | None = None) -> float | None:
     """flash-attn's `compile_after_peak`: the most any measured course held after first falling to 3/4 of its
     peak (factory/data CSV, `after_peak`), with AFTER_PEAK_MARGIN, rounded up to 0.01 and at most 1."""
-    seen = [float(r["after_peak"]) for r in compile_rows() if r.get("after_peak")]
+    seen = [float(r["after_peak"]) for r in (compile_rows() if rows is None else rows) if r.get("after_peak")]
     if not seen:
         return None
     return min(1.0, math.ceil(round(max(seen) * AFTER_PEAK_MARGIN * 100, 6)) / 100)

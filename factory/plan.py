@@ -185,6 +185,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
                 recipe=mf.recipe.name,
                 min_arch=mf.recipe.min_arch,
                 cxx_std=mf.recipe.cxx_std,
+                default_index=mf.build.torch_index_url(cuda) is None,
             )
             if verdict.dropped is not None:
                 dropped.append(DroppedJob(values=raw, reason=verdict.dropped))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,43 @@ def check_torch_cuda(python: Path) -> None:
         )
 
 
+NVCC_RELEASE = re.compile(r"\bV(\d+(?:\.\d+)+)")
+TOOL_TEXT_MAX = 120
+
+
+def nvcc_release(version_text: str) -> str | None:
+    """nvcc's full release ("13.0.88") from `nvcc --version`'s `Cuda compilation tools, release 13.0,
+    V13.0.88`."""
+    found = NVCC_RELEASE.search(version_text)
+    return found.group(1) if found else None
+
+
+def tool_version(cmd: list[str]) -> str:
+    """What a tool prints for its version ("" when it cannot be run): what built the objects, for the host's
+    records of each measured compile."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out
+
+
+def mark_toolchain(env: dict[str, str]) -> None:
+    """Which nvcc and host compiler this build's compiles ran with: `{"toolchain": {"nvcc": "13.0.88",
+    "cxx": "g++ (Debian 14.2.0-19) 14.2.0"}}` (the nvcc the wrapper runs, the c++ the build would)."""
+    nvcc = env.get("FACTORY_REAL_NVCC") or os.path.join(
+        env.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
+    )
+    cxx = env.get("CXX") or "c++"
+    lines = tool_version([cxx, "--version"]).splitlines()
+    mark(
+        toolchain={
+            "nvcc": nvcc_release(tool_version([nvcc, "--version"])) or "",
+            "cxx": (lines[0].strip() if lines else "")[:TOOL_TEXT_MAX],
+        }
+    )
+
+
 def cache_env(env: dict[str, str]) -> dict[str, str]:
     """CXX is the `c++` launcher, which runs the CXX the build had (FACTORY_REAL_CXX): with the compile cache
     on, the host compiler's compiles go through it; cache or not, it records each shared link (`links`), from
@@ -164,6 +202,7 @@ def build() -> None:
     env, headers, libraries = cudagaps.fill_gaps(env, venv=venv, into=jd / "cuda-gaps")
     if headers or libraries:
         print(cudagaps.summary(headers, libraries), flush=True)
+    mark_toolchain(env)
     env.update(cache_env(env))
     run(
         [

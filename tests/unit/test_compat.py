@@ -100,6 +100,29 @@ def test_cpp20_torch_drops_a_cpp17_recipe() -> None:
     assert judge(recipe="flash-attn", cuda="13.0", torch="2.14", cxx_std="20").dropped is None
 
 
+@pytest.mark.parametrize(
+    ("torch", "cuda"),
+    [("2.9", "12.8"), ("2.10.0", "12.8"), ("2.11", "13.0"), ("2.14.1", "13.0"), ("2.15", "13.2")],
+)
+def test_the_default_index_has_the_default_build_only(torch: str, cuda: str) -> None:
+    """torch from the host's pip configuration (build.torch_index: default) is the build PyPI serves."""
+    assert judge(torch=torch, cuda=cuda, python="3.12", default_index=True).verified
+    other = "13.0" if cuda == "12.8" else "12.8"
+    verdict = judge(torch=torch, cuda=other, python="3.12", default_index=True)
+    minor = ".".join(torch.split(".")[:2])
+    assert verdict.dropped == (
+        f"torch {minor} on the default index is a CUDA {cuda} build, not {other} "
+        f"(build.torch_index {other}: default)"
+    )
+    # from pytorch.org's per-CUDA index the other build may exist: the usual rules apply
+    assert judge(torch=torch, cuda=other, python="3.12").dropped != verdict.dropped
+
+
+def test_unknown_default_build_is_not_a_reason_to_drop() -> None:
+    assert judge(torch="2.5", cuda="12.1", python="3.12", default_index=True).dropped is None
+    assert judge(torch="2.99", cuda="12.1", python="3.12", default_index=True).dropped is None
+
+
 def test_unknown_torch_is_kept_unverified() -> None:
     verdict = judge(torch="2.99")
     assert verdict.dropped is None and not verdict.verified
@@ -179,6 +202,8 @@ def test_data_is_consistent() -> None:
         assert set(entry["cuda"]) <= set(known_cuda), minor  # a build torch ships is a CUDA the data knows
         assert entry["python"] == sorted(entry["python"], key=lambda v: tuple(map(int, v.split(".")))), minor
         assert entry["cxx_std"] in ("17", "20"), minor
+        if "default_cuda" in entry:  # the build PyPI serves is one of the release's builds
+            assert entry["default_cuda"] in entry["cuda"], minor
     minors = sorted(data["torch"], key=lambda v: tuple(map(int, v.split("."))))
     assert minors[-5:] == ["2.11", "2.12", "2.13", "2.14", "2.15"]
 
@@ -314,3 +339,30 @@ def test_compat_overrides_from_the_matrix_file(tmp_path: Path) -> None:
     plan = plan_matrix(load_matrix_file(path))
     assert [(j.id, j.verified) for j in plan.jobs] == [("cu130-torch2.99-abi1-sm90-py311", True)]
     assert plan.dropped[0].reason == "torch 2.9 ships no CUDA 13.0 build (only 12.8)"
+
+
+def test_plan_drops_a_cuda_the_default_index_lacks_and_overrides_can_say_otherwise(tmp_path: Path) -> None:
+    body = """\
+        package: {name: x-ext, version: "1.0"}
+        matrix:
+          cuda: ["12.8", "13.0"]
+          torch: ["2.9"]
+          python: ["3.11"]
+          cxx11_abi: [true]
+          arch: ["9.0"]
+        build:
+          torch_index: {"12.8": default, "13.0": default}
+        """
+    plan = plan_matrix(load_matrix_file(write(tmp_path, body)))
+    assert [j.id for j in plan.jobs] == ["cu128-torch2.9-abi1-sm90-py311"]
+    assert [d.reason for d in plan.dropped] == [
+        "torch 2.9 on the default index is a CUDA 12.8 build, not 13.0 (build.torch_index 13.0: default)"
+    ]
+    # a host index that mirrors pytorch.org's cu130 builds says so in the matrix file
+    override = 'compat:\n          torch: {"2.9": {default_cuda: "13.0"}}\n        matrix:'
+    mirrored = body.replace("matrix:", override)
+    plan = plan_matrix(load_matrix_file(write(tmp_path, mirrored)))
+    assert [j.id for j in plan.jobs] == ["cu130-torch2.9-abi1-sm90-py311"]
+    # pytorch.org's per-CUDA indexes (the default torch_index) have both
+    both = body.replace('torch_index: {"12.8": default, "13.0": default}', "concurrency: 1")
+    assert len(plan_matrix(load_matrix_file(write(tmp_path, both))).jobs) == 2

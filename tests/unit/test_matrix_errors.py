@@ -241,6 +241,10 @@ CASES: dict[str, tuple[str, str]] = {
         HEAD + 'compat:\n  torch:\n    2.15: {cuda: ["13.0"]} #<\nmatrix:\n' + GOOD_AXES,
         "compat.torch: 2.15 must be a quoted torch minor version",
     ),
+    "compat-default-cuda": (
+        HEAD + 'compat:\n  torch:\n    "2.9": {default_cuda: "cu128"} #<\nmatrix:\n' + GOOD_AXES,
+        "compat.torch.2.9.default_cuda 'cu128' is not a version like 12.8",
+    ),
     # values --check accepted that failed later, in a build or at publish
     "package-version-space": (
         'package:\n  name: flash-attn\n  version: "2.8.3 " #<\nmatrix:\n' + GOOD_AXES,
