@@ -3,8 +3,9 @@
 A shard compiles its share of the job's nvcc compiles into the compile cache and makes no wheel; the job's
 final build then finds every compile in the cache. The share is a partition of the prepared source's CUDA
 files, longest first (LPT greedy) into the least-loaded shard, by weights from, in order:
-  profile  the learned profile's wall time of each file (one arch set and nvcc thread count for all, the one
-           that covers the most files; a file it lacks weighs the median)
+  profile  the learned profile's wall time of each file (one arch set and nvcc thread count for all), only
+           when it knows every file: a shard run teaches the profile its own files, and a partition that
+           moved with that would let the next shard run of the job skip files (or compile them twice)
   recipe   the recipe's compile_seconds_by_file (a file matching no glob weighs the median)
   count    1 each
 Which files a build compiles only its setup.py knows; the host takes every `.cu` file outside test, example,
@@ -83,8 +84,8 @@ def _name(unit: str) -> str:
 
 
 def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float] | None:
-    """Each unit's wall time in the profile's group (arch set and nvcc threads) that names the most units;
-    None when no group names any."""
+    """Each unit's wall time in a profile group (arch set and nvcc threads) that names every unit; None when
+    no group does."""
     groups: dict[str, dict[str, float]] = {}
     for key, entry in entries.items():
         parsed = protocol.parse_compile_key(key)
@@ -97,11 +98,10 @@ def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -
         key=lambda g: (-len(names & g[1].keys()), g[0]),
         default=None,
     )
-    if best is None or not names & best[1].keys():
+    if best is None or not names <= best[1].keys():
         return None
     walls = best[1]
-    median = statistics.median(walls[n] for n in names & walls.keys())
-    return {u: walls.get(_name(u), median) for u in units}
+    return {u: walls[_name(u)] for u in units}
 
 
 def recipe_weights(

@@ -105,8 +105,8 @@ def entry(wall: float) -> ProfileEntry:
     return ProfileEntry(peak_bytes=1, wall_s=wall, samples=1)
 
 
-def test_weights_from_the_profile_group_naming_most_units() -> None:
-    units = ["src/heavy.cu", "src/light.cu", "src/new.cu"]
+def test_weights_from_the_profile_group_naming_every_unit() -> None:
+    units = ["src/heavy.cu", "src/light.cu"]
     entries = {
         "heavy.cu|compute_80,compute_90|2": entry(100.0),
         "light.cu|compute_80,compute_90|2": entry(10.0),
@@ -115,8 +115,23 @@ def test_weights_from_the_profile_group_naming_most_units() -> None:
     }
     w = S.unit_weights(units, entries=entries, seconds_by_file=(("light*", 99.0),))
     assert w.basis == "profile"
-    # the file the profile lacks weighs the median of its group
-    assert w.by_unit == {"src/heavy.cu": 100.0, "src/light.cu": 10.0, "src/new.cu": 55.0}
+    assert w.by_unit == {"src/heavy.cu": 100.0, "src/light.cu": 10.0}
+
+
+def test_a_profile_a_shard_run_left_does_not_move_the_partition(tmp_path: Path) -> None:
+    """Shard runs one after another on one host: shard 1 teaches the profile its own files only. Shard 2
+    must then cut the same partition as shard 1 did, or files fall between the shards."""
+    units = [f"src/k{i}.cu" for i in range(8)]
+    tree = make_tree(tmp_path, units)
+    table = tuple((f"k{i}.cu", float(10 + i)) for i in range(8))
+    before = [S.shard_sources(tree, S.Shard(index=i, count=3), seconds_by_file=table)[0] for i in (1, 2, 3)]
+    learned = {f"{u.split('/')[1]}|compute_80|1": entry(1000.0 - i) for i, u in enumerate(before[0])}
+    after = [
+        S.shard_sources(tree, S.Shard(index=i, count=3), entries=learned, seconds_by_file=table)
+        for i in (1, 2, 3)
+    ]
+    assert [a[0] for a in after] == before and {a[1] for a in after} == {"recipe"}
+    assert sorted(u for shard in before for u in shard) == units
 
 
 def test_weights_fall_back_to_the_recipe_then_to_the_count() -> None:
