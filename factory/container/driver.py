@@ -26,13 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-from . import compilecache, cudagaps, heartbeat, protocol
+from . import admission, compilecache, cudagaps, heartbeat, preflight, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 SOURCE = Path("/src")
 OUT = Path("/out")
 OBJECT_SUFFIXES = (".o", ".obj")
 CXX_LAUNCHER = Path(__file__).resolve().parent / "c++"
+NVCC_LAUNCHER = CXX_LAUNCHER.parent / "nvcc"
 
 
 def mark(**fields: object) -> None:
@@ -121,9 +122,10 @@ def check_torch_cuda(python: Path) -> None:
 
 
 def cache_env(env: dict[str, str]) -> dict[str, str]:
-    """With the compile cache on, the host compiler's compiles go through it too: CXX is the `c++` launcher,
-    which runs the CXX the build had (FACTORY_REAL_CXX)."""
-    if not env.get(compilecache.CACHE_DIR_ENV) or env.get("CXX") == str(CXX_LAUNCHER):
+    """With the compile cache on, the host compiler's compiles go through it too, and in a preflight its links
+    stand in: CXX is the `c++` launcher, which runs the CXX the build had (FACTORY_REAL_CXX)."""
+    launched = env.get(compilecache.CACHE_DIR_ENV) or preflight.candidates(env) is not None
+    if not launched or env.get("CXX") == str(CXX_LAUNCHER):
         return {}
     extra = {"CXX": str(CXX_LAUNCHER)}
     if env.get("CXX"):
@@ -194,6 +196,10 @@ def build() -> None:
         env=env,
     )
     mark(objects_total=count_objects(src))
+    if preflight.candidates() is not None:
+        mark(phase="preflight")
+        mark(preflight=preflight_device(jd / preflight.DIR_NAME))
+        return  # its wheel is of stand-ins: nothing is handed back
 
     mark(phase="collect")
     wheels = sorted(dist.glob("*.whl"))
@@ -201,6 +207,26 @@ def build() -> None:
         sys.exit(f"factory: expected one wheel, found {[w.name for w in wheels]}")
     shutil.copy2(wheels[0], OUT / wheels[0].name)
     mark(wheel=wheels[0].name)
+
+
+def preflight_device(state: Path) -> dict[str, object]:
+    """A preflight's device compile, once its build has run: the one the build made, else the recorded call
+    that ranks first, compiled now for one arch through the wrapper (its cache and admission); no source for
+    a build without nvcc compiles."""
+    done = preflight.device_done(str(state))
+    if done is not None:
+        return {**done, "deferred": False}
+    ranked = preflight.candidates() or ()
+    call = preflight.choose(preflight.recorded(str(state)), ranked)
+    if call is None:
+        return {"source": None, "arch": None, "deferred": False}
+    argv = preflight.one_arch(call.argv)
+    arch = preflight.arch_label(admission.parse_nvcc_args(argv).archs)
+    env = {k: v for k, v in call.env.items() if k != protocol.ENV_PREFLIGHT}  # a compile like any other
+    print(f"factory-preflight: the build did not compile {ranked[0] if ranked else 'a ranked source'}; "
+          f"compiling {call.source} for {arch or 'its arch'} instead", flush=True)  # fmt: skip
+    run([str(NVCC_LAUNCHER), *argv], cwd=call.cwd, env=env)
+    return {"source": call.source, "arch": arch, "deferred": True}
 
 
 def check() -> None:
