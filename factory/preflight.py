@@ -6,13 +6,13 @@ run with the real flags in the real container under admission (`factory.containe
 wheel. Its compiles go to the compile cache under the keys the real build looks up.
 
 The device compile is the cheapest CUDA file by the learned profile, else by the recipe's
-`compile_seconds_by_file`, else the smallest; the container compiles the first of these candidates the build
-really compiles, for one arch.
+`compile_seconds_by_file`, else the smallest (`candidates`); the container compiles the first of these the
+build really compiles, for one arch.
 
 A failure is reported by its first error line: the first line of the log that reads like a compiler's error
 (`file:line:col: error:`, `fatal error:`, `#error`, nvcc's `file(line): error:` and `nvcc fatal   :`), else
-the driver's own complaint, else a Python exception, else the job's reason; one line, the job directory's
-prefix taken out.
+the driver's or the host's own complaint (a patch that does not apply), else a Python exception, else the
+job's reason; one line, the job directory's prefix taken out.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from factory import shard as sharding
-from factory.container import protocol
+from factory.container import admission, protocol
 from factory.container.protocol import ProfileEntry
 from factory.plan import Job
 from factory.report import PreflightResult
@@ -47,15 +47,32 @@ def candidates(
     entries: Mapping[str, ProfileEntry] | None = None,
     seconds_by_file: Sequence[tuple[str, float]] = (),
 ) -> tuple[tuple[str, ...], str]:
-    """The prepared source's CUDA files, cheapest first (ties by name), and the basis: "profile", "recipe",
-    or "size" (bytes of the source file) where neither names any."""
+    """The prepared source's CUDA files, cheapest first, and what ranked them ("profile", "recipe", both
+    joined by "+", or "size"). A file's estimate is its learned wall time (`shard.profile_walls`), else the
+    recipe's `compile_seconds_by_file`; files with one come first, by it, then the others; ties by size, then
+    name. Unlike a shard's weights, a file without an estimate never takes the median's: a profile that
+    measured one file (an earlier preflight's) would otherwise tie every file with it."""
     units = sharding.compile_units(tree)
-    weights = sharding.unit_weights(units, entries=entries, seconds_by_file=seconds_by_file)
-    if weights.basis == "count":
-        sizes = {u: (tree / u).stat().st_size for u in units}
-        return tuple(sorted(units, key=lambda u: (sizes[u], u))), "size"
-    by = weights.by_unit
-    return tuple(sorted(units, key=lambda u: (by[u], u))), weights.basis
+    walls = sharding.profile_walls(units, entries or {})
+    estimates: dict[str, float] = {}
+    used: set[str] = set()
+    for unit in units:
+        wall = walls.get(unit.rsplit("/", 1)[-1])
+        table = admission.file_value(unit, seconds_by_file)
+        if wall is not None:
+            estimates[unit] = wall
+            used.add("profile")
+        elif table is not None:
+            estimates[unit] = float(table)
+            used.add("recipe")
+    sizes = {u: (tree / u).stat().st_size for u in units}
+
+    def rank(unit: str) -> tuple[int, float, int, str]:
+        known = estimates.get(unit)
+        return (0 if known is not None else 1, known or 0.0, sizes[unit], unit)
+
+    basis = "+".join(b for b in ("profile", "recipe") if b in used) or "size"
+    return tuple(sorted(units, key=rank)), basis
 
 
 # --- the first error line ----------------------------------------------------------------------------------
@@ -95,7 +112,10 @@ def first_error_line(lines: Iterable[str]) -> str | None:
         for tier, pattern in ((1, _FACTORY_LINE), (2, _PYTHON_EXCEPTION)):
             if tier not in found and pattern.search(line):
                 found[tier] = line
-    return shorten(found[min(found)]) if found else None
+    if not found:
+        return None
+    tier = min(found)
+    return shorten(found[tier].removeprefix("factory: ") if tier == 1 else found[tier])
 
 
 def shorten(line: str) -> str:

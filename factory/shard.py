@@ -82,9 +82,9 @@ def _name(unit: str) -> str:
     return unit.rsplit("/", 1)[-1]
 
 
-def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float] | None:
-    """Each unit's wall time in the profile's group (arch set and nvcc threads) that names the most units;
-    None when no group names any."""
+def profile_walls(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float]:
+    """The wall times, by file name, of the profile's group (arch set and nvcc threads) that names the most
+    units; empty when no group names any."""
     groups: dict[str, dict[str, float]] = {}
     for key, entry in entries.items():
         parsed = protocol.parse_compile_key(key)
@@ -98,9 +98,17 @@ def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -
         default=None,
     )
     if best is None or not names & best[1].keys():
+        return {}
+    return {n: w for n, w in best[1].items() if n in names}
+
+
+def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float] | None:
+    """Each unit's wall time in the profile's group (arch set and nvcc threads) that names the most units, a
+    unit it does not name the median; None when no group names any."""
+    walls = profile_walls(units, entries)
+    if not walls:
         return None
-    walls = best[1]
-    median = statistics.median(walls[n] for n in names & walls.keys())
+    median = statistics.median(walls.values())
     return {u: walls.get(_name(u), median) for u in units}
 
 

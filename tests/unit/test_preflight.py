@@ -60,16 +60,37 @@ def test_candidates_by_the_recipes_seconds_cheapest_first(tmp_path: Path) -> Non
     src = tree(tmp_path, {"k/fwd_hdim32.cu": 9000, "k/fwd_hdim64.cu": 10, "k/bwd_hdim32.cu": 5, "x.cu": 1})
     seconds = (("fwd_hdim32*", 190.0), ("fwd_hdim64*", 230.0), ("bwd_*", 280.0))
     ranked, basis = P.candidates(src, seconds_by_file=seconds)
-    # x.cu matches no glob: it weighs the median (230) and comes after the cheaper file of the same weight
-    assert (ranked, basis) == (("k/fwd_hdim32.cu", "k/fwd_hdim64.cu", "x.cu", "k/bwd_hdim32.cu"), "recipe")
+    # x.cu matches no glob: after every file with an estimate, however small it is
+    assert (ranked, basis) == (("k/fwd_hdim32.cu", "k/fwd_hdim64.cu", "k/bwd_hdim32.cu", "x.cu"), "recipe")
+    # equal estimates: the smaller file first
+    even = P.candidates(src, seconds_by_file=(("*.cu", 1.0),))
+    assert even == (("x.cu", "k/bwd_hdim32.cu", "k/fwd_hdim64.cu", "k/fwd_hdim32.cu"), "recipe")
+
+
+def profile(**walls: float) -> dict[str, ProfileEntry]:
+    return {
+        f"{name}.cu|compute_80|1": ProfileEntry(peak_bytes=1, wall_s=w, samples=1)
+        for name, w in walls.items()
+    }
 
 
 def test_candidates_by_the_learned_profile_before_the_recipe(tmp_path: Path) -> None:
     src = tree(tmp_path, {"a.cu": 1, "b.cu": 1})
-    entries = {"a.cu|compute_80|1": ProfileEntry(peak_bytes=1, wall_s=90.0, samples=1),
-               "b.cu|compute_80|1": ProfileEntry(peak_bytes=1, wall_s=30.0, samples=1)}  # fmt: skip
-    ranked, basis = P.candidates(src, entries=entries, seconds_by_file=(("a.cu", 1.0), ("b.cu", 2.0)))
+    ranked, basis = P.candidates(src, entries=profile(a=90.0, b=30.0), seconds_by_file=(("a.cu", 1.0),))
     assert (ranked, basis) == (("b.cu", "a.cu"), "profile")
+
+
+def test_a_profile_of_one_file_ranks_only_that_one(tmp_path: Path) -> None:
+    # an earlier preflight measured its one device compile: the others do not take its figure (a shard's
+    # median), which would tie them all and rank by name
+    src = tree(tmp_path, {"add.cu": 50, "relu.cu": 40, "scale.cu": 60})
+    assert P.candidates(src, entries=profile(relu=12.0)) == (("relu.cu", "add.cu", "scale.cu"), "profile")
+    # beside the recipe's figures: each file by whichever it has, the learned one first
+    src = tree(tmp_path / "r", {"a_fwd.cu": 1, "b_fwd.cu": 1, "c.cu": 1})
+    seconds = (("a_*", 100.0), ("b_*", 50.0))
+    assert P.candidates(src, entries=profile(a_fwd=120.0), seconds_by_file=seconds) == (
+        ("b_fwd.cu", "a_fwd.cu", "c.cu"), "profile+recipe"
+    )  # fmt: skip
 
 
 def test_candidates_without_estimates_smallest_source_first(tmp_path: Path) -> None:
@@ -207,8 +228,9 @@ def test_without_a_compiler_error_the_factorys_own_line_then_a_python_exception(
         "factory: patch /r/p.patch does not apply: setup.py hunk #2 @@ -176,27 +177,9 @@ FAILED at line 177"
     )
     # the factory's own line wins over a Python exception, wherever each is
-    assert P.first_error_line(["  ModuleNotFoundError: No module named 'einops'", patch]) == patch
-    assert P.first_error_line(["x", patch, "RuntimeError: y"]) == patch
+    said = patch.removeprefix("factory: ")
+    assert P.first_error_line(["  ModuleNotFoundError: No module named 'einops'", patch]) == said
+    assert P.first_error_line(["x", patch, "RuntimeError: y"]) == said
     assert P.first_error_line(["  ModuleNotFoundError: No module named 'einops'"]) == (
         "ModuleNotFoundError: No module named 'einops'"
     )
