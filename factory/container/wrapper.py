@@ -215,10 +215,10 @@ def main(argv: list[str]) -> int:
     if chosen is None:
         # before the cache's key, which would hash its inputs for nothing
         return shardskip.stand_in(argv, source=call.source, record=measured_as(call))
-    argv = chosen
-    if preflight.candidates() is not None:  # the preflight's device compile, for one arch
-        call = admission.parse_nvcc_args(argv)
-        preflight.mark_device(call.source or "", call.archs)
+    argv, call = chosen, admission.parse_nvcc_args(chosen)  # a preflight's device compile has one arch left
+    assert call.source is not None
+    if preflight.candidates() is not None:
+        preflight.mark_device(call.source, call.archs)
     record = measured_as(call)
     key = str(record["key"])
     state_dir = os.environ.get("FACTORY_STATE_DIR")
