@@ -1,8 +1,8 @@
 """`factory build --preflight` for real (dockerd, the pypi builder image, real nvcc and g++, torch 2.14.1):
 the demo extension's two variants in one run from an empty `$FACTORY_HOME`, one of them with a deliberate
 error in its host file (`DEMO_FAIL_HOST`); then the real build of the good variant, which finds the
-preflight's host compile in the cache; and a recipe patch that does not apply (5-7 minutes on 2 busy cores,
-images built).
+preflight's host compile in the cache; and a recipe patch that does not apply (about 3 minutes on 2 busy
+cores, images built).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The preflight of one real flash-attn 2.8.3 variant (CUDA 13.0, torch 2.14, Python 3.13, sm_80, the pypi
 flavor's forky image), by the built-in recipe alone: the sdist fetched and patched (C++20 for torch >= 2.13,
 gencodes from FLASH_ATTN_CUDA_ARCHS), flash_api.cpp compiled against torch's and Python's headers, and the
-cheapest kernel by the recipe's per-file estimate for sm_80; no link, no wheel (5-8 minutes on 2 busy cores,
-against the hours of the whole build).
+cheapest kernel by the recipe's per-file estimate for sm_80; no link, no wheel (about 4 minutes on 2 busy
+cores, warm images, against the hours of the whole build).
 
 Its own `$FACTORY_HOME`, but for the wheelhouses and the sdists, which it shares with the user's (both are
 keyed by their content and never change once made), as the other integration tests do.
