@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ lint: install
 
 demo: install docker images
 	$(FACTORY) build --matrix examples/demo.yaml --output wheelhouse --publish
+
+# Before hours of compiling: each variant of the production matrix (its first Python) fetched, patched, its host
+# sources and its cheapest kernel for one arch compiled in its real container; pass or the first error per variant.
+preflight: install docker images
+	$(FACTORY) build --matrix matrix.yaml --preflight --keep-going
 
 bench-memory: install docker images
 	$(PY) -m bench.memory

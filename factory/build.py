@@ -36,7 +36,7 @@ from factory.engine import (
     remove_stale_containers,
     run_labels,
 )
-from factory.errors import BuildError, ConfigError
+from factory.errors import BuildError, ConfigError, PatchError
 from factory.jobrun import (
     CONTAINER_USER,
     WORK_MOUNT,
@@ -63,6 +63,8 @@ class BuildSettings:
     memory: int | None = None
     cpus: float | None = None
     shard: Shard | None = None  # --shard I/N: compile that share of each job into the cache, make no wheel
+    # --preflight: each job's host compiles and one device compile (`factory.preflight`), no link, no wheel
+    preflight: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # the compile cache (`cache.resolve`): None is off; "matrix" is build.cache's, without a publish store
     compile_cache: cache.CacheConfig | Literal["matrix"] | None = "matrix"
@@ -142,6 +144,7 @@ class Runner:
             log=log,
             heartbeat_stale_s=heartbeat_stale_s(),
             shard=settings.shard,
+            preflight=settings.preflight,
             compile_cache=self.compile_cache,
         )
         self._locks: dict[str, threading.Lock] = {}
@@ -316,8 +319,9 @@ def run_build(
     ]
     runner = Runner(client, mf, settings, on_change=on_change, log=log)
     # a project or version the index does not have is the matrix file's error (exit 2) before any job
-    # starts; an index that cannot be reached now is each job's failure, in the report
-    with contextlib.suppress(BuildError):
+    # starts; an index that cannot be reached now is each job's failure, in the report, and so is a patch
+    # that does not apply in a preflight, which reports each variant's first error
+    with contextlib.suppress(*((BuildError, PatchError) if settings.preflight else (BuildError,))):
         runner.prepared_source()
     stale = remove_stale_containers(client)
     if stale:

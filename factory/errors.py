@@ -23,6 +23,10 @@ class ConfigError(FactoryError):
         super().__init__(f"{where}{message}")
 
 
+class PatchError(ConfigError):
+    """A recipe's patch does not apply to the source: the recipe's error; a preflight reports it per job."""
+
+
 class ImageError(FactoryError):
     """A builder image or its base cannot be had."""
 

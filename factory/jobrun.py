@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from factory import buildlog, cache, images, leftovers, platform_tag, safefs, wheelcheck
+from factory import buildlog, cache, images, leftovers, platform_tag, preflight, safefs, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
 from factory.container import (
@@ -84,6 +84,7 @@ class JobContext:
     log: Callable[[str], None]
     heartbeat_stale_s: float = heartbeat.STALE_S  # how long a build container outlives a silent factory
     shard: sharding.Shard | None = None  # --shard I/N: each job compiles that share into the cache, no wheel
+    preflight: bool = False  # --preflight: each job compiles its host sources and one device source, no wheel
     compile_cache: cache.CacheSync | None = None  # None: the cache is off
 
     @property
@@ -174,6 +175,7 @@ class JobRun:
         self.result = result
         self.log_path = ctx.run_dir / "logs" / f"{job.id}.log"
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
+        self.preflight_candidates: tuple[str, ...] | None = None  # its device compile's, cheapest first
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
         self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
         self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
@@ -247,6 +249,8 @@ class JobRun:
         if self.ctx.shard is not None and self.shard_sources is not None:
             env[protocol.ENV_SHARD] = str(self.ctx.shard)
             env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(self.shard_sources))
+        if self.ctx.preflight and self.preflight_candidates is not None:
+            env[protocol.ENV_PREFLIGHT] = json.dumps(list(self.preflight_candidates))
         return env
 
     def plan_shard(self, source: Path) -> None:
@@ -264,6 +268,25 @@ class JobRun:
             f"shard {self.ctx.shard}: {len(self.shard_sources)} CUDA file(s), balanced by {basis}: "
             + " ".join(self.shard_sources)
         )
+
+    def plan_preflight(self, source: Path) -> None:
+        """The candidates for the preflight's one device compile, cheapest first (`preflight.candidates`)."""
+        name, version = self.mf.package.name, self.mf.package.version
+        learned = profiles.load_profile(profiles.profile_path(name, version))
+        self.preflight_candidates, basis = preflight.candidates(
+            source, entries=learned.entries, seconds_by_file=self.mf.recipe.compile_seconds_by_file
+        )
+        ranked = self.preflight_candidates
+        self.note(
+            f"preflight: every host compile, and of {len(ranked)} CUDA file(s) the cheapest by {basis} that "
+            f"the build compiles (first: {ranked[0] if ranked else 'none'}), for one arch; no link, no wheel"
+        )
+
+    def log_lines(self) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
 
     def changed(self) -> None:
         self.ctx.on_change(self.result)
@@ -406,6 +429,8 @@ class JobRun:
             mounts = self.mounts(inputs, out_tmp)
             if ctx.shard is not None:
                 self.plan_shard(inputs.source)
+            if ctx.preflight:
+                self.plan_preflight(inputs.source)
             if ctx.compile_cache is not None:
                 ctx.compile_cache.before_job(self.job.id, inputs.cache_domain)
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
@@ -425,6 +450,10 @@ class JobRun:
             result.phase = result.result
             if result.result != "ok":
                 result.log_tail = log_tail(self.log_path)
+            if ctx.preflight and result.preflight is None:
+                result.preflight = preflight.failed(
+                    lines=self.log_lines(), reason=result.reason, log=result.log
+                )
             shutil.rmtree(out_tmp, ignore_errors=True)  # fd-based on Linux: never follows a link
             shutil.rmtree(self.wheel_dir, ignore_errors=True)
             if ctx.compile_cache is not None and self.job_cache is not None:
@@ -510,8 +539,15 @@ class JobRun:
         tried = retries.last
         if retries.stop == STOP_OK and ctx.shard is not None:
             # its compiles are in the cache (the host syncs them after the job); its wheel is of empty objects
-            counts = sharding.count_compiles(self.log_path.read_text(errors="replace").splitlines())
+            counts = sharding.count_compiles(self.log_lines())
             result.result, result.reason = "ok", sharding.summary(ctx.shard, counts)
+            return None
+        if retries.stop == STOP_OK and ctx.preflight:
+            # its compiles are in the cache; its build linked nothing and handed back no wheel
+            result.preflight = preflight.passed(
+                mark=outcome.markers.get("preflight"), lines=self.log_lines(), log=result.log
+            )
+            result.result, result.reason = "ok", preflight.summary(result.preflight)
             return None
         if retries.stop == STOP_OK:
             wheel = self.take_wheel(out_dir, outcome.markers.get("wheel"))

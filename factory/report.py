@@ -29,6 +29,22 @@ class Attempt:
     note: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class PreflightResult:
+    """A job's `build --preflight` (`factory.preflight`): passed, or the first error line of its failure."""
+
+    result: str  # pass | fail
+    line: str | None = None  # a failure's first error line (the compiler's, else the job's reason)
+    log: str | None = None
+    host_compiles: int = 0  # the host compiler's compiles that ran or came from the cache
+    device: str | None = None  # the one device compile's source (None: the build has none)
+    arch: str | None = None  # the one arch it was compiled for ("sm_80")
+
+    @property
+    def passed(self) -> bool:
+        return self.result == "pass"
+
+
 @dataclass(kw_only=True)
 class JobResult:
     job_id: str
@@ -47,6 +63,7 @@ class JobResult:
     shard: str | None = None  # "I/N": a shard's build, which fills the compile cache and makes no wheel
     image: str | None = None  # the builder image
     toolkit: str | None = None  # the CUDA release of its nvcc (Debian's 12.4 for a CUDA 12.8 variant, say)
+    preflight: PreflightResult | None = None  # `build --preflight`: its compiles' verdict, no wheel
     # compiles of every attempt (the measurement lines' "cache" field): served from the compile cache, or run
     compiles_cached: int = 0
     compiles_compiled: int = 0

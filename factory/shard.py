@@ -83,9 +83,9 @@ def _name(unit: str) -> str:
     return unit.rsplit("/", 1)[-1]
 
 
-def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float] | None:
-    """Each unit's wall time in a profile group (arch set and nvcc threads) that names every unit; None when
-    no group does."""
+def profile_walls(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float]:
+    """The wall times, by file name, of the profile's group (arch set and nvcc threads) that names the most
+    units; empty when no group names any."""
     groups: dict[str, dict[str, float]] = {}
     for key, entry in entries.items():
         parsed = protocol.parse_compile_key(key)
@@ -98,9 +98,17 @@ def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -
         key=lambda g: (-len(names & g[1].keys()), g[0]),
         default=None,
     )
-    if best is None or not names <= best[1].keys():
+    if best is None or not names & best[1].keys():
+        return {}
+    return {n: w for n, w in best[1].items() if n in names}
+
+
+def profile_weights(units: Sequence[str], entries: Mapping[str, ProfileEntry]) -> dict[str, float] | None:
+    """Each unit's wall time in the profile's group (arch set and nvcc threads) that names the most units,
+    when that group names every unit; None otherwise."""
+    walls = profile_walls(units, entries)
+    if not walls or not {_name(u) for u in units} <= walls.keys():
         return None
-    walls = best[1]
     return {u: walls[_name(u)] for u in units}
 
 

@@ -56,7 +56,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory import leftovers
 from factory.config import format_size
-from factory.errors import BuildError, ConfigError
+from factory.errors import BuildError, ConfigError, PatchError
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits, PackageSpec, Recipe
 from factory.urls import urls_without_credentials, without_credentials
@@ -818,7 +818,7 @@ def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
         for step in ([*base, "--dry-run"], base):
             proc = subprocess.run(step, cwd=tree, capture_output=True, text=True)
             if proc.returncode != 0:
-                raise ConfigError(
+                raise PatchError(
                     f"patch {patch} does not apply: {_patch_failure(patch, proc.stdout + proc.stderr)}"
                 )
 

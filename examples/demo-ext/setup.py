@@ -7,6 +7,7 @@ Environment (all optional):
   MAX_JOBS            parallel ninja compile jobs (read by torch's BuildExtension).
   NVCC_THREADS        nvcc --threads N (parallel per-arch compilation inside one nvcc).
   DEMO_FAIL_COMPILE   "1" makes csrc/scale.cu fail with #error (for failure-path tests).
+  DEMO_FAIL_HOST      "1" makes csrc/bindings.cpp, the host compiler's file, fail (an undeclared name).
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ def cxx_standard() -> str:
     return "-std=c++20" if (major, minor) >= (2, 14) else "-std=c++17"
 
 
+def failing(name: str) -> bool:
+    return os.environ.get(name, "").strip() in {"1", "true", "TRUE", "yes"}
+
+
+def cxx_flags() -> list[str]:
+    return ["-O3", cxx_standard(), *(["-DDEMO_FAIL_HOST"] if failing("DEMO_FAIL_HOST") else [])]
+
+
 def nvcc_flags() -> list[str]:
     flags = ["-O3", cxx_standard()]
     sms = [arch.replace(".", "") for arch in ARCHS]
@@ -85,7 +94,7 @@ def nvcc_flags() -> list[str]:
         if not threads.isdigit():
             fail(f"NVCC_THREADS={threads!r} is not a whole number")
         flags += ["--threads", threads]
-    if os.environ.get("DEMO_FAIL_COMPILE", "").strip() in {"1", "true", "TRUE", "yes"}:
+    if failing("DEMO_FAIL_COMPILE"):
         flags.append("-DDEMO_FAIL_COMPILE")
     return flags
 
@@ -109,7 +118,7 @@ setup(
                 "csrc/relu.cu",
             ],
             include_dirs=[str(HERE / "csrc")],
-            extra_compile_args={"cxx": ["-O3", cxx_standard()], "nvcc": nvcc_flags()},
+            extra_compile_args={"cxx": cxx_flags(), "nvcc": nvcc_flags()},
         )
     ],
     cmdclass={"build_ext": BuildExtension},

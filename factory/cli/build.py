@@ -70,6 +70,15 @@ def build(
             help="Compile only shard I of N of each job's CUDA files into the compile cache; no wheel.",
         ),
     ] = None,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight",
+            help="For each variant (its first Python): fetch, patch, compile every host source and the "
+            "cheapest device source for one arch, into the compile cache; then stop: no wheel. Exit 1 if any "
+            "failed.",
+        ),
+    ] = False,
     cache: Annotated[
         str | None,
         typer.Option(
@@ -95,8 +104,13 @@ def build(
     from factory.engine import check_docker
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
+    from factory.preflight import lead_jobs
     from factory.recipes import recipe_warnings
 
+    if preflight and publish:
+        raise ConfigError("--preflight makes no wheel to publish: drop --publish")
+    if preflight and shard is not None:
+        raise ConfigError("--preflight and --shard each choose which compiles run: use one of them")
     console = Console(stderr=True)
     mf = with_flavor(load_matrix_file(matrix, trust_paths=trust_paths), flavor)
     for warning in recipe_warnings(mf.recipe, mf.package):
@@ -106,6 +120,8 @@ def build(
         raise ConfigError(
             f"no job matches --only {only!r}" if only else "the matrix plans no job", file=str(matrix)
         )
+    if preflight:
+        jobs = lead_jobs(jobs)  # one Python per variant: the others compile the same sources
     mem = size_option(memory, "--memory", minimum=MIN_CONTAINER_MEMORY) if memory is not None else None
     cpus = cpus_option(cpus)
     one_shard = shard_option(shard)
@@ -134,6 +150,7 @@ def build(
         memory=mem,
         cpus=cpus,
         shard=one_shard,
+        preflight=preflight,
         compile_cache=compile_cache,
     )
     interactive = console.is_terminal

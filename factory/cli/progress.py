@@ -201,16 +201,50 @@ def summary_lines(report: BuildReport) -> list[str]:
     return lines
 
 
+def is_preflight(report: BuildReport) -> bool:
+    return any(r.preflight is not None for r in report.jobs)
+
+
+def _preflight_row(r: JobResult) -> tuple[str, str, str]:
+    """(result, what it found, log) of one job of a preflight: a failure's first error line, a pass's
+    compiles; a job that never ran says why."""
+    p = r.preflight
+    if p is None:
+        return r.result, r.reason or "", ""
+    return p.result, (p.line or "") if not p.passed else (r.reason or ""), p.log or ""
+
+
+def preflight_table(report: BuildReport) -> Table:
+    table = Table(title="preflight")
+    for col in ("job", "result", "first error / compiles", "log"):
+        table.add_column(col, overflow="fold")
+    for r in report.jobs:
+        result, found, log = _preflight_row(r)
+        style = "green" if result == "pass" else "red" if result == "fail" else "dim"
+        table.add_row(escape(r.job_id), f"[{style}]{escape(result)}[/]", escape(found), escape(log))
+    return table
+
+
+def preflight_lines(report: BuildReport) -> list[str]:
+    """A preflight's summary as plain lines, one per variant (its job), each field whole."""
+    lines = ["preflight:"]
+    for r in report.jobs:
+        result, found, log = _preflight_row(r)
+        lines.append(f"{r.job_id}  {result}  {found}".rstrip() + (f"  log: {log}" if log else ""))
+    return lines
+
+
 def show_report(console: Console, report: BuildReport, report_path: str, *, interactive: bool) -> None:
     """The summary, the attempts' notes, and for each failed job its reason, log path and log's end."""
 
     def plain(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
+    preflight = is_preflight(report)
     if interactive:
-        console.print(summary_table(report))
+        console.print(preflight_table(report) if preflight else summary_table(report))
     else:
-        for line in summary_lines(report):
+        for line in preflight_lines(report) if preflight else summary_lines(report):
             plain(line)
     for r in report.jobs:
         for a in r.attempts:

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import cudagaps, heartbeat, protocol
+from . import admission, cudagaps, heartbeat, preflight, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 CHECK_WHEELHOUSE = Path("/wheelhouse-check")  # the package's runtime requirements, when the host found any
@@ -35,6 +35,7 @@ SOURCE = Path("/src")
 OUT = Path("/out")
 OBJECT_SUFFIXES = (".o", ".obj")
 CXX_LAUNCHER = Path(__file__).resolve().parent / "c++"
+NVCC_LAUNCHER = CXX_LAUNCHER.parent / "nvcc"
 
 
 def mark(**fields: object) -> None:
@@ -150,7 +151,7 @@ def mark_toolchain(env: dict[str, str]) -> None:
 def cache_env(env: dict[str, str]) -> dict[str, str]:
     """CXX is the `c++` launcher, which runs the CXX the build had (FACTORY_REAL_CXX): with the compile cache
     on, the host compiler's compiles go through it; cache or not, it records each shared link (`links`), from
-    which the host tells the modules that carry no kernels."""
+    which the host tells the modules that carry no kernels, and in a preflight it stands in for the links."""
     if env.get("CXX") == str(CXX_LAUNCHER):
         return {}
     extra = {"CXX": str(CXX_LAUNCHER)}
@@ -223,6 +224,10 @@ def build() -> None:
         env=env,
     )
     mark(objects_total=count_objects(src))
+    if preflight.candidates() is not None:
+        mark(phase="preflight")
+        mark(preflight=preflight_device(jd / preflight.DIR_NAME))
+        return  # its wheel is of stand-ins: nothing is handed back
 
     mark(phase="collect")
     wheels = sorted(dist.glob("*.whl"))
@@ -230,6 +235,26 @@ def build() -> None:
         sys.exit(f"factory: expected one wheel, found {[w.name for w in wheels]}")
     shutil.copy2(wheels[0], OUT / wheels[0].name)
     mark(wheel=wheels[0].name)
+
+
+def preflight_device(state: Path) -> dict[str, object]:
+    """A preflight's device compile, once its build has run: the one the build made, else the recorded call
+    that ranks first, compiled now for one arch through the wrapper (its cache and admission); no source for
+    a build without nvcc compiles."""
+    done = preflight.device_done(str(state))
+    if done is not None:
+        return {**done, "deferred": False}
+    ranked = preflight.candidates() or ()
+    call = preflight.choose(preflight.recorded(str(state)), ranked)
+    if call is None:
+        return {"source": None, "arch": None, "deferred": False}
+    argv = preflight.one_arch(call.argv)
+    arch = preflight.arch_label(admission.parse_nvcc_args(argv).archs)
+    env = {k: v for k, v in call.env.items() if k != protocol.ENV_PREFLIGHT}  # a compile like any other
+    print(f"factory-preflight: the build did not compile {ranked[0] if ranked else 'a ranked source'}; "
+          f"compiling {call.source} for {arch or 'its arch'} instead", flush=True)  # fmt: skip
+    run([str(NVCC_LAUNCHER), *argv], cwd=call.cwd, env=env)
+    return {"source": call.source, "arch": arch, "deferred": True}
 
 
 def check() -> None:

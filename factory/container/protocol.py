@@ -46,6 +46,9 @@ CACHE_SKIPPED = "skipped"
 # `factory build --shard I/N`: the shard, and its compiles (JSON list of paths relative to the source root)
 ENV_SHARD = "FACTORY_SHARD"
 ENV_SHARD_SOURCES = "FACTORY_SHARD_SOURCES"
+# `factory build --preflight`: the candidates for its one device compile (JSON list of paths relative to the
+# source root, cheapest first); every other nvcc compile is stood in for
+ENV_PREFLIGHT = "FACTORY_PREFLIGHT"
 LIMITED_API_ENV = "FACTORY_PY_LIMITED_API"
 
 

@@ -36,6 +36,9 @@ Environment:
   FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
   FACTORY_SHARD_SOURCES        a sharded build's own sources (JSON list, relative to the source root); the
                                other compiles write empty objects (`shardskip`)
+  FACTORY_PREFLIGHT            a preflight's candidates for its one device compile (JSON list, relative to the
+                               source root, cheapest first): the first is compiled for its lowest arch only,
+                               the other compiles stand in and are recorded, links stand in (`preflight`)
   FACTORY_CACHE_DIR            the compile cache's root (`compilecache`, read-only); absent or empty: no
                                cache. A compile is looked up before it is admitted: a hit takes no slot and
                                no memory, writes its object (and depfile) and is measured as "cache": "hit"
@@ -44,8 +47,8 @@ Environment:
                                object ("cache_check": "same" or "differs" in their measurement)
   FACTORY_REAL_CXX             the real host compiler of the `c++` launcher (default: c++ on PATH)
 
-The `c++` launcher beside `nvcc` (CXX when the cache is on) runs this module with --factory-cxx: the host
-compiler's compiles go through the cache too, unadmitted as they were before.
+The `c++` launcher beside `nvcc` (CXX when the cache is on, or in a preflight) runs this module with
+--factory-cxx: the host compiler's compiles go through the cache too, unadmitted as they were before.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import shutil
 import sys
 import time
 
-from . import admission, compilecache, links, protocol, shardskip
+from . import admission, compilecache, links, preflight, protocol, shardskip
 from .environ import env_fraction, env_int, log, read_cgroup
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -152,6 +155,8 @@ def cxx_main(argv: list[str]) -> int:
     if link is not None:
         # before it runs: a link that fails still said what it linked
         print(protocol.link_line(link), file=sys.stderr, flush=True)
+        if preflight.candidates() is not None:
+            return preflight.stand_in_link(cxx, argv)
         os.execv(cxx, [cxx, *argv])
     cached = cache_attempt("cxx", cxx, argv)
     if not isinstance(cached, compilecache.Attempt):
@@ -179,6 +184,38 @@ def cxx_main(argv: list[str]) -> int:
     return run.code
 
 
+def measured_as(call: admission.NvccCall, argv: list[str]) -> dict[str, object]:
+    """The start of a compile's measurement: its key, what it compiles, and the object it writes (the host
+    tells from it which modules link nvcc's objects)."""
+    assert call.source is not None
+    record: dict[str, object] = {
+        "key": protocol.compile_key(call.source, call.archs, call.threads),
+        "source": os.path.basename(call.source),
+        "archs": list(call.archs),
+        "threads": call.threads,
+    }
+    compiled = links.output_of(argv, os.getcwd())
+    if compiled is not None:
+        record["object"] = compiled
+    return record
+
+
+def select(argv: list[str], source: str) -> list[str] | None:
+    """The command line to compile, or None where a stand-in answers instead: a compile of another shard
+    (`--shard`), or in a preflight every compile but its device compile, which keeps one arch, and the others
+    are recorded, in case the build never makes that one (`--preflight`)."""
+    shard = shardskip.shard_sources()
+    if shard is not None and not shardskip.in_shard(source, shard):
+        return None
+    ranked = preflight.candidates()
+    if ranked is None:
+        return argv
+    if not shardskip.in_shard(source, ranked[:1]):
+        preflight.record(argv, source=source)
+        return None
+    return preflight.one_arch(argv)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == [CXX_FLAG]:
         return cxx_main(argv[1:])
@@ -187,20 +224,16 @@ def main(argv: list[str]) -> int:
     if not call.is_compile:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
-    key = protocol.compile_key(call.source, call.archs, call.threads)
-    record: dict[str, object] = {
-        "key": key,
-        "source": os.path.basename(call.source),
-        "archs": list(call.archs),
-        "threads": call.threads,
-    }
-    compiled = links.output_of(argv, os.getcwd())
-    if compiled is not None:
-        record["object"] = compiled  # the host tells from it which modules link nvcc's objects
-    shard = shardskip.shard_sources()
-    if shard is not None and not shardskip.in_shard(call.source, shard):
-        # another shard's compile: before the cache's key, which would hash its inputs for nothing
-        return shardskip.stand_in(argv, source=call.source, record=record)
+    chosen = select(argv, call.source)
+    if chosen is None:
+        # before the cache's key, which would hash its inputs for nothing
+        return shardskip.stand_in(argv, source=call.source, record=measured_as(call, argv))
+    argv, call = chosen, admission.parse_nvcc_args(chosen)  # a preflight's device compile has one arch left
+    assert call.source is not None
+    if preflight.candidates() is not None:
+        preflight.mark_device(call.source, call.archs)
+    record = measured_as(call, argv)
+    key = str(record["key"])
     state_dir = os.environ.get("FACTORY_STATE_DIR")
     cached = cache_attempt("nvcc", nvcc, argv)
     if not state_dir and not isinstance(cached, compilecache.Attempt):

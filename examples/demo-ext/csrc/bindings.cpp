@@ -24,6 +24,10 @@ void check_launch(cudaError_t err, const char* op) {
 }
 
 torch::Tensor add(const torch::Tensor& a, const torch::Tensor& b) {
+#ifdef DEMO_FAIL_HOST
+  // The factory's preflight tests build with DEMO_FAIL_HOST=1 to get a real host compiler error here.
+  check_input(a, demo_fail_host_undeclared_name);
+#endif
   check_input(a, "a");
   check_input(b, "b");
   check_same(a, b);
