@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
 
 install: $(VENV)/.installed
 
@@ -54,6 +54,13 @@ demo: install docker images
 # sources and its cheapest kernel for one arch compiled in its real container; pass or the first error per variant.
 preflight: install docker images
 	$(FACTORY) build --matrix matrix.yaml --preflight --keep-going
+
+# What of it a host without a registry can preflight: the CUDA 13 variants with the pypi flavor (nvcc 13.0 as in
+# NVIDIA's image; forky's Python 3.13). The CUDA 12.8 variants ask for sm_100/sm_120, which only a 12.8 toolkit
+# compiles (nvidia/cuda:12.8-devel; Debian's 12.4 stops at sm_90).
+preflight-here: install docker images
+	$(FACTORY) build --matrix matrix.yaml --preflight --keep-going --flavor pypi --only 'cu130-*-py313' \
+	  --output wheelhouse/preflight
 
 bench-memory: install docker images
 	$(PY) -m bench.memory

@@ -41,16 +41,7 @@ _REAL = re.compile(r"sm_(\d+)([a-z]?)")
 def candidates(environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
     """The device compile's candidates, cheapest first; None when the build is no preflight. A value that is
     not a JSON list of strings is no preflight either: the build then compiles everything, as a real one."""
-    raw = (environ if environ is not None else os.environ).get(protocol.ENV_PREFLIGHT)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return None
-    return tuple(value)
+    return shardskip.env_sources(protocol.ENV_PREFLIGHT, environ)
 
 
 def _arch_of(value: str) -> tuple[int, str] | None:

@@ -13,15 +13,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import protocol
 
 
-def shard_sources(environ: dict[str, str] | None = None) -> tuple[str, ...] | None:
-    """This shard's sources; None when the build is not sharded. A value that is not a JSON list of strings
-    is not sharding either: compiling everything is never wrong, only slower."""
-    raw = (environ if environ is not None else os.environ).get(protocol.ENV_SHARD_SOURCES)
+def env_sources(name: str, environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """The JSON list of source paths in the variable `name`; None when it is unset or not a JSON list of
+    strings: the build then compiles everything, which is never wrong, only slower."""
+    raw = (environ if environ is not None else os.environ).get(name)
     if raw is None:
         return None
     try:
@@ -31,6 +31,11 @@ def shard_sources(environ: dict[str, str] | None = None) -> tuple[str, ...] | No
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     return tuple(value)
+
+
+def shard_sources(environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """This shard's sources; None when the build is not sharded."""
+    return env_sources(protocol.ENV_SHARD_SOURCES, environ)
 
 
 def in_shard(source: str, sources: Sequence[str]) -> bool:
