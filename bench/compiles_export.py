@@ -330,6 +330,36 @@ def csv_text(collected: Sequence[Collected]) -> str:
     return out.getvalue()
 
 
+def merged_csv(existing: str, collected: Sequence[Collected]) -> str:
+    """`existing` (a compiles CSV, factory/data/flash-attn-compiles.csv) with the factory's measured rows in
+    place of every row of the same file, arch set and nvcc threads; the rows of files no build measured yet
+    stay, so a partial build (some shards of a wheel) never drops the worst file's figure from the estimates.
+    Comment lines stay on top, with one more that says what was merged."""
+    comments = [line for line in existing.splitlines() if line.startswith("#")]
+    old = list(csv.DictReader(line for line in existing.splitlines() if not line.startswith("#")))
+    new = [row for c in collected for row in csv_rows(c)]
+
+    def key(row: dict[str, str]) -> tuple[str, str, str]:
+        return row["tu"], row["gencodes"], row["nvcc_threads"]
+
+    measured = {key(r) for r in new}
+    kept = [r for r in old if key(r) not in measured]
+    names = ", ".join(f"{c.package} {c.version}" for c in collected)
+    out = io.StringIO()
+    for line in comments:
+        out.write(line + "\n")
+    out.write(
+        f"# Rows with a `source` were measured by the factory's own builds of {names} (python -m "
+        f"bench.compiles_export --into): {len(new)} of {len(new) + len(kept)}; the others are the earlier "
+        "hand-run measurements of files no build has measured yet.\n"
+    )
+    writer = csv.DictWriter(out, fieldnames=[*COLUMNS, *ORIGIN_COLUMNS], lineterminator="\n", restval="")
+    writer.writeheader()
+    writer.writerows(sorted(new, key=key))
+    writer.writerows({k: r.get(k, "") or "" for k in (*COLUMNS, *ORIGIN_COLUMNS)} for r in kept)
+    return out.getvalue()
+
+
 # --- the comparison ----------------------------------------------------------------------------------------
 
 
@@ -483,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only this run's logs, all of them the package's (repeatable)",
     )
     parser.add_argument("--csv", type=Path, help="write the CSV here (default: not written)")
+    parser.add_argument(
+        "--into",
+        type=Path,
+        help="merge the measured rows into this CSV (factory/data/flash-attn-compiles.csv): each replaces "
+        "the row of its file, arch set and nvcc threads; rows of files not measured stay",
+    )
     parser.add_argument("--report", type=Path, help="write the report here (default: standard output)")
     args = parser.parse_args(argv)
     home = (args.home or factory_home()).expanduser()
@@ -502,6 +538,11 @@ def main(argv: list[str] | None = None) -> int:
     report = "\n".join(report_text(c, r, compare(c, r)) for c, r in results)
     if args.csv:
         args.csv.write_text(csv_text([c for c, _ in results]), encoding="utf-8")
+    if args.into:
+        merged = merged_csv(args.into.read_text(encoding="utf-8"), [c for c, _ in results])
+        tmp = args.into.with_name(args.into.name + ".tmp")
+        tmp.write_text(merged, encoding="utf-8")
+        tmp.replace(args.into)
     if args.report:
         args.report.write_text(report, encoding="utf-8")
     else:

@@ -253,3 +253,31 @@ def test_nvcc_release_from_its_version_text() -> None:
     text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild x"
     assert nvcc_release(text) == "13.0.88"
     assert nvcc_release("") is None and nvcc_release("release 12.8") is None
+
+
+HAND = """\
+# hand-run measurements
+flash_attn_version,tu,gencodes,nvcc_threads,peak_gib,cpu_s,wall_s,after_peak,note
+2.8.3,flash_bwd_hdim256_fp16_sm80.cu,sm_80,1,6.64,372,397,0.638,by hand
+2.8.3,flash_bwd_hdim32_fp16_sm80.cu,sm_80,1,4.43,280,364,0.410,by hand
+main@0251105a,flash_bwd_hdim256_fp16_sm80.cu,sm_80+sm_90,2,12.3,1199,841,,two archs
+"""
+
+
+def test_measured_rows_replace_the_hand_rows_of_their_files_only(home: Path) -> None:
+    text = X.merged_csv(HAND, [X.collect(home, "flash-attn", "2.8.3")])
+    lines = text.splitlines()
+    assert lines[0] == "# hand-run measurements" and lines[1].startswith("# Rows with a `source`")
+    got = rows(text)
+    bwd = [r for r in got if r["tu"] == "flash_bwd_hdim256_fp16_sm80.cu" and r["gencodes"] == "sm_80"]
+    # the hand row of the file the factory measured is gone; the factory's two measurements are in
+    assert sorted(r["source"] for r in bwd) == [f"run/r1/{JOB}", "run/r2/cu128-torch2.10-abi1-sm80-py312"]
+    # a file no build measured, and another arch set, keep their hand rows
+    kept = {(r["tu"], r["gencodes"]) for r in got if not r["source"]}
+    assert kept == {
+        ("flash_bwd_hdim32_fp16_sm80.cu", "sm_80"),
+        ("flash_bwd_hdim256_fp16_sm80.cu", "sm_80+sm_90"),
+    }
+    # and factory.measured reads the merge: the unmeasured file's figure survives
+    table = dict(measured.flash_attn_file_estimates(measured.parse_rows(text)))
+    assert table["flash_bwd_hdim32_*"] == 4.6 and table["flash_bwd_hdim256_*"] == 6.8
