@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,10 @@ _CACHE_FORMAT = 1
 # manylinux tags below 2_5 do not exist; the legacy aliases name the same glibc levels as PEP 600 tags.
 _OLDEST_GLIBC_MINOR = 5
 _LEGACY_ALIASES = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+# Beside the wheelhouses in their cache root: one hard link per distinct wheel, named by its sha256. The CUDA
+# wheels torch pulls in (GBs) are the same files for every Python, so a matrix's wheelhouses share them.
+POOL = ".pool"
 
 
 def compatible_platforms(platform: str) -> tuple[str, ...]:
@@ -207,6 +212,7 @@ def download_wheelhouse(
             raise FactoryError(
                 f"pip download for Python {python} ({platform}) failed: {last_error_line(proc.stdout)}"
             )
+        pool_wheels(tmp, cache_root / POOL)
         inputs = {"requirements": list(requirements), "python": python, "platform": platform}
         (tmp / "inputs.json").write_text(json.dumps(inputs, indent=1) + "\n")
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide the wheels from a container's unprivileged user
@@ -233,3 +239,50 @@ def link_wheels(source: Path, dest: Path) -> Path:
         except OSError:
             shutil.copy2(wheel, target)
     return dest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pool_wheels(directory: Path, pool: Path) -> int:
+    """Make each wheel in `directory` one file with its identical twin in `pool` (a hard link named by the
+    wheel's sha256), adding the ones the pool lacks; returns the bytes the twins save. Where hard links do not
+    work (another filesystem) the wheels stay as they are."""
+    pool.mkdir(mode=0o700, exist_ok=True)
+    saved = 0
+    for wheel in wheel_files(directory):
+        size = wheel.lstat().st_size
+        twin = pool / _sha256(wheel)
+        try:
+            os.link(wheel, twin)
+            continue  # the first of its kind: the pool now holds it
+        except FileExistsError:
+            pass
+        except OSError:
+            return saved
+        found = twin.lstat()
+        if not stat.S_ISREG(found.st_mode) or found.st_size != size or found.st_ino == wheel.lstat().st_ino:
+            continue
+        staged = wheel.with_name(f".{wheel.name}.pool")
+        os.link(twin, staged)
+        os.replace(staged, wheel)
+        saved += size
+    prune_pool(pool)
+    return saved
+
+
+def prune_pool(pool: Path) -> list[Path]:
+    """Drop the pool's files that no wheelhouse links to any more (a wheelhouse removed by hand or by a
+    cleanup); returns them."""
+    dropped = []
+    for entry in sorted(pool.iterdir()):
+        info = entry.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            entry.unlink()
+            dropped.append(entry)
+    return dropped

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -203,13 +204,19 @@ def torch_wheel_version(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 
 @pytest.fixture(scope="module")
-def torch_python(tmp_path_factory: pytest.TempPathFactory, torch_wheel_version: tuple[Path, str]) -> Path:
-    """A venv with the real torch of the demo build (2.14.1 for CUDA 13.0), as a consumer has."""
+def torch_python(
+    tmp_path_factory: pytest.TempPathFactory, torch_wheel_version: tuple[Path, str]
+) -> Iterator[Path]:
+    """A venv with the real torch of the demo build (2.14.1 for CUDA 13.0), as a consumer has; removed after
+    the module (GBs)."""
     house, version = torch_wheel_version
     venv = fresh_venv(tmp_path_factory.mktemp("torch-venv") / "venv", tool="uv")
-    proc = uv_install(venv, None, "--find-links", str(house), f"torch=={version}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return venv / "bin" / "python"
+    try:
+        proc = uv_install(venv, None, "--find-links", str(house), f"torch=={version}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        yield venv / "bin" / "python"
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
 
 
 def run_which(index: str, python: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,64 @@ def test_wheel_files_ignores_other_files(tmp_path: Path) -> None:
 def test_download_wheelhouse_needs_requirements(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         wheelhouse.download_wheelhouse([], tmp_path, python="3.11")
+
+
+CUDA_WHEEL = "nvidia_cufile-1.15.1.6-py3-none-manylinux_2_17_x86_64.whl"
+T311 = "torch-2.14.1-cp311-cp311-linux_x86_64.whl"
+T313 = "torch-2.14.1-cp313-cp313-linux_x86_64.whl"
+
+
+def _house(root: Path, name: str, wheels: dict[str, bytes]) -> Path:
+    house = root / name
+    house.mkdir(parents=True)
+    for filename, data in wheels.items():
+        (house / filename).write_bytes(data)
+    return house
+
+
+def test_pool_makes_identical_wheels_of_two_wheelhouses_one_file(tmp_path: Path) -> None:
+    pool = tmp_path / wheelhouse.POOL
+    a = _house(tmp_path, "a", {CUDA_WHEEL: b"cuda" * 100, T311: b"311"})
+    b = _house(tmp_path, "b", {CUDA_WHEEL: b"cuda" * 100, T313: b"313"})
+    assert wheelhouse.pool_wheels(a, pool) == 0
+    assert wheelhouse.pool_wheels(b, pool) == 400
+    assert (a / CUDA_WHEEL).stat().st_ino == (b / CUDA_WHEEL).stat().st_ino
+    assert (b / CUDA_WHEEL).read_bytes() == b"cuda" * 100
+    assert (a / T311).read_bytes() == b"311"
+    assert len(list(pool.iterdir())) == 3
+    assert not [p for p in b.iterdir() if p.name.startswith(".")]  # no staged link left
+
+
+def test_pool_keeps_a_same_named_wheel_with_other_bytes_apart(tmp_path: Path) -> None:
+    pool = tmp_path / wheelhouse.POOL
+    a = _house(tmp_path, "a", {CUDA_WHEEL: b"one"})
+    b = _house(tmp_path, "b", {CUDA_WHEEL: b"two"})
+    wheelhouse.pool_wheels(a, pool)
+    assert wheelhouse.pool_wheels(b, pool) == 0
+    assert (a / CUDA_WHEEL).read_bytes() == b"one"
+    assert (b / CUDA_WHEEL).read_bytes() == b"two"
+    assert (a / CUDA_WHEEL).stat().st_ino != (b / CUDA_WHEEL).stat().st_ino
+
+
+def test_pool_never_links_to_a_planted_symlink(tmp_path: Path) -> None:
+    pool = tmp_path / wheelhouse.POOL
+    pool.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"cuda")
+    a = _house(tmp_path, "a", {CUDA_WHEEL: b"cuda"})
+    (pool / wheelhouse._sha256(a / CUDA_WHEEL)).symlink_to(secret)
+    assert wheelhouse.pool_wheels(a, pool) == 0
+    assert not (a / CUDA_WHEEL).is_symlink()
+    assert (a / CUDA_WHEEL).stat().st_ino != secret.stat().st_ino
+
+
+def test_prune_pool_drops_what_no_wheelhouse_links(tmp_path: Path) -> None:
+    pool = tmp_path / wheelhouse.POOL
+    a = _house(tmp_path, "a", {CUDA_WHEEL: b"kept"})
+    b = _house(tmp_path, "b", {"other-1.0-py3-none-any.whl": b"gone"})
+    wheelhouse.pool_wheels(a, pool)
+    wheelhouse.pool_wheels(b, pool)
+    (b / "other-1.0-py3-none-any.whl").unlink()
+    dropped = wheelhouse.prune_pool(pool)
+    assert [p.name for p in dropped] == [hashlib.sha256(b"gone").hexdigest()]
+    assert [p.name for p in pool.iterdir()] == [wheelhouse._sha256(a / CUDA_WHEEL)]
