@@ -44,6 +44,7 @@ test-unit: install toolkit
 lint: install
 	$(VENV)/bin/ruff check factory tests bench
 	$(VENV)/bin/ruff format --check factory tests bench
+	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows
 	$(PY) -m bench.docs --check
