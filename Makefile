@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve real-packages clean
+.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-docs real-packages clean
 
 install: $(VENV)/.installed
 
@@ -44,8 +44,10 @@ test-unit: install toolkit
 lint: install
 	$(VENV)/bin/ruff check factory tests bench
 	$(VENV)/bin/ruff format --check factory tests bench
+	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows
+	$(PY) -m bench.docs --check
 
 demo: install docker images
 	$(FACTORY) build --matrix examples/demo.yaml --output wheelhouse --publish
@@ -86,6 +88,11 @@ bench-side-by-side: install
 # three runs, each against a fresh server (under a minute).
 bench-serve: install
 	$(PY) -m bench.serve_load --clients 200 --requests 2000 --repeat 3
+
+# docs/BENCHMARKS.md's tables (between its `<!-- bench:NAME -->` markers) rewritten from bench/results/*.json;
+# the unit tests fail while the file is not what they render.
+bench-docs: install
+	$(PY) -m bench.docs
 
 # Real third-party sdists from the configured index, each by its built-in recipe alone, for sm_80 (not CI:
 # causal-conv1d's four CUDA files take ~10 minutes on two cores, torch-scatter's more). flash-attn is left

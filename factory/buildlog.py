@@ -192,7 +192,7 @@ def check_failure_reason(log_text: str) -> str | None:
     if IMPORT_CHECK_MARKER in log_text:
         reported = parse_import_check(log_text)
         if reported is not None and reported.get("ok") is False and isinstance(reported.get("error"), str):
-            return _short(reported["error"])
+            return _short(str(reported["error"]))
     lines = [line.strip() for line in log_text.splitlines()]
     for line in lines:
         found = _UV_BECAUSE.search(line)

@@ -852,7 +852,7 @@ def prune(max_bytes: int, root: Path | None = None, *, now: float | None = None)
             dest = domain_dir(root, domain)
             sha = _object_named(dest, relative)
             obj = files.objects.get((domain, sha)) if sha else None
-            if obj is None:
+            if obj is None or sha is None:
                 if now - item.mtime > grace:
                     safefs.unlink(dest, relative)
                     removed_entries, removed_bytes = removed_entries + 1, removed_bytes + item.size

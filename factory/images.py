@@ -302,9 +302,9 @@ def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | 
     Python of a variant then compiles with one compiler), else the image of its own Python. The debian
     flavor's image is its suite's, named by the toolkit's CUDA (every CUDA 12 variant shares it)."""
     if flavor == "debian":
-        toolchain = debian_toolchain(cuda=cuda, python=python)
-        assert toolchain.cuda is not None
-        return toolchain_image_name(cuda=toolchain.cuda, suite=toolchain.suite, flavor=flavor)
+        debian = debian_toolchain(cuda=cuda, python=python)
+        assert debian.cuda is not None
+        return toolchain_image_name(cuda=debian.cuda, suite=debian.suite, flavor=flavor)
     toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
     if toolchain is not None:
         return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)

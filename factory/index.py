@@ -589,9 +589,9 @@ def human_page(cells: Iterable[MatrixCell]) -> str:
         for vid in variants:
             tds = []
             for py in pythons:
-                cell = grid.get((vid, py))
-                status = cell.status if cell else "not built"
-                title = f' title="{html.escape(cell.detail)}"' if cell and cell.detail else ""
+                got = grid.get((vid, py))
+                status = got.status if got else "not built"
+                title = f' title="{html.escape(got.detail)}"' if got and got.detail else ""
                 tds.append(f'<td class="{status.replace(" ", "-")}"{title}>{status}</td>')
             built = any(c.status == "built" for c in pcells if c.variant_id == vid)
             index = f"simple/{vid}/"

@@ -6,6 +6,7 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import cast
 
 from factory.abi3 import ABI3, covers, python_key, wheel_tag
 from factory.config import AXES, MatrixFile
@@ -208,7 +209,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
                 archs=archs,
             ),
             python=python,
-            env=MappingProxyType(dict(env)),  # type: ignore[arg-type]
+            env=MappingProxyType(dict(cast("Mapping[str, str]", env))),
             extra=MappingProxyType(extra),
             verified=verified,
             notes=notes,

@@ -491,18 +491,16 @@ def publish_wheels(
             cache_control=index.PAGE_CACHE_CONTROL,
         ):
             written.append(state_key)
+
+        def root_html(current: bytes, key: str = state_key) -> bytes:
+            return index.variant_root_html(
+                _state(store, key, index.projects_from_root_json, current, to=to)
+            ).encode()
+
         converge_pages(
             store,
             state_key,
-            [
-                (
-                    k,
-                    lambda s, key=state_key: index.variant_root_html(
-                        _state(store, key, index.projects_from_root_json, s, to=to)
-                    ).encode(),
-                )
-                for k in list_page_keys(store, directory)
-            ],
+            [(k, root_html) for k in list_page_keys(store, directory)],
             content_type=index.HTML_TYPE,
             written=written,
         )
@@ -795,12 +793,12 @@ def repair_index(
                 skipped.append(f"{key}: {exc}")
                 continue
             by_project.setdefault(rec.project, []).append(rec)
-        for project, recs in by_project.items():
+        for project, found in by_project.items():
             state_key = f"{index.project_dir(variant_id, project)}index.json"
             listed = old_page(state_key)
             # Of two spellings of one release, the one the page listed stays; else the first by name.
             kept: tuple[FileRecord, ...] = ()
-            for rec in sorted(recs, key=lambda r: (r.filename not in listed, r.filename)):
+            for rec in sorted(found, key=lambda r: (r.filename not in listed, r.filename)):
                 try:
                     kept = index.merge_records(kept, [rec]) or kept
                 except index.RecordConflict as exc:

@@ -247,7 +247,9 @@ def parse_project_page(
     if content_type == PYPI_JSON_TYPE:
         for filename, url, hashes in _json_files(body):
             algo = "sha256" if "sha256" in hashes else next(iter(sorted(hashes)), None)
-            digest = (algo, str(hashes[algo]).lower()) if algo in hashlib.algorithms_guaranteed else None
+            digest: tuple[str, str] | None = None
+            if algo is not None and algo in hashlib.algorithms_guaranteed:
+                digest = (algo, str(hashes[algo]).lower())
             out.append((filename, urljoin(page_url, url), digest))
         return out
     for anchor in parse_anchors(body.decode("utf-8", "replace")):

@@ -46,9 +46,9 @@ def compatible_platforms(platform: str) -> tuple[str, ...]:
     """
     prefix = "manylinux_"
     legacy = {alias: minor for minor, alias in _LEGACY_ALIASES.items()}
-    for alias, minor in legacy.items():
+    for alias, alias_minor in legacy.items():
         if platform.startswith(alias + "_"):
-            platform = f"manylinux_2_{minor}_{platform[len(alias) + 1 :]}"
+            platform = f"manylinux_2_{alias_minor}_{platform[len(alias) + 1 :]}"
             break
     if not platform.startswith(prefix):
         return (platform,)

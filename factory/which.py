@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -262,7 +263,7 @@ def parse_probe(output: str, exe: str) -> Environment:
     )
     field("cuda", data.get("cuda") is None or text("cuda", _CUDA_VERSION), "a CUDA version like 12.8")
     field("abi", data.get("abi") is None or isinstance(data.get("abi"), bool), "true, false or null")
-    gpus = data.get("gpus")
+    gpus: Any = data.get("gpus")
     field("gpus", isinstance(gpus, list) and all(isinstance(g, str) for g in gpus), "a list of strings")
     for gpu in gpus:
         field("gpus", _gpu(gpu) is not None, "a list of compute capabilities like 9.0")

@@ -47,8 +47,8 @@ def clean(
         client = check_docker()
         for name in remove_stale_containers(client):
             typer.echo(f"removed container {name}")
-        for path in remove_stale_job_dirs(client):
-            typer.echo(f"removed {WORK_VOLUME}:{path}")
+        for job_dir in remove_stale_job_dirs(client):
+            typer.echo(f"removed {WORK_VOLUME}:{job_dir}")
     for directory in output or []:
         for path in leftovers.remove_stale_output_dirs(directory.resolve()):
             typer.echo(f"removed {path}")

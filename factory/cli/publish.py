@@ -84,7 +84,7 @@ def serve(
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     bound_host, bound_port = server.server_address[:2]
-    typer.echo(f"serving {store.description} at http://{bound_host}:{bound_port}/simple/")
+    typer.echo(f"serving {store.description} at http://{bound_host!s}:{bound_port}/simple/")
     import sys
 
     sys.stdout.flush()

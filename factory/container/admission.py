@@ -717,7 +717,8 @@ def _sibling_shapes(measured: Sequence[Mapping[str, Any]]) -> tuple[list[float],
         rises = [rise for _, rise in courses]
         rising = _shape(rises, RISE_POINTS, rising=True) if all(rises) else []
         _last_shapes[:] = [ids, courses, (shape, rising)]
-    return _last_shapes[2]
+    shapes: tuple[list[float], list[float]] = _last_shapes[2]
+    return shapes
 
 
 def _shape(courses: Iterable[Any], points: int, *, rising: bool = False) -> list[float]:

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import admission, cudagaps, heartbeat, preflight, protocol
@@ -321,7 +322,7 @@ def remove_jobs(root: Path, names: list[str]) -> None:
 if __name__ == "__main__":
     heartbeat.start_watch(CHILDREN, os.environ)
     try:
-        phases = {
+        phases: dict[str, Callable[[], object]] = {
             "build": build,
             "check": check,
             "clean": clean,

@@ -268,7 +268,7 @@ class Admission:
             return None
         with locked_state(self.state_dir) as state:
             os.unlink(path)
-            entry = state["running"].get(self.me)
+            entry: dict[str, Any] | None = state["running"].get(self.me)
         if entry is None:  # the state was lost since (a state file cut short reads as empty): ask again
             self.register(key, estimate_bytes)
         return entry
@@ -344,8 +344,8 @@ class Admission:
             state["waiting"].pop(self.me, None)
             set_line(self.state_dir, self.me, None)
             waiting = state["waiting"]
-            dispatcher = state.get("dispatcher")
-            wake = [dispatcher] if dispatcher in waiting else list(waiting)
+            dispatcher: str | None = state.get("dispatcher")
+            wake = [dispatcher] if dispatcher is not None and dispatcher in waiting else list(waiting)
             wake += [pid for pid, r in state["running"].items() if r.get("paused")]
         self.bell.take_down()
         ring(self.state_dir, wake)

@@ -258,7 +258,7 @@ _MAX_PROFILE_SECONDS = 7 * 86400.0
 
 
 def _bounded_int(value: object) -> int:
-    number = int(value)  # type: ignore[call-overload]
+    number: int = int(value)  # type: ignore[call-overload]
     if not 0 <= number <= _MAX_PROFILE_INT:
         raise ValueError(f"{number if len(str(number)) <= 30 else 'a huge number'} is out of range")
     return number

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
 
 from factory.container import admission
 from factory.container.admission import Prediction
@@ -297,7 +298,11 @@ def _admit(
     base_bytes: int,
 ) -> None:
     """Grant the peaks of stopped tasks (longest first), then start waiting tasks, as the wrappers would."""
-    limits = {"limit_bytes": admit.limit_bytes, "headroom_bytes": admit.headroom_bytes, "cpus": admit.cpus}
+    limits: dict[str, Any] = {
+        "limit_bytes": admit.limit_bytes,
+        "headroom_bytes": admit.headroom_bytes,
+        "cpus": admit.cpus,
+    }
     for r in sorted(
         (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.rank_s, r.ticket)
     ):
@@ -305,17 +310,17 @@ def _admit(
         mine = state[running.index(r)]
         # its wrapper asks once it has sampled its RSS above its front end or line: the next phase's
         own = replace(mine, rss_bytes=max(mine.rss_bytes, r.task.phases[r.phase + 1][1]))
-        decision = admission.grant_peak(
+        grant = admission.grant_peak(
             own,
             used_bytes=base_bytes + sum(x.rss_bytes for x in state if x is not mine) + own.rss_bytes,
             others=[x for x in state if x is not mine],
             threads=max(t for _, _, t in r.task.phases),
             **limits,
         )
-        if decision.admit:
+        if grant.admit:
             r.paused = False
             r.front = None
-            r.line = decision.line_bytes
+            r.line = grant.line_bytes
             r.phase += 1
             r.left = r.task.phases[r.phase][0]
             r.sampled(now)
