@@ -4,12 +4,16 @@ Order of writes: wheel -> <wheel>.metadata -> project page -> variant root -> ro
 human page, so at every instant a page lists only files that exist, and rerunning an interrupted publish
 completes it.
 
-Each page has a JSON "state" object (the PEP 691 page itself for project and variant pages) updated by
-compare-and-swap: read it with its etag, merge the new records in, write it back only if nobody changed it
-in the meantime (If-Match / If-None-Match), otherwise retry. Merges are grow-only unions, so no publisher's
-files are lost. The HTML pages rendered from a state are then brought up to date by `converge_pages`, which
-repeats until the state it rendered from is still the current one after its write: whoever changed the
-state last also leaves the HTML right.
+The pages are those of `site.site_state` of the new files, each merged into the store's by `sync_page`
+with the reader, merge and renderers of its kind (`site.KINDS`). Each page has a JSON "state" object (the
+PEP 691 page itself for project and variant pages) updated by compare-and-swap: read it with its etag, merge
+the new items in, write it back only if nobody changed it in the meantime (If-Match / If-None-Match),
+otherwise retry. Merges are grow-only unions, so no publisher's files are lost. The HTML pages rendered from
+a state are then brought up to date by `converge_pages`, which repeats until the state it rendered from is
+still the current one after its write: whoever changed the state last also leaves the HTML right.
+
+`repair_index` rebuilds the whole state from the wheel files and writes `site.build_site` of it, where it
+differs.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from factory.wheelcheck import wheel_archive_problems
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
-"""progress(event, key): event is "file", "metadata", "unchanged", "page" or "skip"."""
+"""progress(event, key): event is "file", "metadata", "unchanged" (a file's key), "page" or "skip" (whether
+anything of a page was written; its HTML key)."""
 
 
 @dataclass(frozen=True, kw_only=True)

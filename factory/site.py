@@ -108,17 +108,6 @@ def build_site(state: SiteState) -> dict[str, bytes]:
     return {key: body for page, items in pages(state) for key, body in render_page(page, items).items()}
 
 
-def merge_state(existing: SiteState, new: SiteState) -> dict[PageRef, Items]:
-    """The pages whose items change when `new` is merged into `existing`, with their merged items (what a
-    publish of `new` writes). index.RecordConflict when a release would change."""
-    out: dict[PageRef, Items] = {}
-    for page, items in pages(new):
-        merged = KINDS[page.kind].merge(existing.get(page, ()), items)
-        if merged is not None:
-            out[page] = merged
-    return out
-
-
 def content_type(key: str) -> str | None:
     """The Content-Type of a page object's key (a state object or an HTML page); None for other keys."""
     parsed = index.parse_page_key(key)
