@@ -161,7 +161,7 @@ class _Checker:
             if variant_id not in variant_ids and any(
                 listed.get(index.project_page(variant_id, p)) for p in projects
             ):
-                self.problems.append(f"{root.directory}: not listed on {index.VARIANTS_STATE}")
+                self.problems.append(f"{root.directory}: not listed on {index.VARIANTS_PAGE.state_key}")
         return listed
 
     def unlisted(
@@ -238,7 +238,7 @@ def check_index(
     wheels = stored_wheels(store)
     project_pages = stored_project_pages(store)
     variant_ids: site.Items = ()
-    if wheels or project_pages or store.get(index.VARIANTS_STATE) is not None:
+    if wheels or project_pages or store.get(index.VARIANTS_PAGE.state_key) is not None:
         variant_ids = c.page(index.VARIANTS_PAGE, html_if_unreadable=True) or ()
     listed = c.pages(project_pages, variant_ids)
     unlistable = c.unlisted(wheels, listed)
@@ -246,11 +246,11 @@ def check_index(
     missing: list[str] = []
     if jobs and project is not None:
         missing = _show_planned(store, jobs, listed, project=project, written=written)
-    if store.get(index.MATRIX_STATE) is not None or wheels or project_pages:
+    if store.get(index.MATRIX_PAGE.state_key) is not None or wheels or project_pages:
         c.page(index.MATRIX_PAGE)
     return IndexCheck(
         destination=store.description,
-        wheels=sum(len(recs) for recs in listed.values()),
+        wheels=len({(p.variant_id, r.filename) for p, recs in listed.items() for r in recs}),
         variant_ids=tuple(sorted({p.variant_id for p, recs in listed.items() if recs})),
         problems=tuple(c.problems),
         unlistable=tuple(unlistable),

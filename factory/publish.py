@@ -298,11 +298,6 @@ def converge_pages(
     raise PublishError(f"could not update the pages of {state_key}: too many concurrent publishers")
 
 
-# The state keys of the list of variant indexes and of the human page (index.PageRef composes every key).
-VARIANTS_STATE = index.VARIANTS_STATE
-MATRIX_STATE = index.MATRIX_STATE
-
-
 def _state(
     store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None, *, to: str
 ) -> tuple[T, ...]:
