@@ -101,11 +101,24 @@ class MatrixCell:
     detail: str = ""  # the wheel filename, or why it failed ("oom")
 
 
-# ---------------------------------------------------------------------------------------------- paths
+# ---------------------------------------------------------------------------------------------- key layout
+# The one owner of the store's key layout: every key is composed here, and parsed back only here.
+
+PageKind = Literal["project", "variant", "variants", "matrix"]
+# Write order: a page links only to pages of kinds before it, so each is written after what it links to.
+PAGE_KINDS: tuple[PageKind, ...] = ("project", "variant", "variants", "matrix")
+VARIANTS_STATE = "simple/variants.json"
+MATRIX_STATE = "matrix.json"
+PageForm = Literal["state", "html"]
 
 
 def files_path(variant_id: str, filename: str) -> str:
     return f"files/{variant_id}/{filename}"
+
+
+def metadata_path(variant_id: str, filename: str) -> str:
+    """The PEP 658 core metadata file beside a wheel."""
+    return f"{files_path(variant_id, filename)}.metadata"
 
 
 def project_dir(variant_id: str, project: str) -> str:
@@ -114,6 +127,87 @@ def project_dir(variant_id: str, project: str) -> str:
 
 def variant_dir(variant_id: str) -> str:
     return f"simple/{variant_id}/"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PageRef:
+    """One page of an index: its kind, and for project and variant pages which one (`project` normalised)."""
+
+    kind: PageKind
+    variant_id: str = ""
+    project: str = ""
+
+    @property
+    def directory(self) -> str:
+        """The directory the page is the index of ("" for the human page at the index root)."""
+        if self.kind == "project":
+            return project_dir(self.variant_id, self.project)
+        if self.kind == "variant":
+            return variant_dir(self.variant_id)
+        return "simple/" if self.kind == "variants" else ""
+
+    @property
+    def state_key(self) -> str:
+        """The JSON object publishers merge into (the PEP 691 page itself for project and variant pages)."""
+        if self.kind == "variants":
+            return VARIANTS_STATE
+        if self.kind == "matrix":
+            return MATRIX_STATE
+        return f"{self.directory}index.json"
+
+    @property
+    def html_key(self) -> str:
+        return f"{self.directory}index.html"
+
+    @property
+    def order(self) -> tuple[int, str, str]:
+        """Sort key of the write order (PAGE_KINDS), then by variant and project."""
+        return PAGE_KINDS.index(self.kind), self.variant_id, self.project
+
+
+def project_page(variant_id: str, project: str) -> PageRef:
+    return PageRef(kind="project", variant_id=variant_id, project=str(canonicalize_name(project)))
+
+
+def variant_page(variant_id: str) -> PageRef:
+    return PageRef(kind="variant", variant_id=variant_id)
+
+
+VARIANTS_PAGE = PageRef(kind="variants")
+MATRIX_PAGE = PageRef(kind="matrix")
+
+
+def parse_page_key(key: str) -> tuple[PageRef, PageForm] | None:
+    """The page a key stores and in which form: its state object, or its HTML under "dir/index.html" or the
+    directory key "dir/" (where a store needs one). None for any other key, a project directory not
+    spelled normalised included: exactly the keys the PageRef properties compose parse."""
+    if key == VARIANTS_STATE:
+        return VARIANTS_PAGE, "state"
+    if key == MATRIX_STATE:
+        return MATRIX_PAGE, "state"
+    directory, _, name = key.rpartition("/")
+    form: PageForm | None = {"index.json": "state", "index.html": "html", "": "html"}.get(name)
+    parts = directory.split("/") if directory else []
+    if form is None or "" in parts or (parts and parts[0] != "simple"):
+        return None
+    page: PageRef | None = None
+    if len(parts) == 3:
+        page = project_page(parts[1], parts[2])
+    elif len(parts) == 2:
+        page = variant_page(parts[1])
+    elif form == "html":
+        page = VARIANTS_PAGE if parts else MATRIX_PAGE
+    if page is None or key not in (page.state_key if form == "state" else page.html_key, page.directory):
+        return None
+    return page, form
+
+
+def parse_wheel_key(key: str) -> tuple[str, str] | None:
+    """(variant id, filename) of a key files_path composes for a wheel ("files/<variant>/<name>.whl")."""
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "files" or not parts[1] or not parts[2].endswith(".whl"):
+        return None
+    return parts[1], parts[2]
 
 
 def file_href(variant_id: str, filename: str) -> str:

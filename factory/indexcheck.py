@@ -9,24 +9,25 @@ merged by compare-and-swap as publishing merges it, so a check is safe beside pu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from packaging.utils import canonicalize_name
 
-from factory import index
-from factory.index import FileRecord, MatrixCell
+from factory import index, site
+from factory.index import FileRecord, MatrixCell, PageRef
 from factory.publish import (
-    MATRIX_STATE,
     REPAIR_HINT,
-    VARIANTS_STATE,
-    converge_pages,
     list_page_keys,
     published_wheel,
     repair_refusals,
+    stored_project_pages,
+    stored_wheels,
+    sync_page,
 )
-from factory.stores import Store, compare_and_swap, open_store
+from factory.stores import Store, open_store
 
 if TYPE_CHECKING:
     from factory.plan import Job
@@ -97,25 +98,31 @@ class _Checker:
         self.store = store
         self.problems: list[str] = []
 
-    def state(self, key: str, reader: Callable[[bytes], tuple[T, ...]]) -> tuple[T, ...] | None:
-        """What a state object says; None (with a problem said) when it is absent or damaged."""
-        blob = self.store.get(key)
+    def page(self, page: PageRef, *, html_if_unreadable: bool = False) -> site.Items | None:
+        """What a page's state object says, after comparing its HTML with the rendering of it; None (with a
+        problem said) when the state is absent or damaged, and then the HTML is compared with the rendering
+        of nothing if `html_if_unreadable`."""
+        items = self._state(page)
+        if items is not None or html_if_unreadable:
+            html = site.render_page(page, items or ())[page.html_key]
+            for key in list_page_keys(self.store, page.directory):
+                blob = self.store.get(key)
+                if blob is None:
+                    self.problems.append(f"{key}: missing")
+                elif blob.data != html:
+                    self.problems.append(f"{key}: not the rendering of its state")
+        return items
+
+    def _state(self, page: PageRef) -> site.Items | None:
+        blob = self.store.get(page.state_key)
         if blob is None:
-            self.problems.append(f"{key}: missing")
+            self.problems.append(f"{page.state_key}: missing")
             return None
         try:
-            return reader(blob.data)
+            return site.KINDS[page.kind].read(blob.data)
         except index.DamagedState as exc:
-            self.problems.append(f"{key}: damaged ({exc})")
+            self.problems.append(f"{page.state_key}: damaged ({exc})")
             return None
-
-    def html(self, directory: str, body: str) -> None:
-        for key in list_page_keys(self.store, directory):
-            blob = self.store.get(key)
-            if blob is None:
-                self.problems.append(f"{key}: missing")
-            elif blob.data != body.encode():
-                self.problems.append(f"{key}: not the rendering of its state")
 
     def record(self, variant_id: str, rec: FileRecord) -> None:
         key = index.files_path(variant_id, rec.filename)
@@ -125,8 +132,94 @@ class _Checker:
             return
         if head.size != rec.size or self.store.sha256_of(key) != rec.sha256:
             self.problems.append(f"{key}: not the file its page lists (size or sha256 differ)")
-        if self.store.head(key + ".metadata") is None:
-            self.problems.append(f"{key}.metadata: missing")
+        meta_key = index.metadata_path(variant_id, rec.filename)
+        if self.store.head(meta_key) is None:
+            self.problems.append(f"{meta_key}: missing")
+
+    def pages(
+        self, project_pages: Sequence[PageRef], variant_ids: Sequence[str]
+    ) -> dict[PageRef, site.Items]:
+        """The readable project pages, each checked with the files it lists, and each variant root that
+        lists them or is listed, checked against them: every project page with files reachable from the
+        roots."""
+        listed: dict[PageRef, site.Items] = {}
+        for page in project_pages:
+            recs = self.page(page)
+            if recs is None:
+                continue
+            listed[page] = recs
+            for rec in recs:
+                self.record(page.variant_id, rec)
+        for variant_id in sorted({p.variant_id for p in listed} | set(variant_ids)):
+            root = index.variant_page(variant_id)
+            projects = self.page(root)
+            if projects is None:
+                continue
+            for page, recs in listed.items():
+                if page.variant_id == variant_id and recs and page.project not in projects:
+                    self.problems.append(f"{page.directory}: not listed on {root.state_key}")
+            if variant_id not in variant_ids and any(
+                listed.get(index.project_page(variant_id, p)) for p in projects
+            ):
+                self.problems.append(f"{root.directory}: not listed on {index.VARIANTS_PAGE.state_key}")
+        return listed
+
+    def unlisted(
+        self, wheels: Mapping[str, Iterable[str]], listed: Mapping[PageRef, site.Items]
+    ) -> list[str]:
+        """A problem for each wheel file on no page; the keys of those `index repair` would leave off every
+        page too (advice to repair would not work for them)."""
+        on_pages = {(p.variant_id, r.filename) for p, recs in listed.items() for r in recs}
+        unlistable: list[str] = []
+        for variant_id, names in sorted(wheels.items()):
+            by_project: dict[str, list[str]] = {}
+            for name in sorted(names):
+                if (variant_id, name) not in on_pages:
+                    project_name = str(canonicalize_name(name.split("-", 1)[0]))
+                    by_project.setdefault(project_name, []).append(index.files_path(variant_id, name))
+            for project_name, keys in sorted(by_project.items()):
+                page = index.project_page(variant_id, project_name)
+                refused = repair_refusals(self.store, variant_id, listed.get(page, ()), keys)
+                for key in keys:
+                    if key in refused:
+                        unlistable.append(key)
+                        self.problems.append(f"{key}: on no page, and no page may list it ({refused[key]})")
+                    else:
+                        self.problems.append(f"{key}: on no page")
+        return unlistable
+
+
+def _show_planned(
+    store: Store,
+    jobs: Sequence[Job],
+    listed: Mapping[PageRef, site.Items],
+    *,
+    project: str,
+    written: list[str],
+) -> list[str]:
+    """Show each planned job with no published wheel as "not built" on the human page (merged as publish
+    merges it, so beside publishers); the ids of those jobs."""
+    name = str(canonicalize_name(project))
+    have: list[tuple[str, str]] = []
+    missing: list[str] = []
+    for job in jobs:
+        filenames = [r.filename for r in listed.get(index.project_page(job.variant.id, name), ())]
+        if published_wheel(filenames, project=project, version=job.variant.full_version, python=job.python):
+            have.append((job.variant.id, job.python))
+        else:
+            missing.append(job.id)
+    cells = planned_cells(jobs, have, project=project)
+    read = site.KINDS["matrix"].read
+    # A damaged matrix.json is left as it is, and said by the check of it.
+    with contextlib.suppress(index.DamagedState):
+        sync_page(
+            store,
+            index.MATRIX_PAGE,
+            lambda existing: add_absent(existing, cells),
+            read=lambda data: read(data) if data is not None else (),
+            written=written,
+        )
+    return missing
 
 
 def check_index(
@@ -142,103 +235,24 @@ def check_index(
     if store is None:
         store = open_store(to, endpoint_url=endpoint_url)
     c = _Checker(store)
-    files: dict[str, set[str]] = {}
-    for key in store.keys("files/"):
-        parts = key.split("/")
-        if len(parts) == 3 and parts[2].endswith(".whl"):
-            files.setdefault(parts[1], set()).add(parts[2])
-    page_keys = sorted(k for k in store.keys("simple/") if k.count("/") == 3 and k.endswith("/index.json"))
-    variant_ids: tuple[str, ...] = ()
-    if files or page_keys or store.get(VARIANTS_STATE) is not None:
-        variant_ids = c.state(VARIANTS_STATE, index.variant_ids_from_top_root_json) or ()
-        c.html("simple/", index.top_root_html(variant_ids))
-    listed: dict[tuple[str, str], tuple[FileRecord, ...]] = {}
-    for key in page_keys:
-        _simple, variant_id, project_name, _file = key.split("/")
-        recs = c.state(key, index.records_from_project_json)
-        if recs is None:
-            continue
-        listed[(variant_id, project_name)] = recs
-        c.html(
-            index.project_dir(variant_id, project_name),
-            index.project_html(project_name, recs, variant_id=variant_id),
-        )
-        for rec in recs:
-            c.record(variant_id, rec)
-    for variant_id in sorted({v for v, _p in listed} | set(variant_ids)):
-        root_key = f"{index.variant_dir(variant_id)}index.json"
-        projects = c.state(root_key, index.projects_from_root_json)
-        if projects is None:
-            continue
-        c.html(index.variant_dir(variant_id), index.variant_root_html(projects))
-        for v, p in listed:
-            if v == variant_id and listed[(v, p)] and p not in projects:
-                c.problems.append(f"{index.project_dir(v, p)}: not listed on {root_key}")
-        if variant_id not in variant_ids and any(listed.get((variant_id, p)) for p in projects):
-            c.problems.append(f"simple/{variant_id}/: not listed on {VARIANTS_STATE}")
-    on_pages = {(v, r.filename) for (v, _p), recs in listed.items() for r in recs}
-    unlistable: list[str] = []
-    for variant_id, names in sorted(files.items()):
-        by_project: dict[str, list[str]] = {}
-        for name in sorted(names):
-            if (variant_id, name) not in on_pages:
-                project_name = str(canonicalize_name(name.split("-", 1)[0]))
-                by_project.setdefault(project_name, []).append(index.files_path(variant_id, name))
-        for project_name, keys in sorted(by_project.items()):
-            # what repair would leave off the pages too: advice to repair would not work for it
-            refused = repair_refusals(store, variant_id, listed.get((variant_id, project_name), ()), keys)
-            for key in keys:
-                if key in refused:
-                    unlistable.append(key)
-                    c.problems.append(f"{key}: on no page, and no page may list it ({refused[key]})")
-                else:
-                    c.problems.append(f"{key}: on no page")
-
+    wheels = stored_wheels(store)
+    project_pages = stored_project_pages(store)
+    variant_ids: site.Items = ()
+    if wheels or project_pages or store.get(index.VARIANTS_PAGE.state_key) is not None:
+        variant_ids = c.page(index.VARIANTS_PAGE, html_if_unreadable=True) or ()
+    listed = c.pages(project_pages, variant_ids)
+    unlistable = c.unlisted(wheels, listed)
     written: list[str] = []
     missing: list[str] = []
     if jobs and project is not None:
-        name = str(canonicalize_name(project))
-        have: list[tuple[str, str]] = []
-        for job in jobs:
-            filenames = [r.filename for r in listed.get((job.variant.id, name), ())]
-            if published_wheel(
-                filenames, project=project, version=job.variant.full_version, python=job.python
-            ):
-                have.append((job.variant.id, job.python))
-            else:
-                missing.append(job.id)
-        cells = planned_cells(jobs, have, project=project)
-
-        def merge(current: bytes | None) -> bytes | None:
-            merged = add_absent(index.cells_from_json(current) if current is not None else (), cells)
-            return None if merged is None else index.cells_to_json(merged).encode()
-
-        def render(state: bytes) -> bytes:
-            return index.human_page(index.cells_from_json(state)).encode()
-
-        try:
-            if cells and compare_and_swap(
-                store,
-                MATRIX_STATE,
-                merge,
-                content_type="application/json",
-                cache_control=index.PAGE_CACHE_CONTROL,
-            ):
-                written.append(MATRIX_STATE)
-            pages = [(k, render) for k in list_page_keys(store, "")]
-            converge_pages(store, MATRIX_STATE, pages, content_type=index.HTML_TYPE, written=written)
-        except index.DamagedState:
-            pass  # left as it is, and said by the check of matrix.json below
-    if store.get(MATRIX_STATE) is not None or files or page_keys:
-        cells_now = c.state(MATRIX_STATE, index.cells_from_json)
-        if cells_now is not None:
-            c.html("", index.human_page(cells_now))
-    problems = tuple(c.problems)
+        missing = _show_planned(store, jobs, listed, project=project, written=written)
+    if store.get(index.MATRIX_PAGE.state_key) is not None or wheels or project_pages:
+        c.page(index.MATRIX_PAGE)
     return IndexCheck(
         destination=store.description,
-        wheels=len(on_pages),
-        variant_ids=tuple(sorted({v for v, _p in listed if listed[(v, _p)]})),
-        problems=problems,
+        wheels=len({(p.variant_id, r.filename) for p, recs in listed.items() for r in recs}),
+        variant_ids=tuple(sorted({p.variant_id for p, recs in listed.items() if recs})),
+        problems=tuple(c.problems),
         unlistable=tuple(unlistable),
         missing=tuple(missing),
         pages_written=tuple(written),

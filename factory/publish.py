@@ -4,12 +4,16 @@ Order of writes: wheel -> <wheel>.metadata -> project page -> variant root -> ro
 human page, so at every instant a page lists only files that exist, and rerunning an interrupted publish
 completes it.
 
-Each page has a JSON "state" object (the PEP 691 page itself for project and variant pages) updated by
-compare-and-swap: read it with its etag, merge the new records in, write it back only if nobody changed it
-in the meantime (If-Match / If-None-Match), otherwise retry. Merges are grow-only unions, so no publisher's
-files are lost. The HTML pages rendered from a state are then brought up to date by `converge_pages`, which
-repeats until the state it rendered from is still the current one after its write: whoever changed the
-state last also leaves the HTML right.
+The pages are those of `site.site_state` of the new files, each merged into the store's by `sync_page`
+with the reader, merge and renderers of its kind (`site.KINDS`). Each page has a JSON "state" object (the
+PEP 691 page itself for project and variant pages) updated by compare-and-swap: read it with its etag, merge
+the new items in, write it back only if nobody changed it in the meantime (If-Match / If-None-Match),
+otherwise retry. Merges are grow-only unions, so no publisher's files are lost. The HTML pages rendered from
+a state are then brought up to date by `converge_pages`, which repeats until the state it rendered from is
+still the current one after its write: whoever changed the state last also leaves the HTML right.
+
+`repair_index` rebuilds the whole state from the wheel files and writes `site.build_site` of it, where it
+differs.
 """
 
 from __future__ import annotations
@@ -30,16 +34,17 @@ from typing import IO, Literal, NoReturn, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import index
+from factory import index, site
 from factory.errors import ConfigError, PublishError
-from factory.index import FileRecord
+from factory.index import FileRecord, PageRef
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
 from factory.wheelcheck import wheel_archive_problems
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
-"""progress(event, key): event is "file", "metadata", "unchanged", "page" or "skip"."""
+"""progress(event, key): event is "file", "metadata", "unchanged" (a file's key), "page" or "skip" (whether
+anything of a page was written; its HTML key)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,14 +298,6 @@ def converge_pages(
     raise PublishError(f"could not update the pages of {state_key}: too many concurrent publishers")
 
 
-VARIANTS_STATE = "simple/variants.json"
-MATRIX_STATE = "matrix.json"
-_STATE_TYPES = {
-    VARIANTS_STATE: "application/json",
-    MATRIX_STATE: "application/json",
-}  # the rest are PEP 691 pages
-
-
 def _state(
     store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None, *, to: str
 ) -> tuple[T, ...]:
@@ -316,38 +313,22 @@ def _state(
         ) from None
 
 
-def _check_before_writing(
-    store: Store, records: Mapping[tuple[str, str], Sequence[FileRecord]], *, to: str
-) -> None:
-    """Refuse before the first write what the page merges would refuse after the files: a damaged state
-    object, another spelling of a published release, a published filename with other bytes."""
-    for (variant_id, project), recs in sorted(records.items()):
-        directory = index.project_dir(variant_id, project)
-        key = f"{directory}index.json"
-        current = store.get(key)
-        existing = _state(
-            store, key, index.records_from_project_json, current.data if current else None, to=to
-        )
-        listed = {r.filename: r.sha256 for r in existing}
-        for rec in recs:
-            if listed.get(rec.filename, rec.sha256) != rec.sha256:
-                _refuse_overwrite(
-                    store, index.files_path(variant_id, rec.filename), listed[rec.filename], rec.sha256
-                )
-        try:
-            index.merge_records(existing, recs)
-        except index.RecordConflict as exc:
-            raise PublishError(f"{directory}: {exc}; bump the version") from None
-    keys = [
-        (f"{index.variant_dir(v)}index.json", index.projects_from_root_json) for v in {v for v, _ in records}
-    ]
-    for key, reader in [
-        *sorted(keys),
-        (VARIANTS_STATE, index.variant_ids_from_top_root_json),
-        (MATRIX_STATE, index.cells_from_json),
-    ]:
-        current = store.get(key)
-        _state(store, key, reader, current.data if current else None, to=to)
+def state_reader(store: Store, page: PageRef, *, to: str) -> Callable[[bytes | None], site.Items]:
+    """The items of `page`'s state object as publishing reads them: () when absent, PublishError (naming the
+    repair) when damaged."""
+    read = site.KINDS[page.kind].read
+    return lambda data: _state(store, page.state_key, read, data, to=to)
+
+
+def _merged(page: PageRef, existing: site.Items, new: site.Items) -> site.Items | None:
+    try:
+        return site.KINDS[page.kind].merge(existing, new)
+    except index.RecordConflict as exc:
+        raise PublishError(f"{page.directory}: {exc}; bump the version") from None
+
+
+def _merge_with(page: PageRef, new: site.Items) -> Callable[[site.Items], site.Items | None]:
+    return lambda existing: _merged(page, existing, new)
 
 
 def list_page_keys(store: Store, directory: str) -> list[str]:
@@ -358,16 +339,65 @@ def list_page_keys(store: Store, directory: str) -> list[str]:
     return keys
 
 
-def publish_wheels(
-    wheels: Sequence[Path],
+def store_keys(store: Store, key: str) -> list[str]:
+    """The keys a page object of the site (`site.build_site`'s) is stored under in `store`."""
+    parsed = index.parse_page_key(key)
+    if parsed is not None and parsed[1] == "html":
+        return list_page_keys(store, parsed[0].directory)
+    return [key]
+
+
+def sync_page(
+    store: Store,
+    page: PageRef,
+    update: Callable[[site.Items], site.Items | None],
     *,
-    to: str,
-    endpoint_url: str | None = None,
-    report: Path | None = None,
-    progress: Progress | None = None,
-    store: Store | None = None,
-) -> PublishResult:
-    """Publish wheels (and the build report's matrix, if given) to a local directory or s3://bucket/prefix."""
+    read: Callable[[bytes | None], site.Items],
+    written: list[str],
+) -> bool:
+    """Merge into `page`'s state object by compare-and-swap (`update(items)`, None: nothing new), then bring
+    its HTML up to date with whatever the state is now; True if anything was written."""
+    kind = site.KINDS[page.kind]
+    before = len(written)
+
+    def swap(current: bytes | None) -> bytes | None:
+        merged = update(read(current))
+        return None if merged is None else kind.state(page, merged).encode()
+
+    if compare_and_swap(
+        store, page.state_key, swap, content_type=kind.state_type, cache_control=index.PAGE_CACHE_CONTROL
+    ):
+        written.append(page.state_key)
+    converge_pages(
+        store,
+        page.state_key,
+        [
+            (key, lambda data: kind.html(page, read(data)).encode())
+            for key in list_page_keys(store, page.directory)
+        ],
+        content_type=index.HTML_TYPE,
+        written=written,
+    )
+    return len(written) > before
+
+
+def _check_before_writing(store: Store, new: site.SiteState, *, to: str) -> None:
+    """Refuse before the first write what the page merges would refuse after the files: a damaged state
+    object, another spelling of a published release, a published filename with other bytes."""
+    for page, items in site.pages(new):
+        current = store.get(page.state_key)
+        existing = state_reader(store, page, to=to)(current.data if current else None)
+        if page.kind == "project":
+            listed = {r.filename: r.sha256 for r in existing}
+            for rec in items:
+                if listed.get(rec.filename, rec.sha256) != rec.sha256:
+                    key = index.files_path(page.variant_id, rec.filename)
+                    _refuse_overwrite(store, key, listed[rec.filename], rec.sha256)
+        _merged(page, existing, items)
+
+
+def _inspect_all(wheels: Sequence[Path]) -> dict[str, WheelInfo]:
+    """The wheels to publish by canonical filename; ConfigError for two different files of one name."""
     if not wheels:
         raise ConfigError("no wheels to publish")
     infos: dict[str, WheelInfo] = {}
@@ -380,12 +410,47 @@ def publish_wheels(
                 "different contents"
             )
         infos[info.filename] = info
+    return infos
+
+
+def _put_files(store: Store, infos: Iterable[WheelInfo], notify: Progress) -> list[PublishedFile]:
+    """Each wheel, then its .metadata, immutable: a page may only ever point at complete files."""
+    results = []
+    for info in sorted(infos, key=lambda i: (i.variant_id, i.filename)):
+        key = index.files_path(info.variant_id, info.filename)
+        wrote = _put_immutable(store, key, info.path, info.sha256, content_type="application/octet-stream")
+        notify("file" if wrote else "unchanged", key)
+        meta_key = index.metadata_path(info.variant_id, info.filename)
+        wrote_meta = _put_immutable(
+            store, meta_key, info.metadata, info.metadata_sha256, content_type="text/plain; charset=utf-8"
+        )
+        notify("metadata" if wrote_meta else "unchanged", meta_key)
+        status: Literal["published", "unchanged"] = "published" if wrote else "unchanged"
+        results.append(
+            PublishedFile(
+                filename=info.filename, project=info.project, variant_id=info.variant_id, status=status
+            )
+        )
+    return results
+
+
+def publish_wheels(
+    wheels: Sequence[Path],
+    *,
+    to: str,
+    endpoint_url: str | None = None,
+    report: Path | None = None,
+    progress: Progress | None = None,
+    store: Store | None = None,
+) -> PublishResult:
+    """Publish wheels (and the build report's matrix, if given) to a local directory or s3://bucket/prefix:
+    the files first, then each page of `site.site_state` of what they add, merged into the store's in
+    write order (project pages, variant roots, the list of variant indexes, the human page)."""
+    infos = _inspect_all(wheels)
     jobs = load_report(report) if report is not None else []
     if store is None:
         store = open_store(to, endpoint_url=endpoint_url)
     notify: Progress = progress or (lambda _event, _key: None)
-    written: list[str] = []
-    results: list[PublishedFile] = []
 
     records: dict[tuple[str, str], list[FileRecord]] = {}
     upload_time = _now()
@@ -400,186 +465,28 @@ def publish_wheels(
                 metadata_sha256=info.metadata_sha256,
             )
         )
-    _check_before_writing(store, records, to=to)
-
-    # 1-2. Files first, each immutable: a page may only ever point at complete files.
-    for info in sorted(infos.values(), key=lambda i: (i.variant_id, i.filename)):
-        key = index.files_path(info.variant_id, info.filename)
-        wrote = _put_immutable(store, key, info.path, info.sha256, content_type="application/octet-stream")
-        notify("file" if wrote else "unchanged", key)
-        wrote_meta = _put_immutable(
-            store,
-            key + ".metadata",
-            info.metadata,
-            info.metadata_sha256,
-            content_type="text/plain; charset=utf-8",
-        )
-        notify("metadata" if wrote_meta else "unchanged", key + ".metadata")
-        results.append(
-            PublishedFile(
-                filename=info.filename,
-                project=info.project,
-                variant_id=info.variant_id,
-                status="published" if wrote else "unchanged",
-            )
-        )
-
-    # 3. Project pages.
-    for (variant_id, project), recs in sorted(records.items()):
-        directory = index.project_dir(variant_id, project)
-
-        state_key = f"{directory}index.json"
-
-        def merge(
-            current: bytes | None,
-            recs: list[FileRecord] = recs,
-            project: str = project,
-            variant_id: str = variant_id,
-            directory: str = directory,
-            state_key: str = state_key,
-        ) -> bytes | None:
-            existing = _state(store, state_key, index.records_from_project_json, current, to=to)
-            try:
-                merged = index.merge_records(existing, recs)
-            except index.RecordConflict as exc:
-                raise PublishError(f"{directory}: {exc}; bump the version") from None
-            if merged is None:
-                return None
-            return index.project_json(project, merged, variant_id=variant_id).encode()
-
-        changed = compare_and_swap(
-            store, state_key, merge, content_type=index.PYPI_JSON_TYPE, cache_control=index.PAGE_CACHE_CONTROL
-        )
-        notify("page" if changed else "skip", state_key)
-        if changed:
-            written.append(state_key)
-
-        def render(
-            state: bytes, project: str = project, variant_id: str = variant_id, state_key: str = state_key
-        ) -> bytes:
-            recs = _state(store, state_key, index.records_from_project_json, state, to=to)
-            return index.project_html(project, recs, variant_id=variant_id).encode()
-
-        converge_pages(
-            store,
-            state_key,
-            [(k, render) for k in list_page_keys(store, directory)],
-            content_type=index.HTML_TYPE,
-            written=written,
-        )
-
-    # 4. The root page of each variant index.
-    projects_by_variant: dict[str, set[str]] = {}
-    for variant_id, project in records:
-        projects_by_variant.setdefault(variant_id, set()).add(str(canonicalize_name(project)))
-    for variant_id, projects in sorted(projects_by_variant.items()):
-        directory = index.variant_dir(variant_id)
-        state_key = f"{directory}index.json"
-
-        def merge_projects(
-            current: bytes | None, projects: set[str] = projects, state_key: str = state_key
-        ) -> bytes | None:
-            existing = _state(store, state_key, index.projects_from_root_json, current, to=to)
-            merged = index.merge_names(existing, projects)
-            return None if merged is None else index.variant_root_json(merged).encode()
-
-        if compare_and_swap(
-            store,
-            state_key,
-            merge_projects,
-            content_type=index.PYPI_JSON_TYPE,
-            cache_control=index.PAGE_CACHE_CONTROL,
-        ):
-            written.append(state_key)
-
-        def root_html(current: bytes, key: str = state_key) -> bytes:
-            return index.variant_root_html(
-                _state(store, key, index.projects_from_root_json, current, to=to)
-            ).encode()
-
-        converge_pages(
-            store,
-            state_key,
-            [(k, root_html) for k in list_page_keys(store, directory)],
-            content_type=index.HTML_TYPE,
-            written=written,
-        )
-        notify("page", f"{directory}index.html")
-
-    # 5. The list of variant indexes.
-    def merge_variants(current: bytes | None) -> bytes | None:
-        existing = _state(store, VARIANTS_STATE, index.variant_ids_from_top_root_json, current, to=to)
-        merged = index.merge_names(existing, projects_by_variant)
-        return None if merged is None else index.top_root_json(merged).encode()
-
-    if compare_and_swap(
-        store,
-        VARIANTS_STATE,
-        merge_variants,
-        content_type="application/json",
-        cache_control=index.PAGE_CACHE_CONTROL,
-    ):
-        written.append(VARIANTS_STATE)
-    converge_pages(
-        store,
-        VARIANTS_STATE,
-        [
-            (
-                k,
-                lambda s: index.top_root_html(
-                    _state(store, VARIANTS_STATE, index.variant_ids_from_top_root_json, s, to=to)
-                ).encode(),
-            )
-            for k in list_page_keys(store, "simple/")
-        ],
-        content_type=index.HTML_TYPE,
-        written=written,
-    )
-    notify("page", "simple/index.html")
-
-    # 6. The human page: the matrix as the reports and the published files describe it.
+    # The human page: the matrix as the reports and the published files describe it.
     published = [(variant_id, rec) for (variant_id, _p), recs in records.items() for rec in recs]
     projects = {info.project for info in infos.values()}
     cells = index.matrix_cells(
         jobs, published, project_hint=next(iter(projects)) if len(projects) == 1 else None
     )
+    new = site.site_state(records, cells)
+    _check_before_writing(store, new, to=to)
 
-    def merge_matrix(current: bytes | None) -> bytes | None:
-        existing = _state(store, MATRIX_STATE, index.cells_from_json, current, to=to)
-        merged = index.merge_cells(existing, cells)
-        return None if merged is None else index.cells_to_json(merged).encode()
-
-    if compare_and_swap(
-        store,
-        MATRIX_STATE,
-        merge_matrix,
-        content_type="application/json",
-        cache_control=index.PAGE_CACHE_CONTROL,
-    ):
-        written.append(MATRIX_STATE)
-    converge_pages(
-        store,
-        MATRIX_STATE,
-        [
-            (
-                k,
-                lambda s: index.human_page(
-                    _state(store, MATRIX_STATE, index.cells_from_json, s, to=to)
-                ).encode(),
-            )
-            for k in list_page_keys(store, "")
-        ],
-        content_type=index.HTML_TYPE,
-        written=written,
-    )
-    notify("page", "index.html")
+    results = _put_files(store, infos.values(), notify)
+    written: list[str] = []
+    for page, items in site.pages(new):
+        read = state_reader(store, page, to=to)
+        wrote = sync_page(store, page, _merge_with(page, items), read=read, written=written)
+        notify("page" if wrote else "skip", page.html_key)
     return PublishResult(destination=store.description, files=tuple(results), pages_written=tuple(written))
 
 
 def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str, ...]:
     """The files the variant's project page lists; () when there is no page, or one this factory did not
     write (publishing will say what is wrong with it)."""
-    page = store.get(f"{index.project_dir(variant_id, project)}index.json")
+    page = store.get(index.project_page(variant_id, project).state_key)
     try:
         return tuple(r.filename for r in index.records_from_project_json(page.data)) if page else ()
     except index.DamagedState:
@@ -632,10 +539,12 @@ class RepairResult:
     pages_written: tuple[str, ...]
 
 
-def _wheel_metadata(store: Store, key: str, *, keep: bool = True) -> bytes:
+def _wheel_metadata(store: Store, variant_id: str, filename: str, *, keep: bool = True) -> bytes:
     """The wheel's METADATA, from its .metadata file or else from the wheel itself (re-published unless not
     `keep`)."""
-    blob = store.get(key + ".metadata")
+    key = index.files_path(variant_id, filename)
+    meta_key = index.metadata_path(variant_id, filename)
+    blob = store.get(meta_key)
     if blob is not None and len(blob.data) <= MAX_METADATA_BYTES:
         return blob.data
     opened = store.open(key)
@@ -651,7 +560,7 @@ def _wheel_metadata(store: Store, key: str, *, keep: bool = True) -> bytes:
         return metadata
     _put_immutable(
         store,
-        key + ".metadata",
+        meta_key,
         metadata,
         hashlib.sha256(metadata).hexdigest(),
         content_type="text/plain; charset=utf-8",
@@ -680,11 +589,11 @@ def wheel_name_problem(filename: str, variant_id: str) -> str | None:
 
 
 def _repair_record(
-    store: Store, key: str, variant_id: str, old: Mapping[str, FileRecord], *, keep: bool = True
+    store: Store, variant_id: str, filename: str, old: Mapping[str, FileRecord], *, keep: bool = True
 ) -> FileRecord:
     """The record of one stored wheel; ConfigError when no page may list it. Not `keep`: write nothing (a
     wheel without its .metadata file is not given one)."""
-    filename = key.rsplit("/", 1)[1]
+    key = index.files_path(variant_id, filename)
     problem = wheel_name_problem(filename, variant_id)
     if problem is not None:
         raise ConfigError(problem)
@@ -693,7 +602,7 @@ def _repair_record(
     sha256 = store.sha256_of(key)
     if head is None or sha256 is None:
         raise ConfigError("vanished while repairing")
-    metadata = _wheel_metadata(store, key, keep=keep)
+    metadata = _wheel_metadata(store, variant_id, filename, keep=keep)
     requires_python = check_metadata(metadata, name=str(name), version=version, shown=key)
     known = old.get(filename)
     return FileRecord(
@@ -717,8 +626,11 @@ def repair_refusals(
     refused: dict[str, str] = {}
     kept = tuple(listed)
     for key in sorted(unlisted):
+        parsed = index.parse_wheel_key(key)
+        if parsed is None or parsed[0] != variant_id:
+            raise ValueError(f"{key} is not a wheel of variant {variant_id}")
         try:
-            rec = _repair_record(store, key, variant_id, {}, keep=False)
+            rec = _repair_record(store, variant_id, parsed[1], {}, keep=False)
             kept = index.merge_records(kept, [rec]) or kept
         except ConfigError as exc:
             refused[key] = str(exc).removeprefix(f"{key}: ")
@@ -727,31 +639,96 @@ def repair_refusals(
     return refused
 
 
-def _readable(store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]]) -> tuple[T, ...]:
-    """What a state object says, nothing when it is absent or damaged (repair rebuilds it anyway)."""
-    blob = store.get(key)
+def _replace(store: Store, key: str, body: bytes, *, written: list[str]) -> bool:
+    """Make the page object `key` (under each key the store keeps it) these bytes, writing only where it
+    differs; True if anything was written."""
+    content_type = site.content_type(key) or index.HTML_TYPE
+    before = len(written)
+    for stored in store_keys(store, key):
+
+        def replace(current: bytes | None) -> bytes | None:
+            return None if current == body else body
+
+        if compare_and_swap(
+            store, stored, replace, content_type=content_type, cache_control=index.PAGE_CACHE_CONTROL
+        ):
+            written.append(stored)
+    return len(written) > before
+
+
+def write_site(store: Store, state: site.SiteState, *, written: list[str], notify: Progress) -> None:
+    """Make the store's page objects those of `site.build_site(state)`, in its order, writing what differs."""
+    wrote = False
+    for key, body in site.build_site(state).items():
+        wrote = _replace(store, key, body, written=written) or wrote
+        parsed = index.parse_page_key(key)
+        if parsed is not None and parsed[1] == "html":
+            notify("page" if wrote else "skip", key)
+            wrote = False
+
+
+def _readable(store: Store, page: PageRef) -> site.Items:
+    """What a page's state object says, nothing when it is absent or damaged (repair rebuilds it anyway)."""
+    blob = store.get(page.state_key)
     try:
-        return reader(blob.data) if blob is not None else ()
+        return site.KINDS[page.kind].read(blob.data) if blob is not None else ()
     except index.DamagedState:
         return ()
 
 
-def _replace_page(
-    store: Store, directory: str, *, state: tuple[str, str], html: str, written: list[str]
-) -> None:
-    """Make a state object and the HTML page of `directory` these bodies, writing only what differs."""
-    state_key, state_body = state
-    writes = [(state_key, state_body.encode(), _STATE_TYPES.get(state_key, index.PYPI_JSON_TYPE))]
-    writes += [(key, html.encode(), index.HTML_TYPE) for key in list_page_keys(store, directory)]
-    for key, body, content_type in writes:
+def _repair_records(
+    store: Store, variant_id: str, filenames: Iterable[str], skipped: list[str]
+) -> dict[str, tuple[FileRecord, ...]]:
+    """The records of a variant's project pages, by project, from its wheel files under the rules publish
+    applies; each file no page may list is added to `skipped` with why."""
+    old_pages: dict[str, dict[str, FileRecord]] = {}
 
-        def replace(current: bytes | None, body: bytes = body) -> bytes | None:
-            return None if current == body else body
+    def old_page(project: str) -> dict[str, FileRecord]:
+        if project not in old_pages:
+            recs = _readable(store, index.project_page(variant_id, project))
+            old_pages[project] = {r.filename: r for r in recs}
+        return old_pages[project]
 
-        if compare_and_swap(
-            store, key, replace, content_type=content_type, cache_control=index.PAGE_CACHE_CONTROL
-        ):
-            written.append(key)
+    by_project: dict[str, list[FileRecord]] = {}
+    for filename in sorted(filenames):
+        try:
+            project = str(canonicalize_name(filename.split("-", 1)[0]))
+            rec = _repair_record(store, variant_id, filename, old_page(project))
+        except ConfigError as exc:
+            skipped.append(f"{index.files_path(variant_id, filename)}: {exc}")
+            continue
+        by_project.setdefault(rec.project, []).append(rec)
+    out: dict[str, tuple[FileRecord, ...]] = {}
+    for project, recs in by_project.items():
+        listed = old_page(project)
+        # Of two spellings of one release, the one the page listed stays; else the first by name.
+        kept: tuple[FileRecord, ...] = ()
+        for rec in sorted(recs, key=lambda r: (r.filename not in listed, r.filename)):
+            try:
+                kept = index.merge_records(kept, [rec]) or kept
+            except index.RecordConflict as exc:
+                skipped.append(f"{index.files_path(variant_id, rec.filename)}: {exc}")
+        if kept:
+            out[project] = kept
+    return out
+
+
+def stored_wheels(store: Store) -> dict[str, list[str]]:
+    """The wheel files of an index (files/<variant>/<name>.whl), filenames by variant id."""
+    wheels: dict[str, list[str]] = {}
+    for key in store.keys("files/"):
+        parsed = index.parse_wheel_key(key)
+        if parsed is not None:
+            wheels.setdefault(parsed[0], []).append(parsed[1])
+    return wheels
+
+
+def stored_project_pages(store: Store) -> list[PageRef]:
+    """The project pages of an index that have a state object, sorted."""
+    found = {index.parse_page_key(key) for key in store.keys("simple/")}
+    return sorted(
+        (p[0] for p in found if p and p[0].kind == "project" and p[1] == "state"), key=lambda p: p.order
+    )
 
 
 def repair_index(
@@ -762,103 +739,29 @@ def repair_index(
     publishes to the index: a publish in between may be left off the pages until it is rerun."""
     if store is None:
         store = open_store(to, endpoint_url=endpoint_url)
-    notify: Progress = progress or (lambda _event, _key: None)
-    written: list[str] = []
-    skipped: list[str] = []
-    wheel_keys: dict[str, list[str]] = {}
-    for key in store.keys("files/"):
-        parts = key.split("/")
-        if len(parts) == 3 and parts[2].endswith(".whl"):
-            wheel_keys.setdefault(parts[1], []).append(key)
-    old_pages: dict[str, dict[str, FileRecord]] = {}
-
-    def old_page(state_key: str) -> dict[str, FileRecord]:
-        if state_key not in old_pages:
-            recs = _readable(store, state_key, index.records_from_project_json)
-            old_pages[state_key] = {r.filename: r for r in recs}
-        return old_pages[state_key]
-
-    page_keys = [k for k in store.keys("simple/") if k.count("/") == 3 and k.endswith("/index.json")]
-    if not wheel_keys and not page_keys:
+    wheels = stored_wheels(store)
+    page_refs = stored_project_pages(store)
+    if not wheels and not page_refs:
         raise ConfigError(f"--to {to}: not a published index (no wheel files or pages in it)")
-    pages: dict[tuple[str, str], tuple[FileRecord, ...]] = {}
-    for variant_id, keys in sorted(wheel_keys.items()):
-        by_project: dict[str, list[FileRecord]] = {}
-        for key in sorted(keys):
-            project = str(canonicalize_name(key.rsplit("/", 1)[1].split("-", 1)[0]))
-            state_key = f"{index.project_dir(variant_id, project)}index.json"
-            try:
-                rec = _repair_record(store, key, variant_id, old_page(state_key))
-            except ConfigError as exc:
-                skipped.append(f"{key}: {exc}")
-                continue
-            by_project.setdefault(rec.project, []).append(rec)
-        for project, found in by_project.items():
-            state_key = f"{index.project_dir(variant_id, project)}index.json"
-            listed = old_page(state_key)
-            # Of two spellings of one release, the one the page listed stays; else the first by name.
-            kept: tuple[FileRecord, ...] = ()
-            for rec in sorted(found, key=lambda r: (r.filename not in listed, r.filename)):
-                try:
-                    kept = index.merge_records(kept, [rec]) or kept
-                except index.RecordConflict as exc:
-                    skipped.append(f"{index.files_path(variant_id, rec.filename)}: {exc}")
-            if kept:
-                pages[(variant_id, project)] = kept
+    skipped: list[str] = []
+    records: dict[tuple[str, str], tuple[FileRecord, ...]] = {}
+    for variant_id, filenames in sorted(wheels.items()):
+        for project, recs in _repair_records(store, variant_id, filenames, skipped).items():
+            records[(variant_id, project)] = recs
     # Project pages with no wheel left are rewritten empty rather than left listing what is not there.
-    for key in page_keys:
-        parts = key.split("/")
-        pages.setdefault((parts[1], parts[2]), ())
-    for (variant_id, project), recs in sorted(pages.items()):
-        directory = index.project_dir(variant_id, project)
-        _replace_page(
-            store,
-            directory,
-            state=(f"{directory}index.json", index.project_json(project, recs, variant_id=variant_id)),
-            html=index.project_html(project, recs, variant_id=variant_id),
-            written=written,
-        )
-        notify("page", f"{directory}index.html")
-    projects_by_variant: dict[str, set[str]] = {}
-    for (variant_id, project), recs in pages.items():
-        if recs:
-            projects_by_variant.setdefault(variant_id, set()).add(project)
-    for variant_id in sorted({v for v, _ in pages}):
-        directory = index.variant_dir(variant_id)
-        projects = sorted(projects_by_variant.get(variant_id, set()))
-        _replace_page(
-            store,
-            directory,
-            state=(f"{directory}index.json", index.variant_root_json(projects)),
-            html=index.variant_root_html(projects),
-            written=written,
-        )
-        notify("page", f"{directory}index.html")
-    variant_ids = sorted(projects_by_variant)
-    _replace_page(
-        store,
-        "simple/",
-        state=(VARIANTS_STATE, index.top_root_json(variant_ids)),
-        html=index.top_root_html(variant_ids),
-        written=written,
-    )
-    notify("page", "simple/index.html")
+    for page in page_refs:
+        records.setdefault((page.variant_id, page.project), ())
     # The grid: every listed wheel is built; what older reports said about the rest (failed, not built) stays.
-    published = [(v, rec) for (v, _p), recs in pages.items() for rec in recs]
-    reported = [c for c in _readable(store, MATRIX_STATE, index.cells_from_json) if c.status != "built"]
+    published = [(v, rec) for (v, _p), recs in records.items() for rec in recs]
+    reported = [c for c in _readable(store, index.MATRIX_PAGE) if c.status != "built"]
     cells = index.merge_cells(reported, index.matrix_cells([], published)) or tuple(reported)
-    _replace_page(
-        store,
-        "",
-        state=(MATRIX_STATE, index.cells_to_json(cells)),
-        html=index.human_page(cells),
-        written=written,
-    )
-    notify("page", "index.html")
+    state = site.site_state(records, cells)
+    written: list[str] = []
+    write_site(store, state, written=written, notify=progress or (lambda _event, _key: None))
     return RepairResult(
         destination=store.description,
         wheels=len(published),
-        variant_ids=tuple(variant_ids),
+        variant_ids=state[index.VARIANTS_PAGE],
         skipped=tuple(skipped),
         pages_written=tuple(written),
     )

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory import index
+from factory import index, site
 from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
 from factory.stores import Store
@@ -73,14 +73,14 @@ def negotiate(accept: str | None) -> str:
 
 
 def content_type_of(key: str) -> str:
-    if key.endswith(".whl"):
-        return "application/octet-stream"
+    """A page object's type as publishing stores it (`site.content_type`); other keys by their suffix."""
+    page_type = site.content_type(key)
+    if page_type is not None:
+        return page_type
     if key.endswith(".metadata"):
         return "text/plain; charset=utf-8"
     if key.endswith(".html"):
         return index.HTML_TYPE
-    if key.endswith("/index.json") and key.startswith("simple/") and key != "simple/variants.json":
-        return index.PYPI_JSON_TYPE
     if key.endswith(".json"):
         return "application/json"
     return "application/octet-stream"
@@ -256,9 +256,10 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"Vary": "Accept"}
         if path == "" or path.endswith("/"):
             kind = negotiate(self.headers.get("Accept"))
-            is_simple_page = path.startswith("simple/") and path != "simple/"
-            if kind == index.PYPI_JSON_TYPE and is_simple_page:
-                key = f"{path}index.json"
+            page = index.parse_page_key(path)
+            # project pages and variant index roots have a PEP 691 twin; the list of variant indexes has not
+            if kind == index.PYPI_JSON_TYPE and page is not None and page[0].kind in {"project", "variant"}:
+                key = page[0].state_key
             else:
                 key = f"{path}index.html"
                 kind = kind if kind != index.PYPI_JSON_TYPE else index.HTML_TYPE

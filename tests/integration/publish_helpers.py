@@ -61,13 +61,13 @@ def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str
     from factory import index
 
     out: dict[str, set[str]] = {}
-    base = f"simple/{variant_id}/{project}/"
-    json_page = get(base + "index.json")
+    page = index.project_page(variant_id, project)
+    json_page = get(page.state_key)
     if json_page is not None:
-        out[base + "index.json"] = {r.filename for r in index.records_from_project_json(json_page)}
-    html_page = get(base + "index.html")
+        out[page.state_key] = {r.filename for r in index.records_from_project_json(json_page)}
+    html_page = get(page.html_key)
     if html_page is not None:
-        out[base + "index.html"] = {a.text for a in index.parse_anchors(html_page.decode())}
+        out[page.html_key] = {a.text for a in index.parse_anchors(html_page.decode())}
     return out
 
 
@@ -77,14 +77,17 @@ def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -
 
     keys = set(keys)
     for key in sorted(keys):
-        parts = key.split("/")
-        if len(parts) == 4 and parts[0] == "simple" and parts[3] == "index.html":
+        parsed = index.parse_page_key(key)
+        if parsed is not None and parsed[0].kind == "project" and key == parsed[0].html_key:
+            variant_id = parsed[0].variant_id
             page = get(key)
             assert page is not None
             for a in index.parse_anchors(page.decode()):
-                target = f"files/{parts[1]}/{a.text}"
+                target = index.files_path(variant_id, a.text)
                 assert target in keys, f"{key} lists {a.text}, which is not in the store"
-                assert f"{target}.metadata" in keys, f"{key} lists {a.text} without its .metadata"
+                assert index.metadata_path(variant_id, a.text) in keys, (
+                    f"{key} lists {a.text} without its .metadata"
+                )
                 data = get(target)
                 assert data is not None
                 assert a.href.endswith("#sha256=" + hashlib.sha256(data).hexdigest())

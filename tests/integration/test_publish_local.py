@@ -22,6 +22,7 @@ from publish_helpers import (
     publisher_script,
 )
 
+from factory import index
 from factory.config import load_matrix_file
 from factory.errors import ConfigError, PublishError
 from factory.plan import plan_matrix
@@ -97,7 +98,7 @@ def test_incremental_only_changed_project_pages(tmp_path: Path) -> None:
     result = publish_wheels(
         [make_wheel(tmp_path / "b", name="alpha", version="0.2.0")], to=str(tmp_path / "idx")
     )
-    touched = {k for k in result.pages_written if k.startswith("simple/") and k.count("/") == 3}
+    touched = {k for k in result.pages_written if (p := index.parse_page_key(k)) and p[0].kind == "project"}
     assert touched == {f"simple/{VID_NEW}/alpha/index.json", f"simple/{VID_NEW}/alpha/index.html"}
     assert not any("/beta/" in k for k in result.pages_written)
 

@@ -244,11 +244,14 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
 
     # every wheel exactly once, none lost, each the bytes its runner built
     keys = moto.keys(BUCKET, PREFIX)
-    stored = [k for k in keys if k.startswith("files/") and k.endswith(".whl")]
-    assert sorted(k.rsplit("/", 1)[1] for k in stored) == sorted(local)
+    stored = [wheel for k in keys if (wheel := index.parse_wheel_key(k))]
+    assert sorted(filename for _variant, filename in stored) == sorted(local)
     get = moto.getter(BUCKET, PREFIX)
     listed: list[str] = []
-    for key in (k for k in keys if k.count("/") == 3 and k.endswith("/index.json")):
+    project_states = [
+        k for k in keys if (p := index.parse_page_key(k)) and p[0].kind == "project" and p[1] == "state"
+    ]
+    for key in project_states:
         data = get(key)
         assert data is not None
         for rec in index.records_from_project_json(data):
