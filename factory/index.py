@@ -186,7 +186,8 @@ def parse_page_key(key: str) -> tuple[PageRef, PageForm] | None:
     if key == MATRIX_STATE:
         return MATRIX_PAGE, "state"
     directory, _, name = key.rpartition("/")
-    form: PageForm | None = {"index.json": "state", "index.html": "html", "": "html"}.get(name)
+    forms: dict[str, PageForm] = {"index.json": "state", "index.html": "html", "": "html"}
+    form = forms.get(name)
     parts = directory.split("/") if directory else []
     if form is None or "" in parts or (parts and parts[0] != "simple"):
         return None
