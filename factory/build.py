@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import docker.errors
 import psutil
 
 from factory import cache, home, images, leftovers, runtimereqs, wheelhouse
@@ -32,20 +31,14 @@ from factory.engine import (
     Engine,
     Heartbeat,
     Interrupted,
+    get_image,
     remove_containers,
     remove_stale_containers,
     run_labels,
 )
 from factory.errors import BuildError, ConfigError, PatchError
-from factory.jobrun import (
-    CONTAINER_USER,
-    WORK_MOUNT,
-    WORK_VOLUME,
-    JobContext,
-    JobInputs,
-    requirements,
-    run_job,
-)
+from factory.jobrun import JobContext, JobInputs, run_job
+from factory.jobspec import CONTAINER_USER, WORK_MOUNT, WORK_VOLUME, requirements
 from factory.memory import jobmemory
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
@@ -197,9 +190,7 @@ class Runner:
         )
 
     def _explicit_image(self, ref: str) -> str:
-        try:
-            self.client.images.get(ref)
-        except docker.errors.ImageNotFound:
+        if get_image(self.client, ref) is None:
             images.pull_image(self.client, ref, progress=self.log)
         return ref
 

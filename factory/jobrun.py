@@ -7,7 +7,6 @@ JSON object for results (phase, wheel, torch, objects); the attempt notes writte
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -20,38 +19,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from factory import buildlog, cache, images, leftovers, platform_tag, preflight, safefs, wheelcheck
+from factory import buildlog, cache, jobspec, leftovers, platform_tag, preflight, safefs, wheelcheck
 from factory import shard as sharding
 from factory.config import MatrixFile, format_size
-from factory.container import (
-    CONTAINER_DIR,
-    DRIVER,
-    IMPORT_ROOT,
-    PACKAGE_MOUNT,
-    compilecache,
-    heartbeat,
-    protocol,
-)
-from factory.engine import LABEL, RUN_LABEL, Engine, Interrupted, Limits, run_labels
-from factory.errors import BuildError, FactoryError
+from factory.container import DRIVER, compilecache, heartbeat, protocol
+from factory.engine import Engine, Interrupted
+from factory.errors import FactoryError
 from factory.memory import jobmemory, profiles
 from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
-from factory.plan import Job, matrix_env
+from factory.plan import Job
 from factory.report import Attempt, JobResult
 from factory.urls import printable
 
-WORK_VOLUME = "factory-work"
-CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the driver's check phase installs from it too
 CHECK_FAILED_DIR = "check-failed"  # under the output: a wheel that built and failed a check, kept
-WORK_MOUNT = "/var/factory"
-JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`JobRun.job_dir`)
-CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
 # a wheel the driver names: one plain file name of the wheel format, nothing that could leave its directory
 WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 MAX_WHEEL_BYTES = 16 << 30
-BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,16 +81,6 @@ class JobContext:
     @property
     def stop(self) -> threading.Event:
         return self.engine.stop
-
-
-def torch_requirement(torch: str) -> str:
-    """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
-    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
-
-
-def requirements(mf: MatrixFile, job: Job) -> list[str]:
-    reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *mf.recipe.extra_build_requires]
-    return list(dict.fromkeys(reqs))
 
 
 ERROR_LINE = re.compile(r"(\berror\b|^FAILED:|#error|Killed|out of memory)", re.IGNORECASE)
@@ -182,8 +157,8 @@ class JobRun:
 
     @property
     def job_dir(self) -> str:
-        """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
-        return f"{JOBS_ROOT}/{self.job.id}-{self.ctx.run_id}"
+        """The job's directory in the shared work volume (`jobspec.job_dir`)."""
+        return jobspec.job_dir(self.job.id, self.ctx.run_id)
 
     @property
     def profile_dir(self) -> Path:
@@ -191,67 +166,36 @@ class JobRun:
         return self.ctx.run_dir / "profiles" / self.job.id
 
     def driver_env(self, python: str | None = None) -> dict[str, str]:
-        """What every driver phase needs, built from scratch: nothing of the host environment leaks in.
-        `python`: the interpreter of an install check other than the job's own (a Python its abi3 wheel
-        covers)."""
-        return {
-            "HOME": "/home/factory",
-            "FACTORY_JOB_DIR": self.job_dir,
-            protocol.ENV_JOB_OWNER: leftovers.owner_json(),  # `factory clean` tells a dead run's from it
-            "FACTORY_PYTHON": f"python{python or self.job.python}",
-            # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
-            "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
-            "UV_LINK_MODE": "hardlink",
-            "UV_PYTHON_DOWNLOADS": "never",
-            "UV_NO_CONFIG": "1",
-            "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
-            heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
-            heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
-            # local paths only: the store, its credentials and the signing key stay with the host
-            **(self.cache_env() if self.ctx.compile_cache is not None else {}),
-        }
-
-    def cache_env(self) -> dict[str, str]:
-        """The compile cache's read-only root and the job's outbox. The driver puts the host compiler through
-        the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
-        image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
-        assert self.ctx.compile_cache is not None
-        env = {cache.ENV_DIR: cache.MOUNT, cache.ENV_OUT: cache.OUT_MOUNT}
-        if self.ctx.compile_cache.config.verify:
-            env[cache.ENV_VERIFY] = str(self.ctx.compile_cache.config.verify)
-        return env
+        """What every driver phase needs (`jobspec.driver_env`). `python`: the interpreter of an install
+        check other than the job's own (a Python its abi3 wheel covers)."""
+        return jobspec.driver_env(
+            job_dir=self.job_dir,
+            python=python or self.job.python,
+            owner=leftovers.owner_json(),  # `factory clean` tells a dead run's from it
+            heartbeat_stale_s=self.ctx.heartbeat_stale_s,
+            compile_cache=self.ctx.compile_cache.config if self.ctx.compile_cache is not None else None,
+        )
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
-        """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
-        matrix's own env for the job, which wins."""
-        env = {
-            **self.driver_env(),
-            "FACTORY_CUDA": self.job.variant.cuda,
-            "FACTORY_REQUIREMENTS": "\n".join(requirements(self.mf, self.job)),
-            "PIP_NO_INDEX": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        if self.job.limited_api:
-            env[protocol.LIMITED_API_ENV] = self.job.limited_api
-        env.update(
-            jobmemory.wrapper_env(
-                parallel,
-                recipe=self.mf.recipe,
-                job_dir=self.job_dir,
-                memory_limit=self.ctx.memory_limit,
-                package=self.mf.package.name,
-                version=self.mf.package.version,
-                profile_dir=self.profile_dir,
-            )
+        """The build container's environment (`jobspec.container_env`) with this attempt's memory plan."""
+        memory = jobmemory.wrapper_env(
+            parallel,
+            recipe=self.mf.recipe,
+            job_dir=self.job_dir,
+            memory_limit=self.ctx.memory_limit,
+            package=self.mf.package.name,
+            version=self.mf.package.version,
+            profile_dir=self.profile_dir,
         )
-        env.update(matrix_env(self.mf, self.job))
-        if self.ctx.shard is not None and self.shard_sources is not None:
-            env[protocol.ENV_SHARD] = str(self.ctx.shard)
-            env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(self.shard_sources))
-        if self.ctx.preflight and self.preflight_candidates is not None:
-            env[protocol.ENV_PREFLIGHT] = json.dumps(list(self.preflight_candidates))
-        return env
+        return jobspec.container_env(
+            self.mf,
+            self.job,
+            driver=self.driver_env(),
+            memory=memory,
+            shard=self.ctx.shard,
+            shard_sources=self.shard_sources,
+            preflight_candidates=self.preflight_candidates if self.ctx.preflight else None,
+        )
 
     def plan_shard(self, source: Path) -> None:
         """This shard's compiles, balanced by the learned profile the job starts from, else the recipe."""
@@ -338,25 +282,10 @@ class JobRun:
             result.peak_bytes = max(result.peak_bytes, usage)
             self.changed()
 
-        build = self.mf.build
+        limits = jobspec.limits(self.mf.build, memory_limit=self.ctx.memory_limit, cpus=self.ctx.cpus)
+        spec = jobspec.driver_container(phase, image=image, env=env, mounts=mounts, limits=limits)
         try:
-            outcome = self.ctx.engine.run(
-                image=image,
-                command=[*DRIVER, phase],
-                env=env,
-                mounts=mounts,
-                user=CONTAINER_USER,
-                working_dir=WORK_MOUNT,
-                limits=Limits(
-                    memory_bytes=self.ctx.memory_limit,
-                    cpus=self.ctx.cpus,
-                    pids=build.pids_limit,
-                    network="none" if build.offline else "bridge",
-                ),
-                log_path=self.log_path,
-                on_line=on_line,
-                on_memory=on_memory,
-            )
+            outcome = self.ctx.engine.run(spec, log_path=self.log_path, on_line=on_line, on_memory=on_memory)
         finally:
             result.mem_now = 0
         return DriverOutcome(
@@ -380,18 +309,15 @@ class JobRun:
                 self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
 
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
-        check = inputs.check_wheelhouse
-        return {
-            **({str(check): {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}} if check is not None else {}),
-            **(self.job_cache.mounts() if self.job_cache is not None else {}),
-            WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-            str(inputs.source): {"bind": "/src", "mode": "ro"},
-            str(inputs.wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
-            str(out_dir): {"bind": "/out", "mode": "rw"},
-            str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-            str(self.profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
-            str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
-        }
+        return jobspec.job_mounts(
+            source=inputs.source,
+            wheelhouse=inputs.wheelhouse,
+            out_dir=out_dir,
+            profile_dir=self.profile_dir,
+            heartbeat_dir=self.ctx.heartbeat_file.parent,
+            check_wheelhouse=inputs.check_wheelhouse,
+            cache_mounts=self.job_cache.mounts() if self.job_cache is not None else None,
+        )
 
     # -- the job -------------------------------------------------------------------------------------
     def run(self, prepare: Callable[[Job], JobInputs]) -> None:
@@ -469,12 +395,8 @@ class JobRun:
             image,
             [*DRIVER, "clean"],
             env=self.driver_env(),
-            user=CONTAINER_USER,
-            mounts={
-                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-                str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
-            },
+            user=jobspec.CONTAINER_USER,
+            mounts=jobspec.clean_mounts(self.ctx.heartbeat_file.parent),
         )
 
     def build(
@@ -621,19 +543,17 @@ class JobRun:
             self.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
             inputs = prepare(replace(job, python=python, covers=()))
             image = inputs.image
-            binds = ("/wheelhouse", CHECK_WHEELHOUSE_MOUNT)
-            mounts = {k: v for k, v in mounts.items() if v["bind"] not in binds}
-            mounts[str(inputs.wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
-            if inputs.check_wheelhouse is not None:
-                mounts[str(inputs.check_wheelhouse)] = {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}
-        # the host's checked copy, read-only: what is installed is what is accepted
-        mounts = {k: v for k, v in mounts.items() if v["bind"] != "/out"}
-        mounts[str(wheel.parent)] = {"bind": "/out", "mode": "ro"}
-        env = {
-            **self.driver_env(python),
-            "FACTORY_WHEEL": wheel.name,
-            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
-        }
+            mounts = jobspec.check_mounts(
+                mounts,
+                wheel_dir=wheel.parent,
+                wheelhouse=inputs.wheelhouse,
+                check_wheelhouse=inputs.check_wheelhouse,
+            )
+        else:
+            mounts = jobspec.check_mounts(mounts, wheel_dir=wheel.parent)
+        env = jobspec.check_env(
+            self.driver_env(python), wheel=wheel.name, import_name=self.mf.recipe.import_name
+        )
         start = self.log_path.stat().st_size if self.log_path.exists() else 0
         outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
         if outcome.exit_code != 0:
@@ -750,47 +670,3 @@ class JobRun:
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:
     JobRun(ctx, job, result).run(prepare)
-
-
-def remove_stale_job_dirs(client: Any) -> list[str]:
-    """Remove the work volume's job directories that runs now gone left (a finished job removes its own; a
-    killed or interrupted run's stay), by `leftovers.stale_job_dirs`; their paths in the volume. Nothing when
-    the volume, or a builder image to open it with, is not on this host."""
-    import docker.errors
-
-    try:
-        client.volumes.get(WORK_VOLUME)
-    except docker.errors.NotFound:
-        return []
-    image = images.housekeeping_image(images.list_images(client))
-    if image is None:
-        return []
-    engine = Engine(client, labels=run_labels(f"clean-{os.getpid()}"), stop=threading.Event())
-
-    def driver(*args: str) -> str:
-        try:
-            return engine.run_short(
-                image,
-                [*DRIVER, *args],
-                env={"PYTHONPATH": IMPORT_ROOT},
-                user=CONTAINER_USER,
-                mounts={
-                    WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                    str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-                },
-            )
-        except docker.errors.DockerException as exc:
-            first = str(exc).strip().splitlines()[:1]
-            raise BuildError(
-                f"volume {WORK_VOLUME}: the driver's {args[0]} in {image} failed "
-                f"({type(exc).__name__}{': ' + first[0] if first else ''})"
-            ) from None
-
-    listed = protocol.parse_job_listing(driver("jobs", JOBS_ROOT))
-    # read after the listing, so that a container started meanwhile is seen
-    running = {c.labels.get(RUN_LABEL, "") for c in client.containers.list(filters={"label": LABEL})}
-    stale = leftovers.stale_job_dirs(listed, running_runs=running - {""})
-    if not stale:
-        return []
-    removed = protocol.parse_removed(driver("remove-jobs", JOBS_ROOT, *stale))
-    return [f"{JOBS_ROOT}/{name}" for name in removed]
