@@ -7,20 +7,19 @@ JSON object for results (phase, wheel, torch, objects); the attempt notes writte
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import buildlog, cache, jobspec, leftovers, platform_tag, preflight, safefs, wheelcheck
+from factory import buildlog, cache, jobspec, leftovers, preflight
 from factory import shard as sharding
+from factory.acceptance import Acceptance
 from factory.config import MatrixFile, format_size
 from factory.container import DRIVER, compilecache, heartbeat, protocol
 from factory.engine import Engine, Interrupted
@@ -32,11 +31,7 @@ from factory.plan import Job
 from factory.report import Attempt, JobResult
 from factory.urls import printable
 
-CHECK_FAILED_DIR = "check-failed"  # under the output: a wheel that built and failed a check, kept
 LOG_TAIL_LINES = 40
-# a wheel the driver names: one plain file name of the wheel format, nothing that could leave its directory
-WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
-MAX_WHEEL_BYTES = 16 << 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,20 +107,6 @@ def ninja_progress(log_text: str) -> tuple[int, int] | None:
     return (progress.compiled, progress.total) if progress is not None and progress.total else None
 
 
-MAX_CHECK_LOG = 1 << 20  # of a check's log segment, the end read for its failure's reason
-
-
-def read_tail_from(path: Path, offset: int, max_bytes: int = MAX_CHECK_LOG) -> str:
-    """The log from `offset`, at most its last `max_bytes` (what a check container wrote is bounded here)."""
-    try:
-        with path.open("rb") as fh:
-            end = fh.seek(0, os.SEEK_END)
-            fh.seek(max(offset, end - max_bytes))
-            return fh.read(max_bytes).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def read_from(path: Path, offset: int) -> str:
     with path.open("rb") as fh:
         fh.seek(offset)
@@ -140,6 +121,107 @@ class DriverOutcome:
     markers: Mapping[str, Any]
 
 
+def record_attempt(record: Attempt, outcome: DriverOutcome, segment: str) -> Outcome:
+    """Fill an attempt's record from its driver's outcome and its log `segment`; what the retry loop
+    (`memory.retry.run_attempts`) decides the next attempt by."""
+    record.exit_code = outcome.exit_code
+    record.oom_killed = outcome.oom_killed
+    record.peak_bytes = outcome.peak_bytes
+    record.objects_kept = outcome.markers.get("objects_kept")
+    progress = ninja_progress(segment)
+    record.objects_compiled = progress[0] if progress else None
+    record.objects_planned = progress[1] if progress else None
+    record.objects_total = outcome.markers.get("objects_total")
+    kept = record.objects_kept or 0
+    total = kept + (record.objects_planned or 0)
+    return Outcome(
+        ok=outcome.exit_code == 0 and not outcome.oom_killed,
+        oom=outcome.oom_killed,
+        peak_bytes=outcome.peak_bytes,
+        objects_done=kept + (record.objects_compiled or 0),
+        objects_total=total or None,
+    )
+
+
+def shard_plan(mf: MatrixFile, shard: sharding.Shard, source: Path) -> tuple[tuple[str, ...], str]:
+    """A shard's compiles, balanced by the learned profile the job starts from, else the recipe; and the
+    log's note of them."""
+    learned = profiles.load_profile(profiles.profile_path(mf.package.name, mf.package.version))
+    sources, basis = sharding.shard_sources(
+        source, shard, entries=learned.entries, seconds_by_file=mf.recipe.compile_seconds_by_file
+    )
+    return sources, f"shard {shard}: {len(sources)} CUDA file(s), balanced by {basis}: " + " ".join(sources)
+
+
+def preflight_plan(mf: MatrixFile, source: Path) -> tuple[tuple[str, ...], str]:
+    """The candidates for the preflight's one device compile, cheapest first (`preflight.candidates`); and
+    the log's note of them."""
+    learned = profiles.load_profile(profiles.profile_path(mf.package.name, mf.package.version))
+    ranked, basis = preflight.candidates(
+        source, entries=learned.entries, seconds_by_file=mf.recipe.compile_seconds_by_file
+    )
+    return ranked, (
+        f"preflight: every host compile, and of {len(ranked)} CUDA file(s) the cheapest by {basis} that "
+        f"the build compiles (first: {ranked[0] if ranked else 'none'}), for one arch; no link, no wheel"
+    )
+
+
+class DriverLines:
+    """What a job's driver containers say, line by line as it streams, and their memory: the live compile
+    counts, the compile cache's hits and checks, the driver's marks; all into the job's result."""
+
+    def __init__(self, ctx: JobContext, job: Job, result: JobResult, *, changed: Callable[[], None]) -> None:
+        self.ctx = ctx
+        self.job = job
+        self.result = result
+        self.changed = changed
+        self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
+        self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
+
+    def feed(self, line: str) -> Mapping[str, Any] | None:
+        """Take one line in; the fields of a driver's mark, None for any other line."""
+        result = self.result
+        self.trace.feed(line)
+        if self.progress.feed(line):  # live counts only: the attempt's record is read from its log
+            result.compiles_done, result.compiles_total = self.progress.done, self.progress.total
+            self.changed()
+            return None
+        served = cache.measured_cache(line)
+        if served is not None:
+            if served == protocol.CACHE_HIT:
+                result.compiles_cached += 1
+            else:
+                result.compiles_compiled += 1
+                self.cache_checked(line)
+                if self.ctx.compile_cache is not None:
+                    self.ctx.compile_cache.nudge()
+            self.changed()
+            return None
+        fields = protocol.parse_mark(line)
+        if fields is not None and "phase" in fields:
+            result.phase = fields["phase"]
+            self.changed()
+        return fields
+
+    def memory(self, usage: int) -> None:
+        self.result.mem_now = usage
+        self.result.peak_bytes = max(self.result.peak_bytes, usage)
+        self.changed()
+
+    def cache_checked(self, line: str) -> None:
+        """A hit compiled again to check it (`build --verify-cache`): counted, and one that differs reported
+        and removed from the local cache."""
+        measured = protocol.parse_measurement(line)
+        if measured is None or measured.cache_check is None:
+            return
+        self.result.cache_checked += 1
+        if measured.cache_check != compilecache.CHECK_SAME:
+            source = printable(measured.source or measured.key)  # the container's words: one line
+            self.result.cache_suspects.append(source)
+            if self.ctx.compile_cache is not None and measured.entry:
+                self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
+
+
 class JobRun:
     """Runs one job: prepare, build with OOM retries, accept the wheel. Records everything in `result`."""
 
@@ -152,8 +234,8 @@ class JobRun:
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
         self.preflight_candidates: tuple[str, ...] | None = None  # its device compile's, cheapest first
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
-        self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
-        self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
+        self.lines = DriverLines(ctx, job, result, changed=self.changed)
+        self.acceptance = Acceptance(self)
 
     @property
     def job_dir(self) -> str:
@@ -198,33 +280,13 @@ class JobRun:
         )
 
     def plan_shard(self, source: Path) -> None:
-        """This shard's compiles, balanced by the learned profile the job starts from, else the recipe."""
         assert self.ctx.shard is not None
-        name, version = self.mf.package.name, self.mf.package.version
-        learned = profiles.load_profile(profiles.profile_path(name, version))
-        self.shard_sources, basis = sharding.shard_sources(
-            source,
-            self.ctx.shard,
-            entries=learned.entries,
-            seconds_by_file=self.mf.recipe.compile_seconds_by_file,
-        )
-        self.note(
-            f"shard {self.ctx.shard}: {len(self.shard_sources)} CUDA file(s), balanced by {basis}: "
-            + " ".join(self.shard_sources)
-        )
+        self.shard_sources, line = shard_plan(self.mf, self.ctx.shard, source)
+        self.note(line)
 
     def plan_preflight(self, source: Path) -> None:
-        """The candidates for the preflight's one device compile, cheapest first (`preflight.candidates`)."""
-        name, version = self.mf.package.name, self.mf.package.version
-        learned = profiles.load_profile(profiles.profile_path(name, version))
-        self.preflight_candidates, basis = preflight.candidates(
-            source, entries=learned.entries, seconds_by_file=self.mf.recipe.compile_seconds_by_file
-        )
-        ranked = self.preflight_candidates
-        self.note(
-            f"preflight: every host compile, and of {len(ranked)} CUDA file(s) the cheapest by {basis} that "
-            f"the build compiles (first: {ranked[0] if ranked else 'none'}), for one arch; no link, no wheel"
-        )
+        self.preflight_candidates, line = preflight_plan(self.mf, source)
+        self.note(line)
 
     def log_lines(self) -> list[str]:
         try:
@@ -251,62 +313,26 @@ class JobRun:
     ) -> DriverOutcome:
         """One driver phase in a locked-down container; its markers gathered, its memory shown live."""
         markers: dict[str, Any] = {}
-        result = self.result
 
         def on_line(line: str) -> None:
-            self.trace.feed(line)
-            if self.progress.feed(line):  # live counts only: the attempt's record is read from its log
-                result.compiles_done, result.compiles_total = self.progress.done, self.progress.total
-                self.changed()
-                return
-            served = cache.measured_cache(line)
-            if served is not None:
-                if served == protocol.CACHE_HIT:
-                    result.compiles_cached += 1
-                else:
-                    result.compiles_compiled += 1
-                    self.cache_checked(line)
-                    if self.ctx.compile_cache is not None:
-                        self.ctx.compile_cache.nudge()
-                self.changed()
-                return
-            fields = protocol.parse_mark(line)
+            fields = self.lines.feed(line)
             if fields is not None:
                 markers.update(fields)
-                if "phase" in fields:
-                    result.phase = fields["phase"]
-                    self.changed()
-
-        def on_memory(usage: int) -> None:
-            result.mem_now = usage
-            result.peak_bytes = max(result.peak_bytes, usage)
-            self.changed()
 
         limits = jobspec.limits(self.mf.build, memory_limit=self.ctx.memory_limit, cpus=self.ctx.cpus)
         spec = jobspec.driver_container(phase, image=image, env=env, mounts=mounts, limits=limits)
         try:
-            outcome = self.ctx.engine.run(spec, log_path=self.log_path, on_line=on_line, on_memory=on_memory)
+            outcome = self.ctx.engine.run(
+                spec, log_path=self.log_path, on_line=on_line, on_memory=self.lines.memory
+            )
         finally:
-            result.mem_now = 0
+            self.result.mem_now = 0
         return DriverOutcome(
             exit_code=outcome.exit_code,
             oom_killed=outcome.oom_killed,
             peak_bytes=outcome.peak_bytes,
             markers=dict(markers),
         )
-
-    def cache_checked(self, line: str) -> None:
-        """A hit compiled again to check it (`build --verify-cache`): counted, and one that differs reported
-        and removed from the local cache."""
-        measured = protocol.parse_measurement(line)
-        if measured is None or measured.cache_check is None:
-            return
-        self.result.cache_checked += 1
-        if measured.cache_check != compilecache.CHECK_SAME:
-            source = printable(measured.source or measured.key)  # the container's words: one line
-            self.result.cache_suspects.append(source)
-            if self.ctx.compile_cache is not None and measured.entry:
-                self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
 
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
         return jobspec.job_mounts(
@@ -362,7 +388,9 @@ class JobRun:
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
                 wheel, installed_torch = built
-                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare)
+                self.acceptance.accept(
+                    wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare
+                )
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"
         except FactoryError as exc:
@@ -381,7 +409,7 @@ class JobRun:
                     lines=self.log_lines(), reason=result.reason, log=result.log
                 )
             shutil.rmtree(out_tmp, ignore_errors=True)  # fd-based on Linux: never follows a link
-            shutil.rmtree(self.wheel_dir, ignore_errors=True)
+            shutil.rmtree(self.acceptance.wheel_dir, ignore_errors=True)
             if ctx.compile_cache is not None and self.job_cache is not None:
                 with contextlib.suppress(Exception):  # the cache never fails a job
                     ctx.compile_cache.after_job(self.job.id)
@@ -423,7 +451,7 @@ class JobRun:
             )  # fmt: skip
             result.attempts.append(record)
             result.compiles_done = result.compiles_total = 0
-            self.progress = buildlog.CompileProgress()
+            self.lines.progress = buildlog.CompileProgress()
             start = self.log_path.stat().st_size if self.log_path.exists() else 0
             # after an OOM the plan's reason is already the attempt's report line
             self.note(parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}")
@@ -435,24 +463,8 @@ class JobRun:
             last[:] = [outcome]
             segment = read_from(self.log_path, start)
             record.wall_s = round(time.monotonic() - t0, 1)
-            record.exit_code = outcome.exit_code
-            record.oom_killed = outcome.oom_killed
-            record.peak_bytes = outcome.peak_bytes
-            record.objects_kept = outcome.markers.get("objects_kept")
-            progress = ninja_progress(segment)
-            record.objects_compiled = progress[0] if progress else None
-            record.objects_planned = progress[1] if progress else None
-            record.objects_total = outcome.markers.get("objects_total")
             self.learn(segment)
-            kept = record.objects_kept or 0
-            total = kept + (record.objects_planned or 0)
-            return Outcome(
-                ok=outcome.exit_code == 0 and not outcome.oom_killed,
-                oom=outcome.oom_killed,
-                peak_bytes=outcome.peak_bytes,
-                objects_done=kept + (record.objects_compiled or 0),
-                objects_total=total or None,
-            )
+            return record_attempt(record, outcome, segment)
 
         retries = run_attempts(
             first, attempt, max_attempts=self.mf.build.max_attempts, limit_bytes=ctx.memory_limit, archs=archs
@@ -472,7 +484,7 @@ class JobRun:
             result.result, result.reason = "ok", preflight.summary(result.preflight)
             return None
         if retries.stop == STOP_OK:
-            wheel = self.take_wheel(out_dir, outcome.markers.get("wheel"))
+            wheel = self.acceptance.take_wheel(out_dir, outcome.markers.get("wheel"))
             if wheel is None:
                 result.result, result.reason = "failed", "the build finished without a wheel"
                 return None
@@ -497,26 +509,6 @@ class JobRun:
         )
         return None
 
-    @property
-    def wheel_dir(self) -> Path:
-        """Where the host keeps its copy of the job's wheel while it checks it: no container writes there.
-        Beside the output (a rename away from it), owned like the container's, so a dead run's is removed."""
-        return leftovers.output_tmp_dir(self.ctx.output, job_id=f"{self.job.id}-host", run_id=self.ctx.run_id)
-
-    def take_wheel(self, out_dir: Path, name: object) -> Path | None:
-        """The wheel the driver named, copied out of the container-written output directory into the host's
-        own (`safefs`: a plain file name, a regular file, no link followed, bounded); None when there is no
-        such wheel."""
-        if not isinstance(name, str) or not WHEEL_NAME.fullmatch(name):
-            return None
-        shutil.rmtree(self.wheel_dir, ignore_errors=True)
-        leftovers.make_output_tmp_dir(self.wheel_dir)
-        try:
-            safefs.copy_out(out_dir, name, self.wheel_dir, name, max_bytes=MAX_WHEEL_BYTES)
-        except OSError:
-            return None
-        return self.wheel_dir / name
-
     def learn(self, segment: str) -> None:
         """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
         with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
@@ -525,147 +517,6 @@ class JobRun:
             jobmemory.record_profiles(
                 package=self.mf.package.name, version=self.mf.package.version, log_path=Path(fh.name)
             )
-
-    def install_check(
-        self,
-        wheel: Path,
-        *,
-        python: str,
-        image: str,
-        mounts: Mapping[str, Mapping[str, str]],
-        prepare: Callable[[Job], JobInputs],
-    ) -> bool:
-        """Install the wheel with its torch into a fresh venv of `python` and import it. A Python the job's
-        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get
-        (`prepare`'s)."""
-        job, result = self.job, self.result
-        if python != job.python:
-            self.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
-            inputs = prepare(replace(job, python=python, covers=()))
-            image = inputs.image
-            mounts = jobspec.check_mounts(
-                mounts,
-                wheel_dir=wheel.parent,
-                wheelhouse=inputs.wheelhouse,
-                check_wheelhouse=inputs.check_wheelhouse,
-            )
-        else:
-            mounts = jobspec.check_mounts(mounts, wheel_dir=wheel.parent)
-        env = jobspec.check_env(
-            self.driver_env(python), wheel=wheel.name, import_name=self.mf.recipe.import_name
-        )
-        start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
-        if outcome.exit_code != 0:
-            result.result = "failed"
-            on = f" on Python {python}" if python != job.python else ""
-            why = buildlog.check_failure_reason(read_tail_from(self.log_path, start))
-            result.reason = f"install/import check{on} failed (exit {outcome.exit_code})" + (
-                f": {why}" if why else ""
-            )
-            return False
-        result.checked_pythons.append(python)
-        return True
-
-    def accept(
-        self,
-        *,
-        wheel: Path,
-        torch: str,
-        image: str,
-        mounts: Mapping[str, Mapping[str, str]],
-        prepare: Callable[[Job], JobInputs],
-    ) -> None:
-        """Label, pin torch, retag the platform, check the wheel, then install and import it in a fresh
-        container; only then is it moved to the output. A wheel that built and failed a check is kept
-        (`keep_wheel`), so that mending the check needs no compile."""
-        job, result = self.job, self.result
-        result.phase = "check"
-        self.changed()
-        self.note("checking the wheel")
-        passed = False
-        try:
-            wheel = self.label(wheel)
-            wheelcheck.pin_torch_requirement(wheel, torch)
-            wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
-            problems = wheelcheck.check_wheel(
-                wheel,
-                name=self.mf.package.name,
-                version=self.mf.package.version,
-                local_version=job.variant.local_version,
-                python=job.python,
-                torch_version=torch,
-                archs=job.variant.archs,
-                limited_api=job.limited_api,
-                host_only=self.host_only(wheel),
-            )
-            if problems:
-                result.result = "failed"
-                result.reason = "wheel check failed: " + "; ".join(problems)
-                return
-            for python in job.pythons:
-                if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
-                    return
-            passed = True
-        finally:
-            if not passed:
-                self.keep_wheel(wheel)
-        final = self.ctx.output / wheel.name
-        os.replace(wheel, final)
-        final.chmod(0o644)
-        result.wheel = final.name
-        result.result = "ok"
-
-    def label(self, wheel: Path) -> Path:
-        """The wheel with the variant's local version label: as built when its setup.py read the label,
-        else set by the host (`wheelcheck.set_local_version`), whatever the recipe."""
-        label = self.job.variant.local_version
-        if not label:
-            return wheel
-        labelled = wheelcheck.set_local_version(wheel, label)
-        if labelled is None:
-            return wheel
-        self.note(f"the wheel's version had no local label: {wheel.name} is now {labelled.name}")
-        return labelled
-
-    def host_only(self, wheel: Path) -> tuple[str, ...]:
-        """The extension modules the wheel check lets carry no device code: those whose link in the build
-        had no object nvcc compiled (`buildlog.module_kinds`), and the recipe's `host_only_libraries`,
-        which are taken as they are; where the two disagree the log says so."""
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                members = [n for n in archive.namelist() if wheelcheck.is_extension_module(n)]
-        except (zipfile.BadZipFile, OSError):
-            return self.mf.recipe.host_only_libraries  # the wheel check says what is wrong with it
-        kinds = buildlog.module_kinds(members, self.trace)
-        self.note(f"extension modules: {buildlog.describe_kinds(kinds)}")
-        inferred = buildlog.host_only_globs(kinds)
-        self.result.host_only = sorted(m for m, k in kinds.items() if k == buildlog.HOST)
-        explicit = self.mf.recipe.host_only_libraries
-        for member, kind in sorted(kinds.items()):
-            if kind == buildlog.DEVICE and any(wheelcheck.library_glob_matches(member, g) for g in explicit):
-                self.note(
-                    f"the recipe's host_only_libraries names {printable(member)}, whose link has objects "
-                    "nvcc compiled: it is excused from carrying device code as the recipe says"
-                )
-        return tuple(dict.fromkeys([*explicit, *inferred]))
-
-    def keep_wheel(self, wheel: Path) -> None:
-        """Keep a wheel that built but failed a check in `<output>/check-failed/`, named in the report and
-        the summary: checking it again needs no compile (and a rerun finds its compiles in the cache)."""
-        if not wheel.is_file() or wheel.is_symlink():
-            return
-        kept_dir = self.ctx.output / CHECK_FAILED_DIR
-        try:
-            kept_dir.mkdir(exist_ok=True)
-            kept = kept_dir / wheel.name
-            os.replace(wheel, kept)
-            kept.chmod(0o644)
-        except OSError as exc:
-            self.note(f"the wheel could not be kept: {exc}")
-            return
-        self.result.kept_wheel = str(kept)
-        self.note(f"the wheel that failed its check is kept: {kept}")
 
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:
