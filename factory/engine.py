@@ -285,11 +285,11 @@ class Engine:
 def volume_exists(client: Any, name: str) -> bool:
     import docker.errors
 
-    try:
-        with _requests(f"looking up volume {name}"):
+    with _requests(f"looking up volume {name}"):
+        try:
             client.volumes.get(name)
-    except docker.errors.NotFound:
-        return False
+        except docker.errors.NotFound:
+            return False
     return True
 
 
@@ -329,11 +329,11 @@ def get_image(client: Any, name: str) -> LocalImage | None:
     """The image `name` (a reference or an id) on this host; None when there is none."""
     import docker.errors
 
-    try:
-        with _requests(f"looking up image {name}"):
+    with _requests(f"looking up image {name}"):
+        try:
             return _local_image(client.images.get(name))
-    except docker.errors.ImageNotFound:
-        return None
+        except docker.errors.ImageNotFound:
+            return None
 
 
 def list_images(client: Any, *, label: str) -> list[LocalImage]:
