@@ -20,7 +20,7 @@ from typing import Any
 from factory import buildlog, cache, jobspec, leftovers, preflight
 from factory import shard as sharding
 from factory.acceptance import Acceptance
-from factory.config import MatrixFile, format_size
+from factory.config import MatrixFile
 from factory.container import DRIVER, compilecache, heartbeat, protocol
 from factory.engine import Engine, Interrupted
 from factory.errors import FactoryError
@@ -29,6 +29,7 @@ from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
 from factory.plan import Job
 from factory.report import Attempt, JobResult
+from factory.units import format_size
 from factory.urls import printable
 
 LOG_TAIL_LINES = 40

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from factory import engine, safefs
+from factory import safefs
 from factory.container import DRIVER, IMPORT_ROOT, protocol
 from factory.errors import BuildError, DockerError
 
@@ -148,7 +148,9 @@ def remove_stale_job_dirs(client: Any, *, image: str | None) -> list[str]:
     killed or interrupted run's stay), by `stale_job_dirs`, with the driver's housekeeping phases in `image`
     (a builder image: `images.housekeeping_image`); their paths in the volume. Nothing when the volume, or
     such an image, is not on this host."""
-    from factory import jobspec  # jobspec imports cache, which imports this module
+    # Docker only here: stores and wheelhouses, which the matrix loader imports, use the rest of this module;
+    # and jobspec imports cache, which imports it.
+    from factory import engine, jobspec
 
     if image is None or not engine.volume_exists(client, jobspec.WORK_VOLUME):
         return []

@@ -3,6 +3,9 @@ back as `LocalImage`, and `connect` names a daemon that does not answer in one l
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +175,36 @@ def test_a_daemon_that_does_not_answer_is_one_line() -> None:
     message = str(raised.value)
     assert message.startswith("cannot reach the Docker daemon (ConnectionError: ") and "\n" not in message
     assert message.endswith("is dockerd running?")
+
+
+def test_only_the_engine_imports_the_docker_sdk() -> None:
+    """Docker in one room: every other module goes through `factory.engine`."""
+    root = Path(engine.__file__).parent
+    importers = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "docker" or n.startswith("docker.") for n in names):
+                importers.append(str(path.relative_to(root)))
+    assert sorted(set(importers)) == ["engine.py"]
+
+
+def test_loading_a_matrix_file_needs_no_docker() -> None:
+    code = (
+        "import sys, factory.config; print(sorted(m for m in sys.modules if 'docker' in m or 'engine' in m))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(engine.__file__).parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "[]"
