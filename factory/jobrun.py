@@ -397,7 +397,7 @@ class JobRun:
         except FactoryError as exc:
             result.result, result.reason = "failed", str(exc)
             self.log_error(result.reason)
-        except Exception as exc:  # a docker API error must fail this job, not the whole run
+        except Exception as exc:  # anything unforeseen must fail this job, not the whole run
             result.result, result.reason = "failed", f"{type(exc).__name__}: {exc}"
             self.log_error(result.reason)
         finally:
