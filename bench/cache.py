@@ -24,12 +24,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.matrices import DEMO, MEMEXT, matrix_text
 from factory.container.protocol import parse_mark, parse_measurement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,65 +40,12 @@ MEMEXT_TUS = "heavy1,medium1,light1,light2"
 
 
 def demo_matrix(pythons: tuple[str, ...]) -> str:
-    return textwrap.dedent(
-        f"""\
-        package:
-          name: factory-demo-ext
-          version: "0.1.0"
-          source: {{path: {ROOT / "examples" / "demo-ext"}}}
-        recipe:
-          name: demo
-          arch_env: DEMO_CUDA_ARCHS
-          arch_format: torch
-          local_version_env: DEMO_LOCAL_VERSION
-          import_name: factory_demo_ext
-          compile_gib_per_arch: 1.0
-        matrix:
-          cuda: ["13.0"]
-          torch: ["2.14"]
-          python: {json.dumps(list(pythons))}
-          cxx11_abi: [true]
-          arch: ["8.0"]
-        build:
-          flavor: pypi
-          memory: 8GiB
-          cpus: 2
-          torch_index: {{"13.0": default}}
-        """
-    )
+    return matrix_text(DEMO, matrix={"python": list(pythons), "arch": ["8.0"]}, publish=None)
 
 
 def memext_matrix(pythons: tuple[str, ...]) -> str:
-    env = json.dumps({"MEMEXT_SCALE": "half", "MEMEXT_TUS": MEMEXT_TUS})
-    return textwrap.dedent(
-        f"""\
-        package:
-          name: factory-memext
-          version: "0.1.0"
-          source: {{path: {ROOT / "tests" / "fixtures" / "memext"}}}
-        recipe:
-          name: memext
-          arch_env: MEMEXT_CUDA_ARCHS
-          arch_format: torch
-          local_version_env: MEMEXT_LOCAL_VERSION
-          import_name: factory_memext
-          compile_gib_per_arch: 0.7
-        matrix:
-          cuda: ["13.0"]
-          torch: ["2.14"]
-          python: {json.dumps(list(pythons))}
-          cxx11_abi: [true]
-          arch: ["8.0"]
-          include:
-            - arch: "8.0"
-              env: {env}
-        build:
-          flavor: pypi
-          memory: 4GiB
-          cpus: 2
-          torch_index: {{"13.0": default}}
-        """
-    )
+    env = {"MEMEXT_SCALE": "half", "MEMEXT_TUS": MEMEXT_TUS}
+    return matrix_text(MEMEXT, matrix={"python": list(pythons), "include": [{"arch": "8.0", "env": env}]})
 
 
 MATRICES = {"demo": demo_matrix, "memext": memext_matrix}

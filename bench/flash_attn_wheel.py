@@ -105,7 +105,7 @@ def install_from_index(index: Path, wheel: str) -> dict[str, Any]:
     """pip in a fresh Python 3.13 venv (the forky base: this host's Python is 3.11) installs flash-attn from
     the published index, its torch and other requirements from the job's wheelhouse, with no network."""
     from factory.config import load_matrix_file
-    from factory.jobrun import requirements
+    from factory.jobspec import requirements
     from factory.plan import plan_matrix
     from factory.wheelhouse import download_wheelhouse
 

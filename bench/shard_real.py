@@ -15,51 +15,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
+from bench.matrices import MEMEXT, write_matrix
 from factory.home import factory_home
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "fixtures" / "memext"
 RESULTS = Path(__file__).resolve().parent / "results" / "shard_real.json"
 
 
 def matrix(work: Path, store: Path, scale: str) -> Path:
-    text = textwrap.dedent(
-        f"""\
-        package:
-          name: factory-memext
-          version: "0.1.0"
-          source: {{path: {FIXTURE}}}
-        recipe:
-          name: memext
-          arch_env: MEMEXT_CUDA_ARCHS
-          arch_format: torch
-          local_version_env: MEMEXT_LOCAL_VERSION
-          import_name: factory_memext
-          compile_gib_per_arch: 0.7
-        matrix:
-          cuda: ["13.0"]
-          torch: ["2.14"]
-          python: ["3.11"]
-          cxx11_abi: [true]
-          arch: ["8.0"]
-          include:
-            - arch: "8.0"
-              env: {{"MEMEXT_SCALE": "{scale}"}}
-        build:
-          flavor: pypi
-          memory: 8GiB
-          max_attempts: 2
-          torch_index: {{"13.0": default}}
-          cache: {store}
-        """
+    return write_matrix(
+        MEMEXT,
+        work / "matrix.yaml",
+        matrix={"include": [{"arch": "8.0", "env": {"MEMEXT_SCALE": scale}}]},
+        build={"memory": "8GiB", "cpus": None, "max_attempts": 2, "cache": str(store)},
     )
-    path = work / "matrix.yaml"
-    path.write_text(text)
-    return path
 
 
 def home(work: Path, name: str) -> Path:

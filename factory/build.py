@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import docker.errors
 import psutil
 
 from factory import cache, home, images, leftovers, runtimereqs, wheelhouse
@@ -32,20 +31,14 @@ from factory.engine import (
     Engine,
     Heartbeat,
     Interrupted,
+    get_image,
     remove_containers,
     remove_stale_containers,
     run_labels,
 )
 from factory.errors import BuildError, ConfigError, PatchError
-from factory.jobrun import (
-    CONTAINER_USER,
-    WORK_MOUNT,
-    WORK_VOLUME,
-    JobContext,
-    JobInputs,
-    requirements,
-    run_job,
-)
+from factory.jobrun import JobContext, JobInputs, run_job
+from factory.jobspec import CONTAINER_USER, WORK_MOUNT, WORK_VOLUME, requirements
 from factory.memory import jobmemory
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
@@ -66,8 +59,8 @@ class BuildSettings:
     # --preflight: each job's host compiles and one device compile (`factory.preflight`), no link, no wheel
     preflight: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    # the compile cache (`cache.resolve`): None is off; "matrix" is build.cache's, without a publish store
-    compile_cache: cache.CacheConfig | Literal["matrix"] | None = "matrix"
+    # the compile cache, as `cache.resolve` made it from build.cache, --cache and the publish store; None: off
+    compile_cache: cache.CacheConfig | None = None
 
 
 def git_commit(tree: Path) -> str | None:
@@ -129,8 +122,6 @@ class Runner:
         self.engine = Engine(client, labels=run_labels(settings.run_id), stop=self.stop)
         self.home = home.factory_home()
         config = settings.compile_cache
-        if config == "matrix":
-            config = cache.resolve(mf, publishing=False)
         self.compile_cache = None if config is None else cache.CacheSync(config, log=log)
         self.context = JobContext(
             mf=mf,
@@ -197,9 +188,7 @@ class Runner:
         )
 
     def _explicit_image(self, ref: str) -> str:
-        try:
-            self.client.images.get(ref)
-        except docker.errors.ImageNotFound:
+        if get_image(self.client, ref) is None:
             images.pull_image(self.client, ref, progress=self.log)
         return ref
 

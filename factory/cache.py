@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from factory import leftovers, safefs
-from factory.config import MatrixFile, parse_size
+from factory.config import MatrixFile
 from factory.container import compilecache
 from factory.container.compilecache import MANIFEST, OBJECT
 from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASUREMENT_MARK, parse_measurement
@@ -41,6 +41,7 @@ from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
 from factory.options import DEFAULT_CACHE_MAX
 from factory.stores import PreconditionFailed, Store, check_destination, open_store
+from factory.units import parse_size
 
 LAYOUT = compilecache.LAYOUT_VERSION  # only files under it are synced
 MOUNT = "/var/factory-cache"  # where a build container sees its domain of the local cache (read-only)

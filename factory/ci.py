@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from factory.errors import ConfigError
+from factory.options import MAX_MATRIX_JOBS
 
 T = TypeVar("T")
-# https://docs.github.com/en/actions/using-jobs/using-a-matrix-for-your-jobs: "at most 256 jobs per run".
-MAX_MATRIX_JOBS = 256
 
 
 @dataclass(frozen=True, kw_only=True)

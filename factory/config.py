@@ -28,6 +28,7 @@ from factory.options import (
     MAX_COMPILE_SECONDS,
     MAX_CPUS,
     MAX_PIDS,
+    MAX_SHARDS,
     MAX_SIZE,
     MIN_CPUS,
     MIN_PIDS,
@@ -40,8 +41,8 @@ from factory.options import (
     frozen_mapping,
 )
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
-from factory.shard import MAX_SHARDS
 from factory.stores import check_destination, check_endpoint_url
+from factory.units import format_size, parse_size
 from factory.urls import INDEX_SCHEMES
 from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
 from factory.wheelcheck import library_glob_problem
@@ -70,7 +71,6 @@ MAX_CONCURRENCY = 256
 # package: keys that bound and check fetching the sdist (source: pypi)
 _FETCH_KEYS = ("sha256", "max_download", "max_unpacked", "download_deadline")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -117,38 +117,6 @@ def with_flavor(mf: MatrixFile, flavor: str | None) -> MatrixFile:
 
 # ----------------------------------------------------------------------------------------------------
 # Small public helpers
-
-
-def parse_size(value: str | int) -> int:
-    """ "16GiB", "16G", "512M", "1.5GiB", 17179869184 -> bytes. K/M/G/T are binary; "GB"/"MB" are decimal."""
-    if isinstance(value, bool):
-        raise ValueError(f"size {value!r} is not a size like 16GiB")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(f"size {value} must be positive")
-        return value
-    match = _SIZE.fullmatch(str(value))
-    if match is None:
-        raise ValueError(f"size {value!r} is not a size like 16GiB, 512MiB or a byte count")
-    number, unit, binary, byte = match.groups()
-    power = "KMGT".find(unit.upper()) + 1 if unit else 0
-    base = 1000 if (unit and byte and not binary) else 1024
-    scaled = float(number) * base**power
-    if not math.isfinite(scaled):
-        raise ValueError(f"size {value!r} is not a finite size")
-    size = int(scaled)
-    if size <= 0:
-        raise ValueError(f"size {value!r} must be positive")
-    return size
-
-
-def format_size(n: int) -> str:
-    """Bytes for people: 8224690176 -> "7.7 GiB", 734003200 -> "700 MiB", 2**46 -> "64.0 TiB"."""
-    if n >= 2**40:
-        return f"{n / 2**40:.1f} TiB"
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB"
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 def canonical_arch(value: str) -> str:

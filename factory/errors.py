@@ -35,6 +35,10 @@ class BuildError(FactoryError):
     """A build could not be run at all (as opposed to a job that failed)."""
 
 
+class DockerError(BuildError):
+    """The Docker daemon cannot be reached, or refused a request (`factory.engine` alone raises it)."""
+
+
 class CheckError(FactoryError):
     """A built wheel failed one of the acceptance checks."""
 

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory.errors import ConfigError, ImageError
+from factory import engine
+from factory.errors import ConfigError, DockerError, ImageError
 from factory.home import factory_home
 from factory.imageref import check_image_reference
 from factory.options import FLAVORS
@@ -596,34 +597,6 @@ def base_changes(*, suite: str, mirror: str, include: Sequence[str], gcc: str | 
 # ---------------------------------------------------------------------------------------------- docker
 
 
-def connect(timeout: int = 600) -> Any:
-    """A docker client, or an ImageError saying the daemon does not answer."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as exc:  # the SDK raises several unrelated types when no daemon answers
-        raise ImageError(f"cannot reach the Docker daemon: {_short(exc)}") from None
-    return client
-
-
-def _short(exc: BaseException) -> str:
-    text = getattr(exc, "explanation", None) or str(exc) or exc.__class__.__name__
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return " ".join(str(text).split())[:300]
-
-
-def _get_image(client: Any, name: str) -> Any | None:
-    from docker.errors import ImageNotFound
-
-    try:
-        return client.images.get(name)
-    except ImageNotFound:
-        return None
-
-
 def _say(progress: Progress | None, message: str) -> None:
     if progress is not None:
         progress(message)
@@ -707,7 +680,7 @@ def bootstrap_base(
         )
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
-    if _get_image(client, name) is None:
+    if engine.get_image(client, name) is None:
         raise ImageError(f"importing {name} reported success but the image is not there")
     _say(progress, f"made {name}")
     return name
@@ -747,17 +720,14 @@ def _import_rootfs(client: Any, rootfs: Path, *, repository: str, tag: str, chan
             yield chunk
 
     try:
-        result = client.api.import_image_from_stream(
-            chunks(), repository=repository, tag=tag, changes=changes
-        )
-    except Exception as exc:
+        text = engine.import_image(client, chunks(), repository=repository, tag=tag, changes=changes)
+    except DockerError:
         tar.kill()
         tar.wait()
-        raise ImageError(f"docker import of {repository}:{tag} failed: {_short(exc)}") from None
+        raise
     _, stderr = tar.communicate()
     if tar.returncode != 0:
         raise ImageError(f"tar of the bootstrapped root failed: {stderr.decode(errors='replace').strip()}")
-    text = result if isinstance(result, str) else json.dumps(result)
     if '"error"' in text:
         raise ImageError(f"docker import of {repository}:{tag} failed: {text.strip()[:300]}")
 
@@ -775,9 +745,9 @@ def pull_image(
         repository, tag = ref, "latest"
     _say(progress, f"pulling {ref}")
     try:
-        client.images.pull(repository, tag=tag)
-    except Exception as exc:
-        raise ImageError(f"cannot pull {ref}: no registry reachable ({_short(exc)}); {hint}") from None
+        engine.pull_image(client, repository, tag=tag)
+    except DockerError as exc:
+        raise ImageError(f"cannot pull {ref}: no registry reachable ({exc}); {hint}") from None
 
 
 def pull_hint(*, flavor: str, image: str) -> str:
@@ -795,8 +765,8 @@ def pull_hint(*, flavor: str, image: str) -> str:
 
 def _ensure_base(
     client: Any, base_image: str, *, flavor: str, bootstrap: bool, progress: Progress | None
-) -> Any:
-    image = _get_image(client, base_image)
+) -> engine.LocalImage:
+    image = engine.get_image(client, base_image)
     if image is not None:
         return image
     suite = base_suite_of(base_image)
@@ -811,7 +781,7 @@ def _ensure_base(
         ensure_standin_devel(client, cuda=standin_cuda, bootstrap=bootstrap, progress=progress)
     else:
         pull_image(client, base_image, progress=progress, hint=pull_hint(flavor=flavor, image=base_image))
-    image = _get_image(client, base_image)
+    image = engine.get_image(client, base_image)
     if image is None:
         raise ImageError(f"base image {base_image} is still missing after it was made")
     return image
@@ -992,8 +962,8 @@ def _make_image(
         wheels=wheels,
         extra={"requirements": "\n".join(requirements), **{f"file:{n}": t for n, t in files.items()}},
     )
-    existing = _get_image(client, name)
-    if existing is not None and (existing.labels or {}).get(LABEL_INPUTS) == digest:
+    existing = engine.get_image(client, name)
+    if existing is not None and existing.labels.get(LABEL_INPUTS) == digest:
         _say(progress, f"reusing {name}")
         return name
     _say(progress, f"building {name} on {base}" + (" (inputs changed)" if existing is not None else ""))
@@ -1017,7 +987,7 @@ def _make_image(
             network_mode=network_mode,
             progress=progress,
         )
-    built = _get_image(client, name)
+    built = engine.get_image(client, name)
     if built is None:
         raise ImageError(f"building {name} reported success but the image is not there")
     if existing is not None and existing.id != built.id:
@@ -1029,8 +999,8 @@ def _make_image(
 
 def _remove_quietly(client: Any, image_id: str) -> None:
     # The old image may still back a running container; it is then left for a later cleanup.
-    with contextlib.suppress(Exception):
-        client.images.remove(image_id)
+    with contextlib.suppress(DockerError):
+        engine.remove_image(client, image_id)
 
 
 def _build(
@@ -1052,16 +1022,8 @@ def _build(
     error: str | None = None
     with log_path.open("w") as log:
         try:
-            stream = client.api.build(
-                path=str(context),
-                tag=tag,
-                buildargs=dict(buildargs),
-                labels=dict(labels),
-                rm=True,
-                forcerm=True,
-                decode=True,
-                network_mode=network_mode,
-                use_config_proxy=False,
+            stream = engine.build_image(
+                client, context, tag=tag, buildargs=buildargs, labels=labels, network_mode=network_mode
             )
             for chunk in stream:
                 if "error" in chunk:
@@ -1081,8 +1043,8 @@ def _build(
                         _say(progress, line if len(line) <= 100 else line[:99] + "…")
                     elif match := _STEP_ID_RE.fullmatch(line):
                         step_ids.append(match.group(1))
-        except Exception as exc:
-            error = _short(exc)
+        except DockerError as exc:
+            error = str(exc)
     if error is not None:
         context_line = next((line for line in reversed(tail) if line.startswith("factory:")), None)
         detail = f"{context_line}; " if context_line else ""
@@ -1090,12 +1052,12 @@ def _build(
     return step_ids
 
 
-def _remove_stage_images(client: Any, built: Any, step_ids: Sequence[str]) -> None:
+def _remove_stage_images(client: Any, built: engine.LocalImage, step_ids: Sequence[str]) -> None:
     # The legacy builder keeps each earlier stage (the toolkit stage, with the wheels) as an untagged
     # image; nothing reuses it because unchanged inputs reuse the final image, so it is only wasted disk.
     try:
-        kept = {str(entry.get("Id", "")).removeprefix("sha256:")[:12] for entry in built.history()}
-    except Exception:
+        kept = engine.image_layers(client, built.id)
+    except DockerError:
         return
     for short_id in reversed(step_ids):
         if short_id not in kept:
@@ -1105,14 +1067,13 @@ def _remove_stage_images(client: Any, built: Any, step_ids: Sequence[str]) -> No
 def image_toolkit(client: Any, name: str) -> str | None:
     """The CUDA release of an image's nvcc: the factory's label, else the CUDA_VERSION NVIDIA's images set
     ("12.8.1" -> "12.8"); None when the image says neither."""
-    image = _get_image(client, name)
+    image = engine.get_image(client, name)
     if image is None:
         return None
-    label = (image.labels or {}).get(LABEL_TOOLKIT)
+    label = image.labels.get(LABEL_TOOLKIT)
     if label:
         return str(label)
-    env = (image.attrs.get("Config") or {}).get("Env") or []
-    for item in env:
+    for item in image.env:
         key, _, value = str(item).partition("=")
         if key == "CUDA_VERSION" and _VERSION_RE.fullmatch(value):
             return ".".join(value.split(".")[:2])
@@ -1121,19 +1082,17 @@ def image_toolkit(client: Any, name: str) -> str | None:
 
 def list_images(client: Any) -> list[ImageInfo]:
     """The factory's images (bases and builders), newest first."""
-    found = []
-    for image in client.images.list(filters={"label": LABEL}):
-        attrs = image.attrs
-        found.append(
-            ImageInfo(
-                tags=tuple(image.tags),
-                id=image.short_id.removeprefix("sha256:"),
-                kind=(image.labels or {}).get(LABEL, "?"),
-                labels=dict(image.labels or {}),
-                size=int(attrs.get("Size", 0)),
-                created=str(attrs.get("Created", "")),
-            )
+    found = [
+        ImageInfo(
+            tags=image.tags,
+            id=image.short_id,
+            kind=image.labels.get(LABEL, "?"),
+            labels=image.labels,
+            size=image.size,
+            created=image.created,
         )
+        for image in engine.list_images(client, label=LABEL)
+    ]
     return sorted(found, key=lambda i: i.created, reverse=True)
 
 

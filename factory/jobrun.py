@@ -7,51 +7,32 @@ JSON object for results (phase, wheel, torch, objects); the attempt notes writte
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import re
 import shutil
 import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import buildlog, cache, images, leftovers, platform_tag, preflight, safefs, wheelcheck
+from factory import buildlog, cache, jobspec, leftovers, preflight
 from factory import shard as sharding
-from factory.config import MatrixFile, format_size
-from factory.container import (
-    CONTAINER_DIR,
-    DRIVER,
-    IMPORT_ROOT,
-    PACKAGE_MOUNT,
-    compilecache,
-    heartbeat,
-    protocol,
-)
-from factory.engine import LABEL, RUN_LABEL, Engine, Interrupted, Limits, run_labels
-from factory.errors import BuildError, FactoryError
+from factory.acceptance import Acceptance
+from factory.config import MatrixFile
+from factory.container import DRIVER, compilecache, heartbeat, protocol
+from factory.engine import Engine, Interrupted
+from factory.errors import FactoryError
 from factory.memory import jobmemory, profiles
 from factory.memory.planner import Parallelism
 from factory.memory.retry import STOP_FAILED, STOP_NO_ATTEMPTS, STOP_OK, Outcome, run_attempts
-from factory.plan import Job, matrix_env
+from factory.plan import Job
 from factory.report import Attempt, JobResult
+from factory.units import format_size
 from factory.urls import printable
 
-WORK_VOLUME = "factory-work"
-CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the driver's check phase installs from it too
-CHECK_FAILED_DIR = "check-failed"  # under the output: a wheel that built and failed a check, kept
-WORK_MOUNT = "/var/factory"
-JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`JobRun.job_dir`)
-CONTAINER_USER = "10001:10001"
 LOG_TAIL_LINES = 40
-# a wheel the driver names: one plain file name of the wheel format, nothing that could leave its directory
-WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
-MAX_WHEEL_BYTES = 16 << 30
-BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,16 +79,6 @@ class JobContext:
         return self.engine.stop
 
 
-def torch_requirement(torch: str) -> str:
-    """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
-    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
-
-
-def requirements(mf: MatrixFile, job: Job) -> list[str]:
-    reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *mf.recipe.extra_build_requires]
-    return list(dict.fromkeys(reqs))
-
-
 ERROR_LINE = re.compile(r"(\berror\b|^FAILED:|#error|Killed|out of memory)", re.IGNORECASE)
 MAX_ERROR_LINES = 12
 
@@ -137,20 +108,6 @@ def ninja_progress(log_text: str) -> tuple[int, int] | None:
     return (progress.compiled, progress.total) if progress is not None and progress.total else None
 
 
-MAX_CHECK_LOG = 1 << 20  # of a check's log segment, the end read for its failure's reason
-
-
-def read_tail_from(path: Path, offset: int, max_bytes: int = MAX_CHECK_LOG) -> str:
-    """The log from `offset`, at most its last `max_bytes` (what a check container wrote is bounded here)."""
-    try:
-        with path.open("rb") as fh:
-            end = fh.seek(0, os.SEEK_END)
-            fh.seek(max(offset, end - max_bytes))
-            return fh.read(max_bytes).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def read_from(path: Path, offset: int) -> str:
     with path.open("rb") as fh:
         fh.seek(offset)
@@ -165,6 +122,107 @@ class DriverOutcome:
     markers: Mapping[str, Any]
 
 
+def record_attempt(record: Attempt, outcome: DriverOutcome, segment: str) -> Outcome:
+    """Fill an attempt's record from its driver's outcome and its log `segment`; what the retry loop
+    (`memory.retry.run_attempts`) decides the next attempt by."""
+    record.exit_code = outcome.exit_code
+    record.oom_killed = outcome.oom_killed
+    record.peak_bytes = outcome.peak_bytes
+    record.objects_kept = outcome.markers.get("objects_kept")
+    progress = ninja_progress(segment)
+    record.objects_compiled = progress[0] if progress else None
+    record.objects_planned = progress[1] if progress else None
+    record.objects_total = outcome.markers.get("objects_total")
+    kept = record.objects_kept or 0
+    total = kept + (record.objects_planned or 0)
+    return Outcome(
+        ok=outcome.exit_code == 0 and not outcome.oom_killed,
+        oom=outcome.oom_killed,
+        peak_bytes=outcome.peak_bytes,
+        objects_done=kept + (record.objects_compiled or 0),
+        objects_total=total or None,
+    )
+
+
+def shard_plan(mf: MatrixFile, shard: sharding.Shard, source: Path) -> tuple[tuple[str, ...], str]:
+    """A shard's compiles, balanced by the learned profile the job starts from, else the recipe; and the
+    log's note of them."""
+    learned = profiles.load_profile(profiles.profile_path(mf.package.name, mf.package.version))
+    sources, basis = sharding.shard_sources(
+        source, shard, entries=learned.entries, seconds_by_file=mf.recipe.compile_seconds_by_file
+    )
+    return sources, f"shard {shard}: {len(sources)} CUDA file(s), balanced by {basis}: " + " ".join(sources)
+
+
+def preflight_plan(mf: MatrixFile, source: Path) -> tuple[tuple[str, ...], str]:
+    """The candidates for the preflight's one device compile, cheapest first (`preflight.candidates`); and
+    the log's note of them."""
+    learned = profiles.load_profile(profiles.profile_path(mf.package.name, mf.package.version))
+    ranked, basis = preflight.candidates(
+        source, entries=learned.entries, seconds_by_file=mf.recipe.compile_seconds_by_file
+    )
+    return ranked, (
+        f"preflight: every host compile, and of {len(ranked)} CUDA file(s) the cheapest by {basis} that "
+        f"the build compiles (first: {ranked[0] if ranked else 'none'}), for one arch; no link, no wheel"
+    )
+
+
+class DriverLines:
+    """What a job's driver containers say, line by line as it streams, and their memory: the live compile
+    counts, the compile cache's hits and checks, the driver's marks; all into the job's result."""
+
+    def __init__(self, ctx: JobContext, job: Job, result: JobResult, *, changed: Callable[[], None]) -> None:
+        self.ctx = ctx
+        self.job = job
+        self.result = result
+        self.changed = changed
+        self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
+        self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
+
+    def feed(self, line: str) -> Mapping[str, Any] | None:
+        """Take one line in; the fields of a driver's mark, None for any other line."""
+        result = self.result
+        self.trace.feed(line)
+        if self.progress.feed(line):  # live counts only: the attempt's record is read from its log
+            result.compiles_done, result.compiles_total = self.progress.done, self.progress.total
+            self.changed()
+            return None
+        served = cache.measured_cache(line)
+        if served is not None:
+            if served == protocol.CACHE_HIT:
+                result.compiles_cached += 1
+            else:
+                result.compiles_compiled += 1
+                self.cache_checked(line)
+                if self.ctx.compile_cache is not None:
+                    self.ctx.compile_cache.nudge()
+            self.changed()
+            return None
+        fields = protocol.parse_mark(line)
+        if fields is not None and "phase" in fields:
+            result.phase = fields["phase"]
+            self.changed()
+        return fields
+
+    def memory(self, usage: int) -> None:
+        self.result.mem_now = usage
+        self.result.peak_bytes = max(self.result.peak_bytes, usage)
+        self.changed()
+
+    def cache_checked(self, line: str) -> None:
+        """A hit compiled again to check it (`build --verify-cache`): counted, and one that differs reported
+        and removed from the local cache."""
+        measured = protocol.parse_measurement(line)
+        if measured is None or measured.cache_check is None:
+            return
+        self.result.cache_checked += 1
+        if measured.cache_check != compilecache.CHECK_SAME:
+            source = printable(measured.source or measured.key)  # the container's words: one line
+            self.result.cache_suspects.append(source)
+            if self.ctx.compile_cache is not None and measured.entry:
+                self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
+
+
 class JobRun:
     """Runs one job: prepare, build with OOM retries, accept the wheel. Records everything in `result`."""
 
@@ -177,13 +235,13 @@ class JobRun:
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
         self.preflight_candidates: tuple[str, ...] | None = None  # its device compile's, cheapest first
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
-        self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
-        self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
+        self.lines = DriverLines(ctx, job, result, changed=self.changed)
+        self.acceptance = Acceptance(self)
 
     @property
     def job_dir(self) -> str:
-        """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
-        return f"{JOBS_ROOT}/{self.job.id}-{self.ctx.run_id}"
+        """The job's directory in the shared work volume (`jobspec.job_dir`)."""
+        return jobspec.job_dir(self.job.id, self.ctx.run_id)
 
     @property
     def profile_dir(self) -> Path:
@@ -191,96 +249,45 @@ class JobRun:
         return self.ctx.run_dir / "profiles" / self.job.id
 
     def driver_env(self, python: str | None = None) -> dict[str, str]:
-        """What every driver phase needs, built from scratch: nothing of the host environment leaks in.
-        `python`: the interpreter of an install check other than the job's own (a Python its abi3 wheel
-        covers)."""
-        return {
-            "HOME": "/home/factory",
-            "FACTORY_JOB_DIR": self.job_dir,
-            protocol.ENV_JOB_OWNER: leftovers.owner_json(),  # `factory clean` tells a dead run's from it
-            "FACTORY_PYTHON": f"python{python or self.job.python}",
-            # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
-            "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
-            "UV_LINK_MODE": "hardlink",
-            "UV_PYTHON_DOWNLOADS": "never",
-            "UV_NO_CONFIG": "1",
-            "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
-            heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
-            heartbeat.ENV_STALE_S: f"{self.ctx.heartbeat_stale_s:g}",
-            # local paths only: the store, its credentials and the signing key stay with the host
-            **(self.cache_env() if self.ctx.compile_cache is not None else {}),
-        }
-
-    def cache_env(self) -> dict[str, str]:
-        """The compile cache's read-only root and the job's outbox. The driver puts the host compiler through
-        the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
-        image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
-        assert self.ctx.compile_cache is not None
-        env = {cache.ENV_DIR: cache.MOUNT, cache.ENV_OUT: cache.OUT_MOUNT}
-        if self.ctx.compile_cache.config.verify:
-            env[cache.ENV_VERIFY] = str(self.ctx.compile_cache.config.verify)
-        return env
+        """What every driver phase needs (`jobspec.driver_env`). `python`: the interpreter of an install
+        check other than the job's own (a Python its abi3 wheel covers)."""
+        return jobspec.driver_env(
+            job_dir=self.job_dir,
+            python=python or self.job.python,
+            owner=leftovers.owner_json(),  # `factory clean` tells a dead run's from it
+            heartbeat_stale_s=self.ctx.heartbeat_stale_s,
+            compile_cache=self.ctx.compile_cache.config if self.ctx.compile_cache is not None else None,
+        )
 
     def container_env(self, parallel: Parallelism) -> dict[str, str]:
-        """The build container's environment: the driver's, the memory plan's (MAX_JOBS among it), then the
-        matrix's own env for the job, which wins."""
-        env = {
-            **self.driver_env(),
-            "FACTORY_CUDA": self.job.variant.cuda,
-            "FACTORY_REQUIREMENTS": "\n".join(requirements(self.mf, self.job)),
-            "PIP_NO_INDEX": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        if self.job.limited_api:
-            env[protocol.LIMITED_API_ENV] = self.job.limited_api
-        env.update(
-            jobmemory.wrapper_env(
-                parallel,
-                recipe=self.mf.recipe,
-                job_dir=self.job_dir,
-                memory_limit=self.ctx.memory_limit,
-                package=self.mf.package.name,
-                version=self.mf.package.version,
-                profile_dir=self.profile_dir,
-            )
+        """The build container's environment (`jobspec.container_env`) with this attempt's memory plan."""
+        memory = jobmemory.wrapper_env(
+            parallel,
+            recipe=self.mf.recipe,
+            job_dir=self.job_dir,
+            memory_limit=self.ctx.memory_limit,
+            package=self.mf.package.name,
+            version=self.mf.package.version,
+            profile_dir=self.profile_dir,
         )
-        env.update(matrix_env(self.mf, self.job))
-        if self.ctx.shard is not None and self.shard_sources is not None:
-            env[protocol.ENV_SHARD] = str(self.ctx.shard)
-            env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(self.shard_sources))
-        if self.ctx.preflight and self.preflight_candidates is not None:
-            env[protocol.ENV_PREFLIGHT] = json.dumps(list(self.preflight_candidates))
-        return env
+        return jobspec.container_env(
+            self.mf,
+            self.job,
+            driver=self.driver_env(),
+            memory=memory,
+            shard=self.ctx.shard,
+            shard_sources=self.shard_sources,
+            preflight_candidates=self.preflight_candidates if self.ctx.preflight else None,
+        )
 
     def plan_shard(self, source: Path) -> None:
-        """This shard's compiles, balanced by the learned profile the job starts from, else the recipe."""
         assert self.ctx.shard is not None
-        name, version = self.mf.package.name, self.mf.package.version
-        learned = profiles.load_profile(profiles.profile_path(name, version))
-        self.shard_sources, basis = sharding.shard_sources(
-            source,
-            self.ctx.shard,
-            entries=learned.entries,
-            seconds_by_file=self.mf.recipe.compile_seconds_by_file,
-        )
-        self.note(
-            f"shard {self.ctx.shard}: {len(self.shard_sources)} CUDA file(s), balanced by {basis}: "
-            + " ".join(self.shard_sources)
-        )
+        self.shard_sources, line = shard_plan(self.mf, self.ctx.shard, source)
+        self.note(line)
 
     def plan_preflight(self, source: Path) -> None:
-        """The candidates for the preflight's one device compile, cheapest first (`preflight.candidates`)."""
-        name, version = self.mf.package.name, self.mf.package.version
-        learned = profiles.load_profile(profiles.profile_path(name, version))
-        self.preflight_candidates, basis = preflight.candidates(
-            source, entries=learned.entries, seconds_by_file=self.mf.recipe.compile_seconds_by_file
-        )
-        ranked = self.preflight_candidates
-        self.note(
-            f"preflight: every host compile, and of {len(ranked)} CUDA file(s) the cheapest by {basis} that "
-            f"the build compiles (first: {ranked[0] if ranked else 'none'}), for one arch; no link, no wheel"
-        )
+        self.preflight_candidates, line = preflight_plan(self.mf, source)
+        self.note(line)
 
     def log_lines(self) -> list[str]:
         try:
@@ -307,58 +314,20 @@ class JobRun:
     ) -> DriverOutcome:
         """One driver phase in a locked-down container; its markers gathered, its memory shown live."""
         markers: dict[str, Any] = {}
-        result = self.result
 
         def on_line(line: str) -> None:
-            self.trace.feed(line)
-            if self.progress.feed(line):  # live counts only: the attempt's record is read from its log
-                result.compiles_done, result.compiles_total = self.progress.done, self.progress.total
-                self.changed()
-                return
-            served = cache.measured_cache(line)
-            if served is not None:
-                if served == protocol.CACHE_HIT:
-                    result.compiles_cached += 1
-                else:
-                    result.compiles_compiled += 1
-                    self.cache_checked(line)
-                    if self.ctx.compile_cache is not None:
-                        self.ctx.compile_cache.nudge()
-                self.changed()
-                return
-            fields = protocol.parse_mark(line)
+            fields = self.lines.feed(line)
             if fields is not None:
                 markers.update(fields)
-                if "phase" in fields:
-                    result.phase = fields["phase"]
-                    self.changed()
 
-        def on_memory(usage: int) -> None:
-            result.mem_now = usage
-            result.peak_bytes = max(result.peak_bytes, usage)
-            self.changed()
-
-        build = self.mf.build
+        limits = jobspec.limits(self.mf.build, memory_limit=self.ctx.memory_limit, cpus=self.ctx.cpus)
+        spec = jobspec.driver_container(phase, image=image, env=env, mounts=mounts, limits=limits)
         try:
             outcome = self.ctx.engine.run(
-                image=image,
-                command=[*DRIVER, phase],
-                env=env,
-                mounts=mounts,
-                user=CONTAINER_USER,
-                working_dir=WORK_MOUNT,
-                limits=Limits(
-                    memory_bytes=self.ctx.memory_limit,
-                    cpus=self.ctx.cpus,
-                    pids=build.pids_limit,
-                    network="none" if build.offline else "bridge",
-                ),
-                log_path=self.log_path,
-                on_line=on_line,
-                on_memory=on_memory,
+                spec, log_path=self.log_path, on_line=on_line, on_memory=self.lines.memory
             )
         finally:
-            result.mem_now = 0
+            self.result.mem_now = 0
         return DriverOutcome(
             exit_code=outcome.exit_code,
             oom_killed=outcome.oom_killed,
@@ -366,32 +335,16 @@ class JobRun:
             markers=dict(markers),
         )
 
-    def cache_checked(self, line: str) -> None:
-        """A hit compiled again to check it (`build --verify-cache`): counted, and one that differs reported
-        and removed from the local cache."""
-        measured = protocol.parse_measurement(line)
-        if measured is None or measured.cache_check is None:
-            return
-        self.result.cache_checked += 1
-        if measured.cache_check != compilecache.CHECK_SAME:
-            source = printable(measured.source or measured.key)  # the container's words: one line
-            self.result.cache_suspects.append(source)
-            if self.ctx.compile_cache is not None and measured.entry:
-                self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
-
     def mounts(self, inputs: JobInputs, out_dir: Path) -> dict[str, dict[str, str]]:
-        check = inputs.check_wheelhouse
-        return {
-            **({str(check): {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}} if check is not None else {}),
-            **(self.job_cache.mounts() if self.job_cache is not None else {}),
-            WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-            str(inputs.source): {"bind": "/src", "mode": "ro"},
-            str(inputs.wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
-            str(out_dir): {"bind": "/out", "mode": "rw"},
-            str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-            str(self.profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
-            str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
-        }
+        return jobspec.job_mounts(
+            source=inputs.source,
+            wheelhouse=inputs.wheelhouse,
+            out_dir=out_dir,
+            profile_dir=self.profile_dir,
+            heartbeat_dir=self.ctx.heartbeat_file.parent,
+            check_wheelhouse=inputs.check_wheelhouse,
+            cache_mounts=self.job_cache.mounts() if self.job_cache is not None else None,
+        )
 
     # -- the job -------------------------------------------------------------------------------------
     def run(self, prepare: Callable[[Job], JobInputs]) -> None:
@@ -436,13 +389,15 @@ class JobRun:
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
                 wheel, installed_torch = built
-                self.accept(wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare)
+                self.acceptance.accept(
+                    wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare
+                )
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"
         except FactoryError as exc:
             result.result, result.reason = "failed", str(exc)
             self.log_error(result.reason)
-        except Exception as exc:  # a docker API error must fail this job, not the whole run
+        except Exception as exc:  # anything unforeseen must fail this job, not the whole run
             result.result, result.reason = "failed", f"{type(exc).__name__}: {exc}"
             self.log_error(result.reason)
         finally:
@@ -455,7 +410,7 @@ class JobRun:
                     lines=self.log_lines(), reason=result.reason, log=result.log
                 )
             shutil.rmtree(out_tmp, ignore_errors=True)  # fd-based on Linux: never follows a link
-            shutil.rmtree(self.wheel_dir, ignore_errors=True)
+            shutil.rmtree(self.acceptance.wheel_dir, ignore_errors=True)
             if ctx.compile_cache is not None and self.job_cache is not None:
                 with contextlib.suppress(Exception):  # the cache never fails a job
                     ctx.compile_cache.after_job(self.job.id)
@@ -469,12 +424,8 @@ class JobRun:
             image,
             [*DRIVER, "clean"],
             env=self.driver_env(),
-            user=CONTAINER_USER,
-            mounts={
-                WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-                str(self.ctx.heartbeat_file.parent): {"bind": heartbeat.MOUNT, "mode": "ro"},
-            },
+            user=jobspec.CONTAINER_USER,
+            mounts=jobspec.clean_mounts(self.ctx.heartbeat_file.parent),
         )
 
     def build(
@@ -501,7 +452,7 @@ class JobRun:
             )  # fmt: skip
             result.attempts.append(record)
             result.compiles_done = result.compiles_total = 0
-            self.progress = buildlog.CompileProgress()
+            self.lines.progress = buildlog.CompileProgress()
             start = self.log_path.stat().st_size if self.log_path.exists() else 0
             # after an OOM the plan's reason is already the attempt's report line
             self.note(parallel.reason if number > 1 else f"attempt {number}: {parallel.reason}")
@@ -513,24 +464,8 @@ class JobRun:
             last[:] = [outcome]
             segment = read_from(self.log_path, start)
             record.wall_s = round(time.monotonic() - t0, 1)
-            record.exit_code = outcome.exit_code
-            record.oom_killed = outcome.oom_killed
-            record.peak_bytes = outcome.peak_bytes
-            record.objects_kept = outcome.markers.get("objects_kept")
-            progress = ninja_progress(segment)
-            record.objects_compiled = progress[0] if progress else None
-            record.objects_planned = progress[1] if progress else None
-            record.objects_total = outcome.markers.get("objects_total")
             self.learn(segment)
-            kept = record.objects_kept or 0
-            total = kept + (record.objects_planned or 0)
-            return Outcome(
-                ok=outcome.exit_code == 0 and not outcome.oom_killed,
-                oom=outcome.oom_killed,
-                peak_bytes=outcome.peak_bytes,
-                objects_done=kept + (record.objects_compiled or 0),
-                objects_total=total or None,
-            )
+            return record_attempt(record, outcome, segment)
 
         retries = run_attempts(
             first, attempt, max_attempts=self.mf.build.max_attempts, limit_bytes=ctx.memory_limit, archs=archs
@@ -550,7 +485,7 @@ class JobRun:
             result.result, result.reason = "ok", preflight.summary(result.preflight)
             return None
         if retries.stop == STOP_OK:
-            wheel = self.take_wheel(out_dir, outcome.markers.get("wheel"))
+            wheel = self.acceptance.take_wheel(out_dir, outcome.markers.get("wheel"))
             if wheel is None:
                 result.result, result.reason = "failed", "the build finished without a wheel"
                 return None
@@ -575,26 +510,6 @@ class JobRun:
         )
         return None
 
-    @property
-    def wheel_dir(self) -> Path:
-        """Where the host keeps its copy of the job's wheel while it checks it: no container writes there.
-        Beside the output (a rename away from it), owned like the container's, so a dead run's is removed."""
-        return leftovers.output_tmp_dir(self.ctx.output, job_id=f"{self.job.id}-host", run_id=self.ctx.run_id)
-
-    def take_wheel(self, out_dir: Path, name: object) -> Path | None:
-        """The wheel the driver named, copied out of the container-written output directory into the host's
-        own (`safefs`: a plain file name, a regular file, no link followed, bounded); None when there is no
-        such wheel."""
-        if not isinstance(name, str) or not WHEEL_NAME.fullmatch(name):
-            return None
-        shutil.rmtree(self.wheel_dir, ignore_errors=True)
-        leftovers.make_output_tmp_dir(self.wheel_dir)
-        try:
-            safefs.copy_out(out_dir, name, self.wheel_dir, name, max_bytes=MAX_WHEEL_BYTES)
-        except OSError:
-            return None
-        return self.wheel_dir / name
-
     def learn(self, segment: str) -> None:
         """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
         with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
@@ -604,193 +519,6 @@ class JobRun:
                 package=self.mf.package.name, version=self.mf.package.version, log_path=Path(fh.name)
             )
 
-    def install_check(
-        self,
-        wheel: Path,
-        *,
-        python: str,
-        image: str,
-        mounts: Mapping[str, Mapping[str, str]],
-        prepare: Callable[[Job], JobInputs],
-    ) -> bool:
-        """Install the wheel with its torch into a fresh venv of `python` and import it. A Python the job's
-        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get
-        (`prepare`'s)."""
-        job, result = self.job, self.result
-        if python != job.python:
-            self.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
-            inputs = prepare(replace(job, python=python, covers=()))
-            image = inputs.image
-            binds = ("/wheelhouse", CHECK_WHEELHOUSE_MOUNT)
-            mounts = {k: v for k, v in mounts.items() if v["bind"] not in binds}
-            mounts[str(inputs.wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
-            if inputs.check_wheelhouse is not None:
-                mounts[str(inputs.check_wheelhouse)] = {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}
-        # the host's checked copy, read-only: what is installed is what is accepted
-        mounts = {k: v for k, v in mounts.items() if v["bind"] != "/out"}
-        mounts[str(wheel.parent)] = {"bind": "/out", "mode": "ro"}
-        env = {
-            **self.driver_env(python),
-            "FACTORY_WHEEL": wheel.name,
-            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
-        }
-        start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        outcome = self.run_driver("check", image=image, env=env, mounts=mounts)
-        if outcome.exit_code != 0:
-            result.result = "failed"
-            on = f" on Python {python}" if python != job.python else ""
-            why = buildlog.check_failure_reason(read_tail_from(self.log_path, start))
-            result.reason = f"install/import check{on} failed (exit {outcome.exit_code})" + (
-                f": {why}" if why else ""
-            )
-            return False
-        result.checked_pythons.append(python)
-        return True
-
-    def accept(
-        self,
-        *,
-        wheel: Path,
-        torch: str,
-        image: str,
-        mounts: Mapping[str, Mapping[str, str]],
-        prepare: Callable[[Job], JobInputs],
-    ) -> None:
-        """Label, pin torch, retag the platform, check the wheel, then install and import it in a fresh
-        container; only then is it moved to the output. A wheel that built and failed a check is kept
-        (`keep_wheel`), so that mending the check needs no compile."""
-        job, result = self.job, self.result
-        result.phase = "check"
-        self.changed()
-        self.note("checking the wheel")
-        passed = False
-        try:
-            wheel = self.label(wheel)
-            wheelcheck.pin_torch_requirement(wheel, torch)
-            wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
-            problems = wheelcheck.check_wheel(
-                wheel,
-                name=self.mf.package.name,
-                version=self.mf.package.version,
-                local_version=job.variant.local_version,
-                python=job.python,
-                torch_version=torch,
-                archs=job.variant.archs,
-                limited_api=job.limited_api,
-                host_only=self.host_only(wheel),
-            )
-            if problems:
-                result.result = "failed"
-                result.reason = "wheel check failed: " + "; ".join(problems)
-                return
-            for python in job.pythons:
-                if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
-                    return
-            passed = True
-        finally:
-            if not passed:
-                self.keep_wheel(wheel)
-        final = self.ctx.output / wheel.name
-        os.replace(wheel, final)
-        final.chmod(0o644)
-        result.wheel = final.name
-        result.result = "ok"
-
-    def label(self, wheel: Path) -> Path:
-        """The wheel with the variant's local version label: as built when its setup.py read the label,
-        else set by the host (`wheelcheck.set_local_version`), whatever the recipe."""
-        label = self.job.variant.local_version
-        if not label:
-            return wheel
-        labelled = wheelcheck.set_local_version(wheel, label)
-        if labelled is None:
-            return wheel
-        self.note(f"the wheel's version had no local label: {wheel.name} is now {labelled.name}")
-        return labelled
-
-    def host_only(self, wheel: Path) -> tuple[str, ...]:
-        """The extension modules the wheel check lets carry no device code: those whose link in the build
-        had no object nvcc compiled (`buildlog.module_kinds`), and the recipe's `host_only_libraries`,
-        which are taken as they are; where the two disagree the log says so."""
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                members = [n for n in archive.namelist() if wheelcheck.is_extension_module(n)]
-        except (zipfile.BadZipFile, OSError):
-            return self.mf.recipe.host_only_libraries  # the wheel check says what is wrong with it
-        kinds = buildlog.module_kinds(members, self.trace)
-        self.note(f"extension modules: {buildlog.describe_kinds(kinds)}")
-        inferred = buildlog.host_only_globs(kinds)
-        self.result.host_only = sorted(m for m, k in kinds.items() if k == buildlog.HOST)
-        explicit = self.mf.recipe.host_only_libraries
-        for member, kind in sorted(kinds.items()):
-            if kind == buildlog.DEVICE and any(wheelcheck.library_glob_matches(member, g) for g in explicit):
-                self.note(
-                    f"the recipe's host_only_libraries names {printable(member)}, whose link has objects "
-                    "nvcc compiled: it is excused from carrying device code as the recipe says"
-                )
-        return tuple(dict.fromkeys([*explicit, *inferred]))
-
-    def keep_wheel(self, wheel: Path) -> None:
-        """Keep a wheel that built but failed a check in `<output>/check-failed/`, named in the report and
-        the summary: checking it again needs no compile (and a rerun finds its compiles in the cache)."""
-        if not wheel.is_file() or wheel.is_symlink():
-            return
-        kept_dir = self.ctx.output / CHECK_FAILED_DIR
-        try:
-            kept_dir.mkdir(exist_ok=True)
-            kept = kept_dir / wheel.name
-            os.replace(wheel, kept)
-            kept.chmod(0o644)
-        except OSError as exc:
-            self.note(f"the wheel could not be kept: {exc}")
-            return
-        self.result.kept_wheel = str(kept)
-        self.note(f"the wheel that failed its check is kept: {kept}")
-
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:
     JobRun(ctx, job, result).run(prepare)
-
-
-def remove_stale_job_dirs(client: Any) -> list[str]:
-    """Remove the work volume's job directories that runs now gone left (a finished job removes its own; a
-    killed or interrupted run's stay), by `leftovers.stale_job_dirs`; their paths in the volume. Nothing when
-    the volume, or a builder image to open it with, is not on this host."""
-    import docker.errors
-
-    try:
-        client.volumes.get(WORK_VOLUME)
-    except docker.errors.NotFound:
-        return []
-    image = images.housekeeping_image(images.list_images(client))
-    if image is None:
-        return []
-    engine = Engine(client, labels=run_labels(f"clean-{os.getpid()}"), stop=threading.Event())
-
-    def driver(*args: str) -> str:
-        try:
-            return engine.run_short(
-                image,
-                [*DRIVER, *args],
-                env={"PYTHONPATH": IMPORT_ROOT},
-                user=CONTAINER_USER,
-                mounts={
-                    WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-                    str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
-                },
-            )
-        except docker.errors.DockerException as exc:
-            first = str(exc).strip().splitlines()[:1]
-            raise BuildError(
-                f"volume {WORK_VOLUME}: the driver's {args[0]} in {image} failed "
-                f"({type(exc).__name__}{': ' + first[0] if first else ''})"
-            ) from None
-
-    listed = protocol.parse_job_listing(driver("jobs", JOBS_ROOT))
-    # read after the listing, so that a container started meanwhile is seen
-    running = {c.labels.get(RUN_LABEL, "") for c in client.containers.list(filters={"label": LABEL})}
-    stale = leftovers.stale_job_dirs(listed, running_runs=running - {""})
-    if not stale:
-        return []
-    removed = protocol.parse_removed(driver("remove-jobs", JOBS_ROOT, *stale))
-    return [f"{JOBS_ROOT}/{name}" for name in removed]

@@ -34,6 +34,9 @@ MAX_PIDS = 4_194_304  # the kernel's own pid_max ceiling
 MAX_ATTEMPTS = 20
 MAX_COMPILE_GIB = 1024.0  # of one compile, per arch
 MAX_COMPILE_SECONDS = 7 * 86400.0  # of one file's compile, per arch
+# https://docs.github.com/en/actions/using-jobs/using-a-matrix-for-your-jobs: "at most 256 jobs per run".
+MAX_MATRIX_JOBS = 256
+MAX_SHARDS = MAX_MATRIX_JOBS  # more shards of one job than a GitHub matrix holds could not run side by side
 
 
 def frozen_mapping(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:

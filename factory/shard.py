@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from factory.ci import MAX_MATRIX_JOBS, github_matrix
+from factory.ci import github_matrix
 from factory.container import admission, protocol
 from factory.container.protocol import ProfileEntry
+from factory.options import MAX_MATRIX_JOBS, MAX_SHARDS
 
 UNIT_SUFFIXES = (".cu",)
 # directories whose CUDA files a package's extension does not build (vendored libraries' own tests, examples)
@@ -33,7 +34,6 @@ SKIPPED_DIRS = frozenset(
     {"test", "tests", "example", "examples", "benchmark", "benchmarks", "bench", "doc", "docs", "build"}
 )
 _SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-MAX_SHARDS = MAX_MATRIX_JOBS  # more shards of one job than a GitHub matrix holds could not run side by side
 
 Basis = Literal["profile", "recipe", "count"]
 

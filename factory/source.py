@@ -55,10 +55,10 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from factory import leftovers
-from factory.config import format_size
 from factory.errors import BuildError, ConfigError, PatchError
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits, PackageSpec, Recipe
+from factory.units import format_size
 from factory.urls import urls_without_credentials, without_credentials
 
 PYPI_SIMPLE = "https://pypi.org/simple"

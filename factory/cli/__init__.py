@@ -59,8 +59,8 @@ def cpus_option(value: float | None) -> float | None:
 
 def size_option(value: str, option: str, *, minimum: int = 1) -> int:
     """A size option (--memory 16GiB) in bytes, from `minimum` to MAX_SIZE."""
-    from factory.config import format_size, parse_size
     from factory.options import MAX_SIZE
+    from factory.units import format_size, parse_size
 
     try:
         size = parse_size(value)

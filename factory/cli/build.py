@@ -101,7 +101,7 @@ def build(
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
     from factory.build import BuildSettings, run_build
     from factory.cache import KEY_ENV, resolve, shared_key
-    from factory.engine import check_docker
+    from factory.engine import connect
     from factory.pipeline import build_matrix
     from factory.plan import plan_matrix
     from factory.preflight import lead_jobs
@@ -181,7 +181,7 @@ def build(
                 say(line)
 
     def build_shown(todo: Sequence[Job]) -> BuildReport:
-        client = check_docker()
+        client = connect()
         stop = threading.Event()
         display: Live | threading.Thread
         if interactive:

@@ -41,13 +41,15 @@ def clean(
         if not directory.is_dir():  # an s3:// index has no temporaries: its writes are whole
             raise ConfigError(f"{directory}: not a local directory")
     if containers:
-        from factory.engine import check_docker, remove_stale_containers
-        from factory.jobrun import WORK_VOLUME, remove_stale_job_dirs
+        from factory.engine import connect, remove_stale_containers
+        from factory.images import housekeeping_image, list_images
+        from factory.jobspec import WORK_VOLUME
 
-        client = check_docker()
+        client = connect()
         for name in remove_stale_containers(client):
             typer.echo(f"removed container {name}")
-        for job_dir in remove_stale_job_dirs(client):
+        image = housekeeping_image(list_images(client))
+        for job_dir in leftovers.remove_stale_job_dirs(client, image=image):
             typer.echo(f"removed {WORK_VOLUME}:{job_dir}")
     for directory in output or []:
         for path in leftovers.remove_stale_output_dirs(directory.resolve()):

@@ -28,8 +28,9 @@ def bootstrap(
 ) -> None:
     """Make a base image from the distribution mirror (debootstrap, then docker import)."""
     from factory import images
+    from factory.engine import connect
 
-    client = images.connect()
+    client = connect()
     tag = images.bootstrap_base(
         client,
         suite=suite,
@@ -53,9 +54,10 @@ def standin_devel(
     """Make (or reuse) factory-standin:cuda<cuda>-devel: the layout of nvidia/cuda:<cuda>-devel, for the devel
     flavor where no registry is reachable (build.base_image: factory-standin:cuda<cuda>-devel)."""
     from factory import images
+    from factory.engine import connect
 
     images.standin_build_args(cuda=cuda, base_image=base)  # a bad value is one line, without a daemon
-    client = images.connect()
+    client = connect()
     tag = images.ensure_standin_devel(
         client, cuda=cuda, base_image=base, bootstrap=not no_bootstrap, progress=_progress
     )
@@ -88,13 +90,14 @@ def build(
 ) -> None:
     """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
     from factory import images
+    from factory.engine import connect
 
     # Bad values are one line before the daemon is asked anything; Pythons of one image build it once.
     first_python: dict[str, str] = {}
     for version in python:
         tag = images.builder_image_for(cuda=cuda, python=version, flavor=flavor, base_image=base)
         first_python.setdefault(tag, version)
-    client = images.connect()
+    client = connect()
     for version in first_python.values():
         tag = images.ensure_builder_image(
             client,
@@ -119,8 +122,9 @@ def list_(
     from rich.table import Table
 
     from factory import images
+    from factory.engine import connect
 
-    found = images.list_images(images.connect())
+    found = images.list_images(connect())
     if json_output:
         rows = [
             {"tags": list(i.tags), "id": i.id, "kind": i.kind, "size": i.size, "labels": dict(i.labels)}

@@ -9,13 +9,14 @@ from typing import Annotated
 import typer
 
 from factory.cli import app, cpus_option, size_option
-from factory.config import format_size, load_matrix_file
+from factory.config import load_matrix_file
 from factory.container import cgroup
 from factory.container.admission import GIB
 from factory.errors import ConfigError
 from factory.home import factory_home
 from factory.memory import profiles
 from factory.memory.planner import plan_parallelism
+from factory.units import format_size
 
 memory_app = typer.Typer(help="Memory planning and learned compile profiles.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from factory.config import format_size
 from factory.report import BuildReport, JobResult
+from factory.units import format_size
 
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
 FINISHED = frozenset(STYLE)

@@ -11,9 +11,9 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import pytest
 # The S3-protocol server fixture (moto in server mode) of the publish tests, reused for the real demo wheel.
 from test_publish_s3 import moto  # noqa: F401
 
+from bench.matrices import DEMO, write_matrix
 from factory import engine
 from factory.fatbin import device_code
 
@@ -34,46 +35,22 @@ FACTORY = [sys.executable, "-m", "factory.cli"]
 
 
 def demo_matrix(
-    tmp: Path, *, arch: list[str], include: str = "", build_extra: str = "", publish_to: Path | None = None
+    tmp: Path,
+    *,
+    arch: list[str],
+    include: list[dict[str, Any]] | None = None,
+    build: Mapping[str, Any] | None = None,
+    publish_to: Path | None = None,
 ) -> Path:
-    text = (
-        textwrap.dedent(
-            f"""\
-        package:
-          name: factory-demo-ext
-          version: "0.1.0"
-          source: {{path: {DEMO_SRC}}}
-        recipe:
-          name: demo
-          arch_env: DEMO_CUDA_ARCHS
-          arch_format: torch
-          local_version_env: DEMO_LOCAL_VERSION
-          import_name: factory_demo_ext
-          compile_gib_per_arch: 1.0
-        matrix:
-          cuda: ["13.0"]
-          torch: ["2.14"]
-          python: ["3.11"]
-          cxx11_abi: [true]
-          arch: {json.dumps(arch)}
-        """
-        )
-        + include
-        + textwrap.dedent(
-            """\
-        build:
-          flavor: pypi
-          cpus: 2
-          torch_index: {"13.0": default}
-        """
-        )
-        + build_extra  # lines of the build section, each indented by two spaces
+    """The demo matrix (`examples/demo.yaml`) of `arch`, with `include` entries, `build` keys and a local
+    index to publish to; no memory of its own unless `build` gives one."""
+    return write_matrix(
+        DEMO,
+        tmp / "matrix.yaml",
+        matrix={"arch": arch, "include": include},
+        build={"memory": None, **(build or {})},
+        publish=None if publish_to is None else {"to": str(publish_to)},
     )
-    if publish_to is not None:
-        text += f"publish:\n  to: {publish_to}\n"
-    path = tmp / "matrix.yaml"
-    path.write_text(text)
-    return path
 
 
 def run_factory(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -83,13 +60,12 @@ def run_factory(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def demo_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("demo-build")
-    include = '  include:\n    - arch: "7.5"\n      env: {DEMO_FAIL_COMPILE: "1"}\n'
     matrix = demo_matrix(
         tmp,
         arch=["8.0", "9.0;12.0", "7.5"],
-        include=include,
+        include=[{"arch": "7.5", "env": {"DEMO_FAIL_COMPILE": "1"}}],
         # three containers at once (their limits within the host budget), as a scheduled run builds a matrix
-        build_extra="  memory: 5GiB\n  concurrency: 3\n",
+        build={"memory": "5GiB", "concurrency": 3},
         publish_to=tmp / "index",
     )
     out = tmp / "wheels"

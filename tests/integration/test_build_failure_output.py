@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bench.matrices import DEMO, write_matrix
 
 pytestmark = pytest.mark.integration
 
@@ -22,20 +23,12 @@ MISSING_IMAGE = "127.0.0.1:1/factory-test/missing:1"
 def test_a_job_whose_image_cannot_be_pulled_names_its_log(
     tmp_path: Path, docker_client: Any, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(
-        textwrap.dedent(
-            f"""\
-            package:
-              name: factory-demo-ext
-              version: "0.1.0"
-              source: {{path: {ROOT / "examples" / "demo-ext"}}}
-            recipe: {{name: demo, arch_env: DEMO_CUDA_ARCHS, import_name: factory_demo_ext}}
-            matrix: {{cuda: ["13.0"], torch: ["2.14"], python: ["3.11"], cxx11_abi: [true], arch: ["9.0"]}}
-            build:
-              images: {{"13.0": "{MISSING_IMAGE}"}}
-            """
-        )
+    matrix = write_matrix(
+        DEMO,
+        tmp_path / "matrix.yaml",
+        matrix={"arch": ["9.0"]},
+        build={"images": {"13.0": MISSING_IMAGE}},
+        publish=None,
     )
     out = tmp_path / "out"
     code, text = factory_cli(["build", "-m", str(matrix), "--trust-paths", "-o", str(out)])

@@ -86,7 +86,7 @@ def test_a_second_machine_compiles_nothing(
     tmp_path: Path, docker_client: Any, session_factory_home: Path
 ) -> None:
     store = tmp_path / "store"
-    matrix = demo_matrix(tmp_path, arch=["8.0"], build_extra=f"  cache: {store}\n")
+    matrix = demo_matrix(tmp_path, arch=["8.0"], build={"cache": str(store)})
     _, job1 = run_build(matrix, tmp_path / "w1", fresh_home(tmp_path, "home1", session_factory_home))
     assert job1["result"] == "ok", (job1["reason"], job1["log_tail"])
     assert job1["compiles_compiled"] >= 3 and job1["compiles_cached"] == 0

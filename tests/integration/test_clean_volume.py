@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from factory import engine, images, jobrun, leftovers
+from factory import engine, images, jobspec, leftovers
 
 pytestmark = [pytest.mark.integration]
 
@@ -28,12 +28,12 @@ def test_clean_removes_dead_runs_job_dirs_from_the_work_volume(docker_client: An
     if image is None:
         pytest.skip("no builder image on this host")
     box = engine.Engine(docker_client, labels=engine.run_labels("test-clean"), stop=threading.Event())
-    volume = {jobrun.WORK_VOLUME: {"bind": jobrun.WORK_MOUNT, "mode": "rw"}}
-    box.ensure_volume(jobrun.WORK_VOLUME)
-    root = jobrun.JOBS_ROOT
+    volume = {jobspec.WORK_VOLUME: {"bind": jobspec.WORK_MOUNT, "mode": "rw"}}
+    box.ensure_volume(jobspec.WORK_VOLUME)
+    root = jobspec.JOBS_ROOT
     box.run_short(  # as the build does before its first job: the volume belongs to the build user
         image,
-        ["sh", "-c", f"mkdir -p {root} && chown {jobrun.CONTAINER_USER} {jobrun.WORK_MOUNT} {root}"],
+        ["sh", "-c", f"mkdir -p {root} && chown {jobspec.CONTAINER_USER} {jobspec.WORK_MOUNT} {root}"],
         user="0:0",
         cap_add=["CHOWN"],
         mounts=volume,
@@ -50,17 +50,17 @@ def test_clean_removes_dead_runs_job_dirs_from_the_work_volume(docker_client: An
         "DEAD": leftovers.owner_json(leftovers.Owner(pid=dead_pid(), host=here)),
         "LIVE": leftovers.owner_json(),  # this test's own process: alive
     }
-    box.run_short(image, ["sh", "-c", script], user=jobrun.CONTAINER_USER, mounts=volume, env=env)
+    box.run_short(image, ["sh", "-c", script], user=jobspec.CONTAINER_USER, mounts=volume, env=env)
     try:
-        removed = jobrun.remove_stale_job_dirs(docker_client)
+        removed = leftovers.remove_stale_job_dirs(docker_client, image=image)
         assert f"{root}/{dead}" in removed and f"{root}/{old}" in removed
         assert f"{root}/{live}" not in removed
-        left = box.run_short(image, ["ls", root], user=jobrun.CONTAINER_USER, mounts=volume).split()
+        left = box.run_short(image, ["ls", root], user=jobspec.CONTAINER_USER, mounts=volume).split()
         assert live in left and dead not in left and old not in left
     finally:
         box.run_short(
             image,
             ["rm", "-rf", f"{root}/{dead}", f"{root}/{live}", f"{root}/{old}"],
-            user=jobrun.CONTAINER_USER,
+            user=jobspec.CONTAINER_USER,
             mounts=volume,
         )

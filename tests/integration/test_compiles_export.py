@@ -8,39 +8,22 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.matrices import DEMO, write_matrix
 from factory.container import protocol
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_SRC = ROOT / "examples" / "demo-ext"
 KERNELS = {"add.cu", "relu.cu", "saxpy.cu", "scale.cu"}
 
 
 def test_a_real_builds_compiles_become_csv_rows_with_their_origin(tmp_path: Path, docker_client: Any) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(
-        textwrap.dedent(
-            f"""\
-            package: {{name: factory-demo-ext, version: "0.1.0", source: {{path: {DEMO_SRC}}}}}
-            recipe:
-              name: demo
-              arch_env: DEMO_CUDA_ARCHS
-              arch_format: torch
-              local_version_env: DEMO_LOCAL_VERSION
-              import_name: factory_demo_ext
-              compile_gib_per_arch: 1.0
-            matrix: {{cuda: ["13.0"], torch: ["2.14"], python: ["3.11"], cxx11_abi: [true], arch: ["8.0"]}}
-            build: {{flavor: pypi, cpus: 2, memory: 8GiB, torch_index: {{"13.0": default}}}}
-            """
-        )
-    )
+    matrix = write_matrix(DEMO, tmp_path / "matrix.yaml", matrix={"arch": ["8.0"]}, publish=None)
     out = tmp_path / "wheels"
     build = [sys.executable, "-m", "factory.cli", "build", "--trust-paths", "--matrix", str(matrix)]
     proc = subprocess.run(

@@ -13,7 +13,6 @@ import io
 import json
 import subprocess
 import sys
-import textwrap
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bench.matrices import DEMO, write_matrix
 from factory import images
 from factory.errors import ImageError
 from factory.fatbin import device_code
@@ -28,7 +28,6 @@ from factory.fatbin import device_code
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_SRC = ROOT / "examples" / "demo-ext"
 CUDA = "13.0"
 
 
@@ -72,34 +71,12 @@ def test_devel_flavor_builds_the_one_job_a_workflow_runner_is_given(
 ) -> None:
     """A real job through Dockerfile.devel on the stand-in, run as the scheduled workflow runs each job:
     `factory matrix --format github` plans, and each runner builds its own with `factory build --only JOB`."""
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(
-        textwrap.dedent(
-            f"""\
-            package:
-              name: factory-demo-ext
-              version: "0.1.0"
-              source: {{path: {DEMO_SRC}}}
-            recipe:
-              name: demo
-              arch_env: DEMO_CUDA_ARCHS
-              arch_format: torch
-              local_version_env: DEMO_LOCAL_VERSION
-              import_name: factory_demo_ext
-              compile_gib_per_arch: 1.0
-            matrix:
-              cuda: ["{CUDA}"]
-              torch: ["2.14"]
-              python: ["3.11"]
-              cxx11_abi: [true]
-              arch: ["8.0", "9.0"]
-            build:
-              flavor: devel
-              base_image: {standin}
-              cpus: 2
-              torch_index: {{"{CUDA}": default}}
-            """
-        )
+    matrix = write_matrix(
+        DEMO,
+        tmp_path / "matrix.yaml",
+        matrix={"cuda": [CUDA], "arch": ["8.0", "9.0"]},
+        build={"flavor": "devel", "base_image": standin, "memory": None, "torch_index": {CUDA: "default"}},
+        publish=None,
     )
     plan = _factory("matrix", "--matrix", str(matrix), "--format", "github", "--trust-paths")
     assert plan.returncode == 0, plan.stderr

@@ -18,13 +18,14 @@ import stat
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_cache_build import fresh_home
 
+from bench.matrices import DEMO, write_matrix
 from factory import cache
 from factory.cache import LAYOUT, parse_store_key
 from factory.stores import S3Store
@@ -135,28 +136,25 @@ def hostile_source(tmp: Path) -> Path:
     return src
 
 
-def matrix(tmp: Path, name: str, source: Path, *, env: dict[str, str], publish: str, extra: str = "") -> Path:
-    text = f"""\
-package: {{name: factory-demo-ext, version: "0.1.0", source: {{path: {source}}}}}
-recipe:
-  name: demo
-  arch_env: DEMO_CUDA_ARCHS
-  arch_format: torch
-  local_version_env: DEMO_LOCAL_VERSION
-  import_name: factory_demo_ext
-  compile_gib_per_arch: 1.0
-  env: {json.dumps(env)}
-matrix: {{cuda: ["13.0"], torch: ["2.14"], python: ["3.11"], cxx11_abi: [true], arch: ["8.0"]}}
-build:
-  flavor: pypi
-  cpus: 2
-  torch_index: {{"13.0": default}}
-{extra}publish:
-  to: {publish}
-"""
-    path = tmp / f"{name}.yaml"
-    path.write_text(text)
-    return path
+def matrix(
+    tmp: Path,
+    name: str,
+    source: Path,
+    *,
+    env: dict[str, str],
+    publish: Mapping[str, str],
+    build: Mapping[str, str] | None = None,
+) -> Path:
+    """The demo matrix (`examples/demo.yaml`) of `source`, one job, `env` the recipe's."""
+    return write_matrix(
+        DEMO,
+        tmp / f"{name}.yaml",
+        source=source,
+        recipe={"env": env},
+        matrix={"arch": ["8.0"]},
+        build={"memory": None, **(build or {})},
+        publish=publish,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +230,7 @@ def test_a_hostile_setup_py_cannot_reach_the_host_the_store_or_another_build(
     home = fresh_home(tmp_path, "home", session_factory_home)
     env = {"HOSTILE_SECRET_FILE": str(secret), "HOSTILE_VICTIM_DIR": str(victim)}
 
-    publish = f"s3://wheels/idx\n  endpoint_url: {endpoint}"
+    publish = {"to": "s3://wheels/idx", "endpoint_url": endpoint}
     hostile = matrix(tmp_path, "hostile", hostile_source(tmp_path), env=env, publish=publish)
     job = build(hostile, tmp_path / "w-hostile", home, creds)
     assert job["compiles_compiled"] >= 5 and job["compiles_cached"] == 0
@@ -266,10 +264,9 @@ def test_a_hostile_setup_py_cannot_reach_the_host_the_store_or_another_build(
     assert not [p for p, v in published for n in needles if n in v]
 
     # another package on the same runner, same key, same store: none of the hostile entries is a hit
-    shared_cache = "  cache: s3://wheels/idx/_cache/compile\n"
     honest = matrix(
-        tmp_path, "honest", DEMO_SRC, env={}, extra=shared_cache,
-        publish=f"s3://wheels/honest\n  endpoint_url: {endpoint}",
+        tmp_path, "honest", DEMO_SRC, env={}, build={"cache": "s3://wheels/idx/_cache/compile"},
+        publish={"to": "s3://wheels/honest", "endpoint_url": endpoint},
     )  # fmt: skip
     victim_job = build(honest, tmp_path / "w-honest", home, creds)
     assert victim_job["compiles_cached"] == 0 and victim_job["compiles_compiled"] >= 5

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_build import FACTORY, ROOT, demo_matrix, run_factory
 
-from factory import engine, jobrun
+from factory import engine, jobspec
 from factory.container import heartbeat
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -71,7 +71,7 @@ def test_a_killed_factorys_container_stops_by_itself(tmp_path: Path, docker_clie
         assert cleaned.returncode == 0, cleaned.stderr
         assert f"removed container {stopped.name}" in cleaned.stdout.splitlines()
         assert f"removed {tmp_dirs[0]}" in cleaned.stdout.splitlines()
-        volume_dir = f"removed {jobrun.WORK_VOLUME}:{jobrun.JOBS_ROOT}/"
+        volume_dir = f"removed {jobspec.WORK_VOLUME}:{jobspec.JOBS_ROOT}/"
         run_id = stopped.labels[engine.RUN_LABEL]
         assert [
             line

@@ -19,20 +19,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.matrices import MEMEXT, write_matrix
 from factory.fatbin import device_code
 from factory.memory import profiles
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "memext"
 LIMIT = "1.3GiB"
 SCALE = {"MEMEXT_SCALE": "half"}
 GIB_PER_ARCH = 0.7  # the recipe's estimate: the heaviest TU, rounded up
@@ -49,42 +48,15 @@ def memext_matrix(
     by_file: dict[str, float] | None = None,
     memory: str = LIMIT,
 ) -> Path:
-    env_yaml = json.dumps(env)
-    by_file_yaml = json.dumps(by_file or {})
-    text = textwrap.dedent(
-        f"""\
-        package:
-          name: factory-memext
-          version: "0.1.0"
-          source: {{path: {FIXTURE}}}
-        recipe:
-          name: memext
-          arch_env: MEMEXT_CUDA_ARCHS
-          arch_format: torch
-          local_version_env: MEMEXT_LOCAL_VERSION
-          import_name: factory_memext
-          compile_gib_per_arch: {gib_per_arch}
-          compile_gib_by_file: {by_file_yaml}
-        matrix:
-          cuda: ["13.0"]
-          torch: ["2.14"]
-          python: ["3.11"]
-          cxx11_abi: [true]
-          arch: ["8.0"]
-          include:
-            - arch: "8.0"
-              env: {env_yaml}
-        build:
-          flavor: pypi
-          cpus: 2
-          memory: {memory}
-          max_attempts: {max_attempts}
-          torch_index: {{"13.0": default}}
-        """
+    """The memext matrix (`tests/fixtures/memext.yaml`) with the recipe's estimates, one entry's env and the
+    build's memory and attempts."""
+    return write_matrix(
+        MEMEXT,
+        tmp / "matrix.yaml",
+        recipe={"compile_gib_per_arch": gib_per_arch, "compile_gib_by_file": by_file or {}},
+        matrix={"include": [{"arch": "8.0", "env": env}]},
+        build={"memory": memory, "max_attempts": max_attempts},
     )
-    path = tmp / "matrix.yaml"
-    path.write_text(text)
-    return path
 
 
 def build(tmp: Path, matrix: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

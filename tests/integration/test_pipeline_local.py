@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from publish_helpers import make_wheel
 
+from bench.matrices import DEMO, write_matrix
 from factory.config import MatrixFile, load_matrix_file
 from factory.errors import ConfigError
 from factory.memory import profiles
@@ -24,13 +25,10 @@ from factory.report import BuildReport, JobResult
 from factory.stores import LocalStore
 
 pytestmark = pytest.mark.integration
-DEMO = Path(__file__).resolve().parents[2] / "examples"
 
 
 def demo_matrix(tmp_path: Path, to: Path) -> MatrixFile:
-    text = (DEMO / "demo.yaml").read_text().replace("{path: demo-ext}", f"{{path: {DEMO / 'demo-ext'}}}")
-    path = tmp_path / "m.yaml"
-    path.write_text(text.replace("to: ./index", f"to: {to}"))
+    path = write_matrix(DEMO, tmp_path / "m.yaml", publish={"to": str(to)})
     return load_matrix_file(path, trust_paths=True)
 
 

@@ -47,8 +47,8 @@ def demo_preflight(
     tmp_path_factory: pytest.TempPathFactory, docker_client: Any, session_factory_home: Path
 ) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("preflight")
-    include = '  include:\n    - arch: "12.0"\n      env: {DEMO_FAIL_HOST: "1"}\n'
-    matrix = demo_matrix(tmp, arch=["8.0;9.0", "12.0"], include=include, build_extra="  memory: 6GiB\n")
+    include = [{"arch": "12.0", "env": {"DEMO_FAIL_HOST": "1"}}]
+    matrix = demo_matrix(tmp, arch=["8.0;9.0", "12.0"], include=include, build={"memory": "6GiB"})
     home = fresh_home(tmp, "home", session_factory_home)
     out = tmp / "out"
     proc = preflight(matrix, out, home, "--preflight", "--keep-going")

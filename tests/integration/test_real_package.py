@@ -27,7 +27,7 @@ from packaging.utils import parse_wheel_filename
 from factory.config import load_matrix_file
 from factory.fatbin import device_code
 from factory.home import factory_home
-from factory.jobrun import requirements
+from factory.jobspec import requirements
 from factory.plan import plan_matrix
 from factory.recipes import BUILTIN_RECIPES
 from factory.wheelhouse import download_wheelhouse

@@ -32,6 +32,7 @@ from ruamel.yaml import YAML
 # The S3-protocol server fixture (moto in server mode) of the publish tests.
 from test_publish_s3 import Moto, moto  # noqa: F401
 
+from bench import matrices
 from factory import index
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,33 +43,6 @@ FACTORY = Path(sys.executable).with_name("factory")
 BUCKET, PREFIX = "play-wheels", "ci"
 # What the step scripts may expand: the workflow's inputs, its secrets and the build matrix's values.
 EXPRESSION = re.compile(r"\$\{\{\s*(inputs|secrets|matrix)\.([A-Za-z0-9_-]+)\s*\}\}")
-MATRIX = """\
-package:
-  name: factory-demo-ext
-  version: "0.1.0"
-  source: {{path: demo-ext}}
-recipe:
-  name: demo
-  arch_env: DEMO_CUDA_ARCHS
-  arch_format: torch
-  local_version_env: DEMO_LOCAL_VERSION
-  import_name: factory_demo_ext
-  compile_gib_per_arch: 1.0
-matrix:
-  cuda: ["13.0"]
-  torch: ["2.14"]
-  python: ["3.11"]
-  cxx11_abi: [true]
-  arch: ["8.0", "9.0"]
-build:
-  flavor: pypi
-  memory: 4GiB
-  cpus: 1
-  torch_index: {{"13.0": default}}
-publish:
-  to: s3://{bucket}/{prefix}
-  endpoint_url: {endpoint}
-"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +161,13 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
 ) -> None:
     steps = workflow_steps()
     moto.bucket(BUCKET)
-    matrix_text = MATRIX.format(bucket=BUCKET, prefix=PREFIX, endpoint=moto.endpoint)
+    matrix_text = matrices.matrix_text(
+        matrices.DEMO,
+        absolute_source=False,  # the checkout's demo-ext, beside the matrix
+        matrix={"arch": ["8.0", "9.0"]},
+        build={"memory": "4GiB", "cpus": 1},
+        publish={"to": f"s3://{BUCKET}/{PREFIX}", "endpoint_url": moto.endpoint},
+    )
     secret = "play-" + secrets.token_hex(16)
     cache_key = "play-cache-key-" + secrets.token_hex(16)
     context: dict[str, dict[str, str]] = {

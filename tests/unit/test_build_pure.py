@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from factory import build, engine, jobrun, report
+from factory import build, engine, jobrun, jobspec, report
 from factory.config import load_matrix_file
 from factory.container import NVCC_LAUNCHER
 from factory.container.protocol import ProfileEntry
@@ -43,7 +43,7 @@ def test_only_selects_by_job_or_variant_glob() -> None:
     ("torch", "req"), [("2.14", "torch==2.14.*"), ("2.10", "torch==2.10.*"), ("2.14.1", "torch==2.14.1")]
 )
 def test_torch_requirement(torch: str, req: str) -> None:
-    assert jobrun.torch_requirement(torch) == req
+    assert jobspec.torch_requirement(torch) == req
 
 
 def test_working_set_excludes_inactive_page_cache() -> None:
@@ -77,7 +77,7 @@ def test_job_env_carries_plan_and_recipe_but_no_host_secrets(
 
 def test_requirements_are_deduplicated_and_start_with_torch(demo: build.Runner) -> None:
     job = plan_matrix(demo.mf).jobs[0]
-    reqs = jobrun.requirements(demo.mf, job)
+    reqs = jobspec.requirements(demo.mf, job)
     assert reqs[0] == "torch==2.14.*"
     assert len(reqs) == len(set(reqs))
     assert "ninja" in reqs and "pip" in reqs

@@ -615,8 +615,8 @@ def test_a_verified_hit_that_differs_is_reported_and_its_entry_removed(tmp_path:
             {"key": "k", "peak_bytes": 1, "wall_s": 1.0, "cache": "miss", "cache_check": check,
              "entry": f"{made.direct_key}-{made.result_key}", "source": f"{check}.cu"}
         )  # fmt: skip
-        run.cache_checked(line)
-    run.cache_checked(measured("miss"))  # an ordinary compile: not a check
+        run.lines.cache_checked(line)
+    run.lines.cache_checked(measured("miss"))  # an ordinary compile: not a check
     assert run.result.cache_checked == 2 and run.result.cache_suspects == ["differs.cu"]
     assert (job.dest / compilecache.manifest_relative(same.direct_key, same.result_key)).is_file()
     assert not (job.dest / compilecache.manifest_relative(differs.direct_key, differs.result_key)).exists()
@@ -677,7 +677,7 @@ def test_a_forged_check_line_names_its_source_on_one_line_and_removes_nothing_of
     forged = {"key": "k", "peak_bytes": 1, "wall_s": 1.0, "cache": "miss", "cache_check": "differs"}
     forged["source"] = "a.cu\nfactory: published evil.whl\x1b[2J"
     for entry in (f"{other.direct_key}-{other.result_key}", "../../x-y"):
-        run.cache_checked(measurement_line({**forged, "entry": entry}))
+        run.lines.cache_checked(measurement_line({**forged, "entry": entry}))
     assert run.result.cache_suspects == ["a.cu\\x0afactory: published evil.whl\\x1b[2J"] * 2
     assert len(lines) == 1 and "\n" not in lines[0] and "\x1b" not in lines[0]
     assert (sync.local / manifest).is_file()

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from factory.config import load_matrix_file, parse_size
+from factory.config import load_matrix_file
 from factory.options import BuildOptions, FetchLimits, PublishOptions, Source
 from factory.plan import matrix_env, plan_matrix
 from factory.recipes import BUILTIN_RECIPES, recipe_env
+from factory.units import parse_size
 from factory.variants import Variant
 
 ROOT = Path(__file__).resolve().parents[2]

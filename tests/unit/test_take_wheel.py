@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from factory import build, jobrun, leftovers, report
+from factory import acceptance, build, jobrun, leftovers, report
 from factory.config import load_matrix_file
 from factory.plan import plan_matrix
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> jobrun.JobRun:
+def run(tmp_path: Path) -> acceptance.Acceptance:
     mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
     settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=None)
     job = plan_matrix(mf).jobs[0]
@@ -25,7 +25,7 @@ def run(tmp_path: Path) -> jobrun.JobRun:
         build.Runner(None, mf, settings).context,
         job,
         report.JobResult(job_id=job.id, variant_id="v", python="3.11"),
-    )
+    ).acceptance
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def out(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_reported_wheel_is_copied_out(run: jobrun.JobRun, out: Path) -> None:
+def test_the_reported_wheel_is_copied_out(run: acceptance.Acceptance, out: Path) -> None:
     (out / "demo-0.1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel bytes")
     taken = run.take_wheel(out, "demo-0.1.0-cp311-cp311-linux_x86_64.whl")
     assert taken is not None and taken.read_bytes() == b"wheel bytes"
@@ -47,13 +47,15 @@ def test_the_reported_wheel_is_copied_out(run: jobrun.JobRun, out: Path) -> None
     "name",
     ["../../../../etc/passwd", "/etc/passwd", "a/b.whl", "x.whl\n", ".whl/..", "", None, 7, "ok.tar.gz"],
 )
-def test_a_name_that_is_not_one_wheel_file_is_no_wheel(run: jobrun.JobRun, out: Path, name: object) -> None:
+def test_a_name_that_is_not_one_wheel_file_is_no_wheel(
+    run: acceptance.Acceptance, out: Path, name: object
+) -> None:
     # the driver's mark can be forged by the build's own output: the name is the container's word
     assert run.take_wheel(out, name) is None
 
 
 def test_a_link_or_a_fifo_named_as_the_wheel_is_no_wheel(
-    run: jobrun.JobRun, out: Path, tmp_path: Path
+    run: acceptance.Acceptance, out: Path, tmp_path: Path
 ) -> None:
     secret = tmp_path / "host-secret"
     secret.write_bytes(b"credentials")

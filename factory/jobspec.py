@@ -1,0 +1,211 @@
+"""A job's containers as data: each driver phase's environment, mounts and limits.
+
+Pure: what a container of a job is made of follows from the job, the run's settings and paths the caller has
+already made; nothing here reads a file, asks Docker or looks at the host. `factory.jobrun` runs the
+`ContainerSpec`s made here (`engine.Engine.run`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from factory import cache, wheelcheck
+from factory.config import BuildOptions, MatrixFile
+from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
+from factory.engine import ContainerSpec, Limits
+from factory.memory import jobmemory
+from factory.plan import Job, matrix_env
+from factory.shard import Shard
+
+WORK_VOLUME = "factory-work"
+WORK_MOUNT = "/var/factory"
+JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`job_dir`)
+CONTAINER_USER = "10001:10001"
+CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the driver's check phase installs from it too
+BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
+
+Mounts = Mapping[str, Mapping[str, str]]
+
+
+def torch_requirement(torch: str) -> str:
+    """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
+    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
+
+
+def requirements(mf: MatrixFile, job: Job) -> list[str]:
+    reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *mf.recipe.extra_build_requires]
+    return list(dict.fromkeys(reqs))
+
+
+def job_dir(job_id: str, run_id: str) -> str:
+    """The job's directory in the shared work volume; per run, so concurrent runs never share one."""
+    return f"{JOBS_ROOT}/{job_id}-{run_id}"
+
+
+def driver_env(
+    *,
+    job_dir: str,
+    python: str,
+    owner: str,
+    heartbeat_stale_s: float,
+    compile_cache: cache.CacheConfig | None,
+) -> dict[str, str]:
+    """What every driver phase needs, built from scratch: nothing of the host environment leaks in.
+    `python`: the interpreter the phase runs ("3.11"); `owner`: the run's `leftovers.owner_json`, which
+    `factory clean` tells a dead run's job directory by."""
+    return {
+        "HOME": "/home/factory",
+        "FACTORY_JOB_DIR": job_dir,
+        protocol.ENV_JOB_OWNER: owner,
+        "FACTORY_PYTHON": f"python{python}",
+        # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
+        "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
+        "UV_LINK_MODE": "hardlink",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_NO_CONFIG": "1",
+        "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
+        heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
+        heartbeat.ENV_STALE_S: f"{heartbeat_stale_s:g}",
+        # local paths only: the store, its credentials and the signing key stay with the host
+        **(cache_env(compile_cache) if compile_cache is not None else {}),
+    }
+
+
+def cache_env(config: cache.CacheConfig) -> dict[str, str]:
+    """The compile cache's read-only root and the job's outbox. The driver puts the host compiler through
+    the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
+    image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
+    env = {cache.ENV_DIR: cache.MOUNT, cache.ENV_OUT: cache.OUT_MOUNT}
+    if config.verify:
+        env[cache.ENV_VERIFY] = str(config.verify)
+    return env
+
+
+def container_env(
+    mf: MatrixFile,
+    job: Job,
+    *,
+    driver: Mapping[str, str],
+    memory: Mapping[str, str],
+    shard: Shard | None = None,
+    shard_sources: Sequence[str] | None = None,
+    preflight_candidates: Sequence[str] | None = None,
+) -> dict[str, str]:
+    """The build container's environment: the driver's (`driver_env`), the memory plan's
+    (`jobmemory.wrapper_env`, MAX_JOBS among it), then the matrix's own env for the job, which wins. A
+    shard's sources and a preflight's candidates when the run has them."""
+    env = {
+        **driver,
+        "FACTORY_CUDA": job.variant.cuda,
+        "FACTORY_REQUIREMENTS": "\n".join(requirements(mf, job)),
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if job.limited_api:
+        env[protocol.LIMITED_API_ENV] = job.limited_api
+    env.update(memory)
+    env.update(matrix_env(mf, job))
+    if shard is not None and shard_sources is not None:
+        env[protocol.ENV_SHARD] = str(shard)
+        env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(shard_sources))
+    if preflight_candidates is not None:
+        env[protocol.ENV_PREFLIGHT] = json.dumps(list(preflight_candidates))
+    return env
+
+
+def check_env(driver: Mapping[str, str], *, wheel: str, import_name: str) -> dict[str, str]:
+    """The install check's environment: the driver's for the checked Python, the wheel and what to import."""
+    return {
+        **driver,
+        "FACTORY_WHEEL": wheel,
+        "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(import_name),
+    }
+
+
+def work_mounts() -> dict[str, dict[str, str]]:
+    """The housekeeping phases' mounts: the work volume and the driver's package."""
+    return {
+        WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+        str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+    }
+
+
+def clean_mounts(heartbeat_dir: Path) -> dict[str, dict[str, str]]:
+    """The mounts of a job's `clean` phase."""
+    return {**work_mounts(), str(heartbeat_dir): {"bind": heartbeat.MOUNT, "mode": "ro"}}
+
+
+def job_mounts(
+    *,
+    source: Path,
+    wheelhouse: Path,
+    out_dir: Path,
+    profile_dir: Path,
+    heartbeat_dir: Path,
+    check_wheelhouse: Path | None = None,
+    cache_mounts: Mounts | None = None,
+) -> dict[str, dict[str, str]]:
+    """The build's mounts: the source, the wheelhouses and the driver read-only; the work volume and the
+    output written; the compile cache's (`cache.JobCache.mounts`) when it is on."""
+    check = check_wheelhouse
+    return {
+        **({str(check): {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}} if check is not None else {}),
+        **{host: dict(m) for host, m in (cache_mounts or {}).items()},
+        WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
+        str(source): {"bind": "/src", "mode": "ro"},
+        str(wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
+        str(out_dir): {"bind": "/out", "mode": "rw"},
+        str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
+        str(profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
+        str(heartbeat_dir): {"bind": heartbeat.MOUNT, "mode": "ro"},
+    }
+
+
+def check_mounts(
+    mounts: Mounts,
+    *,
+    wheel_dir: Path,
+    wheelhouse: Path | None = None,
+    check_wheelhouse: Path | None = None,
+) -> dict[str, dict[str, str]]:
+    """The install check's mounts: the build's, with the host's checked copy of the wheel read-only at /out
+    (what is installed is what is accepted). `wheelhouse` (and `check_wheelhouse`): those of another
+    Python's job, for a Python the wheel covers, in place of the build's."""
+    out = {host: dict(m) for host, m in mounts.items()}
+    if wheelhouse is not None:
+        binds = ("/wheelhouse", CHECK_WHEELHOUSE_MOUNT)
+        out = {k: v for k, v in out.items() if v["bind"] not in binds}
+        out[str(wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
+        if check_wheelhouse is not None:
+            out[str(check_wheelhouse)] = {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}
+    out = {k: v for k, v in out.items() if v["bind"] != "/out"}
+    out[str(wheel_dir)] = {"bind": "/out", "mode": "ro"}
+    return out
+
+
+def limits(build: BuildOptions, *, memory_limit: int, cpus: float) -> Limits:
+    """A job container's limits: the run's memory and CPUs per container, the matrix's pids and network."""
+    return Limits(
+        memory_bytes=memory_limit,
+        cpus=cpus,
+        pids=build.pids_limit,
+        network="none" if build.offline else "bridge",
+    )
+
+
+def driver_container(
+    phase: str, *, image: str, env: Mapping[str, str], mounts: Mounts, limits: Limits
+) -> ContainerSpec:
+    """One driver phase (`build`, `check`) in a locked-down container of the job's image."""
+    return ContainerSpec(
+        image=image,
+        command=(*DRIVER, phase),
+        env=dict(env),
+        mounts={host: dict(m) for host, m in mounts.items()},
+        user=CONTAINER_USER,
+        working_dir=WORK_MOUNT,
+        limits=limits,
+    )

@@ -1,0 +1,210 @@
+"""The engine's door to Docker without a daemon: what the SDK raises becomes one `DockerError`, images come
+back as `LocalImage`, and `connect` names a daemon that does not answer in one line."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+import requests.exceptions
+
+from factory import engine
+from factory.errors import BuildError, DockerError, FactoryError
+
+
+class FakeImage:
+    def __init__(self, image_id: str, *, tags: list[str], labels: dict[str, str] | None) -> None:
+        self.id = image_id
+        self.tags = tags
+        self.labels = labels
+        self.attrs = {
+            "Size": 123,
+            "Created": "2026-01-01T00:00:00Z",
+            "Config": {"Env": ["CUDA_VERSION=13.0.1"]},
+        }
+
+
+class Refused:
+    """Any attribute is a call the daemon refuses."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*_args: object, **_kwargs: object) -> None:
+            raise self.exc
+
+        return call
+
+
+class FakeImages:
+    def __init__(self, images: dict[str, FakeImage]) -> None:
+        self.images = images
+
+    def get(self, name: str) -> FakeImage:
+        if name not in self.images:
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+        return self.images[name]
+
+    def list(self, filters: dict[str, str]) -> list[FakeImage]:
+        return [i for i in self.images.values() if filters["label"] in (i.labels or {})]
+
+
+class FakeClient:
+    def __init__(self, **parts: Any) -> None:
+        self.__dict__.update(parts)
+
+
+def api_error(text: str) -> docker.errors.APIError:
+    return docker.errors.APIError("500 Server Error", explanation=text)
+
+
+def test_an_image_comes_back_as_the_factory_reads_it() -> None:
+    image = FakeImage("sha256:" + "ab" * 32, tags=["factory-builder:x"], labels=None)
+    client = FakeClient(images=FakeImages({"factory-builder:x": image}))
+    found = engine.get_image(client, "factory-builder:x")
+    assert found == engine.LocalImage(
+        id="sha256:" + "ab" * 32,
+        tags=("factory-builder:x",),
+        labels={},
+        env=("CUDA_VERSION=13.0.1",),
+        size=123,
+        created="2026-01-01T00:00:00Z",
+    )
+    assert found is not None and found.short_id == "ab" * 6
+    assert engine.get_image(client, "missing:1") is None
+
+
+def test_listing_keeps_the_labelled_images() -> None:
+    images = {
+        "a": FakeImage("sha256:1", tags=["a"], labels={engine.LABEL: "1"}),
+        "b": FakeImage("sha256:2", tags=["b"], labels={}),
+    }
+    found = engine.list_images(FakeClient(images=FakeImages(images)), label=engine.LABEL)
+    assert [i.tags for i in found] == [("a",)]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [api_error("pull access denied"), requests.exceptions.ConnectionError("Connection aborted")],
+)
+def test_a_refused_request_is_one_docker_error(exc: BaseException) -> None:
+    client = FakeClient(images=Refused(exc), api=Refused(exc), volumes=Refused(exc), containers=Refused(exc))
+    calls = [
+        lambda: engine.pull_image(client, "nvidia/cuda", tag="13.0-devel"),
+        lambda: engine.remove_image(client, "sha256:1"),
+        lambda: engine.get_image(client, "x:1"),
+        lambda: engine.list_images(client, label=engine.LABEL),
+        lambda: engine.image_layers(client, "sha256:1"),
+        lambda: engine.import_image(client, iter([b""]), repository="r", tag="t", changes=[]),
+        lambda: engine.volume_exists(client, "v"),
+        lambda: engine.running_runs(client),
+        lambda: engine.remove_containers(client, filters={}),
+        lambda: engine.remove_stale_containers(client),
+    ]
+    for call in calls:
+        with pytest.raises(DockerError) as raised:
+            call()
+        message = str(raised.value)
+        assert "\n" not in message and type(exc).__name__ in message
+        assert isinstance(raised.value, BuildError) and raised.value.exit_code == 1
+
+
+def test_a_build_that_fails_mid_stream_is_a_docker_error(tmp_path: Path) -> None:
+    def stream() -> Iterator[dict[str, str]]:
+        yield {"stream": "Step 1/2 : FROM base\n"}
+        raise requests.exceptions.ConnectionError("daemon went away")
+
+    class Api:
+        def build(self, **_kwargs: object) -> Iterator[dict[str, str]]:
+            return stream()
+
+    steps = engine.build_image(
+        FakeClient(api=Api()), tmp_path, tag="t:1", buildargs={}, labels={}, network_mode="none"
+    )
+    assert next(steps) == {"stream": "Step 1/2 : FROM base\n"}
+    with pytest.raises(DockerError, match=r"^building t:1 failed \(ConnectionError: daemon went away\)$"):
+        next(steps)
+
+
+def test_a_missing_volume_is_no_error() -> None:
+    class Volumes:
+        def get(self, name: str) -> None:
+            raise docker.errors.NotFound(f"volume {name} not found")
+
+    assert engine.volume_exists(FakeClient(volumes=Volumes()), "factory-work") is False
+
+
+def test_running_runs_are_the_run_labels_of_running_containers() -> None:
+    class Container:
+        def __init__(self, labels: dict[str, str]) -> None:
+            self.labels = labels
+
+    class Containers:
+        def list(self, filters: dict[str, str]) -> list[Container]:
+            assert filters == {"label": engine.LABEL}
+            return [Container({engine.RUN_LABEL: "r1"}), Container({engine.RUN_LABEL: ""}), Container({})]
+
+    assert engine.running_runs(FakeClient(containers=Containers())) == {"r1"}
+
+
+def test_a_short_container_refused_is_a_docker_error() -> None:
+    client = FakeClient(containers=Refused(api_error("No such image: nope:1")))
+    box = engine.Engine(client, labels={}, stop=threading.Event())
+    with pytest.raises(DockerError, match=r"^a container of nope:1 \(sh -c true\) failed \(APIError: "):
+        box.run_short("nope:1", ["sh", "-c", "true"], user="0:0", mounts={})
+
+
+def test_a_daemon_that_does_not_answer_is_one_line() -> None:
+    class Silent:
+        def ping(self) -> None:
+            raise requests.exceptions.ConnectionError(
+                "('Connection aborted.', FileNotFoundError(2, 'No such file'))"
+            )
+
+    with pytest.raises(FactoryError) as raised:
+        engine.connect(client_factory=Silent)
+    assert isinstance(raised.value, DockerError)
+    message = str(raised.value)
+    assert message.startswith("cannot reach the Docker daemon (ConnectionError: ") and "\n" not in message
+    assert message.endswith("is dockerd running?")
+
+
+def test_only_the_engine_imports_the_docker_sdk() -> None:
+    """Docker in one room: every other module goes through `factory.engine`."""
+    root = Path(engine.__file__).parent
+    importers = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "docker" or n.startswith("docker.") for n in names):
+                importers.append(str(path.relative_to(root)))
+    assert sorted(set(importers)) == ["engine.py"]
+
+
+def test_loading_a_matrix_file_needs_no_docker() -> None:
+    code = (
+        "import sys, factory.config; print(sorted(m for m in sys.modules if 'docker' in m or 'engine' in m))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(engine.__file__).parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "[]"
