@@ -140,12 +140,12 @@ class BuildReport:
         return {
             "run_id": self.run_id,
             "matrix": self.matrix,
-            "factory_version": self.factory_version,
             "started": self.started,
             "finished": self.finished,
             "ok": self.ok,
             "source": self.source.to_json() if self.source else None,
             "jobs": [j.to_json() for j in self.jobs],
+            "factory_version": self.factory_version,
         }
 
 
