@@ -11,9 +11,9 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
+from factory.resources import read_data
 from factory.variants import Arch, arch_key, torch_minor, version_tuple
 
 TOP_KEYS = ("cuda_versions", "archs", "torch", "recipes")
@@ -25,7 +25,7 @@ RECIPE_KEYS = ("min_arch", "cxx_std")
 
 
 def builtin_data() -> dict[str, Any]:
-    text = resources.files("factory").joinpath("data/compat.json").read_text(encoding="utf-8")
+    text = read_data("compat.json")
     data = json.loads(text)
     data.pop("_comment", None)
     return data

@@ -41,6 +41,7 @@ from factory.errors import ConfigError, DockerError, ImageError
 from factory.home import factory_home
 from factory.imageref import check_image_reference
 from factory.options import FLAVORS
+from factory.resources import data_path
 from factory.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 
 Progress = Callable[[str], None]
@@ -113,8 +114,6 @@ _DEVEL_CUDA_RELEASES = {
 # Every Debian suite name that can appear in a factory-base tag; other tags are never bootstrapped.
 _SUITE_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
-# docker/ at the repository root; a copy inside the package (package-data) wins, for non-editable installs.
-_DOCKER_DIRS = (Path(__file__).resolve().parent / "docker", Path(__file__).resolve().parent.parent / "docker")
 
 _STEP_ID_RE = re.compile(r"^---> ([0-9a-f]{12})$")
 # The legacy builder wraps a step's stderr in colour codes; a `factory:` line must still be found.
@@ -391,13 +390,10 @@ STANDIN_DEVEL = "standin-devel"  # the Dockerfile of the devel stand-in: docker/
 
 
 def dockerfile_path(flavor: str) -> Path:
-    """docker/Dockerfile.<flavor>; `flavor` may also be STANDIN_DEVEL."""
+    """factory/data/docker/Dockerfile.<flavor>; `flavor` may also be STANDIN_DEVEL."""
     if flavor != STANDIN_DEVEL:
         _check_flavor(flavor)
-    for directory in _DOCKER_DIRS:
-        if (directory / f"Dockerfile.{flavor}").is_file():
-            return directory / f"Dockerfile.{flavor}"
-    return _DOCKER_DIRS[-1] / f"Dockerfile.{flavor}"
+    return data_path("docker", f"Dockerfile.{flavor}")
 
 
 def dockerfile_text(flavor: str) -> str:
@@ -409,7 +405,7 @@ def dockerfile_text(flavor: str) -> str:
 
 
 def _docker_file(name: str) -> str:
-    path = next((d / name for d in _DOCKER_DIRS if (d / name).is_file()), _DOCKER_DIRS[-1] / name)
+    path = data_path("docker", name)
     try:
         return path.read_text()
     except OSError as exc:

@@ -9,7 +9,8 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from functools import cache
-from importlib import resources
+
+from factory.resources import read_data
 
 
 def measured_compile_gib(package: str = "flash-attn", *, arch_count: int = 1) -> float:
@@ -25,7 +26,7 @@ def measured_compile_gib(package: str = "flash-attn", *, arch_count: int = 1) ->
 @cache
 def compile_rows() -> tuple[dict[str, str], ...]:
     """The CSV's rows (one measured compile each), its comment lines left out."""
-    text = resources.files("factory").joinpath("data/flash-attn-compiles.csv").read_text(encoding="utf-8")
+    text = read_data("flash-attn-compiles.csv")
     return parse_rows(text)
 
 

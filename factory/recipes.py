@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import fields, replace
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from factory.measured import (
     measured_compile_gib,
 )
 from factory.options import PackageSpec, Recipe
+from factory.resources import data_path
 from factory.variants import format_arch_list
 from factory.wheelcheck import library_glob_problem
 
@@ -41,7 +41,7 @@ _BY_FILE_FIELDS = ("compile_gib_by_file", "compile_seconds_by_file")
 
 def recipes_dir() -> Path:
     """factory/data/recipes/: one directory per built-in recipe, its recipe.toml and patches/."""
-    return Path(str(resources.files("factory") / "data" / "recipes"))
+    return data_path("recipes")
 
 
 def load_recipe_dir(directory: Path) -> Recipe:

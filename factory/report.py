@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from factory import version
+
 
 @dataclass(kw_only=True)
 class Attempt:
@@ -128,6 +130,7 @@ class BuildReport:
     finished: float = 0.0
     source: SourceInfo | None = None  # set by run_build as it writes the report
     jobs: list[JobResult] = field(default_factory=list)
+    factory_version: str = field(default_factory=version)  # the factory that ran the build
 
     @property
     def ok(self) -> bool:
@@ -142,6 +145,7 @@ class BuildReport:
             "ok": self.ok,
             "source": self.source.to_json() if self.source else None,
             "jobs": [j.to_json() for j in self.jobs],
+            "factory_version": self.factory_version,
         }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Iterator
@@ -11,6 +13,9 @@ from pathlib import Path
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+ROOT = Path(__file__).resolve().parents[1]
+# What building the project's wheel reads (pyproject.toml's readme and packages); nothing else of the checkout
+WHEEL_INPUTS = ("pyproject.toml", "README.md", "factory")
 
 
 @pytest.fixture
@@ -93,3 +98,28 @@ def cuda_home() -> Path:
 @pytest.fixture(scope="session")
 def toolkit_nvcc(cuda_home: Path) -> str:
     return str(cuda_home / "bin" / "nvcc")
+
+
+@pytest.fixture(scope="session")
+def factory_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel as `pip wheel` builds it from a checkout, made from a copy of its build inputs so
+    that the checkout gets no build/ or .egg-info and a file the build needs from elsewhere is missed."""
+    tmp = tmp_path_factory.mktemp("factory-wheel")
+    source = tmp / "source"
+    source.mkdir()
+    for name in WHEEL_INPUTS:
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    dist = tmp / "dist"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = dist.glob("*.whl")
+    return wheel

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Annotated
 
 import typer
 
+from factory import version
 from factory.errors import ConfigError, FactoryError
 
 app = typer.Typer(
@@ -18,7 +20,25 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # every command's context inherits them from the top one's, as pip and uv spell help
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"factory {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    pass
 
 
 def _register() -> None:

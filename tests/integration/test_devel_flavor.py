@@ -3,7 +3,8 @@ answer when its image cannot be pulled (no registry is reachable here).
 
 The stand-in (factory-standin:cuda13.0-devel, made by factory.images from the PyPI toolkit wheels on the
 bootstrapped base) is reused while its inputs hash is unchanged; one job of the demo extension (one arch, one
-Python) then goes through docker/Dockerfile.devel and every phase of the driver, wheel checks included.
+Python) then goes through factory/data/docker/Dockerfile.devel and every phase of the driver, wheel checks
+included.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ $RUNNER_TEMP, $FACTORY_HOME, output), all building the demo extension at once in
 publishing to one S3-protocol server (moto, over HTTP); then the index step. Every wheel is published exactly
 once and none is lost, the secrets show in no output or file, and a second run plans nothing.
 
+The factory is the project's wheel, installed by the workflow's own "Install the factory" step (a fresh venv,
+not editable) on the plan's runner; the other runners use that venv, as each would install the same wheel.
 The runners share the host's wheelhouse cache (torch's GBs, keyed by their inputs, never changed once made)
 and its dockerd: on GitHub each runner would download its own.
 """
@@ -19,7 +21,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +40,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "factory.yml"
-FACTORY = Path(sys.executable).with_name("factory")
 BUCKET, PREFIX = "play-wheels", "ci"
 # What the step scripts may expand: the workflow's inputs, its secrets and the build matrix's values.
 EXPRESSION = re.compile(r"\$\{\{\s*(inputs|secrets|matrix)\.([A-Za-z0-9_-]+)\s*\}\}")
@@ -66,7 +66,14 @@ def workflow_steps() -> dict[str, Step]:
     assert jobs["index"]["if"] == (
         "always() && needs.plan.result == 'success' && needs.plan.outputs.count != '0'"
     )
-    steps = {}
+    installs = {
+        name: [(s["run"], s.get("env")) for s in job["steps"] if s.get("name") == "Install the factory"]
+        for name, job in jobs.items()
+    }
+    # every job installs the factory the same way, before its factory step
+    assert all(found == installs["plan"] and len(found) == 1 for found in installs.values()), installs
+    (install,) = (s for s in jobs["plan"]["steps"] if s.get("name") == "Install the factory")
+    steps = {"install": Step(job="plan", run=install["run"], env=install.get("env", {}))}
     for name in ("plan", "build", "index"):
         last = next(s for s in reversed(jobs[name]["steps"]) if "run" in s)
         steps[name] = Step(job=name, run=last["run"], env=last.get("env", {}))
@@ -96,14 +103,14 @@ class Runner:
     root: Path
 
     @classmethod
-    def make(cls, root: Path, matrix_text: str) -> Runner:
+    def make(cls, root: Path, matrix_text: str, *, factory: Path | None = None) -> Runner:
+        """A runner; `factory`: the venv an "Install the factory" step made, else the runner installs it."""
         checkout = root / "checkout"
         shutil.copytree(ROOT / "examples" / "demo-ext", checkout / "demo-ext")
         (checkout / "matrix.yaml").write_text(matrix_text)
-        venv_bin = root / "temp" / "factory" / "bin"
-        venv_bin.mkdir(parents=True)
-        # the "Install the factory" step's result: the factory under test
-        (venv_bin / "factory").symlink_to(FACTORY)
+        (root / "temp").mkdir()
+        if factory is not None:
+            (root / "temp" / "factory").symlink_to(factory, target_is_directory=True)
         home = root / "home"
         home.mkdir()
         shared = Path(os.environ["FACTORY_HOME"]) / "wheelhouses"
@@ -111,7 +118,8 @@ class Runner:
         return cls(root=root)
 
     def start(self, step: Step, context: Mapping[str, Mapping[str, str]]) -> subprocess.Popen[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        # nothing of the checkout on the factory's path: it runs as installed
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "PYTHONPATH"}
         env.update({k: expand(v, context) for k, v in step.env.items()})
         output = self.root / "github_output"
         output.write_text("")
@@ -158,6 +166,7 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     tmp_path: Path,
     moto: Moto,  # noqa: F811
     docker_client: Any,
+    factory_wheel: Path,
 ) -> None:
     steps = workflow_steps()
     moto.bucket(BUCKET)
@@ -171,7 +180,7 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     secret = "play-" + secrets.token_hex(16)
     cache_key = "play-cache-key-" + secrets.token_hex(16)
     context: dict[str, dict[str, str]] = {
-        "inputs": {**inputs_of(), "matrix": "matrix.yaml"},
+        "inputs": {**inputs_of(), "matrix": "matrix.yaml", "factory": str(factory_wheel)},
         "secrets": {
             "AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER",
             "AWS_SECRET_ACCESS_KEY": secret,
@@ -181,8 +190,10 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     }
     started = time.monotonic()
 
-    # plan: its real output is the build matrix
+    # plan: the factory installed from its wheel; the plan's real output is the build matrix
     planner = Runner.make(tmp_path / "plan", matrix_text)
+    finish(planner.start(steps["install"], context), timeout=1800)
+    factory = planner.root / "temp" / "factory"
     said = finish(planner.start(steps["plan"], context), timeout=300)
     plan = planner.outputs()
     include = json.loads(plan["matrix"])["include"]
@@ -193,7 +204,10 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     assert plan["shard_count"] == "0", plan
 
     # build: one runner per matrix job, all at once
-    runners = {j["job_id"]: Runner.make(tmp_path / f"runner-{n}", matrix_text) for n, j in enumerate(include)}
+    runners = {
+        j["job_id"]: Runner.make(tmp_path / f"runner-{n}", matrix_text, factory=factory)
+        for n, j in enumerate(include)
+    }
     procs = {
         job["job_id"]: runners[job["job_id"]].start(
             steps["build"], {**context, "matrix": {k: str(v) for k, v in job.items()}}
@@ -217,7 +231,7 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         assert re.search(rf"^published +{job['variant_id']}/\S+\.whl$", outs[job_id], re.M), outs[job_id]
 
     # index: after every build
-    indexer = Runner.make(tmp_path / "index", matrix_text)
+    indexer = Runner.make(tmp_path / "index", matrix_text, factory=factory)
     said = finish(indexer.start(steps["index"], context), timeout=300)
     assert "2 of 2 planned jobs published" in said, said
     assert said.rstrip().endswith("2 wheels in 2 variant indexes, 0 problems"), said
@@ -252,7 +266,7 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     assert files_containing(tmp_path, cache_key.encode()) == []
 
     # a second scheduled run plans nothing: the `if:` of build and index leave them out, no runner starts
-    again = Runner.make(tmp_path / "plan-again", matrix_text)
+    again = Runner.make(tmp_path / "plan-again", matrix_text, factory=factory)
     said = finish(again.start(steps["plan"], context), timeout=300)
     assert again.outputs() == {
         "matrix": '{"include":[]}',

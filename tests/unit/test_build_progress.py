@@ -171,7 +171,8 @@ def test_report_json_records_the_sdist_once_at_the_top() -> None:
         "commit": None,
     }
     assert all("source" not in job and "sdist" not in job for job in data["jobs"])
-    assert list(data) == ["run_id", "matrix", "started", "finished", "ok", "source", "jobs"]
+    keys = ["run_id", "matrix", "started", "finished", "ok", "source", "jobs", "factory_version"]
+    assert list(data) == keys
 
 
 def test_report_json_live_counts_stay_out() -> None:
