@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import admission, cudagaps, heartbeat, preflight, protocol
+from . import cudagaps, heartbeat, nvcccall, preflight, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 CHECK_WHEELHOUSE = Path("/wheelhouse-check")  # the package's runtime requirements, when the host found any
@@ -249,7 +249,7 @@ def preflight_device(state: Path) -> dict[str, object]:
     if call is None:
         return {"source": None, "arch": None, "deferred": False}
     argv = preflight.one_arch(call.argv)
-    arch = preflight.arch_label(admission.parse_nvcc_args(argv).archs)
+    arch = preflight.arch_label(nvcccall.parse(argv).archs)
     env = {k: v for k, v in call.env.items() if k != protocol.ENV_PREFLIGHT}  # a compile like any other
     print(f"factory-preflight: the build did not compile {ranked[0] if ranked else 'a ranked source'}; "
           f"compiling {call.source} for {arch or 'its arch'} instead", flush=True)  # fmt: skip

@@ -59,7 +59,7 @@ import shutil
 import sys
 import time
 
-from . import admission, compilecache, links, preflight, protocol, shardskip
+from . import admission, compilecache, links, nvcccall, preflight, protocol, shardskip
 from .environ import env_fraction, env_int, log, read_cgroup
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -184,7 +184,7 @@ def cxx_main(argv: list[str]) -> int:
     return run.code
 
 
-def measured_as(call: admission.NvccCall, argv: list[str]) -> dict[str, object]:
+def measured_as(call: nvcccall.NvccCall, argv: list[str]) -> dict[str, object]:
     """The start of a compile's measurement: its key, what it compiles, and the object it writes (the host
     tells from it which modules link nvcc's objects)."""
     assert call.source is not None
@@ -220,7 +220,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == [CXX_FLAG]:
         return cxx_main(argv[1:])
     nvcc = real_nvcc()
-    call = admission.parse_nvcc_args(argv)
+    call = nvcccall.parse(argv)
     if not call.is_compile:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
@@ -228,7 +228,7 @@ def main(argv: list[str]) -> int:
     if chosen is None:
         # before the cache's key, which would hash its inputs for nothing
         return shardskip.stand_in(argv, source=call.source, record=measured_as(call, argv))
-    argv, call = chosen, admission.parse_nvcc_args(chosen)  # a preflight's device compile has one arch left
+    argv, call = chosen, nvcccall.parse(chosen)  # a preflight's device compile has one arch left
     assert call.source is not None
     if preflight.candidates() is not None:
         preflight.mark_device(call.source, call.archs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from factory.container import admission
+from factory.container import admission, nvcccall
 from factory.container.admission import Prediction, Running, decide
 from factory.container.protocol import compile_key
 
@@ -148,7 +148,7 @@ def test_parse_torch_style_nvcc_call() -> None:
             "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu", "-o", "x.o", "-O3",
             "-gencode", "arch=compute_80,code=sm_80",
             "-gencode=arch=compute_90,code=sm_90", "--threads", "4", "--use_fast_math"]  # fmt: skip
-    call = admission.parse_nvcc_args(args)
+    call = nvcccall.parse(args)
     assert call.is_compile
     assert call.source == "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu"
     assert call.archs == ("compute_80", "compute_90")
@@ -158,9 +158,9 @@ def test_parse_torch_style_nvcc_call() -> None:
 
 
 def test_parse_non_compiles() -> None:
-    assert not admission.parse_nvcc_args(["--version"]).is_compile
-    assert not admission.parse_nvcc_args(["a.o", "b.o", "-dlink", "-o", "dlink.o"]).is_compile
-    call = admission.parse_nvcc_args(["-c", "k.cu", "-arch=sm_80", "-t", "2", "-o", "k.o"])
+    assert not nvcccall.parse(["--version"]).is_compile
+    assert not nvcccall.parse(["a.o", "b.o", "-dlink", "-o", "dlink.o"]).is_compile
+    call = nvcccall.parse(["-c", "k.cu", "-arch=sm_80", "-t", "2", "-o", "k.o"])
     assert call.is_compile and call.archs == ("compute_80",) and call.threads == 2
 
 
