@@ -196,9 +196,9 @@ class JobRun:
         covers)."""
         return {
             "HOME": "/home/factory",
-            "FACTORY_JOB_DIR": self.job_dir,
+            protocol.ENV_JOB_DIR: self.job_dir,
             protocol.ENV_JOB_OWNER: leftovers.owner_json(),  # `factory clean` tells a dead run's from it
-            "FACTORY_PYTHON": f"python{python or self.job.python}",
+            protocol.ENV_PYTHON: f"python{python or self.job.python}",
             # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
             "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
             "UV_LINK_MODE": "hardlink",
@@ -226,8 +226,8 @@ class JobRun:
         matrix's own env for the job, which wins."""
         env = {
             **self.driver_env(),
-            "FACTORY_CUDA": self.job.variant.cuda,
-            "FACTORY_REQUIREMENTS": "\n".join(requirements(self.mf, self.job)),
+            protocol.ENV_CUDA: self.job.variant.cuda,
+            protocol.ENV_REQUIREMENTS: "\n".join(requirements(self.mf, self.job)),
             "PIP_NO_INDEX": "1",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "PYTHONUNBUFFERED": "1",
@@ -631,8 +631,8 @@ class JobRun:
         mounts[str(wheel.parent)] = {"bind": "/out", "mode": "ro"}
         env = {
             **self.driver_env(python),
-            "FACTORY_WHEEL": wheel.name,
-            "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(self.mf.recipe.import_name),
+            protocol.ENV_WHEEL: wheel.name,
+            protocol.ENV_IMPORT_CHECK: wheelcheck.import_check_script(self.mf.recipe.import_name),
         }
         start = self.log_path.stat().st_size if self.log_path.exists() else 0
         outcome = self.run_driver("check", image=image, env=env, mounts=mounts)

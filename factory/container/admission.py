@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import functools
-import json
 import math
 import operator
 import os
@@ -513,48 +512,6 @@ def raised_by_file(
     the recipe's figures too low, and the files behind that need not be profiled yet."""
     factor = max(1.0, per_arch_bytes / fallback_bytes) if fallback_bytes > 0 else 1.0
     return tuple((pattern, math.ceil(round(value * unit * factor, 3))) for pattern, value in by_file)
-
-
-def format_by_file(table: Sequence[tuple[str, float]]) -> str:
-    """FACTORY_EST_BY_FILE (bytes) or FACTORY_SECONDS_BY_FILE for a per-file table (what `parse_by_file`
-    reads back)."""
-    return json.dumps([list(item) for item in table], separators=(",", ":"))
-
-
-def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
-    """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
-    falls back to the per-arch estimate instead of breaking every compile of the build."""
-    return tuple((pattern, int(value)) for pattern, value in _parse_table(text))
-
-
-def parse_seconds_by_file(text: str | None) -> tuple[tuple[str, float], ...]:
-    """FACTORY_SECONDS_BY_FILE (a JSON list of [pattern, seconds]), dropping what is malformed."""
-    return _parse_table(text)
-
-
-def _parse_table(text: str | None) -> tuple[tuple[str, float], ...]:
-    """A JSON list of [glob, positive number]; items that are not are dropped."""
-    if not text:
-        return ()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return ()
-    if not isinstance(value, list):
-        return ()
-    table: list[tuple[str, float]] = []
-    for item in value:
-        if (
-            isinstance(item, list)
-            and len(item) == 2
-            and isinstance(item[0], str)
-            and isinstance(item[1], int | float)
-            and not isinstance(item[1], bool)
-            and math.isfinite(item[1])
-            and item[1] > 0
-        ):
-            table.append((item[0], item[1]))
-    return tuple(table)
 
 
 def predict(

@@ -42,12 +42,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import nvcccall
+from . import nvcccall, protocol
 
 LAYOUT_VERSION = "v2"
-CACHE_DIR_ENV = "FACTORY_CACHE_DIR"  # the entries to look up in (read-only in a build container)
-CACHE_OUT_ENV = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the job's outbox)
-CACHE_VERIFY_ENV = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
+CACHE_DIR_ENV = protocol.ENV_CACHE_DIR
+CACHE_OUT_ENV = protocol.ENV_CACHE_OUT
+CACHE_VERIFY_ENV = protocol.ENV_CACHE_VERIFY
 TEMP_PREFIX = ".tmp-"
 # temporary files younger than this may belong to a writer still at work
 TEMP_GRACE_S = 3600.0
@@ -189,7 +189,7 @@ def python_include_dirs(args: Sequence[str], cwd: str) -> list[str]:
 def job_roots(args: Sequence[str], cwd: str, environ: Mapping[str, str] = os.environ) -> Roots:
     """The placeholders of a compile in a build container: its job dir, the venv's site-packages, the
     toolkit, and the Python include dirs the call names."""
-    job = environ.get("FACTORY_JOB_DIR")
+    job = environ.get(protocol.ENV_JOB_DIR)
     venv = environ.get("VIRTUAL_ENV") or (os.path.join(job, "venv") if job else None)
     named: list[tuple[str, str | None]] = [
         ("@JOB@", job),

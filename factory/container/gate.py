@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import IO, Any
 
-from . import admission, cgroup
+from . import admission, cgroup, protocol
 from .bell import Bell, ring
-from .environ import env_int, log, read_cgroup
+from .environ import log, read_cgroup
 from .measure import signal_group
 from .predictor import Predictor
 from .procs import sibling_wrappers, this_job, tree_kids, tree_rss, tree_workers
@@ -90,16 +90,24 @@ class Admission:
     is granted (two-stage admission, `admission.choose` and `admission.grant_peak`)."""
 
     def __init__(
-        self, state_dir: str, *, limit: int, info: cgroup.CgroupInfo, threads: int, waves: int
+        self,
+        state_dir: str,
+        *,
+        limit: int,
+        info: cgroup.CgroupInfo,
+        threads: int,
+        waves: int,
+        settings: protocol.WrapperEnv | None = None,
     ) -> None:
+        settings = settings or protocol.WrapperEnv()
         self.state_dir = state_dir
         self.me = str(os.getpid())
         self.limit = limit
-        headroom = env_int("FACTORY_HEADROOM_BYTES", None)
+        headroom = settings.headroom_bytes
         self.headroom = admission.default_headroom(limit) if headroom is None else headroom
-        cpus_env = os.environ.get("FACTORY_CPUS")
-        self.cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(info)
-        self.poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
+        self.cpus = settings.cpus or cgroup.effective_cpus(info)
+        self.poll = settings.poll_s
+        self.cgroup_root = settings.cgroup_root
         self.threads = threads
         self.waves = waves
         self.front: int | None = None
@@ -116,7 +124,7 @@ class Admission:
     @contextlib.contextmanager
     def observe(self) -> Iterator[tuple[dict[str, Any], dict[str, admission.Running], int]]:
         """The locked state, what admission sees of the running compiles, and the cgroup's usage."""
-        used = read_cgroup().in_use or 0
+        used = read_cgroup(self.cgroup_root).in_use or 0
         with locked_state(self.state_dir) as state:
             kids = tree_kids(int(pid) for pid in state["running"])
             yield state, running_states(state, kids, time.time()), used

@@ -76,7 +76,7 @@ def arch_label(archs: Sequence[str]) -> str | None:
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    job_dir = (environ if environ is not None else os.environ).get("FACTORY_JOB_DIR")
+    job_dir = (environ if environ is not None else os.environ).get(protocol.ENV_JOB_DIR)
     return os.path.join(job_dir, DIR_NAME) if job_dir else None
 
 

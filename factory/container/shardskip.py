@@ -8,7 +8,6 @@ compile cache. The wheel such a build makes is never used. Standard library only
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,16 +20,7 @@ from . import nvcccall, protocol
 def env_sources(name: str, environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
     """The JSON list of source paths in the variable `name`; None when it is unset or not a JSON list of
     strings: the build then compiles everything, which is never wrong, only slower."""
-    raw = (environ if environ is not None else os.environ).get(name)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return None
-    return tuple(value)
+    return protocol.parse_paths((environ if environ is not None else os.environ).get(name))
 
 
 def shard_sources(environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
