@@ -107,6 +107,9 @@ def running(
     )
 
 
+_running = running  # for the functions whose `running` argument (the compiles that run) hides it
+
+
 def is_estimated(prediction: Prediction) -> bool:
     """Whether a prediction's peak is the recipe's estimate, not the compile's own profile."""
     return prediction.wall_s is None or prediction.inferred
@@ -184,12 +187,15 @@ def decide(
 
 @dataclass(frozen=True)
 class Waiting:
-    """A compile waiting for admission: `key` names it (a wrapper's pid, a simulated task)."""
+    """A compile waiting for admission: `key` names it (a wrapper's pid, a simulated task), and `pid` is how
+    the compiles beside it know it once it runs (`Running.pid`, the pids of `Decision.lines`)."""
 
     key: str
     prediction: Prediction
     threads: int
     ticket: int  # the order ninja started the compiles in
+    pid: int = 0
+    waves: int = 1  # ceil(archs / nvcc threads): its cicc runs one after the other
 
 
 def choose(
@@ -342,6 +348,88 @@ def _cpu_free(running: Sequence[Running], threads: int, cpus: float | None) -> b
     """Whether `threads` more busy threads stay within the CPUs and CPU_OVERCOMMIT (as `decide` checks)."""
     busy = sum(r.threads for r in running)
     return cpus is None or busy + threads <= max(1.0, cpus * CPU_OVERCOMMIT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """A compile a dispatch round starts: for its front end (`front_bytes`, its peak granted when it rises),
+    else for its peak; `decision.line_bytes` is the line it starts with."""
+
+    waiting: Waiting
+    decision: Decision
+    front_bytes: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Round:
+    """What one dispatch round decided: the compiles it starts, in order, each with the lines it sets on the
+    compiles it starts beside (`Decision.lines`: they apply before it starts); those left waiting, and why
+    the first of them waits."""
+
+    starts: tuple[Start, ...]
+    left: tuple[Waiting, ...]
+    why: Decision | None
+
+
+def with_line(r: Running, line_bytes: int) -> Running:
+    """A running compile given a line (`metered`), as `running` sees one with that line: from its front end
+    it may grow to its line without asking, else it holds at most its line."""
+    reserved = line_bytes if r.front_bytes is not None else min(r.reserved_bytes, line_bytes)
+    return replace(r, reserved_bytes=reserved, line_bytes=line_bytes)
+
+
+def dispatch(
+    waiting: Sequence[Waiting],
+    *,
+    limit_bytes: int,
+    headroom_bytes: int,
+    used_bytes: int,
+    running: Sequence[Running],
+    cpus: float | None = None,
+    two_stage: bool = True,
+    measured: bool = True,
+) -> Round:
+    """One round of the build's dispatcher: start every waiting compile that may start now, in priority order
+    (`choose`). Each start's lines apply to the compiles it was started beside before the next choice, and
+    it runs beside the next as a compile that has just started: nothing seen of it yet, and the cgroup's
+    usage (`used_bytes`, read once for the round) holds nothing of it. The nvcc wrapper's dispatcher
+    (`gate.Admission.dispatch`) and the build simulator (`factory.memory.simulate`) both run this."""
+    view = list(running)
+    left = list(waiting)
+    starts: list[Start] = []
+    decision: Decision | None = None
+    while left:
+        chosen, decision = choose(
+            left,
+            limit_bytes=limit_bytes,
+            headroom_bytes=headroom_bytes,
+            used_bytes=used_bytes,
+            running=view,
+            cpus=cpus,
+            two_stage=two_stage,
+            measured=measured,
+        )
+        if chosen is None or decision is None:
+            break
+        for pid, line in decision.lines:
+            view = [with_line(r, line) if r.pid == pid else r for r in view]
+        left.remove(chosen)
+        front = front_bytes(chosen.prediction) if two_stage else None
+        starts.append(Start(waiting=chosen, decision=decision, front_bytes=front))
+        view.append(
+            _running(
+                chosen.pid,
+                chosen.prediction,
+                elapsed_s=0.0,
+                seen_bytes=0,
+                rss_bytes=0,
+                threads=chosen.threads,
+                waves=chosen.waves,
+                front_bytes=front,
+                line_bytes=decision.line_bytes,
+            )
+        )
+    return Round(starts=tuple(starts), left=tuple(left), why=decision if left else None)
 
 
 def grant_peak(

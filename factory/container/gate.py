@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import IO, Any
 
 from . import admission, cgroup, protocol
@@ -133,7 +132,8 @@ class Admission:
         """Wait for this compile's start: seconds waited, and the prediction it was admitted with.
 
         One waiting wrapper at a time dispatches (it holds `dispatch.lock`): each poll it starts every
-        waiting compile that may start, in priority order, as the simulator's `_admit` does. The others only
+        waiting compile that may start, in priority order (`admission.dispatch`, which the simulator runs
+        too). The others only
         look for their grant, so with hundreds of compiles waiting (flash-attn: 288 on 128 cores) the build
         reads and decides once per poll, not once per waiter and poll."""
         t0 = time.monotonic()
@@ -214,47 +214,33 @@ class Admission:
                     prediction=predictor.predict(str(w["key"]), int(w["estimate_bytes"])),
                     threads=int(w.get("threads", 1)),
                     ticket=int(w["ticket"]),
+                    pid=int(pid),
+                    waves=int(w.get("waves", 1)),
                 )
                 for pid, w in state["waiting"].items()
             ]
-            view = list(running.values())
-            decision: admission.Decision | None = None
-            started: list[str] = []
-            while waiting:
-                chosen, decision = admission.choose(waiting, used_bytes=used, running=view, **self.limits())
-                if chosen is None or decision is None:
-                    break
-                for pid, line in decision.lines:
+            decided = admission.dispatch(
+                waiting, used_bytes=used, running=list(running.values()), **self.limits()
+            )
+            for start in decided.starts:
+                for pid, line in start.decision.lines:
                     # a running compile's line, set before the new one can start: its wrapper stops it there
                     state["running"][str(pid)]["line"] = line
                     set_line(self.state_dir, str(pid), line)
-                    view = [
-                        replace(r, reserved_bytes=min(r.reserved_bytes, line), line_bytes=line)
-                        if r.pid == pid else r
-                        for r in view
-                    ]  # fmt: skip
-                waiting.remove(chosen)
-                waves = int(state["waiting"].pop(chosen.key).get("waves", 1))
-                front = admission.front_bytes(chosen.prediction)
+                chosen = start.waiting
+                del state["waiting"][chosen.key]
                 state["running"][chosen.key] = {
-                    **prediction_entry(chosen.prediction), "threads": chosen.threads, "waves": waves,
-                    "start": time.time(), "front": front, "line": decision.line_bytes,
+                    **prediction_entry(chosen.prediction), "threads": chosen.threads, "waves": chosen.waves,
+                    "start": time.time(), "front": start.front_bytes, "line": start.decision.line_bytes,
                 }  # fmt: skip
-                set_line(self.state_dir, chosen.key, decision.line_bytes)
-                view.append(
-                    admission.running(
-                        int(chosen.key), chosen.prediction, elapsed_s=0.0, seen_bytes=0, rss_bytes=0,
-                        threads=chosen.threads, waves=waves, front_bytes=front,
-                        line_bytes=decision.line_bytes,
-                    )
-                )  # fmt: skip
+                set_line(self.state_dir, chosen.key, start.decision.line_bytes)
                 with open(self.grant_path(chosen.key), "w"):
                     pass
-                started.append(chosen.key)
-        ring(self.state_dir, (pid for pid in started if pid != self.me))
-        if waiting:
-            reason = decision.reason if decision is not None else "no compile fits"
-            said.note(reason if len(waiting) == 1 else f"{reason}; {len(waiting)} compiles wait")
+        ring(self.state_dir, (s.waiting.key for s in decided.starts if s.waiting.key != self.me))
+        if decided.left:
+            reason = decided.why.reason if decided.why is not None else "no compile fits"
+            n = len(decided.left)
+            said.note(reason if n == 1 else f"{reason}; {n} compiles wait")
 
     def register(self, key: str, estimate_bytes: int) -> None:
         self.bell.hang()  # before anyone can see it waiting and ring
