@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.offline import best_offline
-from factory.container.admission import Prediction, format_by_file, raised_by_file
-from factory.container.protocol import Measurement
+from factory.container.admission import Prediction, raised_by_file
+from factory.container.protocol import Measurement, format_by_file
 from factory.memory import profiles, retry
 from factory.memory import simulate as S
 from factory.memory.planner import Parallelism, plan_parallelism

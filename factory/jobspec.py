@@ -57,9 +57,9 @@ def driver_env(
     `factory clean` tells a dead run's job directory by."""
     return {
         "HOME": "/home/factory",
-        "FACTORY_JOB_DIR": job_dir,
+        protocol.ENV_JOB_DIR: job_dir,
         protocol.ENV_JOB_OWNER: owner,
-        "FACTORY_PYTHON": f"python{python}",
+        protocol.ENV_PYTHON: f"python{python}",
         # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
         "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
         "UV_LINK_MODE": "hardlink",
@@ -98,8 +98,8 @@ def container_env(
     shard's sources and a preflight's candidates when the run has them."""
     env = {
         **driver,
-        "FACTORY_CUDA": job.variant.cuda,
-        "FACTORY_REQUIREMENTS": "\n".join(requirements(mf, job)),
+        protocol.ENV_CUDA: job.variant.cuda,
+        protocol.ENV_REQUIREMENTS: "\n".join(requirements(mf, job)),
         "PIP_NO_INDEX": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PYTHONUNBUFFERED": "1",
@@ -120,8 +120,8 @@ def check_env(driver: Mapping[str, str], *, wheel: str, import_name: str) -> dic
     """The install check's environment: the driver's for the checked Python, the wheel and what to import."""
     return {
         **driver,
-        "FACTORY_WHEEL": wheel,
-        "FACTORY_IMPORT_CHECK": wheelcheck.import_check_script(import_name),
+        protocol.ENV_WHEEL: wheel,
+        protocol.ENV_IMPORT_CHECK: wheelcheck.import_check_script(import_name),
     }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import functools
-import json
 import math
 import operator
 import os
@@ -108,6 +107,9 @@ def running(
     )
 
 
+_running = running  # for the functions whose `running` argument (the compiles that run) hides it
+
+
 def is_estimated(prediction: Prediction) -> bool:
     """Whether a prediction's peak is the recipe's estimate, not the compile's own profile."""
     return prediction.wall_s is None or prediction.inferred
@@ -185,12 +187,15 @@ def decide(
 
 @dataclass(frozen=True)
 class Waiting:
-    """A compile waiting for admission: `key` names it (a wrapper's pid, a simulated task)."""
+    """A compile waiting for admission: `key` names it (a wrapper's pid, a simulated task), and `pid` is how
+    the compiles beside it know it once it runs (`Running.pid`, the pids of `Decision.lines`)."""
 
     key: str
     prediction: Prediction
     threads: int
     ticket: int  # the order ninja started the compiles in
+    pid: int = 0
+    waves: int = 1  # ceil(archs / nvcc threads): its cicc runs one after the other
 
 
 def choose(
@@ -343,6 +348,88 @@ def _cpu_free(running: Sequence[Running], threads: int, cpus: float | None) -> b
     """Whether `threads` more busy threads stay within the CPUs and CPU_OVERCOMMIT (as `decide` checks)."""
     busy = sum(r.threads for r in running)
     return cpus is None or busy + threads <= max(1.0, cpus * CPU_OVERCOMMIT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """A compile a dispatch round starts: for its front end (`front_bytes`, its peak granted when it rises),
+    else for its peak; `decision.line_bytes` is the line it starts with."""
+
+    waiting: Waiting
+    decision: Decision
+    front_bytes: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Round:
+    """What one dispatch round decided: the compiles it starts, in order, each with the lines it sets on the
+    compiles it starts beside (`Decision.lines`: they apply before it starts); those left waiting, and why
+    the first of them waits."""
+
+    starts: tuple[Start, ...]
+    left: tuple[Waiting, ...]
+    why: Decision | None
+
+
+def with_line(r: Running, line_bytes: int) -> Running:
+    """A running compile given a line (`metered`), as `running` sees one with that line: from its front end
+    it may grow to its line without asking, else it holds at most its line."""
+    reserved = line_bytes if r.front_bytes is not None else min(r.reserved_bytes, line_bytes)
+    return replace(r, reserved_bytes=reserved, line_bytes=line_bytes)
+
+
+def dispatch(
+    waiting: Sequence[Waiting],
+    *,
+    limit_bytes: int,
+    headroom_bytes: int,
+    used_bytes: int,
+    running: Sequence[Running],
+    cpus: float | None = None,
+    two_stage: bool = True,
+    measured: bool = True,
+) -> Round:
+    """One round of the build's dispatcher: start every waiting compile that may start now, in priority order
+    (`choose`). Each start's lines apply to the compiles it was started beside before the next choice, and
+    it runs beside the next as a compile that has just started: nothing seen of it yet, and the cgroup's
+    usage (`used_bytes`, read once for the round) holds nothing of it. The nvcc wrapper's dispatcher
+    (`gate.Admission.dispatch`) and the build simulator (`factory.memory.simulate`) both run this."""
+    view = list(running)
+    left = list(waiting)
+    starts: list[Start] = []
+    decision: Decision | None = None
+    while left:
+        chosen, decision = choose(
+            left,
+            limit_bytes=limit_bytes,
+            headroom_bytes=headroom_bytes,
+            used_bytes=used_bytes,
+            running=view,
+            cpus=cpus,
+            two_stage=two_stage,
+            measured=measured,
+        )
+        if chosen is None or decision is None:
+            break
+        for pid, line in decision.lines:
+            view = [with_line(r, line) if r.pid == pid else r for r in view]
+        left.remove(chosen)
+        front = front_bytes(chosen.prediction) if two_stage else None
+        starts.append(Start(waiting=chosen, decision=decision, front_bytes=front))
+        view.append(
+            _running(
+                chosen.pid,
+                chosen.prediction,
+                elapsed_s=0.0,
+                seen_bytes=0,
+                rss_bytes=0,
+                threads=chosen.threads,
+                waves=chosen.waves,
+                front_bytes=front,
+                line_bytes=decision.line_bytes,
+            )
+        )
+    return Round(starts=tuple(starts), left=tuple(left), why=decision if left else None)
 
 
 def grant_peak(
@@ -513,48 +600,6 @@ def raised_by_file(
     the recipe's figures too low, and the files behind that need not be profiled yet."""
     factor = max(1.0, per_arch_bytes / fallback_bytes) if fallback_bytes > 0 else 1.0
     return tuple((pattern, math.ceil(round(value * unit * factor, 3))) for pattern, value in by_file)
-
-
-def format_by_file(table: Sequence[tuple[str, float]]) -> str:
-    """FACTORY_EST_BY_FILE (bytes) or FACTORY_SECONDS_BY_FILE for a per-file table (what `parse_by_file`
-    reads back)."""
-    return json.dumps([list(item) for item in table], separators=(",", ":"))
-
-
-def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
-    """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
-    falls back to the per-arch estimate instead of breaking every compile of the build."""
-    return tuple((pattern, int(value)) for pattern, value in _parse_table(text))
-
-
-def parse_seconds_by_file(text: str | None) -> tuple[tuple[str, float], ...]:
-    """FACTORY_SECONDS_BY_FILE (a JSON list of [pattern, seconds]), dropping what is malformed."""
-    return _parse_table(text)
-
-
-def _parse_table(text: str | None) -> tuple[tuple[str, float], ...]:
-    """A JSON list of [glob, positive number]; items that are not are dropped."""
-    if not text:
-        return ()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return ()
-    if not isinstance(value, list):
-        return ()
-    table: list[tuple[str, float]] = []
-    for item in value:
-        if (
-            isinstance(item, list)
-            and len(item) == 2
-            and isinstance(item[0], str)
-            and isinstance(item[1], int | float)
-            and not isinstance(item[1], bool)
-            and math.isfinite(item[1])
-            and item[1] > 0
-        ):
-            table.append((item[0], item[1]))
-    return tuple(table)
 
 
 def predict(
@@ -886,83 +931,3 @@ def past_peak_bytes(
     ):
         return None
     return math.ceil(prediction.after_peak * seen_bytes)
-
-
-@dataclass(frozen=True)
-class NvccCall:
-    """What admission needs to know about one nvcc command line."""
-
-    is_compile: bool
-    source: str | None
-    archs: tuple[str, ...]
-    threads: int
-
-
-_SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
-_ARCH_RE = re.compile(r"(?:arch|code)=\[?([a-z_0-9,]+)\]?")
-
-
-def _archs_of(value: str) -> list[str]:
-    """Virtual architectures of one -gencode/-arch value; each one is a cicc run."""
-    found: list[str] = []
-    match = re.search(r"arch=([a-z_0-9]+)", value)
-    if match:
-        found.append(match.group(1).replace("sm_", "compute_"))
-        return found
-    for part in value.split(","):
-        part = part.strip("[] ")
-        if part.startswith(("sm_", "compute_")):
-            found.append(part.replace("sm_", "compute_"))
-    return found
-
-
-def parse_nvcc_args(args: Sequence[str]) -> NvccCall:
-    """Source, virtual archs and --threads of an nvcc call; anything but `-c` of a source is not a compile."""
-    source: str | None = None
-    archs: list[str] = []
-    threads = 1
-    is_compile = False
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        nxt = args[i + 1] if i + 1 < len(args) else ""
-        if arg in ("-c", "--compile"):
-            is_compile = True
-        elif arg in ("-gencode", "--generate-code", "-arch", "--gpu-architecture"):
-            archs.extend(_archs_of(nxt))
-            i += 1
-        elif arg.startswith(("-gencode=", "--generate-code=", "-arch=", "--gpu-architecture=")):
-            archs.extend(_archs_of(arg.split("=", 1)[1]))
-        elif arg in ("-t", "--threads"):
-            threads = _threads(nxt)
-            i += 1
-        elif arg.startswith("--threads="):
-            threads = _threads(arg.split("=", 1)[1])
-        elif arg in (
-            "-o",
-            "-I",
-            "-D",
-            "-x",
-            "-ccbin",
-            "--dependency-output",
-            "-MF",
-            "-Xcompiler",
-            "-include",
-        ):
-            i += 1
-        elif not arg.startswith("-") and arg.endswith(_SOURCE_SUFFIXES):
-            source = arg
-        i += 1
-    unique = tuple(sorted(set(archs))) or ("default",)
-    return NvccCall(
-        is_compile=is_compile and source is not None, source=source, archs=unique, threads=threads
-    )
-
-
-def _threads(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        return 1
-    # nvcc reads 0 as "as many as there are CPUs"; per compile that means one thread per arch.
-    return value if value > 0 else 64

@@ -38,14 +38,16 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from . import nvcccall, protocol
+
 LAYOUT_VERSION = "v2"
-CACHE_DIR_ENV = "FACTORY_CACHE_DIR"  # the entries to look up in (read-only in a build container)
-CACHE_OUT_ENV = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the job's outbox)
-CACHE_VERIFY_ENV = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
+CACHE_DIR_ENV = protocol.ENV_CACHE_DIR
+CACHE_OUT_ENV = protocol.ENV_CACHE_OUT
+CACHE_VERIFY_ENV = protocol.ENV_CACHE_VERIFY
 TEMP_PREFIX = ".tmp-"
 # temporary files younger than this may belong to a writer still at work
 TEMP_GRACE_S = 3600.0
@@ -177,34 +179,17 @@ def site_packages(venv: str | None) -> str | None:
 def python_include_dirs(args: Sequence[str], cwd: str) -> list[str]:
     """The include directories of the call that hold a Python.h (the interpreter's headers), in order."""
     dirs: list[str] = []
-    for value in _include_values(args):
+    for value in nvcccall.include_dirs(args):
         path = os.path.normpath(os.path.join(cwd, value))
         if path not in dirs and os.path.isfile(os.path.join(path, "Python.h")):
             dirs.append(path)
     return dirs
 
 
-def _include_values(args: Sequence[str]) -> Iterator[str]:
-    flags = ("-I", "-isystem", "-iquote", "-idirafter", "--include-path", "--system-include")
-    for i, arg in enumerate(args):
-        if arg in flags and i + 1 < len(args):
-            yield args[i + 1]
-        elif arg.startswith("--include-path=") or arg.startswith("--system-include="):
-            yield from arg.split("=", 1)[1].split(",")
-        elif arg.startswith("-I") and len(arg) > 2:
-            yield arg[2:]
-        elif arg.startswith("-isystem") and len(arg) > len("-isystem"):
-            yield arg[len("-isystem") :]
-        elif arg.startswith("-iquote") and len(arg) > len("-iquote"):
-            yield arg[len("-iquote") :]
-        elif arg in ("-Xcompiler", "--compiler-options") and i + 1 < len(args):
-            yield from _include_values(args[i + 1].split(","))
-
-
 def job_roots(args: Sequence[str], cwd: str, environ: Mapping[str, str] = os.environ) -> Roots:
     """The placeholders of a compile in a build container: its job dir, the venv's site-packages, the
     toolkit, and the Python include dirs the call names."""
-    job = environ.get("FACTORY_JOB_DIR")
+    job = environ.get(protocol.ENV_JOB_DIR)
     venv = environ.get("VIRTUAL_ENV") or (os.path.join(job, "venv") if job else None)
     named: list[tuple[str, str | None]] = [
         ("@JOB@", job),
@@ -218,7 +203,6 @@ def job_roots(args: Sequence[str], cwd: str, environ: Mapping[str, str] = os.env
 
 # --- the call -----------------------------------------------------------------------------------------------
 
-SOURCE_SUFFIXES = (".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm")
 # arguments after which a compile's output is not one object file, or that write other files
 _UNCACHEABLE = {
     "-E", "-M", "-MM", "-S", "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-lib", "--lib",
@@ -228,15 +212,6 @@ _UNCACHEABLE = {
     "--generate-dependencies", "--generate-nonsystem-dependencies", "-o-",
 }  # fmt: skip
 _UNCACHEABLE_PREFIXES = ("-fprofile-", "-save-temps=", "--save-temps=", "--keep-dir=", "--time=", "-Wp,")
-# options whose next argument is their value (so never a source)
-_VALUE_OPTIONS = {
-    "-o", "-I", "-D", "-U", "-x", "-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options",
-    "-Xptxas", "--ptxas-options", "-Xcudafe", "-Xnvlink", "-Xlinker", "-Xarchive", "-gencode",
-    "--generate-code", "-arch", "--gpu-architecture", "-code", "--gpu-code", "-include", "-isystem",
-    "-iquote", "-idirafter", "-t", "--threads", "-MF", "-MT", "-MQ", "--dependency-output",
-    "--dependency-target-name", "-odir", "--output-directory", "-L", "-l", "-maxrregcount", "--maxrregcount",
-    "--include-path", "--system-include", "-std", "--std", "-imacros", "-Xfatbin",
-}  # fmt: skip
 # the dependency options the key leaves out: they change no object
 _DEP_FLAGS = {
     "-MD",
@@ -244,7 +219,6 @@ _DEP_FLAGS = {
     "--generate-dependencies-with-compile",
     "--generate-nonsystem-dependencies-with-compile",
 }
-_DEP_VALUE = {"-MF", "--dependency-output"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,82 +236,37 @@ class Call:
 def parse_call(mode: str, args: Sequence[str], depfile_for: str | None = None) -> Call | str:
     """A cacheable compile, or why the call is not one. depfile_for: where the depfile goes when the call
     names none (the caller deletes it)."""
-    sources: list[str] = []
-    output: str | None = None
-    depfile: str | None = None
-    wants_deps = compile_flag = False
+    parsed = nvcccall.parse(args, mode)
+    wants_deps = False
     key: list[str] = []
     run: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        nxt = args[i + 1] if i + 1 < len(args) else None
-        if arg.startswith("@"):
+    for arg in parsed.args:
+        if arg.text.startswith("@") and arg.option is None:
             return "a response file"
-        if arg in _UNCACHEABLE or arg.startswith(_UNCACHEABLE_PREFIXES):
-            return f"{arg} is not a plain compile"
-        if arg in ("-c", "--compile"):
-            compile_flag = True
-        if arg == "-o":
-            if nxt is None:
-                return "-o without a file"
-            output = nxt
-            run += [arg, nxt]
-            i += 2
-            continue
-        if arg.startswith("-o") and mode == "cxx" and len(arg) > 2:
-            output = arg[2:]
-            run.append(arg)
-            i += 1
-            continue
-        if arg.startswith("--output-file="):
-            output = arg.split("=", 1)[1]
-            run.append(arg)
-            i += 1
-            continue
-        if arg in _DEP_FLAGS:
+        if arg.text in _UNCACHEABLE or arg.text.startswith(_UNCACHEABLE_PREFIXES):
+            return f"{arg.text} is not a plain compile"
+        if arg.option in ("-o", "-MF"):
+            if arg.missing:
+                return f"{arg.text} without a file"
+            run += arg.raw  # where it writes changes no object
+        elif arg.text in _DEP_FLAGS:
             wants_deps = True
             # every header, system ones too: a manifest missing one would be unsound
             run.append(
                 "-MD"
-                if arg == "-MMD"
+                if arg.text == "-MMD"
                 else "--generate-dependencies-with-compile"
-                if "nonsystem" in arg
-                else arg
+                if "nonsystem" in arg.text
+                else arg.text
             )
-            i += 1
-            continue
-        if arg in _DEP_VALUE:
-            if nxt is None:
-                return f"{arg} without a file"
-            depfile = nxt
-            run += [arg, nxt]
-            i += 2
-            continue
-        if arg.startswith("--dependency-output="):
-            depfile = arg.split("=", 1)[1]
-            run.append(arg)
-            i += 1
-            continue
-        if mode == "cxx" and arg.startswith("-MF") and len(arg) > 3:
-            depfile = arg[3:]
-            run.append(arg)
-            i += 1
-            continue
-        if arg in _VALUE_OPTIONS and nxt is not None:
-            key += [arg, nxt]
-            run += [arg, nxt]
-            i += 2
-            continue
-        if arg == "-" or (not arg.startswith("-") and arg.endswith(SOURCE_SUFFIXES)):
-            sources.append(arg)
-        key.append(arg)
-        run.append(arg)
-        i += 1
-    if not compile_flag:
+        else:
+            key += arg.raw
+            run += arg.raw
+    if not parsed.compile_only:
         return "not a compile (-c)"
-    if len(sources) != 1 or sources[0] == "-":
+    if len(parsed.sources) != 1 or parsed.reads_stdin:
         return "not one source file"
+    output, depfile = parsed.output, parsed.depfile
     if not output or output == "-":
         return "no object file (-o)"
     if wants_deps and depfile is None:
@@ -353,7 +282,7 @@ def parse_call(mode: str, args: Sequence[str], depfile_for: str | None = None) -
         return f"a depfile ({depfile}) without -MD"
     return Call(
         mode=mode,
-        source=sources[0],
+        source=parsed.sources[0],
         output=output,
         depfile=depfile,
         key_args=tuple(key),
@@ -456,15 +385,7 @@ def _version(program: str) -> str:
 
 def host_compilers(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
     """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else gcc and g++ first on PATH."""
-    for i, arg in enumerate(args):
-        if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
-            chosen = args[i + 1]
-            break
-        if arg.startswith(("-ccbin=", "--compiler-bindir=")):
-            chosen = arg.split("=", 1)[1]
-            break
-    else:
-        chosen = environ.get("NVCC_CCBIN", "")
+    chosen = nvcccall.parse(args).host_compiler or environ.get("NVCC_CCBIN", "")
     if not chosen:
         return ("gcc", "g++")
     if os.path.isdir(chosen):
@@ -493,7 +414,7 @@ def direct_key(
     source_sha = file_sha256(os.path.join(cwd, call.source))
     if source_sha is None:
         return None
-    relative = any(not os.path.isabs(p) for p in [call.source, *_include_values(call.key_args)] if p)
+    relative = any(not os.path.isabs(p) for p in [call.source, *nvcccall.include_dirs(call.key_args)] if p)
     parts = [
         f"factory-compilecache/{KEY_FORMAT}",
         call.mode,

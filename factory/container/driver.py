@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import admission, cudagaps, heartbeat, preflight, protocol
+from . import cudagaps, heartbeat, nvcccall, preflight, protocol
 
 WHEELHOUSE = Path("/wheelhouse")
 CHECK_WHEELHOUSE = Path("/wheelhouse-check")  # the package's runtime requirements, when the host found any
@@ -52,7 +52,7 @@ def run(cmd: list[str], **kwargs: object) -> None:
 
 
 def job_dir() -> Path:
-    return Path(os.environ["FACTORY_JOB_DIR"])
+    return Path(os.environ[protocol.ENV_JOB_DIR])
 
 
 def claim(jd: Path) -> None:
@@ -73,7 +73,7 @@ def make_venv(path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)
     # No --seed: seeding would fetch pip from the network; pip comes from the wheelhouse when needed.
-    run(["uv", "venv", "--python", os.environ["FACTORY_PYTHON"], str(path)])
+    run(["uv", "venv", "--python", os.environ[protocol.ENV_PYTHON], str(path)])
     return path / "bin" / "python"
 
 
@@ -102,7 +102,7 @@ def check_torch_cuda(python: Path) -> None:
     )
     torch_version, torch_cuda = json.loads(out)
     mark(torch=torch_version, torch_cuda=torch_cuda)
-    want = os.environ.get("FACTORY_CUDA", "")
+    want = os.environ.get(protocol.ENV_CUDA, "")
     if torch_cuda is None:
         sys.exit(f"factory: torch {torch_version} is a CPU build; CUDA {want} was expected")
     if want and torch_cuda.split(".")[:2] != want.split(".")[:2]:
@@ -136,7 +136,7 @@ def tool_version(cmd: list[str]) -> str:
 def mark_toolchain(env: dict[str, str]) -> None:
     """Which nvcc and host compiler this build's compiles ran with: `{"toolchain": {"nvcc": "13.0.88",
     "cxx": "g++ (Debian 14.2.0-19) 14.2.0"}}` (the nvcc the wrapper runs, the c++ the build would)."""
-    nvcc = env.get("FACTORY_REAL_NVCC") or os.path.join(
+    nvcc = env.get(protocol.ENV_REAL_NVCC) or os.path.join(
         env.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
     )
     cxx = env.get("CXX") or "c++"
@@ -157,7 +157,7 @@ def cache_env(env: dict[str, str]) -> dict[str, str]:
         return {}
     extra = {"CXX": str(CXX_LAUNCHER)}
     if env.get("CXX"):
-        extra["FACTORY_REAL_CXX"] = env["CXX"]
+        extra[protocol.ENV_REAL_CXX] = env["CXX"]
     return extra
 
 
@@ -178,7 +178,7 @@ def build() -> None:
     ready = venv / ".factory-ready"
     if not ready.exists():
         python = make_venv(venv)
-        requirements = [r for r in os.environ.get("FACTORY_REQUIREMENTS", "").split("\n") if r]
+        requirements = [r for r in os.environ.get(protocol.ENV_REQUIREMENTS, "").split("\n") if r]
         uv_install(python, requirements)
         ready.touch()
     check_torch_cuda(python)
@@ -250,7 +250,7 @@ def preflight_device(state: Path) -> dict[str, object]:
     if call is None:
         return {"source": None, "arch": None, "deferred": False}
     argv = preflight.one_arch(call.argv)
-    arch = preflight.arch_label(admission.parse_nvcc_args(argv).archs)
+    arch = preflight.arch_label(nvcccall.parse(argv).archs)
     env = {k: v for k, v in call.env.items() if k != protocol.ENV_PREFLIGHT}  # a compile like any other
     print(f"factory-preflight: the build did not compile {ranked[0] if ranked else 'a ranked source'}; "
           f"compiling {call.source} for {arch or 'its arch'} instead", flush=True)  # fmt: skip
@@ -263,11 +263,11 @@ def check() -> None:
     jd = job_dir()
     claim(jd)
     mark(phase="install-check")
-    wheel = OUT / os.environ["FACTORY_WHEEL"]
+    wheel = OUT / os.environ[protocol.ENV_WHEEL]
     python = make_venv(jd / "check-venv")
     found = (WHEELHOUSE, CHECK_WHEELHOUSE) if CHECK_WHEELHOUSE.is_dir() else (WHEELHOUSE,)
     uv_install(python, [str(wheel)], wheelhouses=found)
-    script = os.environ["FACTORY_IMPORT_CHECK"]
+    script = os.environ[protocol.ENV_IMPORT_CHECK]
     run([str(python), "-I", "-c", script], cwd="/")
     mark(phase="done")
 

@@ -1,38 +1,31 @@
-"""What the wrappers read from their environment, and how they speak to the build log."""
+"""What the wrappers read from their environment (`protocol.WrapperEnv`), and how they speak to the build
+log."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
-from . import cgroup
+from . import cgroup, protocol
 
 
 def log(message: str) -> None:
-    if os.environ.get("FACTORY_WRAPPER_QUIET") != "1":
+    if os.environ.get(protocol.ENV_WRAPPER_QUIET) != "1":
         print(f"factory-nvcc: {message}", file=sys.stderr, flush=True)
 
 
-def read_cgroup() -> cgroup.CgroupInfo:
-    """The limits and usage of the cgroup this compile runs in (FACTORY_CGROUP_ROOT: where the cgroup file
-    system is, when not at /sys/fs/cgroup)."""
-    return cgroup.read_cgroup(os.environ.get("FACTORY_CGROUP_ROOT") or "/sys/fs/cgroup")
+def settings(environ: Mapping[str, str] | None = None) -> protocol.WrapperEnv:
+    """The wrapper's environment. A value it cannot read is said in the build log and left at its default:
+    a compile never fails for a hint (a matrix's own env may set these)."""
+    problems: list[str] = []
+    found = protocol.WrapperEnv.from_env(os.environ if environ is None else environ, problems=problems)
+    for problem in problems:
+        log(f"ignored {problem}")
+    return found
 
 
-def env_int(name: str, default: int | None) -> int | None:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        return int(float(value))
-    except ValueError:
-        return default
-
-
-def env_fraction(name: str) -> float | None:
-    """A fraction in (0, 1] from the environment; anything else is ignored (None), never fatal."""
-    try:
-        value = float(os.environ.get(name) or "nan")
-    except ValueError:
-        return None
-    return value if 0 < value <= 1 else None
+def read_cgroup(root: str | None = None) -> cgroup.CgroupInfo:
+    """The limits and usage of the cgroup this compile runs in (`root`: where the cgroup file system is, when
+    not at /sys/fs/cgroup)."""
+    return cgroup.read_cgroup(root or "/sys/fs/cgroup")

@@ -10,12 +10,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import IO, Any
 
-from . import admission, cgroup
+from . import admission, cgroup, protocol
 from .bell import Bell, ring
-from .environ import env_int, log, read_cgroup
+from .environ import log, read_cgroup
 from .measure import signal_group
 from .predictor import Predictor
 from .procs import sibling_wrappers, this_job, tree_kids, tree_rss, tree_workers
@@ -90,16 +89,24 @@ class Admission:
     is granted (two-stage admission, `admission.choose` and `admission.grant_peak`)."""
 
     def __init__(
-        self, state_dir: str, *, limit: int, info: cgroup.CgroupInfo, threads: int, waves: int
+        self,
+        state_dir: str,
+        *,
+        limit: int,
+        info: cgroup.CgroupInfo,
+        threads: int,
+        waves: int,
+        settings: protocol.WrapperEnv | None = None,
     ) -> None:
+        settings = settings or protocol.WrapperEnv()
         self.state_dir = state_dir
         self.me = str(os.getpid())
         self.limit = limit
-        headroom = env_int("FACTORY_HEADROOM_BYTES", None)
+        headroom = settings.headroom_bytes
         self.headroom = admission.default_headroom(limit) if headroom is None else headroom
-        cpus_env = os.environ.get("FACTORY_CPUS")
-        self.cpus = float(cpus_env) if cpus_env else cgroup.effective_cpus(info)
-        self.poll = float(os.environ.get("FACTORY_POLL_S", "0.5"))
+        self.cpus = settings.cpus or cgroup.effective_cpus(info)
+        self.poll = settings.poll_s
+        self.cgroup_root = settings.cgroup_root
         self.threads = threads
         self.waves = waves
         self.front: int | None = None
@@ -116,7 +123,7 @@ class Admission:
     @contextlib.contextmanager
     def observe(self) -> Iterator[tuple[dict[str, Any], dict[str, admission.Running], int]]:
         """The locked state, what admission sees of the running compiles, and the cgroup's usage."""
-        used = read_cgroup().in_use or 0
+        used = read_cgroup(self.cgroup_root).in_use or 0
         with locked_state(self.state_dir) as state:
             kids = tree_kids(int(pid) for pid in state["running"])
             yield state, running_states(state, kids, time.time()), used
@@ -125,7 +132,8 @@ class Admission:
         """Wait for this compile's start: seconds waited, and the prediction it was admitted with.
 
         One waiting wrapper at a time dispatches (it holds `dispatch.lock`): each poll it starts every
-        waiting compile that may start, in priority order, as the simulator's `_admit` does. The others only
+        waiting compile that may start, in priority order (`admission.dispatch`, which the simulator runs
+        too). The others only
         look for their grant, so with hundreds of compiles waiting (flash-attn: 288 on 128 cores) the build
         reads and decides once per poll, not once per waiter and poll."""
         t0 = time.monotonic()
@@ -206,47 +214,33 @@ class Admission:
                     prediction=predictor.predict(str(w["key"]), int(w["estimate_bytes"])),
                     threads=int(w.get("threads", 1)),
                     ticket=int(w["ticket"]),
+                    pid=int(pid),
+                    waves=int(w.get("waves", 1)),
                 )
                 for pid, w in state["waiting"].items()
             ]
-            view = list(running.values())
-            decision: admission.Decision | None = None
-            started: list[str] = []
-            while waiting:
-                chosen, decision = admission.choose(waiting, used_bytes=used, running=view, **self.limits())
-                if chosen is None or decision is None:
-                    break
-                for pid, line in decision.lines:
+            decided = admission.dispatch(
+                waiting, used_bytes=used, running=list(running.values()), **self.limits()
+            )
+            for start in decided.starts:
+                for pid, line in start.decision.lines:
                     # a running compile's line, set before the new one can start: its wrapper stops it there
                     state["running"][str(pid)]["line"] = line
                     set_line(self.state_dir, str(pid), line)
-                    view = [
-                        replace(r, reserved_bytes=min(r.reserved_bytes, line), line_bytes=line)
-                        if r.pid == pid else r
-                        for r in view
-                    ]  # fmt: skip
-                waiting.remove(chosen)
-                waves = int(state["waiting"].pop(chosen.key).get("waves", 1))
-                front = admission.front_bytes(chosen.prediction)
+                chosen = start.waiting
+                del state["waiting"][chosen.key]
                 state["running"][chosen.key] = {
-                    **prediction_entry(chosen.prediction), "threads": chosen.threads, "waves": waves,
-                    "start": time.time(), "front": front, "line": decision.line_bytes,
+                    **prediction_entry(chosen.prediction), "threads": chosen.threads, "waves": chosen.waves,
+                    "start": time.time(), "front": start.front_bytes, "line": start.decision.line_bytes,
                 }  # fmt: skip
-                set_line(self.state_dir, chosen.key, decision.line_bytes)
-                view.append(
-                    admission.running(
-                        int(chosen.key), chosen.prediction, elapsed_s=0.0, seen_bytes=0, rss_bytes=0,
-                        threads=chosen.threads, waves=waves, front_bytes=front,
-                        line_bytes=decision.line_bytes,
-                    )
-                )  # fmt: skip
+                set_line(self.state_dir, chosen.key, start.decision.line_bytes)
                 with open(self.grant_path(chosen.key), "w"):
                     pass
-                started.append(chosen.key)
-        ring(self.state_dir, (pid for pid in started if pid != self.me))
-        if waiting:
-            reason = decision.reason if decision is not None else "no compile fits"
-            said.note(reason if len(waiting) == 1 else f"{reason}; {len(waiting)} compiles wait")
+        ring(self.state_dir, (s.waiting.key for s in decided.starts if s.waiting.key != self.me))
+        if decided.left:
+            reason = decided.why.reason if decided.why is not None else "no compile fits"
+            n = len(decided.left)
+            said.note(reason if n == 1 else f"{reason}; {n} compiles wait")
 
     def register(self, key: str, estimate_bytes: int) -> None:
         self.bell.hang()  # before anyone can see it waiting and ring

@@ -14,30 +14,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import nvcccall
+
 # a link input that can carry code: objects, and archives or shared libraries (which may hold anything)
 INPUT_SUFFIXES = (".o", ".obj", ".lo", ".a", ".so")
-# options of gcc/g++ (and nvcc) whose value is the next argument: never an input
-_VALUE_OPTIONS = frozenset(
-    {
-        "-o", "-I", "-D", "-U", "-L", "-l", "-x", "-u", "-T", "-z", "-MF", "-MT", "-MQ", "-include",
-        "-imacros", "-isystem", "-iquote", "-idirafter", "-Xlinker", "-Xcompiler", "-Xassembler",
-        "-Xpreprocessor", "-ccbin", "--output-file", "--dependency-output", "-aux-info", "-specs",
-    }
-)  # fmt: skip
 _NOT_A_LINK = frozenset({"-c", "-S", "-E", "--compile", "-M", "-MM", "--version", "-v", "-dlink"})
 
 
 def output_of(argv: Sequence[str], cwd: str) -> str | None:
     """The file a compiler call writes (`-o X`, `-oX`, `--output-file[=]X`), absolute and normal; None
     without one."""
-    found: str | None = None
-    for i, arg in enumerate(argv):
-        if arg in ("-o", "--output-file") and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif arg.startswith("--output-file="):
-            found = arg.split("=", 1)[1]
-        elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
-            found = arg[2:]
+    found = nvcccall.parse(argv, nvcccall.CXX).output
     return os.path.normpath(os.path.join(cwd, found)) if found and found != "-" else None
 
 
@@ -55,17 +42,10 @@ def link_of(argv: Sequence[str], cwd: str) -> Link | None:
     if output is None:
         return None
     inputs: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
+    for arg in nvcccall.scan(argv, nvcccall.CXX):
+        if arg.option is not None or arg.text.startswith("-") or not arg.text.endswith(INPUT_SUFFIXES):
             continue
-        if arg in _VALUE_OPTIONS:
-            skip = True
-            continue
-        if arg.startswith("-") or not arg.endswith(INPUT_SUFFIXES):
-            continue
-        path = os.path.normpath(os.path.join(cwd, arg))
+        path = os.path.normpath(os.path.join(cwd, arg.text))
         if path != output:
             inputs.append(path)
     return Link(output=output, inputs=tuple(inputs))

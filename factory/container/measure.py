@@ -39,12 +39,14 @@ def children_cpu_s() -> float:
 
 
 def run_measured(
-    cmd: list[str], on_sample: Callable[[int, subprocess.Popen[bytes]], float] | None = None
+    cmd: list[str],
+    on_sample: Callable[[int, subprocess.Popen[bytes]], float] | None = None,
+    *,
+    interval: float = protocol.WrapperEnv().sample_s,
 ) -> Measured:
-    """A child run in its own process group, forwarding termination signals. `on_sample` hears of each
-    sample and returns how long it kept the child stopped; stopped time counts neither in the samples' times
-    nor in the total."""
-    interval = float(os.environ.get("FACTORY_SAMPLE_S", "0.2"))
+    """A child run in its own process group, sampled every `interval` s, forwarding termination signals.
+    `on_sample` hears of each sample and returns how long it kept the child stopped; stopped time counts
+    neither in the samples' times nor in the total."""
     cpu0 = children_cpu_s()  # the wrapper's only child is this compile
     t0 = time.monotonic()
     child = subprocess.Popen(cmd, start_new_session=True)  # its own process group, to stop and resume

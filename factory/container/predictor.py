@@ -60,11 +60,12 @@ class Predictor:
         *,
         after_peak: float | None = None,
         seconds_by_file: tuple[tuple[str, float], ...] = (),
+        measurements: str | None = None,
     ) -> None:
         self.profile = profile
         self.entries = profile
         self.known: dict[str, Any] = {"after_peak": after_peak, "seconds_by_file": seconds_by_file}
-        self.out = os.environ.get("FACTORY_PROFILE_OUT")
+        self.out = measurements  # FACTORY_PROFILE_OUT
         self.stamp: tuple[int, int] | None = None
         self.cache: dict[tuple[str, int], admission.Prediction] = {}
 

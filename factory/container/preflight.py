@@ -28,12 +28,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from . import protocol, shardskip
+from . import nvcccall, protocol, shardskip
 
 DIR_NAME = "preflight"  # under FACTORY_JOB_DIR: kept across the attempts of one job, fresh per run
 CALLS = "calls"
 DEVICE_FILE = "device.json"
-_GENCODE_FLAGS = ("-gencode", "--generate-code")
 _VIRTUAL = re.compile(r"(?:arch=)?compute_(\d+)([a-z]?)")
 _REAL = re.compile(r"sm_(\d+)([a-z]?)")
 
@@ -53,27 +52,21 @@ def _arch_of(value: str) -> tuple[int, str] | None:
 def one_arch(argv: Sequence[str]) -> list[str]:
     """An nvcc command line with only the -gencode entries of its lowest arch (by number: compute_80 before
     compute_100, whatever its codes); a line with one arch, or none in -gencode form, as it is."""
-    spans: list[tuple[int, int, tuple[int, str] | None]] = []  # (start, length, arch) of each -gencode
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in _GENCODE_FLAGS and i + 1 < len(argv):
-            spans.append((i, 2, _arch_of(argv[i + 1])))
-            i += 2
-            continue
-        if arg.startswith(tuple(f"{f}=" for f in _GENCODE_FLAGS)):
-            spans.append((i, 1, _arch_of(arg.split("=", 1)[1])))
-        i += 1
-    archs = {arch for _, _, arch in spans if arch is not None}
+    spans = [  # (where, arch) of each -gencode
+        (range(a.index, a.index + len(a.raw)), _arch_of(a.value))
+        for a in nvcccall.scan(argv)
+        if a.option == "-gencode" and a.value is not None
+    ]
+    archs = {arch for _, arch in spans if arch is not None}
     if len(archs) < 2:
         return list(argv)
     lowest = min(archs)
-    drop = {k for start, n, arch in spans if arch not in (None, lowest) for k in range(start, start + n)}
+    drop = {k for where, arch in spans if arch not in (None, lowest) for k in where}
     return [a for k, a in enumerate(argv) if k not in drop]
 
 
 def arch_label(archs: Sequence[str]) -> str | None:
-    """The parsed archs of a call (`admission.parse_nvcc_args`: "compute_80") as the cubins they name:
+    """The parsed archs of a call (`nvcccall.NvccCall.archs`: "compute_80") as the cubins they name:
     "sm_80"; None for a call that names none."""
     labels = [a.replace("compute_", "sm_") for a in archs if a.startswith("compute_")]
     return ",".join(labels) or None
@@ -83,7 +76,7 @@ def arch_label(archs: Sequence[str]) -> str | None:
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    job_dir = (environ if environ is not None else os.environ).get("FACTORY_JOB_DIR")
+    job_dir = (environ if environ is not None else os.environ).get(protocol.ENV_JOB_DIR)
     return os.path.join(job_dir, DIR_NAME) if job_dir else None
 
 

@@ -18,6 +18,9 @@
 - owners: `{"pid", "host"}` of the factory process a directory belongs to (`owner_json`, `parse_owner`), in
   OWNER_FILE of a run's temporary output directory and of a job's directory in the work volume (set by the
   host in ENV_JOB_OWNER, written there by the driver)
+- the environment the host gives a build container: the variables' names (`ENV_*`), and what the nvcc wrapper
+  and its `c++` launcher read of it (`WrapperEnv`, with `to_env` and `from_env`), with the per-file tables it
+  carries (`format_by_file`, `parse_by_file`)
 - the work volume's job directories, as the driver's `jobs` phase lists them for `factory clean`
   (`job_listing_line`, `parse_job_listing`), and those its `remove-jobs` phase removed (`removed_line`,
   `parse_removed`)
@@ -25,11 +28,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from .links import Link
 
@@ -43,13 +48,45 @@ CACHE_MISS = "miss"
 CACHE_OFF = "off"
 # a compile another shard makes: an empty object stood in for it
 CACHE_SKIPPED = "skipped"
+# The build container's environment, as the host writes it and the container reads it. The names stay: the
+# images' scripts and the matrices' own env may name them too.
+# the driver's
+ENV_JOB_DIR = "FACTORY_JOB_DIR"  # the job's directory in the work volume
+ENV_PYTHON = "FACTORY_PYTHON"  # the interpreter of the build's venv ("python3.12")
+ENV_CUDA = "FACTORY_CUDA"  # the CUDA version the job builds for
+ENV_REQUIREMENTS = "FACTORY_REQUIREMENTS"  # the build's requirements, one a line
+ENV_WHEEL = "FACTORY_WHEEL"  # the install check's wheel, in /out
+ENV_IMPORT_CHECK = "FACTORY_IMPORT_CHECK"  # the install check's script
+LIMITED_API_ENV = "FACTORY_PY_LIMITED_API"
 # `factory build --shard I/N`: the shard, and its compiles (JSON list of paths relative to the source root)
 ENV_SHARD = "FACTORY_SHARD"
 ENV_SHARD_SOURCES = "FACTORY_SHARD_SOURCES"
 # `factory build --preflight`: the candidates for its one device compile (JSON list of paths relative to the
 # source root, cheapest first); every other nvcc compile is stood in for
 ENV_PREFLIGHT = "FACTORY_PREFLIGHT"
-LIMITED_API_ENV = "FACTORY_PY_LIMITED_API"
+# the nvcc wrapper's and its `c++` launcher's (`WrapperEnv`)
+ENV_STATE_DIR = "FACTORY_STATE_DIR"
+ENV_PROFILE_IN = "FACTORY_PROFILE_IN"
+ENV_PROFILE_JSON = "FACTORY_PROFILE_JSON"
+ENV_PROFILE_OUT = "FACTORY_PROFILE_OUT"
+ENV_MEM_LIMIT = "FACTORY_MEM_LIMIT"
+ENV_EST_PER_ARCH_BYTES = "FACTORY_EST_PER_ARCH_BYTES"
+ENV_EST_BASE_BYTES = "FACTORY_EST_BASE_BYTES"
+ENV_EST_BY_FILE = "FACTORY_EST_BY_FILE"
+ENV_AFTER_PEAK = "FACTORY_AFTER_PEAK"
+ENV_SECONDS_BY_FILE = "FACTORY_SECONDS_BY_FILE"
+ENV_HEADROOM_BYTES = "FACTORY_HEADROOM_BYTES"
+ENV_CPUS = "FACTORY_CPUS"
+ENV_POLL_S = "FACTORY_POLL_S"
+ENV_SAMPLE_S = "FACTORY_SAMPLE_S"
+ENV_ADMISSION = "FACTORY_ADMISSION"
+ENV_REAL_NVCC = "FACTORY_REAL_NVCC"
+ENV_REAL_CXX = "FACTORY_REAL_CXX"
+ENV_CGROUP_ROOT = "FACTORY_CGROUP_ROOT"
+ENV_WRAPPER_QUIET = "FACTORY_WRAPPER_QUIET"
+ENV_CACHE_DIR = "FACTORY_CACHE_DIR"  # the compile cache's entries to look up in (read-only in a container)
+ENV_CACHE_OUT = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the job's outbox)
+ENV_CACHE_VERIFY = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
 
 
 # --- progress marks ----------------------------------------------------------------------------------------
@@ -273,6 +310,269 @@ def _seconds(value: object) -> float:
 
 def _ints(value: object) -> tuple[int, ...]:
     return tuple(_bounded_int(v) for v in value or ())  # type: ignore[attr-defined]
+
+
+# --- the wrapper's environment -----------------------------------------------------------------------------
+
+
+def format_by_file(table: Sequence[tuple[str, float]]) -> str:
+    """FACTORY_EST_BY_FILE (bytes) or FACTORY_SECONDS_BY_FILE: a per-file table as a JSON list of [glob on
+    the base name, number], the first match winning (`parse_by_file` reads it back)."""
+    return json.dumps([list(item) for item in table], separators=(",", ":"))
+
+
+def parse_by_file(text: str | None) -> tuple[tuple[str, int], ...]:
+    """FACTORY_EST_BY_FILE (a JSON list of [pattern, bytes]); anything malformed is dropped, so a bad value
+    falls back to the per-arch estimate instead of breaking every compile of the build."""
+    return tuple((pattern, int(value)) for pattern, value in _parse_table(text)[0])
+
+
+def parse_seconds_by_file(text: str | None) -> tuple[tuple[str, float], ...]:
+    """FACTORY_SECONDS_BY_FILE (a JSON list of [pattern, seconds]), dropping what is malformed."""
+    return _parse_table(text)[0]
+
+
+def _parse_table(text: str | None) -> tuple[tuple[tuple[str, float], ...], str | None]:
+    """A JSON list of [glob, positive number]: the items that are one, and what was wrong with the rest."""
+    if not text:
+        return (), None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return (), "not JSON"
+    if not isinstance(value, list):
+        return (), "not a JSON list"
+    table: list[tuple[str, float]] = []
+    for item in value:
+        if (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], int | float)
+            and not isinstance(item[1], bool)
+            and math.isfinite(item[1])
+            and item[1] > 0
+        ):
+            table.append((item[0], item[1]))
+    wrong = len(value) - len(table)
+    return tuple(table), (f"{wrong} item(s) not [glob, positive number]" if wrong else None)
+
+
+def parse_paths(text: str | None) -> tuple[str, ...] | None:
+    """FACTORY_SHARD_SOURCES or FACTORY_PREFLIGHT: a JSON list of paths; None when unset or not one (the
+    build then compiles everything, which is never wrong, only slower)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(value)
+
+
+def _whole(text: str) -> int:
+    try:
+        number = float(text)  # "6e9" and "6442450944.0" as well: a size written as a float is still one
+    except ValueError:
+        raise ValueError("not a number of bytes") from None
+    if not (math.isfinite(number) and number >= 0 and number == int(number)):
+        raise ValueError("not a whole number of bytes, 0 or more")
+    return int(number)
+
+
+def _positive(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError("not a number above 0")
+    return number
+
+
+def _fraction(text: str) -> float:
+    number = _positive(text)
+    if number > 1:
+        raise ValueError("not a fraction in (0, 1]")
+    return number
+
+
+def _switch(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError('not "on" or "off"')
+    return text == "on"
+
+
+def _flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError('not "0" or "1"')
+    return text == "1"
+
+
+def _table(text: str) -> tuple[tuple[str, float], ...]:
+    table, wrong = _parse_table(text)
+    if wrong:
+        raise ValueError(f"{wrong}: a JSON list of [glob, positive number] is wanted")
+    return table
+
+
+def _byte_table(text: str) -> tuple[tuple[str, int], ...]:
+    return tuple((pattern, int(value)) for pattern, value in _table(text))
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    paths = parse_paths(text)
+    if paths is None:
+        raise ValueError("not a JSON list of paths")
+    return paths
+
+
+def _number(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _on_off(value: object) -> str:
+    return "on" if value else "off"
+
+
+def _one_zero(value: object) -> str:
+    return "1" if value else "0"
+
+
+def _json_list(value: object) -> str:
+    return json.dumps(list(value))  # type: ignore[call-overload]
+
+
+def _table_text(value: object) -> str:
+    return format_by_file(value)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Var:
+    """How one field of `WrapperEnv` is written into the environment and read back from it."""
+
+    name: str
+    read: Callable[[str], Any]
+    write: Callable[[object], str]
+
+
+def _var(name: str, read: Callable[[str], Any], write: Callable[[object], str], default: Any = None) -> Any:
+    return field(default=default, metadata={"var": _Var(name, read, write)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class WrapperEnv:
+    """What the nvcc wrapper (and its `c++` launcher, and the admission gate) read from the build container's
+    environment: the host writes it (`to_env`), the wrapper reads it (`from_env`). A field at its default is
+    not written, and an unset or empty variable reads as its field's default.
+
+    FACTORY_STATE_DIR       directory shared by all compiles of one build; without it nvcc runs unadmitted
+    FACTORY_PROFILE_IN      learned profile JSON ({"entries": {key: {"peak_bytes", "wall_s"}}})
+    FACTORY_PROFILE_JSON    the same profile inline (wins over FACTORY_PROFILE_IN)
+    FACTORY_PROFILE_OUT     JSON lines file the measurements are appended to
+    FACTORY_MEM_LIMIT       bytes (default: the cgroup's limit)
+    FACTORY_EST_PER_ARCH_BYTES  estimate per arch per nvcc thread for files without a profile entry
+    FACTORY_EST_BASE_BYTES  nvcc's own share of a compile's peak
+    FACTORY_EST_BY_FILE     per-file estimates before the per-arch one: [[glob on the base name, bytes], ...],
+                            the first match wins
+    FACTORY_AFTER_PEAK      the recipe's compile_after_peak: what an unprofiled compile holds at most past its
+                            peak, as a fraction of it
+    FACTORY_SECONDS_BY_FILE the recipe's compile_seconds_by_file: [[glob, seconds], ...]; unprofiled compiles
+                            wait in its order, longest first
+    FACTORY_HEADROOM_BYTES  memory kept free for linking and Python
+    FACTORY_CPUS            CPUs (default: cgroup quota or affinity)
+    FACTORY_POLL_S          seconds between admission checks
+    FACTORY_SAMPLE_S        seconds between RSS samples of a compile
+    FACTORY_ADMISSION       "off": measure and record only, start at once (for comparisons)
+    FACTORY_REAL_NVCC       the real nvcc (default $CUDA_HOME/bin/nvcc)
+    FACTORY_REAL_CXX        the real host compiler of the `c++` launcher (default: c++ on PATH)
+    FACTORY_CGROUP_ROOT     where the cgroup file system is mounted (default /sys/fs/cgroup)
+    FACTORY_WRAPPER_QUIET   "1": the wrapper says nothing in the build log but its measurements
+    FACTORY_SHARD_SOURCES   a sharded build's own sources (JSON list, relative to the source root)
+    FACTORY_PREFLIGHT       a preflight's candidates for its one device compile (JSON list, cheapest first)
+    FACTORY_CACHE_DIR       the compile cache's root (read-only); unset: no cache
+    FACTORY_CACHE_OUT       the job's outbox: compiles that ran are recorded there, and hits marked
+    FACTORY_CACHE_VERIFY    how many hits of the build are compiled anyway and compared with the cache's
+    FACTORY_JOB_DIR         the job's directory (the compile cache's @JOB@, a preflight's records)
+    """
+
+    state_dir: str | None = _var(ENV_STATE_DIR, str, str)
+    profile_in: str | None = _var(ENV_PROFILE_IN, str, str)
+    profile_json: str | None = _var(ENV_PROFILE_JSON, str, str)
+    profile_out: str | None = _var(ENV_PROFILE_OUT, str, str)
+    mem_limit: int | None = _var(ENV_MEM_LIMIT, _whole, _number)
+    est_per_arch_bytes: int | None = _var(ENV_EST_PER_ARCH_BYTES, _whole, _number)
+    est_base_bytes: int | None = _var(ENV_EST_BASE_BYTES, _whole, _number)
+    est_by_file: tuple[tuple[str, int], ...] = _var(ENV_EST_BY_FILE, _byte_table, _table_text, ())
+    after_peak: float | None = _var(ENV_AFTER_PEAK, _fraction, _number)
+    seconds_by_file: tuple[tuple[str, float], ...] = _var(ENV_SECONDS_BY_FILE, _table, _table_text, ())
+    headroom_bytes: int | None = _var(ENV_HEADROOM_BYTES, _whole, _number)
+    cpus: float | None = _var(ENV_CPUS, _positive, _number)
+    poll_s: float = _var(ENV_POLL_S, _positive, _number, 0.5)
+    sample_s: float = _var(ENV_SAMPLE_S, _positive, _number, 0.2)
+    admission: bool = _var(ENV_ADMISSION, _switch, _on_off, True)
+    real_nvcc: str | None = _var(ENV_REAL_NVCC, str, str)
+    real_cxx: str | None = _var(ENV_REAL_CXX, str, str)
+    cgroup_root: str | None = _var(ENV_CGROUP_ROOT, str, str)
+    quiet: bool = _var(ENV_WRAPPER_QUIET, _flag, _one_zero, False)
+    shard_sources: tuple[str, ...] | None = _var(ENV_SHARD_SOURCES, _paths, _json_list)
+    preflight: tuple[str, ...] | None = _var(ENV_PREFLIGHT, _paths, _json_list)
+    cache_dir: str | None = _var(ENV_CACHE_DIR, str, str)
+    cache_out: str | None = _var(ENV_CACHE_OUT, str, str)
+    cache_verify: int = _var(ENV_CACHE_VERIFY, _whole, _number, 0)
+    job_dir: str | None = _var(ENV_JOB_DIR, str, str)
+
+    NAMES: ClassVar[tuple[str, ...]]
+
+    def __post_init__(self) -> None:
+        # a value the host could write but the wrapper would refuse never leaves the host
+        for f, var in _vars():
+            value = getattr(self, f.name)
+            if value != f.default:
+                try:
+                    var.read(var.write(value))
+                except ValueError as exc:
+                    raise ValueError(f"{var.name}={var.write(value)!r}: {exc}") from None
+
+    def to_env(self) -> dict[str, str]:
+        """The variables of the fields not at their default."""
+        return {
+            var.name: var.write(getattr(self, f.name))
+            for f, var in _vars()
+            if getattr(self, f.name) != f.default
+        }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, problems: list[str] | None = None) -> WrapperEnv:
+        """The wrapper's view of an environment. A value that is not one of its variable's raises ValueError
+        naming both; with `problems`, it is said there instead and its field keeps its default (a table
+        keeps its good items): a compile never fails for a hint."""
+        values: dict[str, Any] = {}
+        for f, var in _vars():
+            raw = env.get(var.name)
+            if not raw:
+                continue
+            try:
+                values[f.name] = var.read(raw)
+            except ValueError as exc:
+                shown = raw if len(raw) <= 60 else f"{raw[:57]}..."
+                message = f"{var.name}={shown!r}: {exc}"
+                if problems is None:
+                    raise ValueError(message) from None
+                problems.append(message)
+                if var.read in (_table, _byte_table):
+                    good = _parse_table(raw)[0]
+                    values[f.name] = tuple((p, int(v)) for p, v in good) if var.read is _byte_table else good
+        return cls(**values)
+
+
+def _vars() -> list[tuple[dataclasses.Field[Any], _Var]]:
+    return [(f, f.metadata["var"]) for f in dataclasses.fields(WrapperEnv)]
+
+
+WrapperEnv.NAMES = tuple(var.name for _, var in _vars())
 
 
 # --- owners ------------------------------------------------------------------------------------------------

@@ -8,29 +8,19 @@ compile cache. The wheel such a build makes is never used. Standard library only
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from . import protocol
+from . import nvcccall, protocol
 
 
 def env_sources(name: str, environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
     """The JSON list of source paths in the variable `name`; None when it is unset or not a JSON list of
     strings: the build then compiles everything, which is never wrong, only slower."""
-    raw = (environ if environ is not None else os.environ).get(name)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        return None
-    return tuple(value)
+    return protocol.parse_paths((environ if environ is not None else os.environ).get(name))
 
 
 def shard_sources(environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
@@ -47,27 +37,12 @@ def in_shard(source: str, sources: Sequence[str]) -> bool:
 
 def outputs(argv: Sequence[str]) -> tuple[str | None, str | None]:
     """(the object, the depfile) an nvcc command line writes."""
-    obj = dep = None
-    for i, arg in enumerate(argv):
-        nxt = argv[i + 1] if i + 1 < len(argv) else None
-        if arg in ("-o", "--output-file"):
-            obj = nxt
-        elif arg.startswith(("-o=", "--output-file=")):
-            obj = arg.split("=", 1)[1]
-        elif arg in ("--dependency-output", "-MF"):
-            dep = nxt
-        elif arg.startswith(("--dependency-output=", "-MF=")):
-            dep = arg.split("=", 1)[1]
-    return obj, dep
+    call = nvcccall.parse(argv)
+    return call.output, call.depfile
 
 
 def host_compiler(argv: Sequence[str]) -> str:
-    for i, arg in enumerate(argv):
-        if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(("-ccbin=", "--compiler-bindir=")):
-            return arg.split("=", 1)[1]
-    return os.environ.get("CC") or "cc"
+    return nvcccall.parse(argv).host_compiler or os.environ.get("CC") or "cc"
 
 
 def stand_in(argv: Sequence[str], *, source: str, record: dict[str, object]) -> int:

@@ -14,38 +14,11 @@ build share their environment. Between polls each wrapper naps on its doorbell (
 rings the waiting ones, a dispatcher rings those it started, so a core passes from one compile to the next
 within milliseconds, not a poll or two.
 
-Environment:
-  FACTORY_REAL_NVCC            the real nvcc (default $CUDA_HOME/bin/nvcc)
-  FACTORY_STATE_DIR            directory shared by all compiles of one build; without it nvcc runs unadmitted
-  FACTORY_PROFILE_IN           learned profile JSON ({"entries": {key: {"peak_bytes", "wall_s"}}})
-  FACTORY_PROFILE_JSON         the same profile inline (wins over FACTORY_PROFILE_IN)
-  FACTORY_PROFILE_OUT          JSON lines file the measurements are appended to
-  FACTORY_MEM_LIMIT            bytes (default: the cgroup's limit)
-  FACTORY_EST_PER_ARCH_BYTES   estimate per arch per nvcc thread for files without a profile entry
-  FACTORY_EST_BY_FILE          per-file estimates before that one: JSON [[glob on the base name, bytes], ...],
-                               the first match wins
-  FACTORY_AFTER_PEAK           the recipe's compile_after_peak: what an unprofiled compile holds at most
-                               past its peak, as a fraction of it
-  FACTORY_SECONDS_BY_FILE      the recipe's compile_seconds_by_file: JSON [[glob, seconds], ...]; unprofiled
-                               compiles wait in its order, longest first
-  FACTORY_EST_BASE_BYTES       nvcc's own share of a compile's peak
-  FACTORY_HEADROOM_BYTES       memory kept free for linking and Python
-  FACTORY_CPUS                 CPUs (default: cgroup quota or affinity)
-  FACTORY_CGROUP_ROOT          where the cgroup file system is mounted (default /sys/fs/cgroup)
-  FACTORY_POLL_S               seconds between admission checks (default 0.5)
-  FACTORY_ADMISSION            "off": measure and record only, start at once (for comparisons)
-  FACTORY_SHARD_SOURCES        a sharded build's own sources (JSON list, relative to the source root); the
-                               other compiles write empty objects (`shardskip`)
-  FACTORY_PREFLIGHT            a preflight's candidates for its one device compile (JSON list, relative to the
-                               source root, cheapest first): the first is compiled for its lowest arch only,
-                               the other compiles stand in and are recorded, links stand in (`preflight`)
-  FACTORY_CACHE_DIR            the compile cache's root (`compilecache`, read-only); absent or empty: no
-                               cache. A compile is looked up before it is admitted: a hit takes no slot and
-                               no memory, writes its object (and depfile) and is measured as "cache": "hit"
-  FACTORY_CACHE_OUT            the job's outbox: compiles that ran are recorded there, and hits marked
-  FACTORY_CACHE_VERIFY         how many hits of the build are compiled anyway and compared with the cache's
-                               object ("cache_check": "same" or "differs" in their measurement)
-  FACTORY_REAL_CXX             the real host compiler of the `c++` launcher (default: c++ on PATH)
+Its environment is `protocol.WrapperEnv` (FACTORY_STATE_DIR, FACTORY_MEM_LIMIT, the recipe's estimates, ...).
+A sharded build's compiles of other shards write empty objects (`shardskip`); a preflight compiles its first
+candidate for its lowest arch only, and the other compiles stand in and are recorded (`preflight`). With the
+compile cache (FACTORY_CACHE_DIR) a compile is looked up before it is admitted: a hit takes no slot and no
+memory, writes its object (and depfile) and is measured as "cache": "hit".
 
 The `c++` launcher beside `nvcc` (CXX when the cache is on, or in a preflight) runs this module with
 --factory-cxx: the host compiler's compiles go through the cache too, unadmitted as they were before.
@@ -59,8 +32,8 @@ import shutil
 import sys
 import time
 
-from . import admission, compilecache, links, preflight, protocol, shardskip
-from .environ import env_fraction, env_int, log, read_cgroup
+from . import admission, compilecache, links, nvcccall, preflight, protocol, shardskip
+from .environ import log, read_cgroup, settings
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
 from .predictor import Predictor, read_profile
@@ -71,10 +44,8 @@ CXX_LAUNCHER = os.path.join(os.path.dirname(LAUNCHER), "c++")
 CXX_FLAG = "--factory-cxx"
 
 
-def real_nvcc() -> str:
-    real = os.environ.get("FACTORY_REAL_NVCC") or os.path.join(
-        os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
-    )
+def real_nvcc(env: protocol.WrapperEnv) -> str:
+    real = env.real_nvcc or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     if os.path.realpath(real) == LAUNCHER:
         sys.exit("factory-nvcc: FACTORY_REAL_NVCC points at the wrapper itself")
     if not (os.path.isfile(real) and os.access(real, os.X_OK)):
@@ -82,9 +53,9 @@ def real_nvcc() -> str:
     return real
 
 
-def real_cxx() -> str:
+def real_cxx(env: protocol.WrapperEnv) -> str:
     """FACTORY_REAL_CXX, else the first c++ on PATH that is not this launcher."""
-    chosen = os.environ.get("FACTORY_REAL_CXX") or "c++"
+    chosen = env.real_cxx or "c++"
     if os.sep not in chosen:
         here = os.path.dirname(CXX_LAUNCHER)
         path = os.pathsep.join(
@@ -105,7 +76,9 @@ def cache_attempt(mode: str, compiler: str, argv: list[str]) -> compilecache.Att
         return "error"
 
 
-def serve_from_cache(cached: compilecache.Attempt | str, record: dict[str, object]) -> bool:
+def serve_from_cache(
+    cached: compilecache.Attempt | str, record: dict[str, object], env: protocol.WrapperEnv
+) -> bool:
     """Answer the call from the cache when it holds it: outputs written, a hit's measurement printed."""
     if not isinstance(cached, compilecache.Attempt):
         return False
@@ -119,7 +92,7 @@ def serve_from_cache(cached: compilecache.Attempt | str, record: dict[str, objec
         record.update(
             peak_bytes=0, wall_s=round(time.monotonic() - t0, 3), cpu_s=0.0, rc=0, cache=protocol.CACHE_HIT
         )
-        emit(record)
+        emit(record, env)
         return True
     cached.start()
     return False
@@ -138,10 +111,9 @@ def cache_state(cached: compilecache.Attempt | str) -> str:
     return protocol.CACHE_MISS if isinstance(cached, compilecache.Attempt) else protocol.CACHE_OFF
 
 
-def emit(record: dict[str, object]) -> None:
-    out = os.environ.get("FACTORY_PROFILE_OUT")
-    if out:
-        append_measurement(out, record)
+def emit(record: dict[str, object], env: protocol.WrapperEnv) -> None:
+    if env.profile_out:
+        append_measurement(env.profile_out, record)
     # the build log carries the measurement too: the host reads it from there when the state dir is out of
     # reach
     print(protocol.measurement_line(record), file=sys.stderr, flush=True)
@@ -150,7 +122,8 @@ def emit(record: dict[str, object]) -> None:
 def cxx_main(argv: list[str]) -> int:
     """The host compiler through the cache: a hit writes the object, a miss compiles (unadmitted) and is
     stored; anything else runs as it is."""
-    cxx = real_cxx()
+    env = settings()
+    cxx = real_cxx(env)
     link = links.link_of(argv, os.getcwd())
     if link is not None:
         # before it runs: a link that fails still said what it linked
@@ -169,9 +142,9 @@ def cxx_main(argv: list[str]) -> int:
     compiled = links.output_of(argv, os.getcwd())
     if compiled is not None:
         record["object"] = compiled
-    if serve_from_cache(cached, record):
+    if serve_from_cache(cached, record, env):
         return 0
-    run = run_measured([cxx, *cached.run_args])
+    run = run_measured([cxx, *cached.run_args], interval=env.sample_s)
     cached.finish(run.code)
     record.update(
         peak_bytes=max((rss for _, rss in run.samples), default=0),
@@ -180,11 +153,11 @@ def cxx_main(argv: list[str]) -> int:
         rc=run.code,
     )
     cache_record(cached, record)
-    emit(record)
+    emit(record, env)
     return run.code
 
 
-def measured_as(call: admission.NvccCall, argv: list[str]) -> dict[str, object]:
+def measured_as(call: nvcccall.NvccCall, argv: list[str]) -> dict[str, object]:
     """The start of a compile's measurement: its key, what it compiles, and the object it writes (the host
     tells from it which modules link nvcc's objects)."""
     assert call.source is not None
@@ -219,8 +192,9 @@ def select(argv: list[str], source: str) -> list[str] | None:
 def main(argv: list[str]) -> int:
     if argv[:1] == [CXX_FLAG]:
         return cxx_main(argv[1:])
-    nvcc = real_nvcc()
-    call = admission.parse_nvcc_args(argv)
+    env = settings()
+    nvcc = real_nvcc(env)
+    call = nvcccall.parse(argv)
     if not call.is_compile:
         os.execv(nvcc, [nvcc, *argv])
     assert call.source is not None
@@ -228,51 +202,60 @@ def main(argv: list[str]) -> int:
     if chosen is None:
         # before the cache's key, which would hash its inputs for nothing
         return shardskip.stand_in(argv, source=call.source, record=measured_as(call, argv))
-    argv, call = chosen, admission.parse_nvcc_args(chosen)  # a preflight's device compile has one arch left
+    argv, call = chosen, nvcccall.parse(chosen)  # a preflight's device compile has one arch left
     assert call.source is not None
     if preflight.candidates() is not None:
         preflight.mark_device(call.source, call.archs)
     record = measured_as(call, argv)
     key = str(record["key"])
-    state_dir = os.environ.get("FACTORY_STATE_DIR")
+    state_dir = env.state_dir
     cached = cache_attempt("nvcc", nvcc, argv)
     if not state_dir and not isinstance(cached, compilecache.Attempt):
         os.execv(nvcc, [nvcc, *argv])
     # before admission: a hit takes no slot and no memory
-    if serve_from_cache(cached, record):
+    if serve_from_cache(cached, record, env):
         return 0
     if isinstance(cached, compilecache.Attempt):
         argv = list(cached.run_args)  # with a depfile of its own when the call named none, and prefix maps
-    base = env_int("FACTORY_EST_BASE_BYTES", None)
     estimate = admission.compile_estimate(
         call.source,
-        per_arch_bytes=env_int("FACTORY_EST_PER_ARCH_BYTES", DEFAULT_EST_PER_ARCH) or DEFAULT_EST_PER_ARCH,
+        per_arch_bytes=env.est_per_arch_bytes or DEFAULT_EST_PER_ARCH,
         archs=len(call.archs),
         nvcc_threads=call.threads,
-        base_bytes=admission.DEFAULT_BASE_BYTES if base is None else base,
-        by_file=admission.parse_by_file(os.environ.get("FACTORY_EST_BY_FILE")),
+        base_bytes=admission.DEFAULT_BASE_BYTES if env.est_base_bytes is None else env.est_base_bytes,
+        by_file=env.est_by_file,
     )
     predictor = Predictor(
-        read_profile(os.environ.get("FACTORY_PROFILE_IN"), os.environ.get("FACTORY_PROFILE_JSON")),
-        after_peak=env_fraction("FACTORY_AFTER_PEAK"),
-        seconds_by_file=admission.parse_seconds_by_file(os.environ.get("FACTORY_SECONDS_BY_FILE")),
+        read_profile(env.profile_in, env.profile_json),
+        after_peak=env.after_peak,
+        seconds_by_file=env.seconds_by_file,
+        measurements=env.profile_out,
     )
     prediction = predictor.predict(key, estimate)
     threads = max(1, min(call.threads, len(call.archs)))
-    info = read_cgroup()
-    limit = env_int("FACTORY_MEM_LIMIT", None) or info.memory_limit
+    info = read_cgroup(env.cgroup_root)
+    limit = env.mem_limit or info.memory_limit
     waited = stopped = 0.0
-    if os.environ.get("FACTORY_ADMISSION", "on") == "off" or limit is None or not state_dir:
+    if not env.admission or limit is None or not state_dir:
         # measured only: for comparisons, or with no limit anywhere there is nothing to protect
-        run = run_measured([nvcc, *argv])
+        run = run_measured([nvcc, *argv], interval=env.sample_s)
     else:
         gate = Admission(
-            state_dir, limit=limit, info=info, threads=threads, waves=-(-len(call.archs) // threads)
+            state_dir,
+            limit=limit,
+            info=info,
+            threads=threads,
+            waves=-(-len(call.archs) // threads),
+            settings=env,
         )
         try:
             waited, prediction = gate.wait(key, estimate, predictor)
             refresh = functools.partial(predictor.predict, key, estimate)
-            run = run_measured([nvcc, *argv], on_sample=lambda rss, child: gate.sampled(rss, child, refresh))
+            run = run_measured(
+                [nvcc, *argv],
+                on_sample=lambda rss, child: gate.sampled(rss, child, refresh),
+                interval=env.sample_s,
+            )
         finally:
             gate.release()
         stopped = gate.stopped_s
@@ -296,7 +279,7 @@ def main(argv: list[str]) -> int:
         }
     )
     cache_record(cached, record)
-    emit(record)
+    emit(record, env)
     if peak > prediction.peak_bytes:
         log(
             f"{os.path.basename(call.source)} peaked at {peak / 2**30:.2f} GiB "

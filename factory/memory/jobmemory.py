@@ -6,11 +6,13 @@ for a job may still set them, and wins.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from factory.container import NVCC_LAUNCHER
-from factory.container.admission import DEFAULT_BASE_BYTES, GIB, format_by_file, raised_by_file
+from factory.container.admission import DEFAULT_BASE_BYTES, GIB, raised_by_file
+from factory.container.protocol import WrapperEnv
 from factory.memory import profiles
 from factory.memory.planner import Parallelism, container_limits, plan_parallelism
 from factory.options import Recipe
@@ -32,6 +34,8 @@ INLINE_PROFILE_MAX = 100_000
 # Where a job mounts its profile snapshot directory (read-only) in a build container.
 PROFILE_DIR = "/opt/factory-profile"
 PROFILE_FILE = "profile.json"
+# Where in the job directory the wrappers append their measurements (FACTORY_PROFILE_OUT).
+MEASUREMENTS_FILE = "compile-measurements.jsonl"
 
 
 def initial_parallelism(
@@ -60,40 +64,39 @@ def wrapper_env(
     else inlined when small enough.
     """
     per_arch = parallel.per_arch_bytes or int(recipe.compile_gib_per_arch * GIB)
-    env = {
-        "PYTORCH_NVCC": NVCC_LAUNCHER,
-        "FACTORY_STATE_DIR": f"{job_dir}/memory-state",
-        "FACTORY_PROFILE_OUT": f"{job_dir}/compile-measurements.jsonl",
-        "FACTORY_MEM_LIMIT": str(memory_limit),
-        "FACTORY_EST_PER_ARCH_BYTES": str(per_arch),
-        "MAX_JOBS": str(parallel.ninja_jobs or parallel.max_jobs),
-        "NVCC_THREADS": str(parallel.nvcc_threads),
-    }
-    by_file = file_estimate_bytes(recipe, per_arch_bytes=per_arch)
-    if by_file:
-        env["FACTORY_EST_BY_FILE"] = format_by_file(by_file)
-    if recipe.compile_after_peak is not None:
-        env["FACTORY_AFTER_PEAK"] = f"{recipe.compile_after_peak:g}"
-    if recipe.compile_seconds_by_file:
-        env["FACTORY_SECONDS_BY_FILE"] = format_by_file(recipe.compile_seconds_by_file)
+    learned = None
     if package and version:
         learned = profiles.load_profile(profiles.profile_path(package, version, home=home))
-        if learned.entries:
-            env.update(profile_env(learned, profile_dir))
-    return env
+    wrapper = WrapperEnv(
+        state_dir=f"{job_dir}/memory-state",
+        profile_out=f"{job_dir}/{MEASUREMENTS_FILE}",
+        mem_limit=memory_limit,
+        est_per_arch_bytes=per_arch,
+        est_by_file=file_estimate_bytes(recipe, per_arch_bytes=per_arch),
+        after_peak=recipe.compile_after_peak,
+        seconds_by_file=recipe.compile_seconds_by_file,
+    )
+    if learned is not None and learned.entries:
+        wrapper = dataclasses.replace(wrapper, **profile_fields(learned, profile_dir))
+    return {
+        "PYTORCH_NVCC": NVCC_LAUNCHER,
+        "MAX_JOBS": str(parallel.ninja_jobs or parallel.max_jobs),
+        "NVCC_THREADS": str(parallel.nvcc_threads),
+        **wrapper.to_env(),
+    }
 
 
-def profile_env(learned: profiles.Profile, profile_dir: Path | None) -> dict[str, str]:
-    """How the wrappers get the learned profile: a snapshot in `profile_dir`, readable by the container's
-    unprivileged user (FACTORY_PROFILE_IN); without one, inline (FACTORY_PROFILE_JSON) when it fits in one
-    environment string, else not at all."""
+def profile_fields(learned: profiles.Profile, profile_dir: Path | None) -> dict[str, str]:
+    """How the wrappers get the learned profile (`WrapperEnv` fields): a snapshot in `profile_dir`, readable
+    by the container's unprivileged user (FACTORY_PROFILE_IN); without one, inline (FACTORY_PROFILE_JSON)
+    when it fits in one environment string, else not at all."""
     if profile_dir is not None:
         path = profile_dir / PROFILE_FILE
         profiles.save_profile(learned, path)
         path.chmod(0o644)
-        return {"FACTORY_PROFILE_IN": f"{PROFILE_DIR}/{PROFILE_FILE}"}
+        return {"profile_in": f"{PROFILE_DIR}/{PROFILE_FILE}"}
     text = json.dumps(learned.to_json(), separators=(",", ":"))
-    return {"FACTORY_PROFILE_JSON": text} if len(text) <= INLINE_PROFILE_MAX else {}
+    return {"profile_json": text} if len(text) <= INLINE_PROFILE_MAX else {}
 
 
 def file_estimate_bytes(recipe: Recipe, *, per_arch_bytes: int | None = None) -> tuple[tuple[str, int], ...]:
@@ -114,8 +117,8 @@ def record_profiles(
 ) -> profiles.Profile | None:  # fmt: skip
     """Merge the compiles measured by one attempt (from the measurements file, else the build log)."""
     source: Path | None = None
-    if job_dir_host is not None and (Path(job_dir_host) / "compile-measurements.jsonl").exists():
-        source = Path(job_dir_host) / "compile-measurements.jsonl"
+    if job_dir_host is not None and (Path(job_dir_host) / MEASUREMENTS_FILE).exists():
+        source = Path(job_dir_host) / MEASUREMENTS_FILE
     elif log_path is not None and Path(log_path).exists():
         source = Path(log_path)
     if source is None:

@@ -2,8 +2,8 @@
 
 Each task is a sequence of phases (seconds at full speed, resident bytes, busy threads); the tasks' memory
 adds up, and when the sum passes the limit the container is OOM-killed. The factory strategy runs the same
-admission decision (`factory.container.admission.decide`) the nvcc wrapper runs in a build container, and
-the same OOM-retry loop (`factory.memory.retry`) a build job runs.
+dispatch round (`factory.container.admission.dispatch`) and peak grants (`admission.grant_peak`) the nvcc
+wrappers run in a build container, and the same OOM-retry loop (`factory.memory.retry`) a build job runs.
 """
 
 from __future__ import annotations
@@ -272,10 +272,10 @@ def run_attempt(
         running = still
 
 
-def _state(r: _Run, n: int, now: float, admit: AdmissionModel) -> admission.Running:
-    """What the wrappers see of a running task (`admission.running`)."""
+def _state(r: _Run, now: float, admit: AdmissionModel) -> admission.Running:
+    """What the wrappers see of a running task (`admission.running`): its ticket is its pid."""
     return admission.running(
-        n,
+        r.ticket,
         r.prediction,
         elapsed_s=now - r.started - r.paused_s,
         seen_bytes=r.seen,
@@ -306,7 +306,7 @@ def _admit(
     for r in sorted(
         (r for r in running if r.paused), key=lambda r: admission.priority(r.prediction.rank_s, r.ticket)
     ):
-        state = [_state(o, n, now, admit) for n, o in enumerate(running)]
+        state = [_state(o, now, admit) for o in running]
         mine = state[running.index(r)]
         # its wrapper asks once it has sampled its RSS above its front end or line: the next phase's
         own = replace(mine, rss_bytes=max(mine.rss_bytes, r.task.phases[r.phase + 1][1]))
@@ -324,41 +324,48 @@ def _admit(
             r.phase += 1
             r.left = r.task.phases[r.phase][0]
             r.sampled(now)
-    while waiting:
-        state = [_state(r, n, now, admit) for n, r in enumerate(running)]
-        chosen, decision = admission.choose(
-            [
-                admission.Waiting(
-                    key=str(i), prediction=pred, threads=max(t for _, _, t in task.phases), ticket=ticket
-                )
-                for i, (ticket, task, pred) in enumerate(waiting)
-            ],
-            used_bytes=base_bytes + sum(x.rss_bytes for x in state),
-            running=state,
-            two_stage=admit.two_stage,
-            measured=admit.measured,
-            **limits,
-        )
-        if chosen is None or decision is None:
-            return
-        for n, line in decision.lines:
-            running[n].line = line
-        ticket, task, pred = waiting.pop(int(chosen.key))
-        running.append(
-            _Run(
-                task=task,
-                phase=0,
-                left=task.phases[0][0],
-                started=now,
+    if not waiting:
+        return
+    state = [_state(r, now, admit) for r in running]
+    decided = admission.dispatch(
+        [
+            admission.Waiting(
+                key=str(ticket),
                 prediction=pred,
-                seen=task.phases[0][1],
-                steady=task.phases[0][1],
-                steady_at=now,
-                front=admission.front_bytes(pred) if admit.two_stage else None,
-                line=decision.line_bytes,
+                threads=max(t for _, _, t in task.phases),
                 ticket=ticket,
+                pid=ticket,
+                waves=admit.waves,
             )
+            for ticket, task, pred in waiting
+        ],
+        used_bytes=base_bytes + sum(x.rss_bytes for x in state),
+        running=state,
+        two_stage=admit.two_stage,
+        measured=admit.measured,
+        **limits,
+    )
+    by_ticket = {r.ticket: r for r in running}
+    for start in decided.starts:
+        for pid, line in start.decision.lines:
+            by_ticket[pid].line = line
+        at = next(i for i, (ticket, _, _) in enumerate(waiting) if ticket == start.waiting.ticket)
+        ticket, task, pred = waiting.pop(at)
+        run = _Run(
+            task=task,
+            phase=0,
+            left=task.phases[0][0],
+            started=now,
+            prediction=pred,
+            seen=task.phases[0][1],
+            steady=task.phases[0][1],
+            steady_at=now,
+            front=start.front_bytes,
+            line=start.decision.line_bytes,
+            ticket=ticket,
         )
+        running.append(run)
+        by_ticket[ticket] = run
 
 
 def simulate_fixed(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from factory.container import admission
+from factory.container import admission, nvcccall, protocol
 from factory.container.admission import Prediction, Running, decide
 from factory.container.protocol import compile_key
 
@@ -148,7 +148,7 @@ def test_parse_torch_style_nvcc_call() -> None:
             "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu", "-o", "x.o", "-O3",
             "-gencode", "arch=compute_80,code=sm_80",
             "-gencode=arch=compute_90,code=sm_90", "--threads", "4", "--use_fast_math"]  # fmt: skip
-    call = admission.parse_nvcc_args(args)
+    call = nvcccall.parse(args)
     assert call.is_compile
     assert call.source == "/src/csrc/flash_fwd_hdim64_fp16_sm80.cu"
     assert call.archs == ("compute_80", "compute_90")
@@ -158,9 +158,9 @@ def test_parse_torch_style_nvcc_call() -> None:
 
 
 def test_parse_non_compiles() -> None:
-    assert not admission.parse_nvcc_args(["--version"]).is_compile
-    assert not admission.parse_nvcc_args(["a.o", "b.o", "-dlink", "-o", "dlink.o"]).is_compile
-    call = admission.parse_nvcc_args(["-c", "k.cu", "-arch=sm_80", "-t", "2", "-o", "k.o"])
+    assert not nvcccall.parse(["--version"]).is_compile
+    assert not nvcccall.parse(["a.o", "b.o", "-dlink", "-o", "dlink.o"]).is_compile
+    call = nvcccall.parse(["-c", "k.cu", "-arch=sm_80", "-t", "2", "-o", "k.o"])
     assert call.is_compile and call.archs == ("compute_80",) and call.threads == 2
 
 
@@ -352,11 +352,11 @@ def test_compile_estimate_is_what_predict_uses() -> None:
 
 
 def test_parse_by_file_drops_what_is_malformed() -> None:
-    assert admission.parse_by_file('[["a*", 5], ["b*", 2.5]]') == (("a*", 5), ("b*", 2))
-    assert admission.parse_by_file('[["a*", -1], ["b*"], [3, 4], ["c*", true], ["d*", 7]]') == (("d*", 7),)
-    assert admission.parse_by_file("not json") == ()
-    assert admission.parse_by_file('{"a*": 5}') == ()
-    assert admission.parse_by_file(None) == ()
+    assert protocol.parse_by_file('[["a*", 5], ["b*", 2.5]]') == (("a*", 5), ("b*", 2))
+    assert protocol.parse_by_file('[["a*", -1], ["b*"], [3, 4], ["c*", true], ["d*", 7]]') == (("d*", 7),)
+    assert protocol.parse_by_file("not json") == ()
+    assert protocol.parse_by_file('{"a*": 5}') == ()
+    assert protocol.parse_by_file(None) == ()
 
 
 def test_raised_by_file_follows_a_raised_per_arch_figure() -> None:
@@ -519,9 +519,9 @@ def test_waiters_start_longest_first_by_the_recipe_s_seconds() -> None:
 
 def test_a_malformed_seconds_table_is_dropped_item_by_item() -> None:
     text = '[["a*", 2.5], ["b*", 0], ["c*", "x"], ["d*", true], "e", ["f*", 1e999], ["g*", 3]]'
-    assert admission.parse_seconds_by_file(text) == (("a*", 2.5), ("g*", 3))
-    assert admission.parse_seconds_by_file("not json") == ()
-    assert admission.parse_by_file('[["a*", 2.5]]') == (("a*", 2),)
+    assert protocol.parse_seconds_by_file(text) == (("a*", 2.5), ("g*", 3))
+    assert protocol.parse_seconds_by_file("not json") == ()
+    assert protocol.parse_by_file('[["a*", 2.5]]') == (("a*", 2),)
 
 
 def test_a_compile_rises_once_past_its_front_end_by_the_slack() -> None:

@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from factory.container import admission, predictor
+from factory.container import admission, predictor, protocol
 from factory.container.protocol import ProfileEntry
 from factory.memory import jobmemory, profiles
 from factory.options import Recipe
@@ -29,7 +29,7 @@ def test_wrapper_env_carries_the_per_file_table_in_bytes(tmp_path: Path) -> None
     assert env["FACTORY_EST_PER_ARCH_BYTES"] == str(6 * GIB)
     assert json.loads(env["FACTORY_EST_BY_FILE"]) == [["fwd_*", int(3.5 * GIB)], ["bwd_*", int(6.5 * GIB)]]
     # what the wrapper reads back is the table wrapper_env wrote
-    assert admission.parse_by_file(env["FACTORY_EST_BY_FILE"]) == (
+    assert protocol.parse_by_file(env["FACTORY_EST_BY_FILE"]) == (
         ("fwd_*", int(3.5 * GIB)),
         ("bwd_*", int(6.5 * GIB)),
     )
@@ -80,7 +80,7 @@ def test_wrapper_env_carries_the_after_peak_fraction(tmp_path: Path) -> None:
 
 def test_wrapper_env_carries_the_recipe_s_seconds_by_file(tmp_path: Path) -> None:
     env = jobmemory.wrapper_env(plan(FLASH_ATTN, tmp_path), recipe=FLASH_ATTN, job_dir="/j", memory_limit=GIB)
-    table = admission.parse_seconds_by_file(env["FACTORY_SECONDS_BY_FILE"])
+    table = protocol.parse_seconds_by_file(env["FACTORY_SECONDS_BY_FILE"])
     assert table == FLASH_ATTN.compile_seconds_by_file
     plain = Recipe(name="r")
     assert "FACTORY_SECONDS_BY_FILE" not in jobmemory.wrapper_env(

@@ -451,12 +451,13 @@ def test_a_compile_past_its_peak_holds_the_recipe_s_after_peak_fraction(
     without = run("without")
     assert without[("start", "b")] >= without[("end", "a")]
     # a malformed fraction is ignored, never fatal to the compile
-    assert environ.env_fraction("FACTORY_NO_SUCH_VARIABLE") is None
+    monkeypatch.delenv("FACTORY_AFTER_PEAK", raising=False)
+    assert environ.settings().after_peak is None
     for bad in ("1.5", "0", "x"):
-        monkeypatch.setenv("FACTORY_TEST_FRACTION", bad)
-        assert environ.env_fraction("FACTORY_TEST_FRACTION") is None
-    monkeypatch.setenv("FACTORY_TEST_FRACTION", "0.71")
-    assert environ.env_fraction("FACTORY_TEST_FRACTION") == 0.71
+        monkeypatch.setenv("FACTORY_AFTER_PEAK", bad)
+        assert environ.settings().after_peak is None
+    monkeypatch.setenv("FACTORY_AFTER_PEAK", "0.71")
+    assert environ.settings().after_peak == 0.71
 
 
 def test_the_state_file_keeps_a_prediction_s_after_peak_fraction() -> None:
