@@ -77,7 +77,7 @@ def wrapper_env(
         seconds_by_file=recipe.compile_seconds_by_file,
     )
     if learned is not None and learned.entries:
-        wrapper = dataclasses.replace(wrapper, **profile_fields(learned, profile_dir))
+        wrapper = with_profile(wrapper, learned, profile_dir)
     return {
         "PYTORCH_NVCC": NVCC_LAUNCHER,
         "MAX_JOBS": str(parallel.ninja_jobs or parallel.max_jobs),
@@ -86,17 +86,17 @@ def wrapper_env(
     }
 
 
-def profile_fields(learned: profiles.Profile, profile_dir: Path | None) -> dict[str, str]:
-    """How the wrappers get the learned profile (`WrapperEnv` fields): a snapshot in `profile_dir`, readable
-    by the container's unprivileged user (FACTORY_PROFILE_IN); without one, inline (FACTORY_PROFILE_JSON)
-    when it fits in one environment string, else not at all."""
+def with_profile(wrapper: WrapperEnv, learned: profiles.Profile, profile_dir: Path | None) -> WrapperEnv:
+    """How the wrappers get the learned profile: a snapshot in `profile_dir`, readable by the container's
+    unprivileged user (FACTORY_PROFILE_IN); without one, inline (FACTORY_PROFILE_JSON) when it fits in one
+    environment string, else not at all."""
     if profile_dir is not None:
         path = profile_dir / PROFILE_FILE
         profiles.save_profile(learned, path)
         path.chmod(0o644)
-        return {"profile_in": f"{PROFILE_DIR}/{PROFILE_FILE}"}
+        return dataclasses.replace(wrapper, profile_in=f"{PROFILE_DIR}/{PROFILE_FILE}")
     text = json.dumps(learned.to_json(), separators=(",", ":"))
-    return {"profile_json": text} if len(text) <= INLINE_PROFILE_MAX else {}
+    return dataclasses.replace(wrapper, profile_json=text) if len(text) <= INLINE_PROFILE_MAX else wrapper
 
 
 def file_estimate_bytes(recipe: Recipe, *, per_arch_bytes: int | None = None) -> tuple[tuple[str, int], ...]:
