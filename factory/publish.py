@@ -763,7 +763,7 @@ def repair_index(
     under the rules publish applies: canonical filenames, one file per release. Run it while nobody
     publishes to the index: a publish in between may be left off the pages until it is rerun."""
     if store is None:
-        store = open_store(to, endpoint_url=endpoint_url)
+        store = open_store(to, endpoint_url=endpoint_url, existing=True)
     notify: Progress = progress or (lambda _event, _key: None)
     written: list[str] = []
     skipped: list[str] = []

@@ -10,10 +10,12 @@ import sys
 
 import typer
 
+from factory.cli.helpstyle import FactoryGroup
 from factory.errors import ConfigError, FactoryError
 
 app = typer.Typer(
     name="factory",
+    cls=FactoryGroup,
     help="Build, check and publish torch CUDA extension wheels in containers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
