@@ -56,9 +56,13 @@ def serve(
         str | None,
         typer.Option("--basic-auth", metavar="USER:PASSWORD", help="Require this user (HTTP basic auth)."),
     ] = None,
-    from_s3: Annotated[
+    source: Annotated[
         str | None,
-        typer.Option("--from", metavar="S3_URL", help="Serve s3://bucket/prefix instead of a directory."),
+        typer.Option(
+            "--from",
+            metavar="SOURCE",
+            help="The index to serve: a directory or s3://bucket/prefix (for DIR).",
+        ),
     ] = None,
     endpoint_url: Annotated[
         str | None, typer.Option("--endpoint-url", metavar="URL", help="S3-compatible endpoint.")
@@ -76,7 +80,7 @@ def serve(
     import math
 
     from factory.serve import ServeOptions, make_server, parse_basic_auth
-    from factory.stores import LocalStore, S3Store, Store, parse_s3_url
+    from factory.stores import LocalStore, S3Store, Store, check_destination, parse_s3_url
 
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0-65535, not {port}")
@@ -89,10 +93,13 @@ def serve(
         timeout_s=timeout,
     )
     store: Store
-    if from_s3 is not None:
-        bucket, prefix = parse_s3_url(from_s3)
+    if source is not None:
+        check_destination(source, what="--from")
+    if source is not None and source.startswith("s3://"):
+        bucket, prefix = parse_s3_url(source)
         store = S3Store(bucket, prefix, endpoint_url=endpoint_url)
     else:
+        directory = Path(source) if source is not None else directory
         if endpoint_url:
             raise ConfigError("--endpoint-url only applies with --from s3://...")
         if not (directory / "simple").is_dir():

@@ -259,3 +259,21 @@ def test_images_list_without_a_terminal_keeps_each_image_on_one_line(
     assert "3.11,3.12,3.13" in row and "factory-base:bookworm-long-base-name" in row
     code, output = factory_cli(["images", "list", "--json"])
     assert json.loads(output)[0]["tags"] == [tag]
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            "s3:/bucket",
+            "error: --from 's3:/bucket': an S3 index is s3://bucket/prefix (a directory: ./s3:/bucket)",
+        ),
+        ("http://host/idx", "error: --from 'http://host/idx': use a directory or s3://bucket/prefix"),
+        ("{tmp}", "error: {tmp}: not a published index (no simple/ inside); run factory publish"),
+    ],
+)
+def test_serve_from_names_a_directory_or_an_s3_prefix(
+    source: str, said: str, tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, output = factory_cli(["serve", "--from", source.format(tmp=tmp_path), "--port", "0"])
+    assert (code, output.strip()) == (2, said.format(tmp=tmp_path))
