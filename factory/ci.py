@@ -70,9 +70,15 @@ def too_many(
     )
 
 
+def github_json(value: object) -> str:
+    """JSON as every GitHub output of the factory writes it (stdout or $GITHUB_OUTPUT): one line, compact,
+    keys sorted."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 def github_matrix(jobs: Sequence[Mapping[str, object]]) -> str:
     """The `strategy.matrix` value GitHub reads with fromJSON, on one line."""
-    return json.dumps({"include": list(jobs)}, separators=(",", ":"), sort_keys=True)
+    return github_json({"include": list(jobs)})
 
 
 def github_outputs(jobs: Sequence[Mapping[str, object]]) -> str:

@@ -233,7 +233,7 @@ def check_index(
     """Check the index at `to`; with the planned `jobs` of `project`, first show those not published as "not
     built" on the human page, and name them."""
     if store is None:
-        store = open_store(to, endpoint_url=endpoint_url)
+        store = open_store(to, endpoint_url=endpoint_url, existing=True)
     c = _Checker(store)
     wheels = stored_wheels(store)
     project_pages = stored_project_pages(store)

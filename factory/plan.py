@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -99,6 +100,11 @@ class DroppedJob:
         except (KeyError, ValueError):
             return ",".join(f"{k}={val}" for k, val in v.items())
 
+    def to_json(self) -> dict[str, object]:
+        """The dropped combination as `factory matrix --json` prints it: its id, why, and its raw values."""
+        values = json.loads(json.dumps(dict(self.values), default=str))
+        return {"id": self.id, "reason": self.reason, "values": values}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
@@ -121,6 +127,15 @@ class Plan:
             jobs=tuple(j for j in self.jobs if _glob(pattern, j.variant.id, j.id)),
             dropped=tuple(d for d in self.dropped if _glob(pattern, d.id)),
         )
+
+
+def select_jobs(plan: Plan, pattern: str | None, *, file: str) -> Plan:
+    """`plan.only(pattern)`, refused when the pattern keeps neither a job nor a dropped row (a typo would
+    otherwise show or build nothing and succeed); `file` is the matrix file the message names."""
+    kept = plan.only(pattern)
+    if pattern and not kept.jobs and not kept.dropped:
+        raise ConfigError(f"no job matches --only {pattern!r}", file=file)
+    return kept
 
 
 def _glob(pattern: str, *names: str) -> bool:

@@ -738,7 +738,7 @@ def repair_index(
     under the rules publish applies: canonical filenames, one file per release. Run it while nobody
     publishes to the index: a publish in between may be left off the pages until it is rerun."""
     if store is None:
-        store = open_store(to, endpoint_url=endpoint_url)
+        store = open_store(to, endpoint_url=endpoint_url, existing=True)
     wheels = stored_wheels(store)
     page_refs = stored_project_pages(store)
     if not wheels and not page_refs:

@@ -533,10 +533,14 @@ def check_destination(to: str, *, what: str = "--to") -> None:
             raise ConfigError(f"{what} {exc}") from None
     elif "://" in to:
         raise ConfigError(f"{what} {to!r}: use a directory or s3://bucket/prefix")
+    elif to.lower().startswith("s3:"):
+        # "s3:/bucket" or "s3:bucket" is a slash short of a URL, not a directory named "s3:" to create
+        raise ConfigError(f"{what} {to!r}: an S3 index is s3://bucket/prefix (a directory: ./{to})")
 
 
-def open_store(to: str, *, endpoint_url: str | None = None) -> Store:
-    """A store for "--to": s3://bucket/prefix, or a local directory (created here)."""
+def open_store(to: str, *, endpoint_url: str | None = None, existing: bool = False) -> Store:
+    """A store for "--to": s3://bucket/prefix, or a local directory (created here, unless `existing`: an
+    index to read or mend must be there already)."""
     check_destination(to)
     if to.startswith("s3://"):
         bucket, prefix = parse_s3_url(to)
@@ -546,6 +550,8 @@ def open_store(to: str, *, endpoint_url: str | None = None) -> Store:
     path = Path(to).expanduser()
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--to {to}: exists and is not a directory")
+    if existing and not path.is_dir():
+        raise ConfigError(f"--to {to}: no such index directory")
     # Created now, so a destination that cannot hold an index (/dev/null/x, /proc/self/x, read-only) is
     # a usage error before anything is published, not an OSError halfway through.
     try:

@@ -325,10 +325,10 @@ def normalize_index_url(index: str) -> str:
     if "://" not in index:
         path = Path(index).expanduser().resolve()
         if not path.exists():
-            raise ConfigError(f"--index {index}: no such directory")
+            raise ConfigError(f"--index-url {index}: no such directory")
         index = path.as_uri()
     else:
-        checked_url(index, schemes=INDEX_SCHEMES, what="--index")
+        checked_url(index, schemes=INDEX_SCHEMES, what="--index-url")
     if not index.endswith("/"):
         index += "/"
     if not index.endswith("/simple/"):

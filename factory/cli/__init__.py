@@ -12,10 +12,12 @@ from typing import Annotated
 import typer
 
 from factory import version
+from factory.cli.helpstyle import FactoryGroup
 from factory.errors import ConfigError, FactoryError
 
 app = typer.Typer(
     name="factory",
+    cls=FactoryGroup,
     help="Build, check and publish torch CUDA extension wheels in containers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

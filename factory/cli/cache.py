@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from factory.cli import app
+from factory.cli.output import echo_json, json_option
 
 cache_app = typer.Typer(help="The local compile cache.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
@@ -15,7 +15,7 @@ app.add_typer(cache_app, name="cache")
 
 @cache_app.command("stats")
 def stats(
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of lines.")] = False,
+    as_json: Annotated[bool, json_option()] = False,
 ) -> None:
     """Entries, objects and bytes in the local compile cache, and its oldest and newest use."""
     from factory.cache import local_dir
@@ -26,7 +26,7 @@ def stats(
     s = cache_stats(root)
     if as_json:
         fields = {"entries": s.entries, "objects": s.objects, "bytes": s.bytes}
-        typer.echo(json.dumps({"path": str(root), **fields, "oldest": s.oldest, "newest": s.newest}))
+        echo_json({"path": str(root), **fields, "oldest": s.oldest, "newest": s.newest})
         return
     typer.echo(f"compile cache: {root}")
     typer.echo(f"entries: {s.entries}  objects: {s.objects}  size: {format_size(s.bytes)}")
@@ -35,7 +35,8 @@ def stats(
 @cache_app.command("prune")
 def prune(
     max_size: Annotated[
-        str | None, typer.Option("--max", help="Keep at most this much (e.g. 10GiB); default 20GiB.")
+        str | None,
+        typer.Option("--max", metavar="SIZE", help="Keep at most this much (e.g. 10GiB); default 20GiB."),
     ] = None,
 ) -> None:
     """Remove the least recently used entries until the local compile cache fits in --max."""

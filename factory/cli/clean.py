@@ -14,11 +14,20 @@ from factory.cli import app
 def clean(
     output: Annotated[
         list[Path] | None,
-        typer.Option("--output", help="A build's output directory: its dead runs' .tmp-* directories go."),
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="DIR",
+            help="A build's output directory (repeatable): its dead runs' .tmp-* directories go.",
+        ),
     ] = None,
     to: Annotated[
         list[Path] | None,
-        typer.Option("--to", help="A local index directory: its dead publishes' temporary files go."),
+        typer.Option(
+            "--to",
+            metavar="DIR",
+            help="A local index directory (repeatable): its dead publishes' temporary files go.",
+        ),
     ] = None,
     containers: Annotated[
         bool,
@@ -28,8 +37,9 @@ def clean(
         ),
     ] = True,
 ) -> None:
-    """Remove what factory runs whose process is gone left behind, one line each; a live run's stay. Half-made
-    downloads and source trees in $FACTORY_HOME go too."""
+    """Remove what factory runs that died (killed, crashed) left behind.
+
+    One line each; a live run's stay. Half-made downloads and source trees in $FACTORY_HOME go too."""
     from factory import leftovers
     from factory.cache import local_dir, remove_stale_outboxes
     from factory.errors import ConfigError

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app
+from factory.cli.output import echo_json, json_option, table_console
 
 images_app = typer.Typer(help="Make and list the factory's builder images.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
@@ -19,11 +20,17 @@ def _progress(message: str) -> None:
 @images_app.command("bootstrap")
 def bootstrap(
     suite: Annotated[
-        str, typer.Option(help="Debian suite to bootstrap (bookworm: Python 3.11; forky: 3.13, 3.14, 3.15).")
+        str,
+        typer.Option(
+            metavar="SUITE",
+            help="Debian suite to bootstrap (bookworm: Python 3.11; forky: 3.13, 3.14, 3.15).",
+        ),
     ] = "bookworm",
-    name: Annotated[str | None, typer.Option(help="Image tag (default factory-base:<suite>).")] = None,
+    name: Annotated[
+        str | None, typer.Option(metavar="TAG", help="Image tag (default factory-base:<suite>).")
+    ] = None,
     mirror: Annotated[
-        str | None, typer.Option(help="Debian mirror (default: the host's apt mirror).")
+        str | None, typer.Option(metavar="URL", help="Debian mirror (default: the host's apt mirror).")
     ] = None,
 ) -> None:
     """Make a base image from the distribution mirror (debootstrap, then docker import)."""
@@ -43,16 +50,21 @@ def bootstrap(
 
 @images_app.command("standin-devel")
 def standin_devel(
-    cuda: Annotated[str, typer.Option(help="CUDA version, MAJOR.MINOR (13.0 or later: the PyPI toolkit).")],
+    cuda: Annotated[
+        str,
+        typer.Option(metavar="VERSION", help="CUDA version, MAJOR.MINOR (13.0 or later: the PyPI toolkit)."),
+    ],
     base: Annotated[
-        str, typer.Option(help="Debian base image to put the toolkit on.")
+        str, typer.Option(metavar="IMAGE", help="Debian base image to put the toolkit on.")
     ] = "factory-base:bookworm",
     no_bootstrap: Annotated[
         bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
     ] = False,
 ) -> None:
-    """Make (or reuse) factory-standin:cuda<cuda>-devel: the layout of nvidia/cuda:<cuda>-devel, for the devel
-    flavor where no registry is reachable (build.base_image: factory-standin:cuda<cuda>-devel)."""
+    """Make (or reuse) a stand-in for nvidia/cuda:<cuda>-devel, for the devel flavor without a registry.
+
+    The image is factory-standin:cuda<cuda>-devel, with the layout of nvidia/cuda:<cuda>-devel; a matrix
+    uses it with build.base_image: factory-standin:cuda<cuda>-devel."""
     from factory import images
     from factory.engine import connect
 
@@ -66,23 +78,26 @@ def standin_devel(
 
 @images_app.command("build")
 def build(
-    cuda: Annotated[str, typer.Option(help="CUDA version, MAJOR.MINOR.")],
+    cuda: Annotated[str, typer.Option(metavar="VERSION", help="CUDA version, MAJOR.MINOR.")],
     python: Annotated[
         list[str],
         typer.Option(
+            metavar="VERSION",
             help="Python version, MAJOR.MINOR; repeatable. Pythons of one toolchain (pypi: 3.13, 3.14, 3.15 "
-            "on forky) share one image."
+            "on forky) share one image.",
         ),
     ],
     flavor: Annotated[
         str,
         typer.Option(
+            metavar="FLAVOR",
             help="devel (nvidia/cuda base), pypi (PyPI toolkit), manylinux (pytorch/manylinux2_28) or "
-            "debian (Debian's nvidia-cuda-toolkit: CUDA 12.4 on trixie, for CUDA 12 variants)."
+            "debian (Debian's nvidia-cuda-toolkit: CUDA 12.4 on trixie, for CUDA 12 variants).",
         ),
     ] = "pypi",
     base: Annotated[
-        str | None, typer.Option(help="Base image (pypi default: factory-base:<suite of the Python>).")
+        str | None,
+        typer.Option(metavar="IMAGE", help="Base image (pypi default: factory-base:<suite of the Python>)."),
     ] = None,
     no_bootstrap: Annotated[
         bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
@@ -113,12 +128,9 @@ def build(
 
 @images_app.command("list")
 def list_(
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_output: Annotated[bool, json_option()] = False,
 ) -> None:
     """List the factory's images with their labels."""
-    import json
-
-    from rich.console import Console
     from rich.table import Table
 
     from factory import images
@@ -130,7 +142,7 @@ def list_(
             {"tags": list(i.tags), "id": i.id, "kind": i.kind, "size": i.size, "labels": dict(i.labels)}
             for i in found
         ]
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     # cuda and flavor are in the builder's tag already; a toolchain image carries several Pythons.
     table = Table("tag", "kind", "pythons", "gcc", "toolkit", "base", "size", "created")
@@ -147,4 +159,4 @@ def list_(
             f"{info.size / 2**20:.0f} MiB",
             info.created[:16].replace("T", " "),
         )
-    Console().print(table)
+    table_console(minimum=0).print(table)

@@ -21,13 +21,19 @@ app.add_typer(index_app, name="index")
 
 @index_app.command("repair")
 def repair(
-    to: Annotated[str, typer.Option("--to", help="Index directory or s3://bucket/prefix.")] = "./index",
+    to: Annotated[
+        str, typer.Option("--to", metavar="DEST", help="Index directory or s3://bucket/prefix.")
+    ] = ("./index"),
     endpoint_url: Annotated[
-        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (credentials: AWS chain).")
+        str | None,
+        typer.Option(
+            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
+        ),
     ] = None,
 ) -> None:
-    """Rewrite every page of an index from the wheel files present in it (after damage; not while
-    anyone publishes to it)."""
+    """Rewrite every page of an index from the wheel files present in it.
+
+    For an index that was damaged; not while anyone publishes to it."""
     from factory.publish import repair_index
 
     result = repair_index(to=to, endpoint_url=endpoint_url)
@@ -42,19 +48,29 @@ def repair(
 @index_app.command("check")
 def check(
     to: Annotated[
-        str | None, typer.Option("--to", help="Index directory or s3://bucket/prefix (default: publish.to).")
+        str | None,
+        typer.Option(
+            "--to", metavar="DEST", help="Index directory or s3://bucket/prefix (default: publish.to)."
+        ),
     ] = None,
     endpoint_url: Annotated[
-        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (credentials: AWS chain).")
+        str | None,
+        typer.Option(
+            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
+        ),
     ] = None,
     matrix: Annotated[
         Path | None,
-        typer.Option("--matrix", "-m", help="Show its jobs not published as not built, and name them."),
+        typer.Option(
+            "--matrix", "-m", metavar="FILE", help="Show its jobs not published as not built, and name them."
+        ),
     ] = None,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
 ) -> None:
-    """Check that every page lists only files that are there with its bytes, every wheel is listed and every
-    page is its state's rendering; exit 1 when not (safe while others publish)."""
+    """Check that an index is whole; exit 1 when not (safe while others publish).
+
+    Every page lists only files that are there with its bytes, every wheel is listed and every page is its
+    state's rendering."""
     from factory.indexcheck import check_index
 
     jobs: list[Job] = []

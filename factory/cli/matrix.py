@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from factory import shard as sharding
-from factory.ci import Chunk, github_matrix, github_outputs, parse_chunk
+from factory.ci import Chunk, github_json, github_matrix, github_outputs, parse_chunk
 from factory.cli import app
-from factory.config import load_matrix_file, with_flavor
+from factory.cli.output import echo_json, json_option, table_console
+from factory.config import MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError
 from factory.home import factory_home
-from factory.plan import Job, Plan, plan_matrix
+from factory.plan import Job, Plan, plan_matrix, select_jobs
 from factory.recipes import recipe_warnings
 from factory.source import prepare_package
 
@@ -29,14 +28,21 @@ TRUST_PATHS = typer.Option(
 
 FLAVOR_OPTION = typer.Option(
     "--flavor",
+    metavar="FLAVOR",
     help="Build with this image flavor instead of build.flavor (devel, pypi, manylinux, debian).",
+)
+
+MATRIX_OPTION = typer.Option("--matrix", "-m", metavar="FILE", help="The matrix file.")
+
+ONLY_OPTION = typer.Option(
+    "--only", metavar="GLOB", help="Only the jobs whose id or variant id matches this glob."
 )
 
 
 class Format(StrEnum):
     table = "table"
-    json = "json"
     github = "github"
+    json = "json"  # deprecated: --json, which lists the dropped rows too
 
 
 def _pythons(job: Job) -> str:
@@ -73,11 +79,39 @@ def _table(plan: Plan, title: str) -> Table:
     return table
 
 
+def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str:
+    """`factory matrix --check`'s line; with `fetch`, after trying the recipe's patches on the source."""
+    patched = ""
+    if mf.recipe.patches and fetch:
+        # the fetch and patched tree a build makes (cached): a patch that no longer applies fails here
+        prepared = prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display)
+        of = prepared.sdist or f"{mf.package.name} {mf.package.version}"
+        count = len(mf.recipe.patches)
+        patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
+    unverified = sum(not j.verified for j in plan.jobs)
+    covered = sum(len(j.covers) for j in plan.jobs)
+    return (
+        f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
+        f"{len(plan.dropped)} dropped, {unverified} unverified"
+        + (f", {covered} Pythons covered by abi3 wheels" if covered else "")
+        + patched
+    )
+
+
 @app.command("matrix")
 def matrix_command(
-    matrix: Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")] = Path("matrix.yaml"),
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or github.")] = Format.table,
-    only: Annotated[str | None, typer.Option("--only", help="Glob on the variant or job id.")] = None,
+    matrix: Annotated[Path, MATRIX_OPTION] = Path("matrix.yaml"),
+    as_json: Annotated[bool, json_option()] = False,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help="table, or github: the matrix for a GitHub Actions workflow (json: deprecated, use --json).",
+        ),
+    ] = Format.table,
+    only: Annotated[str | None, ONLY_OPTION] = None,
     no_prune: Annotated[bool, typer.Option("--no-prune", help="Show the raw expansion.")] = False,
     check: Annotated[
         bool,
@@ -96,11 +130,17 @@ def matrix_command(
     ] = False,
     chunk: Annotated[
         str,
-        typer.Option("--chunk", help="With --format github: chunk I/K of the jobs (a matrix holds 256)."),
+        typer.Option(
+            "--chunk", metavar="I/K", help="With --format github: chunk I/K of the jobs (a matrix holds 256)."
+        ),
     ] = "1/1",
     github_output: Annotated[
         Path | None,
-        typer.Option("--github-output", help="With --format github: append matrix= and count= to this file."),
+        typer.Option(
+            "--github-output",
+            metavar="FILE",
+            help="With --format github: append matrix= and count= to this file ($GITHUB_OUTPUT).",
+        ),
     ] = None,
     shards: Annotated[
         int | None,
@@ -113,33 +153,25 @@ def matrix_command(
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
     part = parse_chunk(chunk)
+    if as_json and fmt is not Format.table:
+        raise ConfigError(f"--json and --format {fmt}: give one")
     if fmt is not Format.github and (unpublished or github_output or part != Chunk()):
         raise ConfigError("--unpublished, --chunk and --github-output apply to --format github only")
     mf = with_flavor(load_matrix_file(matrix, trust_paths=trust_paths), flavor)
     for warning in recipe_warnings(mf.recipe, mf.package):
         typer.echo(f"warning: {warning}", err=True)
-    plan = plan_matrix(mf, prune=not no_prune).only(only)
+    plan = select_jobs(plan_matrix(mf, prune=not no_prune), only, file=str(matrix))
     if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
         raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:
-        patched = ""
-        if mf.recipe.patches and not no_source:
-            # the fetch and patched tree a build makes (cached): a patch that no longer applies fails here
-            prepared = prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display)
-            of = prepared.sdist or f"{mf.package.name} {mf.package.version}"
-            count = len(mf.recipe.patches)
-            patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
-        unverified = sum(not j.verified for j in plan.jobs)
-        covered = sum(len(j.covers) for j in plan.jobs)
-        typer.echo(
-            f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
-            f"{len(plan.dropped)} dropped, {unverified} unverified"
-            + (f", {covered} Pythons covered by abi3 wheels" if covered else "")
-            + patched
-        )
+        typer.echo(_check_line(mf, plan, matrix, fetch=not no_source))
+        return
+    if as_json:
+        echo_json({"jobs": [j.to_json() for j in plan.jobs], "dropped": [d.to_json() for d in plan.dropped]})
         return
     if fmt is Format.json:
-        typer.echo(json.dumps([j.to_json() for j in plan.jobs], indent=2))
+        typer.echo("warning: --format json is deprecated: use --json (with the dropped rows too)", err=True)
+        echo_json([j.to_json() for j in plan.jobs])
         return
     if fmt is Format.github:
         from factory.pipeline import plan_ci
@@ -164,10 +196,10 @@ def matrix_command(
                 raise ConfigError(f"--github-output {github_output}: {exc.strerror}") from None
         if unpublished or part != Chunk():
             say(f"chunk {part}: {len(jobs)} of its {ci.planned} jobs to build ({ci.total} in the matrix)")
-        typer.echo(json.dumps(matrices) if matrices is not None else github_matrix(jobs))
+        typer.echo(github_json(matrices) if matrices is not None else github_matrix(jobs))
         return
     title = f"{mf.package.name} {mf.package.version} ({matrix})"
-    console = Console(width=max(Console().width, 140))
+    console = table_console()
     console.print(_table(plan, title))
     covered = sum(len(j.covers) for j in plan.jobs)
     console.print(

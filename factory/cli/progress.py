@@ -6,10 +6,14 @@ copied whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
@@ -19,6 +23,7 @@ from factory.units import format_size
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
 FINISHED = frozenset(STYLE)
 PLAIN_INTERVAL_S = 60.0  # a running job's plain line is never older than this
+TICK_S = 5.0  # how often the plain display looks for a running job whose line is due
 
 
 def elapsed(r: JobResult, now: float) -> float:
@@ -259,3 +264,58 @@ def show_report(console: Console, report: BuildReport, report_path: str, *, inte
             shown = [*errors, *r.log_tail[len(errors) :][-15:]]
             plain("\n".join(f"  {line}" for line in shown))
     plain(f"report: {report_path}")
+
+
+class BuildDisplay:
+    """What `factory build` shows on `console` while jobs run: the live table on a terminal, else plain
+    lines (`PlainProgress`) from a ticking thread; then the report. Its methods are the callbacks of
+    `factory.buildplan.run_planned`, called from the job threads."""
+
+    def __init__(self, console: Console, *, report_path: str) -> None:
+        self.console = console
+        self.report_path = report_path
+        self.interactive = console.is_terminal
+        self._lock = threading.Lock()
+        self._results: list[JobResult] = []
+        self._plain = PlainProgress()
+
+    def say(self, msg: str) -> None:
+        self.console.print(msg, markup=False, highlight=False, soft_wrap=True)
+
+    def _snapshot(self) -> list[JobResult]:
+        with self._lock:
+            return list(self._results)
+
+    def on_change(self, r: JobResult) -> None:
+        with self._lock:
+            if r not in self._results:
+                self._results.append(r)
+            line = None if self.interactive else self._plain.changed(r, time.monotonic())
+        if line is not None:
+            self.say(line)
+
+    def _tick(self, stop: threading.Event) -> None:
+        while not stop.wait(TICK_S):
+            with self._lock:
+                lines = self._plain.due(self._results, time.monotonic())
+            for line in lines:
+                self.say(line)
+
+    @contextlib.contextmanager
+    def showing(self) -> Iterator[None]:
+        if self.interactive:
+            view = ProgressView(self._snapshot, time.monotonic)
+            with Live(view, console=self.console, refresh_per_second=2):
+                yield
+            return
+        stop = threading.Event()
+        ticker = threading.Thread(target=self._tick, args=(stop,), name="progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
+    def finished(self, report: BuildReport) -> None:
+        show_report(self.console, report, self.report_path, interactive=self.interactive)

@@ -13,19 +13,30 @@ from factory.errors import ConfigError, FactoryError
 
 @app.command()
 def publish(
-    wheel_dir: Annotated[Path, typer.Argument(help="Directory of built wheels.")] = Path("wheelhouse"),
-    to: Annotated[str, typer.Option("--to", help="Index directory or s3://bucket/prefix.")] = "./index",
+    wheel_dir: Annotated[Path, typer.Argument(metavar="WHEEL_DIR", help="Directory of built wheels.")] = Path(
+        "wheelhouse"
+    ),
+    to: Annotated[
+        str, typer.Option("--to", metavar="DEST", help="Index directory or s3://bucket/prefix.")
+    ] = ("./index"),
     endpoint_url: Annotated[
-        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (credentials: AWS chain).")
+        str | None,
+        typer.Option(
+            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
+        ),
     ] = None,
     report: Annotated[
         Path | None,
-        typer.Option("--report", help="Build report (default: WHEEL_DIR/report.json if present)."),
+        typer.Option(
+            "--report", metavar="FILE", help="Build report (default: WHEEL_DIR/report.json if present)."
+        ),
     ] = None,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
     from factory.publish import describe, publish_wheels, wheels_in
+    from factory.stores import check_destination
 
+    check_destination(to)  # a misspelt --to before the wheels are read
     wheels = wheels_in(wheel_dir)
     if report is None and (wheel_dir / "report.json").is_file():
         report = wheel_dir / "report.json"
@@ -36,28 +47,40 @@ def publish(
 
 @app.command()
 def serve(
-    directory: Annotated[Path, typer.Argument(help="Local index directory.")] = Path("index"),
-    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")] = 8000,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Local index directory.")] = Path("index"),
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="TCP port (0: any free port).")] = 8000,
+    host: Annotated[
+        str, typer.Option("--host", metavar="ADDRESS", help="Address to listen on.")
+    ] = "127.0.0.1",
     basic_auth: Annotated[
-        str | None, typer.Option("--basic-auth", help="Require USER:PASSWORD (HTTP basic auth).")
+        str | None,
+        typer.Option("--basic-auth", metavar="USER:PASSWORD", help="Require this user (HTTP basic auth)."),
     ] = None,
-    from_s3: Annotated[
-        str | None, typer.Option("--from", help="Serve s3://bucket/prefix instead of a directory.")
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="SOURCE",
+            help="The index to serve: a directory or s3://bucket/prefix (for DIR).",
+        ),
     ] = None,
     endpoint_url: Annotated[
-        str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint.")
+        str | None, typer.Option("--endpoint-url", metavar="URL", help="S3-compatible endpoint.")
     ] = None,
     timeout: Annotated[
         float,
-        typer.Option("--timeout", help="Seconds a request head may take to arrive, or a connection idle."),
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Seconds a request head may take to arrive, or a connection idle.",
+        ),
     ] = 30.0,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
     import math
 
     from factory.serve import ServeOptions, make_server, parse_basic_auth
-    from factory.stores import LocalStore, S3Store, Store, parse_s3_url
+    from factory.stores import LocalStore, S3Store, Store, check_destination, parse_s3_url
 
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port must be 0-65535, not {port}")
@@ -70,10 +93,13 @@ def serve(
         timeout_s=timeout,
     )
     store: Store
-    if from_s3 is not None:
-        bucket, prefix = parse_s3_url(from_s3)
+    if source is not None:
+        check_destination(source, what="--from")
+    if source is not None and source.startswith("s3://"):
+        bucket, prefix = parse_s3_url(source)
         store = S3Store(bucket, prefix, endpoint_url=endpoint_url)
     else:
+        directory = Path(source) if source is not None else directory
         if endpoint_url:
             raise ConfigError("--endpoint-url only applies with --from s3://...")
         if not (directory / "simple").is_dir():
@@ -99,13 +125,23 @@ def serve(
 @app.command()
 def which(
     project: Annotated[
-        str | None, typer.Argument(help="Project to install (default: all in the index).")
+        str | None, typer.Argument(metavar="PROJECT", help="Project to install (default: all in the index).")
     ] = None,
     index: Annotated[
-        str | None, typer.Option("--index", help="Index URL or directory (its root or its simple/ page).")
+        str | None,
+        typer.Option(
+            "--index-url",
+            "-i",
+            "--index",
+            metavar="URL",
+            help="Index URL or directory (its root or its simple/ page); --index is the old spelling.",
+        ),
     ] = None,
     python: Annotated[
-        str | None, typer.Option("--python", help="Interpreter whose torch decides (default: this one).")
+        str | None,
+        typer.Option(
+            "--python", metavar="PYTHON", help="Interpreter whose torch decides (default: this one)."
+        ),
     ] = None,
 ) -> None:
     """Print the pip/uv command for the variant index that matches this host's torch, CUDA, ABI and GPUs."""
@@ -118,9 +154,9 @@ def which(
         index = os.environ.get("FACTORY_INDEX_URL")
     if index is None:
         if not Path("index/simple").is_dir():
-            raise ConfigError("give --index URL (or set FACTORY_INDEX_URL)")
+            raise ConfigError("give --index-url URL (or set FACTORY_INDEX_URL)")
         index = "index"
-    normalize_index_url(index)  # a bad --index fails before this host is probed
+    normalize_index_url(index)  # a bad --index-url fails before this host is probed
     env = detect_environment(python)
     gpus = ", ".join(env.gpus) if env.gpus else "none"
     abi = "unknown" if env.cxx11_abi is None else str(int(env.cxx11_abi))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from factory.cli import app
+from factory.cli.output import echo_json, json_option, table_console
 from factory.options import Recipe
 from factory.recipes import BUILTIN_RECIPES
 
@@ -26,13 +26,32 @@ def recipe_row(recipe: Recipe) -> dict[str, str]:
     }
 
 
+def recipe_json(recipe: Recipe) -> dict[str, object]:
+    """What `factory recipes --json` says of one recipe: its values, not their display."""
+    return {
+        "name": recipe.name,
+        "package": recipe.package,
+        "versions": recipe.versions,
+        "patches": [str(p) for p in recipe.patches],
+        "arch_env": recipe.arch_env,
+        "arch_format": recipe.arch_format,
+        "env": dict(recipe.env),
+        "py_limited_api": recipe.py_limited_api,
+        "compile_gib_per_arch": recipe.compile_gib_per_arch,
+    }
+
+
 @app.command("recipes")
 def recipes_command(
     paths: Annotated[
         bool, typer.Option("--paths", help="Print the path of each patch file instead.")
     ] = False,
+    as_json: Annotated[bool, json_option()] = False,
 ) -> None:
     """The built-in recipes (`recipe: NAME` in a matrix file) and the versions their patches were made for."""
+    if as_json:
+        echo_json([recipe_json(r) for r in BUILTIN_RECIPES.values()])
+        return
     if paths:
         for recipe in BUILTIN_RECIPES.values():
             for path in recipe.patches:
@@ -44,5 +63,4 @@ def recipes_command(
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*row.values())
-    console = Console(width=max(Console().width, 140))
-    console.print(table)
+    table_console().print(table)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app
+from factory.cli.matrix import MATRIX_OPTION
 from factory.config import load_matrix_file
 from factory.errors import ConfigError
 from factory.home import factory_home
@@ -16,8 +17,8 @@ from factory.source import PreparedSource, diff_trees, prepare_package, unpack_f
 source_app = typer.Typer(help="Unpack a package's source to edit, and turn the edits into a patch.")
 app.add_typer(source_app, name="source")
 
-MatrixOption = Annotated[Path, typer.Option("--matrix", "-m", help="The matrix file.")]
-DirArgument = Annotated[Path, typer.Argument(help="The directory with the source to edit.")]
+MatrixOption = Annotated[Path, MATRIX_OPTION]
+DirArgument = Annotated[Path, typer.Argument(metavar="DIR", help="The directory with the source to edit.")]
 
 
 def _prepared(matrix: Path) -> PreparedSource:
@@ -40,7 +41,8 @@ def diff_command(
     matrix: MatrixOption = Path("matrix.yaml"),
     directory: DirArgument = Path("src"),
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the patch here (default: stdout).")
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write the patch here (default: stdout)."),
     ] = None,
 ) -> None:
     """The edits made in DIR since `factory source unpack`, as a patch for the recipe's `patches:` list."""

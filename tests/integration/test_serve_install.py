@@ -225,7 +225,7 @@ def run_which(index: str, python: Path, tmp_path: Path) -> subprocess.CompletedP
     (tmp_path / "no-tools").mkdir()
     env = {**os.environ, "PATH": str(tmp_path / "no-tools"), "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run(
-        [FACTORY, "which", "--index", index, "--python", str(python)],
+        [FACTORY, "which", "--index-url", index, "--python", str(python)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -316,7 +316,7 @@ def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_p
     assert (tmp_path / "idx" / "simple" / vid / "tinyvar" / "index.html").is_file()
     python = python_with_stub_torch(tmp_path, STUB_TORCH_12_10)
     proc = subprocess.run(
-        [FACTORY, "which", "--index", str(tmp_path / "idx"), "--python", str(python)],
+        [FACTORY, "which", "--index-url", str(tmp_path / "idx"), "--python", str(python)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -143,9 +143,9 @@ def test_without_the_option_every_python_is_a_job(tmp_path: Path) -> None:
 
 def test_matrix_formats_show_what_is_covered(tmp_path: Path) -> None:
     path = str(matrix_file(tmp_path))
-    result = runner.invoke(app, ["matrix", "-m", path, "--format", "json"])
+    result = runner.invoke(app, ["matrix", "-m", path, "--json"])
     assert result.exit_code == 0, result.output
-    jobs = json.loads(result.output)
+    jobs = json.loads(result.stdout)["jobs"]
     assert [(j["python"], j["abi"], j["covers"]) for j in jobs] == [
         ("3.11", "cp311-abi3", ["3.12", "3.13"])
     ] * 2

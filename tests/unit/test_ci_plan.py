@@ -167,7 +167,7 @@ def test_cli_plan_writes_the_github_outputs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        (["-f", "json", "--unpublished"], "apply to --format github only"),
+        (["--json", "--unpublished"], "apply to --format github only"),
         (["-f", "github", "--chunk", "3/2"], "--chunk '3/2': I must be between 1 and K"),
     ],
 )

@@ -197,14 +197,14 @@ def test_warnings_for_versions_and_packages_the_patches_were_not_made_for() -> N
 
 def test_matrix_warns_in_one_line_at_plan_time(tmp_path: Path, factory_cli: Cli) -> None:
     path = matrix(tmp_path, 'package: {name: causal-conv1d, version: "1.6.0"}\n')
-    code, output = factory_cli(["matrix", "--matrix", str(path), "--format", "json"])
+    code, output = factory_cli(["matrix", "--matrix", str(path), "--json"])
     assert code == 0, output
     warnings = [line for line in output.splitlines() if line.startswith("warning:")]
     assert warnings == [
         "warning: recipe causal-conv1d's patches were made for causal-conv1d ==1.7.0, not 1.6.0; "
         "`factory matrix --check` tries them against its source"
     ]
-    assert json.loads(output.replace(warnings[0], ""))[0]["version"] == "1.6.0"
+    assert json.loads(output.replace(warnings[0], ""))["jobs"][0]["version"] == "1.6.0"
 
 
 # -- patches: dry run first, a failure names the file and the hunk

@@ -311,7 +311,7 @@ def test_the_which_command_says_a_bad_interpreter_in_one_line(
         python = fake_python(tmp_path, json.dumps({**PROBED, "gpus": ["sm_80"]}))
     elif python == "lacks":
         python = fake_python(tmp_path, json.dumps({k: v for k, v in PROBED.items() if k != "gpus"}))
-    got, output = factory_cli(["which", "--index", str(tmp_path / "index"), "--python", python])
+    got, output = factory_cli(["which", "--index-url", str(tmp_path / "index"), "--python", python])
     assert got == code, output
     assert "Traceback" not in output
     (line,) = output.strip().splitlines()
