@@ -61,7 +61,7 @@ def test_a_flag_is_shown_alone_and_a_value_by_its_metavar() -> None:
     dry_run = _option_row(output, "--dry-run")
     assert re.search(r"--dry-run\s+Show the jobs", dry_run), dry_run
     assert re.search(r"--matrix\s+-m\s+FILE\s+The matrix file", _option_row(output, "--matrix"))
-    assert re.search(r"--help\s+Show this message", _option_row(output, "--help"))
+    assert re.search(r"--help\s+-h\s+Show this message", _option_row(output, "--help"))
     clean = runner.invoke(app, ["clean", "--help"], env=WIDE).output
     assert re.search(r"--output\s+-o\s+DIR\s+A build's output directory", _option_row(clean, "--output"))
 

@@ -241,7 +241,7 @@ def test_recipes_json_and_an_unbroken_table_without_a_terminal(
 def test_images_list_without_a_terminal_keeps_each_image_on_one_line(
     monkeypatch: pytest.MonkeyPatch, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
-    from factory import images
+    from factory import engine, images
 
     tag = "factory-builder:cuda13.0-py3.11-pypi-with-a-long-name-0123456789abcdef0123456789abcdef"
     labels = {
@@ -251,7 +251,7 @@ def test_images_list_without_a_terminal_keeps_each_image_on_one_line(
     found = [
         images.ImageInfo(tags=(tag,), id="sha256:1", kind="builder", labels=labels, size=2**30, created="")
     ]
-    monkeypatch.setattr(images, "connect", lambda: None)
+    monkeypatch.setattr(engine, "connect", lambda: None)
     monkeypatch.setattr(images, "list_images", lambda _client: found)
     code, output = factory_cli(["images", "list"])
     assert code == 0, output
