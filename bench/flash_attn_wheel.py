@@ -6,6 +6,8 @@ Hours on two cores, so every step is resumable: a shard recorded as done in
 bench/results/flash-attn-wheel.json is not run again, and a shard stopped halfway loses nothing its compiles
 already put in the store (a rerun finds them cached). Run it again until it says the wheel is installed;
 `--shards-only` stops before the final build, `--max-shards K` after K more shards (a session's worth).
+A shard counts as done only against the store it filled (an id kept beside the store): on a machine without
+that store its record moves to `earlier` (its figures stay measurements) and the shard runs again.
 
 Per shard it records the wall, the compiles (cached / compiled), the CPU seconds and peak of each compile (the
 wrapper's measurement lines in the job log), the attempts and OOM kills, and the container's peak.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -64,6 +67,22 @@ def compiles_of(log: Path) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def store_id(work: Path) -> str:
+    """The id of the store under `work`, made with it: shard records name the store their compiles are in."""
+    marker = work / "store.id"
+    if not marker.is_file():
+        marker.write_text(secrets.token_hex(8) + "\n")
+    return marker.read_text().strip()
+
+
+def forget_other_stores(results: dict[str, Any], current: str) -> list[str]:
+    """Move the shard records of another store (or of none) to `earlier`: their compiles are not here."""
+    moved = [key for key, rec in results["shards"].items() if rec.get("store") != current]
+    for key in moved:
+        results.setdefault("earlier", []).append({"shard": key, **results["shards"].pop(key)})
+    return moved
 
 
 def summarize(report_path: Path, wall_s: float, rc: int) -> dict[str, Any]:
@@ -142,8 +161,14 @@ def main() -> int:
     parser.add_argument("--shards-only", action="store_true", help="Stop before the final build.")
     opts = parser.parse_args()
     store, index = opts.work / "store", opts.work / "index"
+    fresh = not store.is_dir()
     store.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        (opts.work / "store.id").unlink(missing_ok=True)
     results = load_results()
+    current = store_id(opts.work)
+    for key in forget_other_stores(results, current):
+        print(f"shard {key}: recorded against another store; running it again")
     results["shard_count"] = opts.shards
     matrix = work_matrix(opts.work, index)
     cpus = [] if opts.cpus is None else ["--cpus", str(opts.cpus)]
@@ -157,7 +182,11 @@ def main() -> int:
             return 0
         out = opts.work / f"shard-{i}-of-{opts.shards}"
         rc, wall = factory_build(matrix, ["--shard", key, "--cache", str(store), "--output", str(out), *cpus])
-        results["shards"][key] = {**summarize(out / "report.json", wall, rc), "finished": time.time()}
+        results["shards"][key] = {
+            **summarize(out / "report.json", wall, rc),
+            "store": current,
+            "finished": time.time(),
+        }
         save_results(results)
         ran += 1
         print(f"shard {key}: {results['shards'][key]['result']} in {wall:.0f}s")
