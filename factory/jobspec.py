@@ -7,7 +7,6 @@ already made; nothing here reads a file, asks Docker or looks at the host. `fact
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -57,17 +56,19 @@ def driver_env(
     `factory clean` tells a dead run's job directory by."""
     return {
         "HOME": "/home/factory",
-        protocol.ENV_JOB_DIR: job_dir,
-        protocol.ENV_JOB_OWNER: owner,
-        protocol.ENV_PYTHON: f"python{python}",
+        **protocol.DriverEnv(
+            job_dir=job_dir,
+            owner=owner,
+            python=f"python{python}",
+            heartbeat=f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
+            heartbeat_stale_s=heartbeat_stale_s,
+        ).to_env(),
         # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
         "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
         "UV_LINK_MODE": "hardlink",
         "UV_PYTHON_DOWNLOADS": "never",
         "UV_NO_CONFIG": "1",
         "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
-        heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
-        heartbeat.ENV_STALE_S: f"{heartbeat_stale_s:g}",
         # local paths only: the store, its credentials and the signing key stay with the host
         **(cache_env(compile_cache) if compile_cache is not None else {}),
     }
@@ -96,23 +97,27 @@ def container_env(
     """The build container's environment: the driver's (`driver_env`), the memory plan's
     (`jobmemory.wrapper_env`, MAX_JOBS among it), then the matrix's own env for the job, which wins. A
     shard's sources and a preflight's candidates when the run has them."""
+    sharded = shard is not None and shard_sources is not None
     env = {
         **driver,
-        protocol.ENV_CUDA: job.variant.cuda,
-        protocol.ENV_REQUIREMENTS: "\n".join(requirements(mf, job)),
+        **protocol.DriverEnv(
+            cuda=job.variant.cuda,
+            requirements=tuple(requirements(mf, job)),
+            limited_api=job.limited_api or None,
+        ).to_env(),
         "PIP_NO_INDEX": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    if job.limited_api:
-        env[protocol.LIMITED_API_ENV] = job.limited_api
     env.update(memory)
     env.update(matrix_env(mf, job))
-    if shard is not None and shard_sources is not None:
-        env[protocol.ENV_SHARD] = str(shard)
-        env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(shard_sources))
-    if preflight_candidates is not None:
-        env[protocol.ENV_PREFLIGHT] = json.dumps(list(preflight_candidates))
+    env.update(protocol.DriverEnv(shard=str(shard) if sharded else None).to_env())
+    env.update(
+        protocol.WrapperEnv(
+            shard_sources=tuple(shard_sources) if sharded and shard_sources is not None else None,
+            preflight=tuple(preflight_candidates) if preflight_candidates is not None else None,
+        ).to_env()
+    )
     return env
 
 
@@ -120,8 +125,7 @@ def check_env(driver: Mapping[str, str], *, wheel: str, import_name: str) -> dic
     """The install check's environment: the driver's for the checked Python, the wheel and what to import."""
     return {
         **driver,
-        protocol.ENV_WHEEL: wheel,
-        protocol.ENV_IMPORT_CHECK: wheelcheck.import_check_script(import_name),
+        **protocol.DriverEnv(wheel=wheel, import_check=wheelcheck.import_check_script(import_name)).to_env(),
     }
 
 

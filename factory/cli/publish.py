@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -77,49 +78,22 @@ def serve(
     ] = 30.0,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
-    import math
+    from factory.serve import serve as serve_index
 
-    from factory.serve import ServeOptions, make_server, parse_basic_auth
-    from factory.stores import LocalStore, S3Store, Store, check_destination, parse_s3_url
+    def announce(line: str) -> None:
+        typer.echo(line)
+        sys.stdout.flush()
 
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be 0-65535, not {port}")
-    if not 0 < timeout < math.inf:
-        raise ConfigError(f"--timeout must be more than 0 seconds, not {timeout}")
-    options = ServeOptions(
+    serve_index(
+        directory,
+        source=source,
+        endpoint_url=endpoint_url,
         host=host,
         port=port,
-        basic_auth=parse_basic_auth(basic_auth) if basic_auth is not None else None,
+        basic_auth=basic_auth,
         timeout_s=timeout,
+        announce=announce,
     )
-    store: Store
-    if source is not None:
-        check_destination(source, what="--from")
-    if source is not None and source.startswith("s3://"):
-        bucket, prefix = parse_s3_url(source)
-        store = S3Store(bucket, prefix, endpoint_url=endpoint_url)
-    else:
-        directory = Path(source) if source is not None else directory
-        if endpoint_url:
-            raise ConfigError("--endpoint-url only applies with --from s3://...")
-        if not (directory / "simple").is_dir():
-            raise ConfigError(f"{directory}: not a published index (no simple/ inside); run factory publish")
-        store = LocalStore(directory.resolve())
-    try:
-        server = make_server(store, options)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    bound_host, bound_port = server.server_address[:2]
-    typer.echo(f"serving {store.description} at http://{bound_host!s}:{bound_port}/simple/")
-    import sys
-
-    sys.stdout.flush()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
 
 
 @app.command()
