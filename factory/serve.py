@@ -32,8 +32,9 @@ from urllib.parse import unquote, urlsplit
 from factory import index, site
 from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
-from factory.stores import LocalStore, S3Store, Store, check_destination, parse_s3_url
+from factory.stores import LocalStore, S3Store, Store
 from factory.urls import printable
+from factory.validate import check_destination, parse_s3_url
 
 _JSON_TYPES = {index.PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
 _HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}

@@ -718,20 +718,6 @@ def is_extension_module(member: str) -> bool:
     return member.endswith(".so") and not member.split("/", 1)[0].endswith(".dist-info")
 
 
-def library_glob_problem(pattern: object) -> str | None:
-    """Why `pattern` cannot name extension modules in a wheel (None: it can). A pattern is a path inside the
-    wheel, '/'-separated, each segment an fnmatch glob that stays within its segment."""
-    if not isinstance(pattern, str) or not pattern.strip():
-        return "must be a non-empty glob on a path inside the wheel"
-    if pattern != pattern.strip() or pattern.startswith("/") or "\\" in pattern:
-        return "must be a relative '/'-separated path inside the wheel, without surrounding spaces"
-    if any(part in ("", ".", "..") for part in pattern.split("/")):
-        return "must not have empty, '.' or '..' segments"
-    if not pattern.endswith((".so", "*")):
-        return "must name extension modules (end in .so or a glob)"
-    return None
-
-
 def library_glob_matches(member: str, pattern: str) -> bool:
     """Whether the wheel member matches the pattern segment by segment (`*` never crosses a '/')."""
     parts, globs = member.split("/"), pattern.split("/")

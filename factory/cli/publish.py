@@ -35,7 +35,7 @@ def publish(
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
     from factory.publish import describe, publish_wheels, wheels_in
-    from factory.stores import check_destination
+    from factory.validate import check_destination
 
     check_destination(to)  # a misspelt --to before the wheels are read
     wheels = wheels_in(wheel_dir)

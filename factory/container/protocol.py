@@ -595,7 +595,7 @@ def _lines(text: str) -> tuple[str, ...]:
 
 
 def _lines_text(value: object) -> str:
-    return "\n".join(value)  # type: ignore[call-overload]
+    return "\n".join(value)  # type: ignore[arg-type]
 
 
 @_named

@@ -22,13 +22,13 @@ import pytest
 from factory.errors import CheckError
 from factory.fatbin import device_code
 from factory.platform_tag import repair_platform_tag
+from factory.validate import library_glob_problem
 from factory.variants import Arch
 from factory.wheelcheck import (
     check_wheel,
     import_check_script,
     is_extension_module,
     library_glob_matches,
-    library_glob_problem,
     parse_import_check,
     pin_torch_in_metadata,
     pin_torch_requirement,
