@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from factory import cache, wheelcheck
+from factory import cache
 from factory.config import BuildOptions, MatrixFile
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
 from factory.engine import ContainerSpec, Limits
+from factory.errors import CheckError
 from factory.memory import jobmemory
 from factory.plan import Job, matrix_env
 from factory.shard import Shard
@@ -78,10 +79,9 @@ def cache_env(config: cache.CacheConfig) -> dict[str, str]:
     """The compile cache's read-only root and the job's outbox. The driver puts the host compiler through
     the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
     image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
-    env = {cache.ENV_DIR: cache.MOUNT, cache.ENV_OUT: cache.OUT_MOUNT}
-    if config.verify:
-        env[cache.ENV_VERIFY] = str(config.verify)
-    return env
+    return protocol.WrapperEnv(
+        cache_dir=cache.MOUNT, cache_out=cache.OUT_MOUNT, cache_verify=config.verify
+    ).to_env()
 
 
 def container_env(
@@ -123,10 +123,11 @@ def container_env(
 
 def check_env(driver: Mapping[str, str], *, wheel: str, import_name: str) -> dict[str, str]:
     """The install check's environment: the driver's for the checked Python, the wheel and what to import."""
-    return {
-        **driver,
-        **protocol.DriverEnv(wheel=wheel, import_check=wheelcheck.import_check_script(import_name)).to_env(),
-    }
+    try:
+        script = protocol.import_check_script(import_name)
+    except ValueError as exc:
+        raise CheckError(str(exc)) from None
+    return {**driver, **protocol.DriverEnv(wheel=wheel, import_check=script).to_env()}
 
 
 def work_mounts() -> dict[str, dict[str, str]]:

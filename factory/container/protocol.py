@@ -21,6 +21,8 @@
 - the environment the host gives a build container: the variables' names (`ENV_*`), what the driver reads of
   it (`DriverEnv`) and what the nvcc wrapper and its `c++` launcher read (`WrapperEnv`), each with `to_env`
   and `from_env`, with the per-file tables the wrapper's carries (`format_by_file`, `parse_by_file`)
+- the install check: the script the host gives the check phase (`import_check_script`, in
+  ENV_IMPORT_CHECK) and the JSON line it prints behind IMPORT_CHECK_MARKER (`parse_import_check`)
 - the work volume's job directories, as the driver's `jobs` phase lists them for `factory clean`
   (`job_listing_line`, `parse_job_listing`), and those its `remove-jobs` phase removed (`removed_line`,
   `parse_removed`)
@@ -32,6 +34,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self, TypeVar
@@ -647,6 +650,57 @@ def parse_owner(text: str) -> tuple[int, str] | None:
         return int(data["pid"]), str(data["host"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+# --- the install check ------------------------------------------------------------------------------------
+
+IMPORT_CHECK_MARKER = "FACTORY-IMPORT-CHECK"
+_DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def import_check_script(import_name: str) -> str:
+    """Python source that imports `import_name` after torch and prints one JSON line prefixed by the marker.
+
+    Run it as `python -I -c SCRIPT` (or from a file with -I) outside the source tree: a checkout on sys.path
+    would be imported instead of the installed wheel. The script also drops the working directory itself.
+    """
+    if not _DOTTED_NAME.fullmatch(import_name):
+        raise ValueError(f"import name {import_name!r} is not a dotted Python module name")
+    return f"""\
+import importlib, json, os, sys, traceback
+cwd = os.getcwd()
+sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+try:
+    import torch
+    module = importlib.import_module({import_name!r})
+except BaseException as exc:
+    traceback.print_exc()
+    print("{IMPORT_CHECK_MARKER} " + json.dumps({{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}))
+    sys.exit(1)
+report = {{
+    "ok": True,
+    "module": {import_name!r},
+    "file": getattr(module, "__file__", None),
+    "version": getattr(module, "__version__", None),
+    "torch": torch.__version__,
+    "cuda": torch.version.cuda,
+}}
+print("torch", report["torch"], "cuda", report["cuda"])
+print({import_name!r}, report["file"])
+print("{IMPORT_CHECK_MARKER} " + json.dumps(report))
+"""
+
+
+def parse_import_check(output: str) -> dict[str, object] | None:
+    """The JSON report of `import_check_script` from a container's output (last marker line), if any."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(IMPORT_CHECK_MARKER + " "):
+            try:
+                value = json.loads(line[len(IMPORT_CHECK_MARKER) + 1 :])
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
 
 
 # --- the work volume's job directories ---------------------------------------------------------------------
