@@ -13,10 +13,9 @@ from factory import shard as sharding
 from factory.ci import Chunk, parse_chunk
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
-from factory.config import MatrixFile, load_matrix_file, with_flavor
+from factory.config import MatrixFile
 from factory.errors import ConfigError
-from factory.plan import Job, Plan, plan_matrix, select_jobs
-from factory.recipes import recipe_warnings
+from factory.plan import Job, Plan, plan_file
 from factory.source import prepare_matrix_source
 
 # Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
@@ -156,10 +155,14 @@ def matrix_command(
         raise ConfigError(f"--json and --format {fmt}: give one")
     if fmt is not Format.github and (unpublished or github_output or part != Chunk()):
         raise ConfigError("--unpublished, --chunk and --github-output apply to --format github only")
-    mf = with_flavor(load_matrix_file(matrix, trust_paths=trust_paths), flavor)
-    for warning in recipe_warnings(mf.recipe, mf.package):
-        typer.echo(f"warning: {warning}", err=True)
-    plan = select_jobs(plan_matrix(mf, prune=not no_prune), only, file=str(matrix))
+    mf, plan = plan_file(
+        matrix,
+        trust_paths=trust_paths,
+        flavor=flavor,
+        only=only,
+        prune=not no_prune,
+        warn=lambda line: typer.echo(f"warning: {line}", err=True),
+    )
     if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
         raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:
