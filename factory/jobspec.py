@@ -20,10 +20,10 @@ from factory.plan import Job, matrix_env
 from factory.shard import Shard
 
 WORK_VOLUME = "factory-work"
-WORK_MOUNT = "/var/factory"
-JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`job_dir`)
+WORK_MOUNT = protocol.WORK_MOUNT
+JOBS_ROOT = protocol.JOBS_ROOT  # a job's directory there: `<job>-<run>` (`job_dir`)
 CONTAINER_USER = "10001:10001"
-CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the driver's check phase installs from it too
+CHECK_WHEELHOUSE_MOUNT = protocol.CHECK_WHEELHOUSE_MOUNT
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 Mounts = Mapping[str, Mapping[str, str]]
@@ -160,9 +160,9 @@ def job_mounts(
         **({str(check): {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}} if check is not None else {}),
         **{host: dict(m) for host, m in (cache_mounts or {}).items()},
         WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-        str(source): {"bind": "/src", "mode": "ro"},
-        str(wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
-        str(out_dir): {"bind": "/out", "mode": "rw"},
+        str(source): {"bind": protocol.SOURCE_MOUNT, "mode": "ro"},
+        str(wheelhouse): {"bind": protocol.WHEELHOUSE_MOUNT, "mode": "ro"},
+        str(out_dir): {"bind": protocol.OUTPUT_MOUNT, "mode": "rw"},
         str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
         str(profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
         str(heartbeat_dir): {"bind": heartbeat.MOUNT, "mode": "ro"},
@@ -181,13 +181,13 @@ def check_mounts(
     Python's job, for a Python the wheel covers, in place of the build's."""
     out = {host: dict(m) for host, m in mounts.items()}
     if wheelhouse is not None:
-        binds = ("/wheelhouse", CHECK_WHEELHOUSE_MOUNT)
+        binds = (protocol.WHEELHOUSE_MOUNT, CHECK_WHEELHOUSE_MOUNT)
         out = {k: v for k, v in out.items() if v["bind"] not in binds}
-        out[str(wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
+        out[str(wheelhouse)] = {"bind": protocol.WHEELHOUSE_MOUNT, "mode": "ro"}
         if check_wheelhouse is not None:
             out[str(check_wheelhouse)] = {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}
-    out = {k: v for k, v in out.items() if v["bind"] != "/out"}
-    out[str(wheel_dir)] = {"bind": "/out", "mode": "ro"}
+    out = {k: v for k, v in out.items() if v["bind"] != protocol.OUTPUT_MOUNT}
+    out[str(wheel_dir)] = {"bind": protocol.OUTPUT_MOUNT, "mode": "ro"}
     return out
 
 

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from . import cudagaps, heartbeat, nvcccall, preflight, protocol
 
-WHEELHOUSE = Path("/wheelhouse")
-CHECK_WHEELHOUSE = Path("/wheelhouse-check")  # the package's runtime requirements, when the host found any
-SOURCE = Path("/src")
-OUT = Path("/out")
+WHEELHOUSE = Path(protocol.WHEELHOUSE_MOUNT)
+CHECK_WHEELHOUSE = Path(protocol.CHECK_WHEELHOUSE_MOUNT)
+SOURCE = Path(protocol.SOURCE_MOUNT)
+OUT = Path(protocol.OUTPUT_MOUNT)
 OBJECT_SUFFIXES = (".o", ".obj")
 CXX_LAUNCHER = Path(__file__).resolve().parent / "c++"
 NVCC_LAUNCHER = CXX_LAUNCHER.parent / "nvcc"

@@ -95,6 +95,15 @@ ENV_CACHE_OUT = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the j
 ENV_CACHE_VERIFY = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
 
 
+# Where a build container finds what the host mounts for it (`factory.jobspec` binds them there).
+SOURCE_MOUNT = "/src"  # the prepared source, read-only
+WHEELHOUSE_MOUNT = "/wheelhouse"  # the build's wheelhouse, read-only
+CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the package's runtime requirements, when the host found any
+OUTPUT_MOUNT = "/out"  # the build's wheel; in the install check, the host's checked copy of it, read-only
+WORK_MOUNT = "/var/factory"  # the work volume: uv's cache and the jobs' directories
+JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>`
+
+
 # --- progress marks ----------------------------------------------------------------------------------------
 
 
