@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ import psutil
 
 from factory import cache, home, images, leftovers, runtimereqs, wheelhouse
 from factory.config import MatrixFile
-from factory.container import heartbeat
+from factory.container import heartbeat, protocol
 from factory.engine import (
     RUN_LABEL,
     Engine,
@@ -90,15 +91,15 @@ def container_memory(mf: MatrixFile, settings: BuildSettings) -> int:
 
 def heartbeat_stale_s() -> float:
     """How long a build container outlives a silent factory; tests shorten it through the environment."""
-    raw = os.environ.get(heartbeat.ENV_STALE_S)
+    raw = os.environ.get(protocol.ENV_HEARTBEAT_STALE_S)
     if not raw:
         return heartbeat.STALE_S
     try:
         value = float(raw)
     except ValueError:
         value = 0.0
-    if not value > 0:
-        raise ConfigError(f"{heartbeat.ENV_STALE_S}={raw!r}: must be a positive number of seconds")
+    if not 0 < value < math.inf:
+        raise ConfigError(f"{protocol.ENV_HEARTBEAT_STALE_S}={raw!r}: must be a positive number of seconds")
     return value
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from factory.container import protocol
 from factory.container.links import Link
+from factory.container.protocol import IMPORT_CHECK_MARKER, parse_import_check
 from factory.urls import printable
-from factory.wheelcheck import IMPORT_CHECK_MARKER, parse_import_check
 
 NINJA_STATUS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 # setuptools' build_ext, before each extension (torch's cpp_extension then runs one ninja per extension)

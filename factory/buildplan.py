@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from factory.build import BuildSettings
-from factory.config import MatrixFile, load_matrix_file, with_flavor
+from factory.config import MatrixFile
 from factory.errors import ConfigError
 from factory.pipeline import RunOutcome, build_matrix
-from factory.plan import Job, plan_matrix, select_jobs
+from factory.plan import Job, plan_file
 from factory.report import BuildReport, JobResult
 from factory.shard import Shard
 
@@ -72,13 +72,12 @@ def plan_build(request: BuildRequest, *, warn: Log) -> PlannedBuild:
     the recipe's warnings and any about the compile cache."""
     from factory.cache import KEY_ENV, resolve, shared_key
     from factory.preflight import lead_jobs
-    from factory.recipes import recipe_warnings
 
     _check_options(request)
-    mf = with_flavor(load_matrix_file(request.matrix, trust_paths=request.trust_paths), request.flavor)
-    for warning in recipe_warnings(mf.recipe, mf.package):
-        warn(warning)
-    jobs = list(select_jobs(plan_matrix(mf), request.only, file=str(request.matrix)).jobs)
+    mf, plan = plan_file(
+        request.matrix, trust_paths=request.trust_paths, flavor=request.flavor, only=request.only, warn=warn
+    )
+    jobs = list(plan.jobs)
     if not jobs:  # what --only kept, if anything, was dropped
         what = f"no job matches --only {request.only!r}" if request.only else "the matrix plans no job"
         raise ConfigError(what, file=str(request.matrix))

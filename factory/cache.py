@@ -40,8 +40,9 @@ from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASURE
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
 from factory.options import DEFAULT_CACHE_MAX
-from factory.stores import PreconditionFailed, Store, check_destination, open_store
+from factory.stores import PreconditionFailed, Store, open_store
 from factory.units import parse_size
+from factory.validate import check_destination
 
 LAYOUT = compilecache.LAYOUT_VERSION  # only files under it are synced
 MOUNT = "/var/factory-cache"  # where a build container sees its domain of the local cache (read-only)

@@ -20,7 +20,6 @@ from factory.abi3 import parse_limited_api
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
 from factory.imageref import NOT_AN_IMAGE, is_image_reference
-from factory.memory.planner import container_limits
 from factory.options import (
     FLAVORS,
     MAX_ATTEMPTS,
@@ -41,12 +40,16 @@ from factory.options import (
     frozen_mapping,
 )
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
-from factory.stores import check_destination, check_endpoint_url
 from factory.units import format_size, parse_size
 from factory.urls import INDEX_SCHEMES
+from factory.validate import (
+    check_destination,
+    check_endpoint_url,
+    container_limits,
+    library_glob_problem,
+    requirement_problem,
+)
 from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
-from factory.wheelcheck import library_glob_problem
-from factory.wheelhouse import requirement_problem
 from factory.yamlcheck import Checker, kind, plain
 from factory.yamlload import load_yaml
 
@@ -411,7 +414,7 @@ def _recipe_fields(
 
 
 def _library_globs(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    """Globs on extension modules' paths in a wheel (`wheelcheck.library_glob_problem` says which may be)."""
+    """Globs on extension modules' paths in a wheel (`validate.library_glob_problem` says which may be)."""
     what = f"recipe.{key}"
     items = check.str_list(node, key, what)
     for i, text in enumerate(items):
@@ -432,7 +435,7 @@ def _cxx_std(check: Checker, node: Any, key: object, what: str) -> str:
 
 
 def _requirements(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    """Requirements the host's pip downloads (`wheelhouse.requirement_problem` says which may be)."""
+    """Requirements the host's pip downloads (`validate.requirement_problem` says which may be)."""
     what = f"recipe.{key}"
     items = check.str_list(node, key, what)
     for i, text in enumerate(items):

@@ -800,6 +800,37 @@ def base_image_for(*, cuda: str, python: str, flavor: str, base_image: str | Non
     return devel_base_image(cuda) if flavor == "devel" else manylinux_base_image(cuda)
 
 
+def build_images(
+    *,
+    cuda: str,
+    pythons: Sequence[str],
+    flavor: str,
+    base_image: str | None = None,
+    bootstrap: bool = True,
+    progress: Progress | None = None,
+) -> list[str]:
+    """`factory images build`: each Python's builder image (`ensure_builder_image`), an image that several
+    of `pythons` share built once; its tags, in the order of their first Python. Bad values are one line
+    before the daemon is asked anything."""
+    first_python: dict[str, str] = {}
+    for python in pythons:
+        tag = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
+        first_python.setdefault(tag, python)
+    client = engine.connect()
+    return [
+        ensure_builder_image(
+            client,
+            cuda=cuda,
+            python=python,
+            flavor=flavor,
+            base_image=base_image,
+            bootstrap=bootstrap,
+            progress=progress,
+        )
+        for python in first_python.values()
+    ]
+
+
 def ensure_builder_image(
     client: Any,
     *,

@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from packaging.utils import canonicalize_name
 
 from factory import index, site
+from factory.errors import ConfigError
 from factory.index import FileRecord, MatrixCell, PageRef
 from factory.publish import (
     REPAIR_HINT,
@@ -37,12 +39,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True)
 class IndexCheck:
+    to: str  # the index as the caller named it (`destination`: as its store describes itself)
     destination: str
     wheels: int  # listed on the project pages
     variant_ids: tuple[str, ...]
     problems: tuple[str, ...]  # one line each; none when the index is whole
     # files/ keys on no page that `index repair` would leave off every page too (each also a problem)
     unlistable: tuple[str, ...] = ()
+    planned: int = 0  # the planned jobs checked against the index
     missing: tuple[str, ...]  # planned job ids with no published wheel
     pages_written: tuple[str, ...]
 
@@ -50,12 +54,12 @@ class IndexCheck:
     def ok(self) -> bool:
         return not self.problems
 
-    def advice(self, to: str) -> list[str]:
+    def advice(self) -> list[str]:
         """What makes the index whole again: repair for what it can mend; removing, by whoever owns the
         index, the files no page may list, which repair leaves where they are."""
         lines = []
         if len(self.problems) > len(self.unlistable):
-            lines.append(REPAIR_HINT.format(to=to))
+            lines.append(REPAIR_HINT.format(to=self.to))
         if self.unlistable:
             lines.append(
                 f"remove from the index the {len(self.unlistable)} file(s) no page may list (named above): "
@@ -249,11 +253,37 @@ def check_index(
     if store.get(index.MATRIX_PAGE.state_key) is not None or wheels or project_pages:
         c.page(index.MATRIX_PAGE)
     return IndexCheck(
+        to=to,
         destination=store.description,
         wheels=len({(p.variant_id, r.filename) for p, recs in listed.items() for r in recs}),
         variant_ids=tuple(sorted({p.variant_id for p, recs in listed.items() if recs})),
         problems=tuple(c.problems),
         unlistable=tuple(unlistable),
+        planned=len(jobs) if project is not None else 0,
         missing=tuple(missing),
         pages_written=tuple(written),
     )
+
+
+def check_published(
+    *,
+    to: str | None,
+    endpoint_url: str | None = None,
+    matrix: Path | None = None,
+    trust_paths: bool = False,
+) -> IndexCheck:
+    """`factory index check`: `check_index` of `to`, or of the matrix file's publish.to; with `matrix`, its
+    planned jobs are checked against the index too (`planned`, `missing`)."""
+    jobs: list[Job] = []
+    project = None
+    if matrix is not None:
+        from factory.config import load_matrix_file
+        from factory.plan import plan_matrix
+
+        mf = load_matrix_file(matrix, trust_paths=trust_paths)
+        jobs, project = list(plan_matrix(mf).jobs), mf.package.name
+        if to is None:
+            to, endpoint_url = mf.publish.to, endpoint_url or mf.publish.endpoint_url
+    if to is None:
+        raise ConfigError("--to or --matrix names the index to check")
+    return check_index(to=to, endpoint_url=endpoint_url, jobs=jobs, project=project)

@@ -7,23 +7,23 @@ already made; nothing here reads a file, asks Docker or looks at the host. `fact
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from factory import cache, wheelcheck
+from factory import cache
 from factory.config import BuildOptions, MatrixFile
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
 from factory.engine import ContainerSpec, Limits
+from factory.errors import CheckError
 from factory.memory import jobmemory
 from factory.plan import Job, matrix_env
 from factory.shard import Shard
 
 WORK_VOLUME = "factory-work"
-WORK_MOUNT = "/var/factory"
-JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>` (`job_dir`)
+WORK_MOUNT = protocol.WORK_MOUNT
+JOBS_ROOT = protocol.JOBS_ROOT  # a job's directory there: `<job>-<run>` (`job_dir`)
 CONTAINER_USER = "10001:10001"
-CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the driver's check phase installs from it too
+CHECK_WHEELHOUSE_MOUNT = protocol.CHECK_WHEELHOUSE_MOUNT
 BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psutil")
 
 Mounts = Mapping[str, Mapping[str, str]]
@@ -57,17 +57,19 @@ def driver_env(
     `factory clean` tells a dead run's job directory by."""
     return {
         "HOME": "/home/factory",
-        protocol.ENV_JOB_DIR: job_dir,
-        protocol.ENV_JOB_OWNER: owner,
-        protocol.ENV_PYTHON: f"python{python}",
+        **protocol.DriverEnv(
+            job_dir=job_dir,
+            owner=owner,
+            python=f"python{python}",
+            heartbeat=f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
+            heartbeat_stale_s=heartbeat_stale_s,
+        ).to_env(),
         # uv's cache shares the work volume with the venvs: installing torch hardlinks, not copies.
         "UV_CACHE_DIR": f"{WORK_MOUNT}/uv-cache",
         "UV_LINK_MODE": "hardlink",
         "UV_PYTHON_DOWNLOADS": "never",
         "UV_NO_CONFIG": "1",
         "PYTHONPATH": IMPORT_ROOT,  # the driver and the nvcc wrapper import as `factory.container`
-        heartbeat.ENV_FILE: f"{heartbeat.MOUNT}/{heartbeat.FILE_NAME}",
-        heartbeat.ENV_STALE_S: f"{heartbeat_stale_s:g}",
         # local paths only: the store, its credentials and the signing key stay with the host
         **(cache_env(compile_cache) if compile_cache is not None else {}),
     }
@@ -77,10 +79,9 @@ def cache_env(config: cache.CacheConfig) -> dict[str, str]:
     """The compile cache's read-only root and the job's outbox. The driver puts the host compiler through
     the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
     image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
-    env = {cache.ENV_DIR: cache.MOUNT, cache.ENV_OUT: cache.OUT_MOUNT}
-    if config.verify:
-        env[cache.ENV_VERIFY] = str(config.verify)
-    return env
+    return protocol.WrapperEnv(
+        cache_dir=cache.MOUNT, cache_out=cache.OUT_MOUNT, cache_verify=config.verify
+    ).to_env()
 
 
 def container_env(
@@ -96,33 +97,37 @@ def container_env(
     """The build container's environment: the driver's (`driver_env`), the memory plan's
     (`jobmemory.wrapper_env`, MAX_JOBS among it), then the matrix's own env for the job, which wins. A
     shard's sources and a preflight's candidates when the run has them."""
+    sharded = shard is not None and shard_sources is not None
     env = {
         **driver,
-        protocol.ENV_CUDA: job.variant.cuda,
-        protocol.ENV_REQUIREMENTS: "\n".join(requirements(mf, job)),
+        **protocol.DriverEnv(
+            cuda=job.variant.cuda,
+            requirements=tuple(requirements(mf, job)),
+            limited_api=job.limited_api or None,
+        ).to_env(),
         "PIP_NO_INDEX": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    if job.limited_api:
-        env[protocol.LIMITED_API_ENV] = job.limited_api
     env.update(memory)
     env.update(matrix_env(mf, job))
-    if shard is not None and shard_sources is not None:
-        env[protocol.ENV_SHARD] = str(shard)
-        env[protocol.ENV_SHARD_SOURCES] = json.dumps(list(shard_sources))
-    if preflight_candidates is not None:
-        env[protocol.ENV_PREFLIGHT] = json.dumps(list(preflight_candidates))
+    env.update(protocol.DriverEnv(shard=str(shard) if sharded else None).to_env())
+    env.update(
+        protocol.WrapperEnv(
+            shard_sources=tuple(shard_sources) if sharded and shard_sources is not None else None,
+            preflight=tuple(preflight_candidates) if preflight_candidates is not None else None,
+        ).to_env()
+    )
     return env
 
 
 def check_env(driver: Mapping[str, str], *, wheel: str, import_name: str) -> dict[str, str]:
     """The install check's environment: the driver's for the checked Python, the wheel and what to import."""
-    return {
-        **driver,
-        protocol.ENV_WHEEL: wheel,
-        protocol.ENV_IMPORT_CHECK: wheelcheck.import_check_script(import_name),
-    }
+    try:
+        script = protocol.import_check_script(import_name)
+    except ValueError as exc:
+        raise CheckError(str(exc)) from None
+    return {**driver, **protocol.DriverEnv(wheel=wheel, import_check=script).to_env()}
 
 
 def work_mounts() -> dict[str, dict[str, str]]:
@@ -155,9 +160,9 @@ def job_mounts(
         **({str(check): {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}} if check is not None else {}),
         **{host: dict(m) for host, m in (cache_mounts or {}).items()},
         WORK_VOLUME: {"bind": WORK_MOUNT, "mode": "rw"},
-        str(source): {"bind": "/src", "mode": "ro"},
-        str(wheelhouse): {"bind": "/wheelhouse", "mode": "ro"},
-        str(out_dir): {"bind": "/out", "mode": "rw"},
+        str(source): {"bind": protocol.SOURCE_MOUNT, "mode": "ro"},
+        str(wheelhouse): {"bind": protocol.WHEELHOUSE_MOUNT, "mode": "ro"},
+        str(out_dir): {"bind": protocol.OUTPUT_MOUNT, "mode": "rw"},
         str(CONTAINER_DIR): {"bind": PACKAGE_MOUNT, "mode": "ro"},
         str(profile_dir): {"bind": jobmemory.PROFILE_DIR, "mode": "ro"},
         str(heartbeat_dir): {"bind": heartbeat.MOUNT, "mode": "ro"},
@@ -176,13 +181,13 @@ def check_mounts(
     Python's job, for a Python the wheel covers, in place of the build's."""
     out = {host: dict(m) for host, m in mounts.items()}
     if wheelhouse is not None:
-        binds = ("/wheelhouse", CHECK_WHEELHOUSE_MOUNT)
+        binds = (protocol.WHEELHOUSE_MOUNT, CHECK_WHEELHOUSE_MOUNT)
         out = {k: v for k, v in out.items() if v["bind"] not in binds}
-        out[str(wheelhouse)] = {"bind": "/wheelhouse", "mode": "ro"}
+        out[str(wheelhouse)] = {"bind": protocol.WHEELHOUSE_MOUNT, "mode": "ro"}
         if check_wheelhouse is not None:
             out[str(check_wheelhouse)] = {"bind": CHECK_WHEELHOUSE_MOUNT, "mode": "ro"}
-    out = {k: v for k, v in out.items() if v["bind"] != "/out"}
-    out[str(wheel_dir)] = {"bind": "/out", "mode": "ro"}
+    out = {k: v for k, v in out.items() if v["bind"] != protocol.OUTPUT_MOUNT}
+    out[str(wheel_dir)] = {"bind": protocol.OUTPUT_MOUNT, "mode": "ro"}
     return out
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from factory.ci import Chunk, chunk_of, too_many
+from factory import shard as sharding
+from factory.ci import Chunk, chunk_of, github_json, github_matrix, github_outputs, too_many
 from factory.config import MatrixFile
 from factory.errors import ConfigError, FactoryError
 from factory.memory.shipping import pull_profile, push_profile
@@ -82,6 +83,38 @@ def plan_ci(mf: MatrixFile, jobs: Sequence[Job], *, chunk: Chunk, skip_published
     if problem is not None:
         raise ConfigError(problem, file=str(mf.path))
     return CiPlan(jobs=tuple(left), planned=len(mine), total=len(jobs))
+
+
+def github_plan(
+    mf: MatrixFile,
+    jobs: Sequence[Job],
+    *,
+    chunk: Chunk,
+    skip_published: bool,
+    shards: int | None,
+    github_output: Path | None,
+    log: Log,
+) -> str:
+    """`factory matrix --format github`: the chunk's jobs (`plan_ci`) as a GitHub Actions matrix, or with
+    `shards`, its shard and final matrices; appended to `github_output` as step outputs too. The JSON to
+    print; ConfigError for a matrix GitHub would refuse (the run would fail after its plan)."""
+    ci = plan_ci(mf, jobs, chunk=chunk, skip_published=skip_published, log=log)
+    rows = [j.to_json() for j in ci.jobs]
+    matrices = sharding.github_matrices(rows, shards) if shards is not None else None
+    if matrices is not None:
+        for line in sharding.over_limit(matrices):
+            raise ConfigError(line)
+    if github_output is not None:
+        try:
+            with github_output.open("a") as fh:
+                fh.write(github_outputs(rows))
+                if matrices is not None:
+                    fh.write(sharding.github_shard_outputs(matrices))
+        except OSError as exc:
+            raise ConfigError(f"--github-output {github_output}: {exc.strerror}") from None
+    if skip_published or chunk != Chunk():
+        log(f"chunk {chunk}: {len(rows)} of its {ci.planned} jobs to build ({ci.total} in the matrix)")
+    return github_json(matrices) if matrices is not None else github_matrix(rows)
 
 
 def sync_profile(store: Store, mf: MatrixFile, log: Log, *, pull: bool) -> None:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import cast
 
 from factory.abi3 import ABI3, covers, python_key, wheel_tag
-from factory.config import AXES, MatrixFile
+from factory.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError, ImageError
 from factory.images import cuda_major, toolkit_cuda
 from factory.matrix import expand
-from factory.recipes import recipe_env
+from factory.recipes import recipe_env, recipe_warnings
 from factory.tags import python_tag
 from factory.variants import Variant, arch_set_str, parse_arch_set
 
@@ -136,6 +137,24 @@ def select_jobs(plan: Plan, pattern: str | None, *, file: str) -> Plan:
     if pattern and not kept.jobs and not kept.dropped:
         raise ConfigError(f"no job matches --only {pattern!r}", file=file)
     return kept
+
+
+def plan_file(
+    path: Path,
+    *,
+    trust_paths: bool = False,
+    flavor: str | None = None,
+    only: str | None = None,
+    prune: bool = True,
+    warn: Callable[[str], None],
+) -> tuple[MatrixFile, Plan]:
+    """A matrix file loaded (`load_matrix_file`, with `flavor`: `with_flavor`) and planned, `--only`'s jobs
+    selected (`select_jobs`), as `factory matrix` shows it and `factory build` starts from; `warn` gets the
+    recipe's warnings."""
+    mf = with_flavor(load_matrix_file(path, trust_paths=trust_paths), flavor)
+    for warning in recipe_warnings(mf.recipe, mf.package):
+        warn(warning)
+    return mf, select_jobs(plan_matrix(mf, prune=prune), only, file=str(path))
 
 
 def _glob(pattern: str, *names: str) -> bool:

@@ -92,7 +92,7 @@ _COMPILER_ERROR = re.compile(
 _FACTORY_LINE = re.compile(r"^factory: (?!'.*' failed with exit code \d+$)")
 _PYTHON_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit): \S")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_JOB_DIR = re.compile(r"/var/factory/jobs/[^/\s]+/")
+_JOB_DIR = re.compile(re.escape(protocol.JOBS_ROOT) + r"/[^/\s]+/")
 _SITE = re.compile(r"venv/lib/python3\.\d+/site-packages/")
 
 

@@ -39,6 +39,7 @@ from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord, PageRef
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
+from factory.validate import check_destination
 from factory.wheelcheck import wheel_archive_problems
 
 T = TypeVar("T")
@@ -521,6 +522,19 @@ def wheels_in(directory: Path) -> list[Path]:
     if not wheels:
         raise ConfigError(f"{directory}: no .whl files to publish")
     return wheels
+
+
+def publish_directory(
+    wheel_dir: Path, *, to: str, endpoint_url: str | None = None, report: Path | None = None
+) -> PublishResult:
+    """`factory publish`: the wheels of a build's output directory (`wheels_in`), with its report.json when
+    no `report` is given and it has one (`publish_wheels`). A misspelt `to` fails before the wheels
+    are read."""
+    check_destination(to)
+    wheels = wheels_in(wheel_dir)
+    if report is None and (wheel_dir / "report.json").is_file():
+        report = wheel_dir / "report.json"
+    return publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report)
 
 
 def describe(result: PublishResult) -> Iterable[str]:

@@ -25,8 +25,8 @@ from factory.measured import (
 )
 from factory.options import PackageSpec, Recipe
 from factory.resources import data_path
+from factory.validate import library_glob_problem
 from factory.variants import format_arch_list
-from factory.wheelcheck import library_glob_problem
 
 if TYPE_CHECKING:
     from factory.variants import Variant

@@ -16,6 +16,7 @@ import base64
 import binascii
 import hmac
 import io
+import math
 import shutil
 import socket
 import sys
@@ -24,14 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from factory import index, site
 from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
-from factory.stores import Store
+from factory.stores import LocalStore, S3Store, Store
 from factory.urls import printable
+from factory.validate import check_destination, parse_s3_url
 
 _JSON_TYPES = {index.PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
 _HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}
@@ -309,3 +312,57 @@ def make_server(
     """An HTTP server for the index in `store`, listening already (call serve_forever())."""
     write_log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     return IndexServer(store, options, write_log)
+
+
+def serving_store(directory: Path, *, source: str | None = None, endpoint_url: str | None = None) -> Store:
+    """The index `factory serve` serves: `source` (a directory or s3://bucket/prefix) when given, else the
+    published index in `directory`."""
+    if source is not None:
+        check_destination(source, what="--from")
+    if source is not None and source.startswith("s3://"):
+        bucket, prefix = parse_s3_url(source)
+        return S3Store(bucket, prefix, endpoint_url=endpoint_url)
+    directory = Path(source) if source is not None else directory
+    if endpoint_url:
+        raise ConfigError("--endpoint-url only applies with --from s3://...")
+    if not (directory / "simple").is_dir():
+        raise ConfigError(f"{directory}: not a published index (no simple/ inside); run factory publish")
+    return LocalStore(directory.resolve())
+
+
+def serve(
+    directory: Path,
+    *,
+    source: str | None = None,
+    endpoint_url: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    basic_auth: str | None = None,
+    timeout_s: float = 30.0,
+    announce: Callable[[str], None],
+) -> None:
+    """Serve an index (`serving_store`) until interrupted; `announce` gets the line saying where, once the
+    server listens."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be 0-65535, not {port}")
+    if not 0 < timeout_s < math.inf:
+        raise ConfigError(f"--timeout must be more than 0 seconds, not {timeout_s}")
+    options = ServeOptions(
+        host=host,
+        port=port,
+        basic_auth=parse_basic_auth(basic_auth) if basic_auth is not None else None,
+        timeout_s=timeout_s,
+    )
+    store = serving_store(directory, source=source, endpoint_url=endpoint_url)
+    try:
+        server = make_server(store, options)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    bound_host, bound_port = server.server_address[:2]
+    announce(f"serving {store.description} at http://{bound_host!s}:{bound_port}/simple/")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

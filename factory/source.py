@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import (
@@ -56,10 +56,14 @@ from packaging.version import InvalidVersion, Version
 
 from factory import leftovers
 from factory.errors import BuildError, ConfigError, PatchError
+from factory.home import factory_home
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits, PackageSpec, Recipe
 from factory.units import format_size
 from factory.urls import urls_without_credentials, without_credentials
+
+if TYPE_CHECKING:
+    from factory.config import MatrixFile
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 IGNORED = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv")
@@ -671,6 +675,12 @@ def _digest(*parts: object) -> str:
 def _single_top_dir(root: Path) -> Path:
     entries = [p for p in root.iterdir()]
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else root
+
+
+def prepare_matrix_source(mf: MatrixFile, home: Path | None = None) -> PreparedSource:
+    """The matrix file's package source as its build gets it (fetched, the recipe's patches applied; cached
+    under `home`, default $FACTORY_HOME)."""
+    return prepare_package(mf.package, mf.recipe, home or factory_home(), matrix_file=mf.display)
 
 
 def remove_stale_partials(cache: Path) -> list[Path]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import ipaddress
 import os
 import random
 import re
@@ -20,13 +19,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
-from urllib.parse import urlsplit
 
 import psutil
 
 from factory import leftovers, safefs
 from factory.errors import ConfigError, PublishError
-from factory.urls import HTTP_SCHEMES, checked_url, urls_without_credentials, without_credentials
+from factory.urls import urls_without_credentials, without_credentials
+from factory.validate import check_destination, check_endpoint_url, parse_s3_url
 
 
 class PreconditionFailed(Exception):
@@ -456,86 +455,6 @@ def compare_and_swap(
         except PreconditionFailed:
             backoff(attempt)
     raise PublishError(f"could not update {key} in {store.description}: too many concurrent publishers")
-
-
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
-_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
-
-
-def bucket_problem(bucket: str) -> str | None:
-    """Why `bucket` is not a valid S3 bucket name (AWS's general-purpose bucket naming rules), or None."""
-    if not 3 <= len(bucket) <= 63:
-        return "a bucket name is 3 to 63 characters long"
-    if not _BUCKET.fullmatch(bucket):
-        return (
-            "a bucket name has only lower-case letters, digits, dots and hyphens, "
-            "and begins and ends with a letter or digit"
-        )
-    if ".." in bucket:
-        return "a bucket name has no two dots in a row"
-    with contextlib.suppress(ValueError):
-        ipaddress.IPv4Address(bucket)
-        return "a bucket name is not an IP address"
-    if bucket.startswith(_BUCKET_RESERVED_PREFIXES) or bucket.endswith(_BUCKET_RESERVED_SUFFIXES):
-        return "that bucket name prefix or suffix is reserved by S3"
-    return None
-
-
-def parse_s3_url(url: str) -> tuple[str, str]:
-    """ "s3://bucket/some/prefix" -> ("bucket", "some/prefix"); ConfigError for a bucket S3 would refuse
-    and for a prefix whose keys would leave it ("..", "." or empty segments)."""
-    shown_url = without_credentials(url)
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL ({exc})") from None
-    if parts.scheme != "s3" or not parts.netloc:
-        raise ConfigError(f"{shown_url}: not an s3://bucket/prefix URL")
-    if "@" in parts.netloc:
-        raise ConfigError(
-            f"{shown_url}: an s3:// URL carries no credentials (boto3 takes them from the AWS chain)"
-        )
-    problem = bucket_problem(parts.netloc)
-    if problem is not None:
-        raise ConfigError(f"{shown_url}: bucket {parts.netloc!r}: {problem}")
-    prefix = parts.path.strip("/")
-    if prefix:
-        bad = next((seg for seg in prefix.split("/") if seg in {"", ".", ".."}), None)
-        if bad is not None:
-            raise ConfigError(
-                f"{shown_url}: the prefix {prefix!r} has an empty, '.' or '..' segment "
-                f"({bad!r}); give a plain path like s3://{parts.netloc}/team/index"
-            )
-        if any(ord(c) < 32 or ord(c) == 127 for c in prefix):
-            raise ConfigError(f"{shown_url}: the prefix has control characters")
-    if parts.query or parts.fragment or "?" in url or "#" in url:
-        raise ConfigError(f"{shown_url}: an s3://bucket/prefix URL has no ?query or #fragment")
-    return parts.netloc, prefix
-
-
-def check_endpoint_url(url: str, *, what: str = "endpoint URL") -> None:
-    """An S3 endpoint botocore will take: an http(s) URL whose host it accepts; else a ConfigError naming
-    `what` and the URL without its credentials."""
-    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
-
-    checked_url(url, schemes=HTTP_SCHEMES, what=what)
-    if not (is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url)):
-        raise ConfigError(f"{what} {without_credentials(url)}: Invalid endpoint (not a host name or address)")
-
-
-def check_destination(to: str, *, what: str = "--to") -> None:
-    """Where an index may go, by its spelling alone: s3://bucket/prefix or a directory, no other URL."""
-    if to.startswith("s3://"):
-        try:
-            parse_s3_url(to)
-        except ConfigError as exc:
-            raise ConfigError(f"{what} {exc}") from None
-    elif "://" in to:
-        raise ConfigError(f"{what} {to!r}: use a directory or s3://bucket/prefix")
-    elif to.lower().startswith("s3:"):
-        # "s3:/bucket" or "s3:bucket" is a slash short of a URL, not a directory named "s3:" to create
-        raise ConfigError(f"{what} {to!r}: an S3 index is s3://bucket/prefix (a directory: ./{to})")
 
 
 def open_store(to: str, *, endpoint_url: str | None = None, existing: bool = False) -> Store:

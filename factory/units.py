@@ -39,3 +39,8 @@ def format_size(n: int) -> str:
     if n >= 2**30:
         return f"{n / 2**30:.1f} GiB"
     return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def format_gib(n: float) -> str:
+    """Bytes in GiB with one decimal, for messages that compare sizes: 6442450944 -> "6.0 GiB"."""
+    return f"{n / 2**30:.1f} GiB"

@@ -14,9 +14,7 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import os
-import re
 import shutil
 import tempfile
 import zipfile
@@ -718,20 +716,6 @@ def is_extension_module(member: str) -> bool:
     return member.endswith(".so") and not member.split("/", 1)[0].endswith(".dist-info")
 
 
-def library_glob_problem(pattern: object) -> str | None:
-    """Why `pattern` cannot name extension modules in a wheel (None: it can). A pattern is a path inside the
-    wheel, '/'-separated, each segment an fnmatch glob that stays within its segment."""
-    if not isinstance(pattern, str) or not pattern.strip():
-        return "must be a non-empty glob on a path inside the wheel"
-    if pattern != pattern.strip() or pattern.startswith("/") or "\\" in pattern:
-        return "must be a relative '/'-separated path inside the wheel, without surrounding spaces"
-    if any(part in ("", ".", "..") for part in pattern.split("/")):
-        return "must not have empty, '.' or '..' segments"
-    if not pattern.endswith((".so", "*")):
-        return "must name extension modules (end in .so or a glob)"
-    return None
-
-
 def library_glob_matches(member: str, pattern: str) -> bool:
     """Whether the wheel member matches the pattern segment by segment (`*` never crosses a '/')."""
     parts, globs = member.split("/"), pattern.split("/")
@@ -779,54 +763,3 @@ def _check_extensions(
     if not problems and not with_device_code:
         problems.append("wheel: no extension module with device code (all are host-only)")
     return problems
-
-
-# --- in-container import check ------------------------------------------------------------------------------
-
-IMPORT_CHECK_MARKER = "FACTORY-IMPORT-CHECK"
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def import_check_script(import_name: str) -> str:
-    """Python source that imports `import_name` after torch and prints one JSON line prefixed by the marker.
-
-    Run it as `python -I -c SCRIPT` (or from a file with -I) outside the source tree: a checkout on sys.path
-    would be imported instead of the installed wheel. The script also drops the working directory itself.
-    """
-    if not _DOTTED.fullmatch(import_name):
-        raise CheckError(f"import name {import_name!r} is not a dotted Python module name")
-    return f"""\
-import importlib, json, os, sys, traceback
-cwd = os.getcwd()
-sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
-try:
-    import torch
-    module = importlib.import_module({import_name!r})
-except BaseException as exc:
-    traceback.print_exc()
-    print("{IMPORT_CHECK_MARKER} " + json.dumps({{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}))
-    sys.exit(1)
-report = {{
-    "ok": True,
-    "module": {import_name!r},
-    "file": getattr(module, "__file__", None),
-    "version": getattr(module, "__version__", None),
-    "torch": torch.__version__,
-    "cuda": torch.version.cuda,
-}}
-print("torch", report["torch"], "cuda", report["cuda"])
-print({import_name!r}, report["file"])
-print("{IMPORT_CHECK_MARKER} " + json.dumps(report))
-"""
-
-
-def parse_import_check(output: str) -> dict[str, object] | None:
-    """The JSON report of `import_check_script` from a container's output (last marker line), if any."""
-    for line in reversed(output.splitlines()):
-        if line.startswith(IMPORT_CHECK_MARKER + " "):
-            try:
-                value = json.loads(line[len(IMPORT_CHECK_MARKER) + 1 :])
-            except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None

@@ -17,11 +17,11 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
+from factory.validate import requirement_problem
 
 DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
 
@@ -65,19 +65,6 @@ def compatible_platforms(platform: str) -> tuple[str, ...]:
         if m in _LEGACY_ALIASES:
             tags.append(f"{_LEGACY_ALIASES[m]}_{arch}")
     return tuple(tags)
-
-
-def requirement_problem(text: str) -> str | None:
-    """Why `text` may not be one of pip's requirement arguments, or None. Only PEP 508 requirements by name
-    (`ninja>=1.11`) pass: an option (`--index-url=...`, `-r FILE`) or a direct URL (`x @ https://...`) would
-    change where the host's pip downloads from or what it reads."""
-    try:
-        parsed = Requirement(text)
-    except InvalidRequirement:
-        return "is not a requirement like 'ninja>=1.11' (no pip options)"
-    if parsed.url is not None:
-        return "is a direct URL; name a requirement that an index serves"
-    return None
 
 
 def pip_download_args(

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -427,3 +427,39 @@ def which(index: str, *, env: Environment, project: str | None = None) -> WhichR
         projects=tuple(projects),
         commands=commands,
     )
+
+
+def describe_environment(env: Environment) -> str:
+    """The line `factory which` starts with: what of this host decides the variant."""
+    gpus = ", ".join(env.gpus) if env.gpus else "none"
+    abi = "unknown" if env.cxx11_abi is None else str(int(env.cxx11_abi))
+    return (
+        f"python {env.python}, torch {env.torch or 'not installed'}, CUDA {env.cuda or 'none'}, "
+        f"cxx11 ABI {abi}, GPUs {gpus} (from {env.gpu_source})"
+    )
+
+
+def result_lines(result: WhichResult) -> list[str]:
+    """What `factory which` prints of its result: the variant, its notes and the install commands;
+    FactoryError when no variant index matches this host, naming the nearest and why."""
+    choice = result.choice
+    if choice.match is None:
+        if choice.nearest:
+            raise FactoryError(
+                f"no variant index matches this host; nearest: {choice.nearest} ({'; '.join(choice.reasons)})"
+            )
+        raise FactoryError(f"no variant index matches this host: {'; '.join(choice.reasons)}")
+    lines = [f"variant: {choice.match}", *(f"note: {note}" for note in choice.notes)]
+    if not result.commands:
+        lines.append(f"index: {result.variant_url} (no projects published there yet)")
+    return lines + [command for pair in result.commands for command in pair]
+
+
+def advise(index: str, *, python: str | None, project: str | None, say: Callable[[str], None]) -> None:
+    """`factory which`: probe `python` (default: this interpreter), then `say` what it is and the pip and uv
+    commands for the variant index of `index` that fits it (`which`, `result_lines`)."""
+    normalize_index_url(index)  # a bad --index-url fails before this host is probed
+    env = detect_environment(python)
+    say(describe_environment(env))
+    for line in result_lines(which(index, env=env, project=project)):
+        say(line)

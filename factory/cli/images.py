@@ -105,24 +105,16 @@ def build(
 ) -> None:
     """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
     from factory import images
-    from factory.engine import connect
 
-    # Bad values are one line before the daemon is asked anything; Pythons of one image build it once.
-    first_python: dict[str, str] = {}
-    for version in python:
-        tag = images.builder_image_for(cuda=cuda, python=version, flavor=flavor, base_image=base)
-        first_python.setdefault(tag, version)
-    client = connect()
-    for version in first_python.values():
-        tag = images.ensure_builder_image(
-            client,
-            cuda=cuda,
-            python=version,
-            flavor=flavor,
-            base_image=base,
-            bootstrap=not no_bootstrap,
-            progress=_progress,
-        )
+    tags = images.build_images(
+        cuda=cuda,
+        pythons=python,
+        flavor=flavor,
+        base_image=base,
+        bootstrap=not no_bootstrap,
+        progress=_progress,
+    )
+    for tag in tags:
         typer.echo(tag)
 
 

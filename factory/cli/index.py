@@ -4,16 +4,12 @@ files in it; check that it is whole."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from factory.cli import app
 from factory.cli.matrix import TRUST_PATHS
-from factory.errors import ConfigError
-
-if TYPE_CHECKING:
-    from factory.plan import Job
 
 index_app = typer.Typer(help="Look after a published index.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -71,25 +67,13 @@ def check(
 
     Every page lists only files that are there with its bytes, every wheel is listed and every page is its
     state's rendering."""
-    from factory.indexcheck import check_index
+    from factory.indexcheck import check_published
 
-    jobs: list[Job] = []
-    project = None
-    if matrix is not None:
-        from factory.config import load_matrix_file
-        from factory.plan import plan_matrix
-
-        mf = load_matrix_file(matrix, trust_paths=trust_paths)
-        jobs, project = list(plan_matrix(mf).jobs), mf.package.name
-        if to is None:
-            to, endpoint_url = mf.publish.to, endpoint_url or mf.publish.endpoint_url
-    if to is None:
-        raise ConfigError("--to or --matrix names the index to check")
-    result = check_index(to=to, endpoint_url=endpoint_url, jobs=jobs, project=project)
+    result = check_published(to=to, endpoint_url=endpoint_url, matrix=matrix, trust_paths=trust_paths)
     for line in result.problems:
         typer.echo(f"problem: {line}")
-    if jobs:
-        typer.echo(f"{len(jobs) - len(result.missing)} of {len(jobs)} planned jobs published")
+    if result.planned:
+        typer.echo(f"{result.planned - len(result.missing)} of {result.planned} planned jobs published")
         for job_id in result.missing:
             typer.echo(f"not published: {job_id}")
     typer.echo(
@@ -97,6 +81,6 @@ def check(
         f"{len(result.problems)} problems"
     )
     if not result.ok:
-        for line in result.advice(to):
+        for line in result.advice():
             typer.echo(line, err=True)
         raise typer.Exit(1)

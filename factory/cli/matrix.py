@@ -10,15 +10,13 @@ import typer
 from rich.table import Table
 
 from factory import shard as sharding
-from factory.ci import Chunk, github_json, github_matrix, github_outputs, parse_chunk
+from factory.ci import Chunk, parse_chunk
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
-from factory.config import MatrixFile, load_matrix_file, with_flavor
+from factory.config import MatrixFile
 from factory.errors import ConfigError
-from factory.home import factory_home
-from factory.plan import Job, Plan, plan_matrix, select_jobs
-from factory.recipes import recipe_warnings
-from factory.source import prepare_package
+from factory.plan import Job, Plan, plan_file
+from factory.source import prepare_matrix_source
 
 # Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
 TRUST_PATHS = typer.Option(
@@ -84,7 +82,7 @@ def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str
     patched = ""
     if mf.recipe.patches and fetch:
         # the fetch and patched tree a build makes (cached): a patch that no longer applies fails here
-        prepared = prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display)
+        prepared = prepare_matrix_source(mf)
         of = prepared.sdist or f"{mf.package.name} {mf.package.version}"
         count = len(mf.recipe.patches)
         patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
@@ -157,10 +155,14 @@ def matrix_command(
         raise ConfigError(f"--json and --format {fmt}: give one")
     if fmt is not Format.github and (unpublished or github_output or part != Chunk()):
         raise ConfigError("--unpublished, --chunk and --github-output apply to --format github only")
-    mf = with_flavor(load_matrix_file(matrix, trust_paths=trust_paths), flavor)
-    for warning in recipe_warnings(mf.recipe, mf.package):
-        typer.echo(f"warning: {warning}", err=True)
-    plan = select_jobs(plan_matrix(mf, prune=not no_prune), only, file=str(matrix))
+    mf, plan = plan_file(
+        matrix,
+        trust_paths=trust_paths,
+        flavor=flavor,
+        only=only,
+        prune=not no_prune,
+        warn=lambda line: typer.echo(f"warning: {line}", err=True),
+    )
     if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
         raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:
@@ -174,29 +176,21 @@ def matrix_command(
         echo_json([j.to_json() for j in plan.jobs])
         return
     if fmt is Format.github:
-        from factory.pipeline import plan_ci
+        from factory.pipeline import github_plan
 
         def say(line: str) -> None:
             typer.echo(line, err=True)
 
-        ci = plan_ci(mf, plan.jobs, chunk=part, skip_published=unpublished, log=say)
-        jobs = [j.to_json() for j in ci.jobs]
-        matrices = sharding.github_matrices(jobs, shards) if shards is not None else None
-        if matrices is not None:
-            # never a matrix GitHub refuses: the run would fail after its plan
-            for line in sharding.over_limit(matrices):
-                raise ConfigError(line)
-        if github_output is not None:
-            try:
-                with github_output.open("a") as fh:
-                    fh.write(github_outputs(jobs))
-                    if matrices is not None:
-                        fh.write(sharding.github_shard_outputs(matrices))
-            except OSError as exc:
-                raise ConfigError(f"--github-output {github_output}: {exc.strerror}") from None
-        if unpublished or part != Chunk():
-            say(f"chunk {part}: {len(jobs)} of its {ci.planned} jobs to build ({ci.total} in the matrix)")
-        typer.echo(github_json(matrices) if matrices is not None else github_matrix(jobs))
+        github = github_plan(
+            mf,
+            plan.jobs,
+            chunk=part,
+            skip_published=unpublished,
+            shards=shards,
+            github_output=github_output,
+            log=say,
+        )
+        typer.echo(github)
         return
     title = f"{mf.package.name} {mf.package.version} ({matrix})"
     console = table_console()

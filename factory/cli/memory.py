@@ -10,9 +10,7 @@ import typer
 from factory.cli import app, cpus_option, size_option
 from factory.cli.output import echo_json, json_option
 from factory.errors import ConfigError
-from factory.home import factory_home
 from factory.memory import profiles
-from factory.units import format_size
 
 memory_app = typer.Typer(help="Memory planning and learned compile profiles.", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
@@ -81,20 +79,8 @@ def profiles_cmd(
     package: Annotated[str | None, typer.Argument(metavar="PACKAGE", help="Show only this package.")] = None,
 ) -> None:
     """List the learned compile profiles in the state directory."""
-    root = factory_home() / "profiles"
-    paths = sorted(root.glob("*/*.json")) if root.is_dir() else []
-    shown = 0
-    for path in paths:
-        if package and path.parent.name != profiles.canonicalize_name(package):
-            continue
-        p = profiles.load_profile(path)
-        worst = max((e.peak_bytes for e in p.entries.values()), default=0)
-        typer.echo(
-            f"{path.parent.name} {path.stem}: {len(p.entries)} compiles, worst peak {format_size(worst)}"
-        )
-        shown += 1
-    if not shown:
-        typer.echo(f"no profiles in {root}")
+    for line in profiles.profile_summaries(package):
+        typer.echo(line)
 
 
 @memory_app.command("import")

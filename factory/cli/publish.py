@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from factory.cli import app
-from factory.errors import ConfigError, FactoryError
+from factory.errors import ConfigError
 
 
 @app.command()
@@ -33,14 +34,9 @@ def publish(
     ] = None,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
-    from factory.publish import describe, publish_wheels, wheels_in
-    from factory.stores import check_destination
+    from factory.publish import describe, publish_directory
 
-    check_destination(to)  # a misspelt --to before the wheels are read
-    wheels = wheels_in(wheel_dir)
-    if report is None and (wheel_dir / "report.json").is_file():
-        report = wheel_dir / "report.json"
-    result = publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report)
+    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report)
     for line in describe(result):
         typer.echo(line)
 
@@ -77,49 +73,22 @@ def serve(
     ] = 30.0,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
-    import math
+    from factory.serve import serve as serve_index
 
-    from factory.serve import ServeOptions, make_server, parse_basic_auth
-    from factory.stores import LocalStore, S3Store, Store, check_destination, parse_s3_url
+    def announce(line: str) -> None:
+        typer.echo(line)
+        sys.stdout.flush()
 
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be 0-65535, not {port}")
-    if not 0 < timeout < math.inf:
-        raise ConfigError(f"--timeout must be more than 0 seconds, not {timeout}")
-    options = ServeOptions(
+    serve_index(
+        directory,
+        source=source,
+        endpoint_url=endpoint_url,
         host=host,
         port=port,
-        basic_auth=parse_basic_auth(basic_auth) if basic_auth is not None else None,
+        basic_auth=basic_auth,
         timeout_s=timeout,
+        announce=announce,
     )
-    store: Store
-    if source is not None:
-        check_destination(source, what="--from")
-    if source is not None and source.startswith("s3://"):
-        bucket, prefix = parse_s3_url(source)
-        store = S3Store(bucket, prefix, endpoint_url=endpoint_url)
-    else:
-        directory = Path(source) if source is not None else directory
-        if endpoint_url:
-            raise ConfigError("--endpoint-url only applies with --from s3://...")
-        if not (directory / "simple").is_dir():
-            raise ConfigError(f"{directory}: not a published index (no simple/ inside); run factory publish")
-        store = LocalStore(directory.resolve())
-    try:
-        server = make_server(store, options)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    bound_host, bound_port = server.server_address[:2]
-    typer.echo(f"serving {store.description} at http://{bound_host!s}:{bound_port}/simple/")
-    import sys
-
-    sys.stdout.flush()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
 
 
 @app.command()
@@ -147,8 +116,7 @@ def which(
     """Print the pip/uv command for the variant index that matches this host's torch, CUDA, ABI and GPUs."""
     import os
 
-    from factory.which import detect_environment, normalize_index_url
-    from factory.which import which as run_which
+    from factory.which import advise
 
     if index is None:
         index = os.environ.get("FACTORY_INDEX_URL")
@@ -156,27 +124,4 @@ def which(
         if not Path("index/simple").is_dir():
             raise ConfigError("give --index-url URL (or set FACTORY_INDEX_URL)")
         index = "index"
-    normalize_index_url(index)  # a bad --index-url fails before this host is probed
-    env = detect_environment(python)
-    gpus = ", ".join(env.gpus) if env.gpus else "none"
-    abi = "unknown" if env.cxx11_abi is None else str(int(env.cxx11_abi))
-    typer.echo(
-        f"python {env.python}, torch {env.torch or 'not installed'}, CUDA {env.cuda or 'none'}, "
-        f"cxx11 ABI {abi}, GPUs {gpus} (from {env.gpu_source})"
-    )
-    result = run_which(index, env=env, project=project)
-    if result.choice.match is None:
-        if result.choice.nearest:
-            why = "; ".join(result.choice.reasons)
-            raise FactoryError(
-                f"no variant index matches this host; nearest: {result.choice.nearest} ({why})"
-            )
-        raise FactoryError(f"no variant index matches this host: {'; '.join(result.choice.reasons)}")
-    typer.echo(f"variant: {result.choice.match}")
-    for note in result.choice.notes:
-        typer.echo(f"note: {note}")
-    if not result.commands:
-        typer.echo(f"index: {result.variant_url} (no projects published there yet)")
-    for pip_cmd, uv_cmd in result.commands:
-        typer.echo(pip_cmd)
-        typer.echo(uv_cmd)
+    advise(index, python=python, project=project, say=typer.echo)

@@ -11,8 +11,7 @@ from factory.cli import app
 from factory.cli.matrix import MATRIX_OPTION
 from factory.config import load_matrix_file
 from factory.errors import ConfigError
-from factory.home import factory_home
-from factory.source import PreparedSource, diff_trees, prepare_package, unpack_for_editing
+from factory.source import PreparedSource, diff_trees, prepare_matrix_source, unpack_for_editing
 
 source_app = typer.Typer(help="Unpack a package's source to edit, and turn the edits into a patch.")
 app.add_typer(source_app, name="source")
@@ -22,8 +21,7 @@ DirArgument = Annotated[Path, typer.Argument(metavar="DIR", help="The directory 
 
 
 def _prepared(matrix: Path) -> PreparedSource:
-    mf = load_matrix_file(matrix)
-    return prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display)
+    return prepare_matrix_source(load_matrix_file(matrix))
 
 
 @source_app.command("unpack")

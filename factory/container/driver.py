@@ -30,10 +30,10 @@ from pathlib import Path
 
 from . import cudagaps, heartbeat, nvcccall, preflight, protocol
 
-WHEELHOUSE = Path("/wheelhouse")
-CHECK_WHEELHOUSE = Path("/wheelhouse-check")  # the package's runtime requirements, when the host found any
-SOURCE = Path("/src")
-OUT = Path("/out")
+WHEELHOUSE = Path(protocol.WHEELHOUSE_MOUNT)
+CHECK_WHEELHOUSE = Path(protocol.CHECK_WHEELHOUSE_MOUNT)
+SOURCE = Path(protocol.SOURCE_MOUNT)
+OUT = Path(protocol.OUTPUT_MOUNT)
 OBJECT_SUFFIXES = (".o", ".obj")
 CXX_LAUNCHER = Path(__file__).resolve().parent / "c++"
 NVCC_LAUNCHER = CXX_LAUNCHER.parent / "nvcc"
@@ -51,15 +51,26 @@ def run(cmd: list[str], **kwargs: object) -> None:
     CHILDREN.run(cmd, **kwargs)
 
 
+def environment() -> protocol.DriverEnv:
+    """What the host set for this phase (`factory.jobspec`)."""
+    return protocol.DriverEnv.from_env(os.environ)
+
+
+def required(value: str | None, name: str) -> str:
+    if not value:
+        sys.exit(f"factory: {name} is not set")
+    return value
+
+
 def job_dir() -> Path:
-    return Path(os.environ[protocol.ENV_JOB_DIR])
+    return Path(required(environment().job_dir, protocol.ENV_JOB_DIR))
 
 
 def claim(jd: Path) -> None:
     """Record the factory process this job belongs to in its directory, the first thing there: a directory
     without one is old enough to tell only by its age."""
     jd.mkdir(parents=True, exist_ok=True)
-    owner = os.environ.get(protocol.ENV_JOB_OWNER)
+    owner = environment().owner
     if owner:
         (jd / protocol.OWNER_FILE).write_text(owner)
 
@@ -73,7 +84,7 @@ def make_venv(path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)
     # No --seed: seeding would fetch pip from the network; pip comes from the wheelhouse when needed.
-    run(["uv", "venv", "--python", os.environ[protocol.ENV_PYTHON], str(path)])
+    run(["uv", "venv", "--python", required(environment().python, protocol.ENV_PYTHON), str(path)])
     return path / "bin" / "python"
 
 
@@ -102,7 +113,7 @@ def check_torch_cuda(python: Path) -> None:
     )
     torch_version, torch_cuda = json.loads(out)
     mark(torch=torch_version, torch_cuda=torch_cuda)
-    want = os.environ.get(protocol.ENV_CUDA, "")
+    want = environment().cuda or ""
     if torch_cuda is None:
         sys.exit(f"factory: torch {torch_version} is a CPU build; CUDA {want} was expected")
     if want and torch_cuda.split(".")[:2] != want.split(".")[:2]:
@@ -178,7 +189,7 @@ def build() -> None:
     ready = venv / ".factory-ready"
     if not ready.exists():
         python = make_venv(venv)
-        requirements = [r for r in os.environ.get(protocol.ENV_REQUIREMENTS, "").split("\n") if r]
+        requirements = list(environment().requirements)
         uv_install(python, requirements)
         ready.touch()
     check_torch_cuda(python)
@@ -216,7 +227,7 @@ def build() -> None:
             "--no-deps",
             "--no-index",
             "-v",
-            *limited_api_args(os.environ.get(protocol.LIMITED_API_ENV, "")),
+            *limited_api_args(environment().limited_api or ""),
             "--wheel-dir",
             str(dist),
             ".",
@@ -263,11 +274,11 @@ def check() -> None:
     jd = job_dir()
     claim(jd)
     mark(phase="install-check")
-    wheel = OUT / os.environ[protocol.ENV_WHEEL]
+    wheel = OUT / required(environment().wheel, protocol.ENV_WHEEL)
     python = make_venv(jd / "check-venv")
     found = (WHEELHOUSE, CHECK_WHEELHOUSE) if CHECK_WHEELHOUSE.is_dir() else (WHEELHOUSE,)
     uv_install(python, [str(wheel)], wheelhouses=found)
-    script = os.environ[protocol.ENV_IMPORT_CHECK]
+    script = required(environment().import_check, protocol.ENV_IMPORT_CHECK)
     run([str(python), "-I", "-c", script], cwd="/")
     mark(phase="done")
 

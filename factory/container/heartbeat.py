@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ENV_FILE = "FACTORY_HEARTBEAT"  # the heartbeat file, as the container sees it
-ENV_STALE_S = "FACTORY_HEARTBEAT_STALE_S"
+from . import protocol
+
 MOUNT = "/run/factory-heartbeat"  # where the host's heartbeat directory is mounted
 FILE_NAME = "beat"
 PERIOD_S = 5.0  # how often the host touches it
@@ -98,10 +98,11 @@ def watch(
 def start_watch(children: Children, environ: dict[str, str] | os._Environ[str]) -> threading.Thread | None:
     """The driver's watch when the host set a heartbeat: on staleness every build process group is killed and
     the driver exits with EXIT_ORPHANED. None when the environment names no heartbeat."""
-    where = environ.get(ENV_FILE)
-    if not where:
+    env = protocol.DriverEnv.from_env(environ)
+    if not env.heartbeat:
         return None
-    stale_s = float(environ.get(ENV_STALE_S) or STALE_S)
+    where = env.heartbeat
+    stale_s = env.heartbeat_stale_s or STALE_S
 
     def orphaned() -> None:
         print(

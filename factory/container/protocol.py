@@ -18,9 +18,11 @@
 - owners: `{"pid", "host"}` of the factory process a directory belongs to (`owner_json`, `parse_owner`), in
   OWNER_FILE of a run's temporary output directory and of a job's directory in the work volume (set by the
   host in ENV_JOB_OWNER, written there by the driver)
-- the environment the host gives a build container: the variables' names (`ENV_*`), and what the nvcc wrapper
-  and its `c++` launcher read of it (`WrapperEnv`, with `to_env` and `from_env`), with the per-file tables it
-  carries (`format_by_file`, `parse_by_file`)
+- the environment the host gives a build container: the variables' names (`ENV_*`), what the driver reads of
+  it (`DriverEnv`) and what the nvcc wrapper and its `c++` launcher read (`WrapperEnv`), each with `to_env`
+  and `from_env`, with the per-file tables the wrapper's carries (`format_by_file`, `parse_by_file`)
+- the install check: the script the host gives the check phase (`import_check_script`, in
+  ENV_IMPORT_CHECK) and the JSON line it prints behind IMPORT_CHECK_MARKER (`parse_import_check`)
 - the work volume's job directories, as the driver's `jobs` phase lists them for `factory clean`
   (`job_listing_line`, `parse_job_listing`), and those its `remove-jobs` phase removed (`removed_line`,
   `parse_removed`)
@@ -32,9 +34,10 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from .links import Link
 
@@ -57,6 +60,9 @@ ENV_CUDA = "FACTORY_CUDA"  # the CUDA version the job builds for
 ENV_REQUIREMENTS = "FACTORY_REQUIREMENTS"  # the build's requirements, one a line
 ENV_WHEEL = "FACTORY_WHEEL"  # the install check's wheel, in /out
 ENV_IMPORT_CHECK = "FACTORY_IMPORT_CHECK"  # the install check's script
+ENV_JOB_OWNER = "FACTORY_JOB_OWNER"  # the run's owner_json, for the job directory's OWNER_FILE
+ENV_HEARTBEAT = "FACTORY_HEARTBEAT"  # the host's heartbeat file, as the container sees it
+ENV_HEARTBEAT_STALE_S = "FACTORY_HEARTBEAT_STALE_S"
 LIMITED_API_ENV = "FACTORY_PY_LIMITED_API"
 # `factory build --shard I/N`: the shard, and its compiles (JSON list of paths relative to the source root)
 ENV_SHARD = "FACTORY_SHARD"
@@ -87,6 +93,15 @@ ENV_WRAPPER_QUIET = "FACTORY_WRAPPER_QUIET"
 ENV_CACHE_DIR = "FACTORY_CACHE_DIR"  # the compile cache's entries to look up in (read-only in a container)
 ENV_CACHE_OUT = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the job's outbox)
 ENV_CACHE_VERIFY = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
+
+
+# Where a build container finds what the host mounts for it (`factory.jobspec` binds them there).
+SOURCE_MOUNT = "/src"  # the prepared source, read-only
+WHEELHOUSE_MOUNT = "/wheelhouse"  # the build's wheelhouse, read-only
+CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the package's runtime requirements, when the host found any
+OUTPUT_MOUNT = "/out"  # the build's wheel; in the install check, the host's checked copy of it, read-only
+WORK_MOUNT = "/var/factory"  # the work volume: uv's cache and the jobs' directories
+JOBS_ROOT = f"{WORK_MOUNT}/jobs"  # a job's directory there: `<job>-<run>`
 
 
 # --- progress marks ----------------------------------------------------------------------------------------
@@ -451,7 +466,7 @@ def _table_text(value: object) -> str:
 
 @dataclass(frozen=True)
 class _Var:
-    """How one field of `WrapperEnv` is written into the environment and read back from it."""
+    """How one field of an environment description is written into the environment and read back."""
 
     name: str
     read: Callable[[str], Any]
@@ -462,8 +477,70 @@ def _var(name: str, read: Callable[[str], Any], write: Callable[[object], str], 
     return field(default=default, metadata={"var": _Var(name, read, write)})
 
 
+def _vars(cls: type) -> list[tuple[dataclasses.Field[Any], _Var]]:
+    return [(f, f.metadata["var"]) for f in dataclasses.fields(cls)]
+
+
+class _Environment:
+    """What `WrapperEnv` and `DriverEnv` share: a frozen dataclass whose fields are variables (`_var`). A
+    field at its default is not written, and an unset or empty variable reads as its field's default."""
+
+    NAMES: ClassVar[tuple[str, ...]]
+
+    def __post_init__(self) -> None:
+        # a value the host could write but the container would refuse never leaves the host
+        for f, var in _vars(type(self)):
+            value = getattr(self, f.name)
+            if value != f.default:
+                try:
+                    var.read(var.write(value))
+                except ValueError as exc:
+                    raise ValueError(f"{var.name}={var.write(value)!r}: {exc}") from None
+
+    def to_env(self) -> dict[str, str]:
+        """The variables of the fields not at their default."""
+        return {
+            var.name: var.write(getattr(self, f.name))
+            for f, var in _vars(type(self))
+            if getattr(self, f.name) != f.default
+        }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, problems: list[str] | None = None) -> Self:
+        """The container's view of an environment. A value that is not one of its variable's raises
+        ValueError naming both; with `problems`, it is said there instead and its field keeps its default (a
+        table keeps its good items): a compile never fails for a hint."""
+        values: dict[str, Any] = {}
+        for f, var in _vars(cls):
+            raw = env.get(var.name)
+            if not raw:
+                continue
+            try:
+                values[f.name] = var.read(raw)
+            except ValueError as exc:
+                shown = raw if len(raw) <= 60 else f"{raw[:57]}..."
+                message = f"{var.name}={shown!r}: {exc}"
+                if problems is None:
+                    raise ValueError(message) from None
+                problems.append(message)
+                if var.read in (_table, _byte_table):
+                    good = _parse_table(raw)[0]
+                    values[f.name] = tuple((p, int(v)) for p, v in good) if var.read is _byte_table else good
+        return cls(**values)
+
+
+_E = TypeVar("_E", bound=type[_Environment])
+
+
+def _named(cls: _E) -> _E:
+    """The class with its variables' names in NAMES."""
+    cls.NAMES = tuple(var.name for _, var in _vars(cls))
+    return cls
+
+
+@_named
 @dataclass(frozen=True, kw_only=True)
-class WrapperEnv:
+class WrapperEnv(_Environment):
     """What the nvcc wrapper (and its `c++` launcher, and the admission gate) read from the build container's
     environment: the host writes it (`to_env`), the wrapper reads it (`from_env`). A field at its default is
     not written, and an unset or empty variable reads as its field's default.
@@ -524,60 +601,50 @@ class WrapperEnv:
     cache_verify: int = _var(ENV_CACHE_VERIFY, _whole, _number, 0)
     job_dir: str | None = _var(ENV_JOB_DIR, str, str)
 
-    NAMES: ClassVar[tuple[str, ...]]
 
-    def __post_init__(self) -> None:
-        # a value the host could write but the wrapper would refuse never leaves the host
-        for f, var in _vars():
-            value = getattr(self, f.name)
-            if value != f.default:
-                try:
-                    var.read(var.write(value))
-                except ValueError as exc:
-                    raise ValueError(f"{var.name}={var.write(value)!r}: {exc}") from None
-
-    def to_env(self) -> dict[str, str]:
-        """The variables of the fields not at their default."""
-        return {
-            var.name: var.write(getattr(self, f.name))
-            for f, var in _vars()
-            if getattr(self, f.name) != f.default
-        }
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], *, problems: list[str] | None = None) -> WrapperEnv:
-        """The wrapper's view of an environment. A value that is not one of its variable's raises ValueError
-        naming both; with `problems`, it is said there instead and its field keeps its default (a table
-        keeps its good items): a compile never fails for a hint."""
-        values: dict[str, Any] = {}
-        for f, var in _vars():
-            raw = env.get(var.name)
-            if not raw:
-                continue
-            try:
-                values[f.name] = var.read(raw)
-            except ValueError as exc:
-                shown = raw if len(raw) <= 60 else f"{raw[:57]}..."
-                message = f"{var.name}={shown!r}: {exc}"
-                if problems is None:
-                    raise ValueError(message) from None
-                problems.append(message)
-                if var.read in (_table, _byte_table):
-                    good = _parse_table(raw)[0]
-                    values[f.name] = tuple((p, int(v)) for p, v in good) if var.read is _byte_table else good
-        return cls(**values)
+def _lines(text: str) -> tuple[str, ...]:
+    return tuple(line for line in text.split("\n") if line)
 
 
-def _vars() -> list[tuple[dataclasses.Field[Any], _Var]]:
-    return [(f, f.metadata["var"]) for f in dataclasses.fields(WrapperEnv)]
+def _lines_text(value: object) -> str:
+    return "\n".join(value)  # type: ignore[arg-type]
 
 
-WrapperEnv.NAMES = tuple(var.name for _, var in _vars())
+@_named
+@dataclass(frozen=True, kw_only=True)
+class DriverEnv(_Environment):
+    """What the driver (and its heartbeat watch) reads from a build container's environment: the host writes
+    it (`factory.jobspec`, with `to_env`), the driver reads it (`from_env`); each phase gets the fields it
+    uses.
+
+    FACTORY_JOB_DIR         the job's directory in the work volume (every phase)
+    FACTORY_JOB_OWNER       the factory process the job belongs to (`owner_json`), written into OWNER_FILE
+    FACTORY_PYTHON          the interpreter the phase's venv is made with ("python3.12")
+    FACTORY_HEARTBEAT       the host's heartbeat file, as the container sees it; unset: no watch
+    FACTORY_HEARTBEAT_STALE_S  seconds without a beat after which the driver takes its factory for dead
+    FACTORY_CUDA            the CUDA version the job builds for (the build phase)
+    FACTORY_REQUIREMENTS    the build's requirements, one a line
+    FACTORY_PY_LIMITED_API  the abi3 tag of a limited-API wheel ("cp311"), passed to bdist_wheel
+    FACTORY_SHARD           `factory build --shard I/N`: the shard, "I/N"
+    FACTORY_WHEEL           the install check's wheel, in /out (the check phase)
+    FACTORY_IMPORT_CHECK    the install check's script
+    """
+
+    job_dir: str | None = _var(ENV_JOB_DIR, str, str)
+    owner: str | None = _var(ENV_JOB_OWNER, str, str)
+    python: str | None = _var(ENV_PYTHON, str, str)
+    heartbeat: str | None = _var(ENV_HEARTBEAT, str, str)
+    heartbeat_stale_s: float | None = _var(ENV_HEARTBEAT_STALE_S, _positive, _number)
+    cuda: str | None = _var(ENV_CUDA, str, str)
+    requirements: tuple[str, ...] = _var(ENV_REQUIREMENTS, _lines, _lines_text, ())
+    limited_api: str | None = _var(LIMITED_API_ENV, str, str)
+    shard: str | None = _var(ENV_SHARD, str, str)
+    wheel: str | None = _var(ENV_WHEEL, str, str)
+    import_check: str | None = _var(ENV_IMPORT_CHECK, str, str)
 
 
 # --- owners ------------------------------------------------------------------------------------------------
 
-ENV_JOB_OWNER = "FACTORY_JOB_OWNER"
 OWNER_FILE = ".owner"
 
 
@@ -592,6 +659,57 @@ def parse_owner(text: str) -> tuple[int, str] | None:
         return int(data["pid"]), str(data["host"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+# --- the install check ------------------------------------------------------------------------------------
+
+IMPORT_CHECK_MARKER = "FACTORY-IMPORT-CHECK"
+_DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def import_check_script(import_name: str) -> str:
+    """Python source that imports `import_name` after torch and prints one JSON line prefixed by the marker.
+
+    Run it as `python -I -c SCRIPT` (or from a file with -I) outside the source tree: a checkout on sys.path
+    would be imported instead of the installed wheel. The script also drops the working directory itself.
+    """
+    if not _DOTTED_NAME.fullmatch(import_name):
+        raise ValueError(f"import name {import_name!r} is not a dotted Python module name")
+    return f"""\
+import importlib, json, os, sys, traceback
+cwd = os.getcwd()
+sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+try:
+    import torch
+    module = importlib.import_module({import_name!r})
+except BaseException as exc:
+    traceback.print_exc()
+    print("{IMPORT_CHECK_MARKER} " + json.dumps({{"ok": False, "error": f"{{type(exc).__name__}}: {{exc}}"}}))
+    sys.exit(1)
+report = {{
+    "ok": True,
+    "module": {import_name!r},
+    "file": getattr(module, "__file__", None),
+    "version": getattr(module, "__version__", None),
+    "torch": torch.__version__,
+    "cuda": torch.version.cuda,
+}}
+print("torch", report["torch"], "cuda", report["cuda"])
+print({import_name!r}, report["file"])
+print("{IMPORT_CHECK_MARKER} " + json.dumps(report))
+"""
+
+
+def parse_import_check(output: str) -> dict[str, object] | None:
+    """The JSON report of `import_check_script` from a container's output (last marker line), if any."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(IMPORT_CHECK_MARKER + " "):
+            try:
+                value = json.loads(line[len(IMPORT_CHECK_MARKER) + 1 :])
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
 
 
 # --- the work volume's job directories ---------------------------------------------------------------------

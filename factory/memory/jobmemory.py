@@ -14,8 +14,9 @@ from factory.container import NVCC_LAUNCHER
 from factory.container.admission import DEFAULT_BASE_BYTES, GIB, raised_by_file
 from factory.container.protocol import WrapperEnv
 from factory.memory import profiles
-from factory.memory.planner import Parallelism, container_limits, plan_parallelism
+from factory.memory.planner import Parallelism, plan_parallelism
 from factory.options import Recipe
+from factory.validate import container_limits
 
 __all__ = [
     "PROFILE_DIR",

@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from factory.container.admission import DEFAULT_BASE_BYTES, GIB, default_headroom, per_compile_estimate
+from factory.container.admission import DEFAULT_BASE_BYTES, default_headroom, per_compile_estimate
 from factory.errors import ConfigError
+from factory.units import format_gib
 
 # flash-attn's setup.py default; more threads than archs buy nothing since each thread compiles one arch.
 DEFAULT_NVCC_THREADS = 4
-DEFAULT_BUDGET_FRACTION = 0.75
 # Waiting wrappers are idle Python processes (~10 MiB each): letting ninja start more of them than there are
 # cores gives admission a choice of which compile to run next, while admission itself bounds CPU and memory.
 ADMISSION_OVERCOMMIT = 4
@@ -25,10 +25,6 @@ class Parallelism:
     reason: str
     per_arch_bytes: int = 0  # the estimate behind per_compile_bytes (FACTORY_EST_PER_ARCH_BYTES)
     ninja_jobs: int = 0  # MAX_JOBS to use when the admission wrapper bounds memory instead
-
-
-def gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
 
 
 def plan_parallelism(
@@ -61,8 +57,9 @@ def plan_parallelism(
     jobs = max(1, min(by_memory, by_cpu))
     bound = "memory" if by_memory < by_cpu else "cpu"
     reason = (
-        f"limit {gib(limit_bytes)} - headroom {gib(headroom)}; one compile ~{gib(per_compile)} "
-        f"({min(threads, archs)} x {gib(per_arch_bytes)} + {gib(base_bytes)}): "
+        f"limit {format_gib(limit_bytes)} - headroom {format_gib(headroom)}; "
+        f"one compile ~{format_gib(per_compile)} "
+        f"({min(threads, archs)} x {format_gib(per_arch_bytes)} + {format_gib(base_bytes)}): "
         f"{jobs} jobs x {threads} nvcc threads "
         f"({bound}-bound{', even one compile may not fit' if by_memory < 1 else ''})"
     )
@@ -74,34 +71,6 @@ def plan_parallelism(
         per_arch_bytes=per_arch_bytes,
         ninja_jobs=max(jobs, ADMISSION_OVERCOMMIT * cores),
     )
-
-
-def container_limits(
-    *,
-    budget_bytes: int | None = None,
-    concurrency: int,
-    per_job_bytes: int | None = None,
-    host_bytes: int | None = None,
-    fraction: float = DEFAULT_BUDGET_FRACTION,
-) -> list[int]:
-    """Memory limit of each of `concurrency` containers, together at most the budget."""
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
-    if budget_bytes is None:
-        if host_bytes is None:
-            import psutil
-
-            host_bytes = int(psutil.virtual_memory().total)
-        budget_bytes = int(host_bytes * fraction)
-    if per_job_bytes is None:
-        return [budget_bytes // concurrency] * concurrency
-    if per_job_bytes * concurrency > budget_bytes:
-        raise ConfigError(
-            f"{concurrency} containers x {gib(per_job_bytes)} exceed "
-            f"the memory budget of {gib(budget_bytes)}; "
-            "lower the memory per container or the concurrency"
-        )
-    return [per_job_bytes] * concurrency
 
 
 # An OOM kill happens at the limit, so the usage seen then understates what the build wanted; the estimate is
@@ -134,7 +103,7 @@ def next_attempt(
     width = max(1, min(prev.nvcc_threads, archs))
     per_arch = max(prev.per_arch_bytes, math.ceil((per_compile - base_bytes) / width))
     line = (
-        f"attempt {attempt}: OOM at {gib(oom_peak_bytes)}, jobs {prev.max_jobs} -> {jobs}"
+        f"attempt {attempt}: OOM at {format_gib(oom_peak_bytes)}, jobs {prev.max_jobs} -> {jobs}"
         + (f", nvcc threads {prev.nvcc_threads} -> {threads}" if threads != prev.nvcc_threads else "")
         + f", {objects_done} of {objects_total} objects kept"
     )

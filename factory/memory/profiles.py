@@ -17,6 +17,7 @@ from factory.container import protocol
 from factory.container.protocol import Measurement, ProfileEntry
 from factory.errors import ConfigError
 from factory.home import factory_home
+from factory.units import format_size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,3 +175,19 @@ def import_profile(path: Path, *, home: Path | None = None) -> Profile:
     merged = merge_profiles(load_profile(dest, package=other.package, version=other.version), other)
     save_profile(merged, dest)
     return merged
+
+
+def profile_summaries(package: str | None = None, *, home: Path | None = None) -> list[str]:
+    """`factory memory profiles`: one line per learned profile in the state directory (only `package`'s when
+    given), or one saying there are none."""
+    root = (home or factory_home()) / "profiles"
+    lines: list[str] = []
+    for path in sorted(root.glob("*/*.json")) if root.is_dir() else []:
+        if package and path.parent.name != canonicalize_name(package):
+            continue
+        p = load_profile(path)
+        worst = max((e.peak_bytes for e in p.entries.values()), default=0)
+        lines.append(
+            f"{path.parent.name} {path.stem}: {len(p.entries)} compiles, worst peak {format_size(worst)}"
+        )
+    return lines or [f"no profiles in {root}"]

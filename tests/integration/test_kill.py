@@ -15,7 +15,7 @@ import pytest
 from test_build import FACTORY, ROOT, demo_matrix, run_factory
 
 from factory import engine, jobspec
-from factory.container import heartbeat
+from factory.container import heartbeat, protocol
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,7 +38,7 @@ def wait_until(predicate: Any, timeout: float, what: str) -> None:
 def test_a_killed_factorys_container_stops_by_itself(tmp_path: Path, docker_client: Any) -> None:
     matrix = demo_matrix(tmp_path, arch=["8.0"])
     out = tmp_path / "w"
-    env = {**os.environ, heartbeat.ENV_STALE_S: str(STALE_S)}
+    env = {**os.environ, protocol.ENV_HEARTBEAT_STALE_S: str(STALE_S)}
     proc = subprocess.Popen(
         # the cache off: an earlier test's demo objects would end the build before the heartbeat goes stale
         [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix), "--output", str(out), "--cache", "off"],

@@ -8,7 +8,8 @@ import json
 
 from factory import buildlog
 from factory.container import links, protocol
-from factory.wheelcheck import IMPORT_CHECK_MARKER, library_glob_matches
+from factory.container.protocol import IMPORT_CHECK_MARKER
+from factory.wheelcheck import library_glob_matches
 
 JOB = "/var/factory/jobs/j-1/src"
 TEMP = f"{JOB}/build/temp.linux-x86_64-cpython-313"

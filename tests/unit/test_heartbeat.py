@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from factory.build import heartbeat_stale_s
-from factory.container import heartbeat
+from factory.container import heartbeat, protocol
 from factory.engine import Heartbeat
 from factory.errors import ConfigError
 
@@ -69,7 +69,7 @@ def test_driver_kills_its_build_when_the_heartbeat_stops(tmp_path: Path) -> None
     heartbeat.touch(beat)
     pidfile = tmp_path / "sleep.pid"
     stale_s = 2.0
-    env = {**os.environ, heartbeat.ENV_FILE: str(beat), heartbeat.ENV_STALE_S: str(stale_s)}
+    env = {**os.environ, protocol.ENV_HEARTBEAT: str(beat), protocol.ENV_HEARTBEAT_STALE_S: str(stale_s)}
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(pidfile)], env=env, stdout=subprocess.PIPE)
     try:
         wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60, "the build to start", beat)
@@ -111,10 +111,10 @@ def test_host_heartbeat_touches_until_it_ends(tmp_path: Path) -> None:
 
 
 def test_stale_limit_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(heartbeat.ENV_STALE_S, "5")
+    monkeypatch.setenv(protocol.ENV_HEARTBEAT_STALE_S, "5")
     assert heartbeat_stale_s() == 5.0
-    monkeypatch.setenv(heartbeat.ENV_STALE_S, "soon")
+    monkeypatch.setenv(protocol.ENV_HEARTBEAT_STALE_S, "soon")
     with pytest.raises(ConfigError, match="FACTORY_HEARTBEAT_STALE_S='soon'"):
         heartbeat_stale_s()
-    monkeypatch.delenv(heartbeat.ENV_STALE_S)
+    monkeypatch.delenv(protocol.ENV_HEARTBEAT_STALE_S)
     assert heartbeat_stale_s() == heartbeat.STALE_S

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from factory.config import MAX_JOBS, load_matrix_file
 from factory.errors import ConfigError
-from factory.wheelhouse import pip_download_args, requirement_problem
+from factory.validate import requirement_problem
+from factory.wheelhouse import pip_download_args
 from factory.yamlload import MAX_BYTES, MAX_NODES
 
 Cli = Callable[[list[str]], tuple[int, str]]

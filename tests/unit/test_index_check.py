@@ -7,12 +7,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from test_ci_plan import _demo, _wheel
 
 from factory import index
 from factory.config import load_matrix_file
+from factory.errors import ConfigError
 from factory.index import MatrixCell
-from factory.indexcheck import add_absent, check_index
+from factory.indexcheck import add_absent, check_index, check_published
 from factory.plan import plan_matrix
 from factory.publish import publish_wheels
 
@@ -117,3 +119,11 @@ def test_the_advice_for_files_repair_leaves_alone_works(tmp_path: Path, factory_
     assert f"factory index repair --to {to}" in output and "remove from the index" not in output, output
     assert factory_cli(["index", "repair", "--to", str(to)])[0] == 0
     assert factory_cli(["index", "check", "--to", str(to)])[0] == 0
+
+
+def test_check_published_needs_an_index_to_check(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--to or --matrix names the index to check"):
+        check_published(to=None)
+    (tmp_path / "index").mkdir()
+    result = check_published(to=str(tmp_path / "index"))
+    assert result.ok and result.planned == 0 and result.to == str(tmp_path / "index")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from factory import index
+from factory import index, site
 from factory.index import FileRecord, MatrixCell
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -75,3 +75,13 @@ def test_golden_page(name: str) -> None:
             f"{path} regenerated: review the diff, then run again without UPDATE_GOLDEN", pytrace=False
         )
     assert stored == rendered
+
+
+def test_the_site_renders_the_published_bytes() -> None:
+    """The golden project page, through the site: nothing published changes by going through it."""
+    built = site.build_site(site.site_state({(VID, "Flash_Attn"): RECORDS[::-1]}, []))
+    assert built[f"simple/{VID}/flash-attn/index.json"] == (GOLDEN / "project.json").read_bytes()
+    assert built[f"simple/{VID}/flash-attn/index.html"] == (GOLDEN / "project.html").read_bytes()
+    assert built[f"simple/{VID}/index.json"] == index.variant_root_json(["flash-attn"]).encode()
+    assert built["simple/index.html"] == index.top_root_html([VID]).encode()
+    assert built["index.html"] == index.human_page([]).encode()

@@ -49,7 +49,7 @@ def test_the_driver_env_is_built_from_scratch(monkeypatch: pytest.MonkeyPatch) -
     assert env["FACTORY_PYTHON"] == "python3.13"
     assert env["FACTORY_JOB_DIR"] == f"{jobspec.JOBS_ROOT}/j-r1"
     assert env[protocol.ENV_JOB_OWNER] == '{"pid": 1, "host": "h"}'
-    assert env[heartbeat.ENV_STALE_S] == "30"
+    assert env[protocol.ENV_HEARTBEAT_STALE_S] == "30"
     assert "do-not-leak" not in env.values() and "PATH" not in env
     assert cache.ENV_DIR not in env and cache.ENV_VERIFY not in env
 

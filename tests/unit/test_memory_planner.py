@@ -8,7 +8,8 @@ import pytest
 
 from factory.container.admission import DEFAULT_BASE_BYTES, default_headroom, per_compile_estimate
 from factory.errors import ConfigError
-from factory.memory.planner import Parallelism, container_limits, next_attempt, plan_parallelism
+from factory.memory.planner import Parallelism, next_attempt, plan_parallelism
+from factory.validate import container_limits
 
 GIB = 2**30
 

@@ -80,3 +80,14 @@ def test_rise_is_kept_merged_and_read_back(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     profiles.save_profile(p, path)
     assert profiles.load_profile(path).entries["k"].rise == (8, 9)
+
+
+def test_profile_summaries_one_line_each_or_none(tmp_path: Path) -> None:
+    assert profiles.profile_summaries(home=tmp_path) == [f"no profiles in {tmp_path / 'profiles'}"]
+    m = Measurement(key="a.cu|sm_80|1", peak_bytes=3 * 2**30, wall_s=10.0)
+    learned = profiles.merge(Profile(package="flash-attn", version="2.8.3"), [m])
+    profiles.save_profile(learned, profiles.profile_path("flash-attn", "2.8.3", home=tmp_path))
+    lines = ["flash-attn 2.8.3: 1 compiles, worst peak 3.0 GiB"]
+    assert profiles.profile_summaries(home=tmp_path) == lines
+    assert profiles.profile_summaries("Flash_Attn", home=tmp_path) == lines  # by its canonical name
+    assert profiles.profile_summaries("other", home=tmp_path) == [f"no profiles in {tmp_path / 'profiles'}"]

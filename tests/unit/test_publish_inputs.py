@@ -12,8 +12,8 @@ import pytest
 from factory import index
 from factory.errors import ConfigError
 from factory.publish import MAX_METADATA_BYTES, inspect_wheel, load_report
-from factory.stores import parse_s3_url
 from factory.urls import urls_without_credentials
+from factory.validate import parse_s3_url
 from factory.wheelcheck import record_hash
 
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"

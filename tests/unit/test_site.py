@@ -162,32 +162,6 @@ def test_the_site_of_a_state_is_every_page_state_first_in_write_order() -> None:
     ]
 
 
-def test_the_site_renders_the_published_bytes() -> None:
-    """The golden project page, through the site: nothing published changes by going through it."""
-    records = (
-        FileRecord(
-            filename="flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-cp311-cp311-linux_x86_64.whl",
-            sha256="0123456789abcdef" * 4,
-            size=123456789,
-            upload_time="2025-01-02T03:04:05.123456Z",
-            requires_python=">=3.9",
-            metadata_sha256="fedcba9876543210" * 4,
-        ),
-        FileRecord(
-            filename="flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-cp312-cp312-linux_x86_64.whl",
-            sha256="1111111111111111" * 4,
-            size=987,
-            upload_time="2025-01-03T00:00:00.000000Z",
-        ),
-    )
-    built = site.build_site(site.site_state({(VID, "Flash_Attn"): records[::-1]}, []))
-    assert built[f"simple/{VID}/flash-attn/index.json"] == (GOLDEN / "project.json").read_bytes()
-    assert built[f"simple/{VID}/flash-attn/index.html"] == (GOLDEN / "project.html").read_bytes()
-    assert built[f"simple/{VID}/index.json"] == index.variant_root_json(["flash-attn"]).encode()
-    assert built["simple/index.html"] == index.top_root_html([VID]).encode()
-    assert built["index.html"] == index.human_page([]).encode()
-
-
 def test_an_empty_project_page_stays_a_page_but_its_variant_is_not_listed() -> None:
     state = site.site_state({(OLD, "gone"): (), (VID, "demo-ext"): [rec("demo_ext", "0.1.0")]}, [])
     assert state[index.project_page(OLD, "gone")] == ()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from factory.errors import ConfigError
-from factory.stores import LocalStore, PreconditionFailed, S3Store, compare_and_swap, open_store, parse_s3_url
+from factory.stores import LocalStore, PreconditionFailed, S3Store, compare_and_swap, open_store
+from factory.validate import parse_s3_url
 
 KW = {"content_type": "text/html", "cache_control": "no-cache"}
 

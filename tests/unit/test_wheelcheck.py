@@ -19,17 +19,16 @@ from typing import Any
 
 import pytest
 
+from factory.container.protocol import import_check_script, parse_import_check
 from factory.errors import CheckError
 from factory.fatbin import device_code
 from factory.platform_tag import repair_platform_tag
+from factory.validate import library_glob_problem
 from factory.variants import Arch
 from factory.wheelcheck import (
     check_wheel,
-    import_check_script,
     is_extension_module,
     library_glob_matches,
-    library_glob_problem,
-    parse_import_check,
     pin_torch_in_metadata,
     pin_torch_requirement,
     record_hash,
@@ -845,7 +844,7 @@ def test_import_check_fails_without_torch(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["", "flash-attn", "os; import shutil", "a..b", "1abc"])
 def test_import_check_refuses_non_module_names(name: str) -> None:
-    with pytest.raises(CheckError, match="not a dotted Python module name"):
+    with pytest.raises(ValueError, match="not a dotted Python module name"):
         import_check_script(name)
 
 

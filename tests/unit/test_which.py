@@ -16,12 +16,14 @@ from factory.which import (
     Environment,
     choose_variant,
     covers,
+    describe_environment,
     detect_environment,
     install_commands,
     normalize_index_url,
     parse_nvidia_smi,
     parse_probe,
     parse_variant_id,
+    result_lines,
     which,
 )
 
@@ -317,3 +319,19 @@ def test_the_which_command_says_a_bad_interpreter_in_one_line(
     (line,) = output.strip().splitlines()
     assert line.startswith("error: ") and line.endswith(fragment), line
     assert python in line
+
+
+def test_what_factory_which_says_of_a_result(tmp_path: Path) -> None:
+    (tmp_path / "simple" / NEW).mkdir(parents=True)
+    (tmp_path / "simple" / "index.html").write_text(index.top_root_html([NEW, OLD]))
+    (tmp_path / "simple" / NEW / "index.html").write_text(index.variant_root_html(["flash-attn"]))
+    assert describe_environment(env(cxx11_abi=None, gpus=())) == (
+        "python 3.11, torch 2.14.1, CUDA 13.0, cxx11 ABI unknown, GPUs none (from none)"
+    )
+    lines = result_lines(which(str(tmp_path), env=env()))
+    assert lines == [
+        "variant: " + NEW,
+        *install_commands(f"{tmp_path.resolve().as_uri()}/simple/{NEW}/", "flash-attn"),
+    ]
+    with pytest.raises(FactoryError, match=f"^no variant index matches this host; nearest: {NEW} "):
+        result_lines(which(str(tmp_path), env=env(torch="2.9.0")))
