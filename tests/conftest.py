@@ -18,6 +18,55 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEEL_INPUTS = ("pyproject.toml", "README.md", "factory")
 
 
+# The work volume's uv cache keeps an unpacked torch, with its CUDA wheels (5-7 GB), for each torch and Python
+# the suite builds for. Where the disk runs short of this, a module's end empties the cache and the next build
+# unpacks again: the suite must fit a CI machine whose free disk is shared with others.
+KEEP_FREE_BYTES = int(float(os.environ.get("FACTORY_TEST_KEEP_FREE_GIB", "40")) * 2**30)
+
+
+def disk_free(path: Path = Path("/var/lib/docker")) -> int:
+    return shutil.disk_usage(path if path.is_dir() else "/").free
+
+
+def empty_work_cache() -> bool:
+    """Empty the uv cache in the factory's work volume (with a local builder image); False when there is no
+    volume or image. Only between modules: no build runs then."""
+    import docker
+
+    from factory import jobspec
+
+    client = docker.from_env(timeout=600)
+    try:
+        if not client.volumes.list(filters={"name": jobspec.WORK_VOLUME}):
+            return False
+        builders = [t for i in client.images.list() for t in i.tags if t.startswith("factory-builder:")]
+        if not builders:
+            return False
+        cache = f"{jobspec.WORK_MOUNT}/uv-cache"
+        client.containers.run(
+            sorted(builders)[0],
+            ["sh", "-c", f"find {cache} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} +"],
+            user="0",
+            network_disabled=True,
+            remove=True,
+            volumes={jobspec.WORK_VOLUME: {"bind": jobspec.WORK_MOUNT, "mode": "rw"}},
+        )
+        return True
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bounded_work_cache(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if request.node.get_closest_marker("integration") is None or disk_free() >= KEEP_FREE_BYTES:
+        return
+    before = disk_free()
+    if empty_work_cache():
+        freed = (disk_free() - before) / 2**30
+        print(f"\nthe work volume's uv cache emptied: {freed:.1f} GiB freed", file=sys.stderr)
+
+
 @pytest.fixture
 def factory_cli(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
