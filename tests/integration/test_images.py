@@ -202,8 +202,10 @@ def test_wheelhouse_downloads_once_and_links(tmp_path: Path, monkeypatch: pytest
     again = download_wheelhouse(list(reversed(reqs)), python=PYTHON)
     assert again == first
     assert (first / "inputs.json").stat().st_mtime_ns == marker  # the cache answered; pip did not run again
-    names = sorted(p.name for p in (tmp_path / "home" / "wheelhouses").iterdir())
-    assert names == sorted([POOL, first.name])  # no temp left
+    entries = sorted(p.name for p in (tmp_path / "home" / "wheelhouses").iterdir())
+    assert entries == sorted([POOL, first.name])  # no temp left
+    pooled = {p.stat().st_ino for p in (tmp_path / "home" / "wheelhouses" / POOL).iterdir()}
+    assert {w.stat().st_ino for w in wheel_files(first)} == pooled  # each wheel one file with its pool twin
     linked = link_wheels(first, tmp_path / "context" / "wheels")
     assert sorted(p.name for p in wheel_files(linked)) == names
     other_root = download_wheelhouse(["ninja"], tmp_path / "elsewhere", python=PYTHON)
