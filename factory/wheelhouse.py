@@ -256,7 +256,10 @@ def pool_wheels(directory: Path, pool: Path) -> int:
         if not stat.S_ISREG(found.st_mode) or found.st_size != size or found.st_ino == wheel.lstat().st_ino:
             continue
         staged = wheel.with_name(f".{wheel.name}.pool")
-        os.link(twin, staged)
+        try:
+            os.link(twin, staged)
+        except FileNotFoundError:
+            continue  # pruned by another download just now: this wheelhouse keeps its own copy
         os.replace(staged, wheel)
         saved += size
     prune_pool(pool)
