@@ -26,7 +26,7 @@ import pytest
 from conftest import require
 from test_build import FACTORY, ROOT
 
-from factory import images
+from factory import engine
 from factory.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -80,7 +80,7 @@ def test_a_later_python_compiles_only_what_includes_python(
     tmp_path: Path, docker_client: Any, session_factory_home: Path
 ) -> None:
     require(
-        images._get_image(docker_client, "factory-builder:cu13.0-forky-pypi") is not None,
+        engine.get_image(docker_client, "factory-builder:cu13.0-forky-pypi") is not None,
         "factory-builder:cu13.0-forky-pypi (make images)",
     )
     out = tmp_path / "wheels"

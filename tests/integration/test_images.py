@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import require
 
-from factory import images
+from factory import engine, images
 from factory.errors import FactoryError, ImageError
 from factory.wheelhouse import POOL, download_wheelhouse, link_wheels, wheel_files
 
@@ -53,7 +53,7 @@ def _factory_cli() -> list[str]:
 
 @pytest.fixture(scope="module")
 def builder(docker_client: Any) -> Iterator[str]:
-    if images._get_image(docker_client, images.DEFAULT_BASE_IMAGE) is None:
+    if engine.get_image(docker_client, images.DEFAULT_BASE_IMAGE) is None:
         require(
             shutil.which("debootstrap") is not None or os.path.exists("/usr/sbin/debootstrap"), "debootstrap"
         )

@@ -27,7 +27,7 @@ from conftest import require
 from packaging.utils import parse_wheel_filename
 from test_build import FACTORY, ROOT
 
-from factory import images, wheelcheck
+from factory import engine, wheelcheck
 from factory.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,7 +69,7 @@ def norecipe_matrix(tmp: Path) -> Path:
 def norecipe_build(
     tmp_path_factory: pytest.TempPathFactory, docker_client: Any, session_factory_home: Path
 ) -> dict[str, Any]:
-    require(images._get_image(docker_client, IMAGE) is not None, f"{IMAGE} (make images)")
+    require(engine.get_image(docker_client, IMAGE) is not None, f"{IMAGE} (make images)")
     tmp = tmp_path_factory.mktemp("norecipe")
     out = tmp / "wheels"
     proc = subprocess.run(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import require
 
-from factory import images
+from factory import engine, images
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ int main() { return 0; }
 
 @pytest.fixture(scope="module")
 def toolchain_image(docker_client: Any) -> Iterator[str]:
-    if images._get_image(docker_client, "factory-base:forky") is None:
+    if engine.get_image(docker_client, "factory-base:forky") is None:
         require(
             shutil.which("debootstrap") is not None or os.path.exists("/usr/sbin/debootstrap"), "debootstrap"
         )
