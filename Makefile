@@ -36,7 +36,7 @@ debian-image: install docker
 	$(FACTORY) images build --cuda 12.8 --python 3.13 --flavor debian
 
 test: install toolkit docker images debian-image
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra --durations=25
 
 test-unit: install toolkit
 	$(PY) -m pytest -ra tests/unit
