@@ -37,7 +37,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .links import Link
 
@@ -481,6 +481,10 @@ def _vars(cls: type) -> list[tuple[dataclasses.Field[Any], _Var]]:
     return [(f, f.metadata["var"]) for f in dataclasses.fields(cls)]
 
 
+# typing.Self is 3.11's: a builder image's python3 may be 3.10 (Ubuntu 22.04's, under NVIDIA's devel images)
+_Env = TypeVar("_Env", bound="_Environment")
+
+
 class _Environment:
     """What `WrapperEnv` and `DriverEnv` share: a frozen dataclass whose fields are variables (`_var`). A
     field at its default is not written, and an unset or empty variable reads as its field's default."""
@@ -506,7 +510,7 @@ class _Environment:
         }
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], *, problems: list[str] | None = None) -> Self:
+    def from_env(cls: type[_Env], env: Mapping[str, str], *, problems: list[str] | None = None) -> _Env:
         """The container's view of an environment. A value that is not one of its variable's raises
         ValueError naming both; with `problems`, it is said there instead and its field keeps its default (a
         table keeps its good items): a compile never fails for a hint."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from factory.container import CONTAINER_DIR, procs
 
@@ -63,6 +66,48 @@ def test_every_module_of_the_tree_imports_in_a_python_without_site_packages(tmp_
     )
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)}
     out = subprocess.run([sys.executable, "-S", "-P", "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+# A builder image's python3 runs the tree: Ubuntu 22.04's 3.10 under NVIDIA's devel images is the oldest.
+OLDEST = (3, 10)
+# What the standard library gained after OLDEST and the tree must not use
+NEWER_NAMES = {"Self", "StrEnum", "tomllib", "TaskGroup", "ExceptionGroup", "LiteralString", "Never", "UTC"}
+
+
+def test_the_tree_is_written_for_the_oldest_python_a_builder_image_runs() -> None:
+    wrong = []
+    for path in MODULES:
+        tree = ast.parse(path.read_text(), filename=str(path), feature_version=OLDEST)
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import | ast.ImportFrom) else []
+            if isinstance(node, ast.Attribute):
+                names = [node.attr]
+            wrong += [f"{path.name}:{node.lineno}: {n}" for n in names if n.split(".")[0] in NEWER_NAMES]
+    assert not wrong
+
+
+def oldest_python() -> str | None:
+    """A Python OLDEST that runs (pyenv's shims answer for versions they do not select), or None."""
+    name = "python{}.{}".format(*OLDEST)
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/{OLDEST[0]}.{OLDEST[1]}.*/bin/{name}"))
+    for candidate in [shutil.which(name), *map(str, pyenv)]:
+        if candidate and subprocess.run([candidate, "-c", ""], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+def test_every_module_imports_in_the_oldest_python(tmp_path: Path) -> None:
+    oldest = oldest_python()
+    if oldest is None:
+        pytest.skip("no python{}.{} on this host".format(*OLDEST))
+    root = tmp_path / "opt"
+    (root / "factory").mkdir(parents=True)
+    (root / "factory" / "container").symlink_to(CONTAINER_DIR)
+    names = [f"factory.container.{p.stem}" for p in MODULES if p.stem != "__init__"]
+    code = f"import importlib\nfor name in {names!r}:\n    importlib.import_module(name)\n"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)}
+    out = subprocess.run([oldest, "-S", "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
 
 
