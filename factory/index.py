@@ -206,7 +206,9 @@ def parse_page_key(key: str) -> tuple[PageRef, PageForm] | None:
 def parse_wheel_key(key: str) -> tuple[str, str] | None:
     """(variant id, filename) of a key files_path composes for a wheel ("files/<variant>/<name>.whl")."""
     parts = key.split("/")
-    if len(parts) != 3 or parts[0] != "files" or not parts[1] or not parts[2].endswith(".whl"):
+    if len(parts) != 3 or parts[0] != "files" or not parts[2].endswith(".whl"):
+        return None
+    if parts[1] in {"", ".", ".."}:  # a listing's key (an S3 bucket's) never names a way out
         return None
     return parts[1], parts[2]
 

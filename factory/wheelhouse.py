@@ -243,7 +243,10 @@ def pool_wheels(directory: Path, pool: Path) -> int:
     pool.mkdir(mode=0o700, exist_ok=True)
     saved = 0
     for wheel in wheel_files(directory):
-        size = wheel.lstat().st_size
+        info = wheel.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            continue  # the host links only files it downloaded, never a link that came with them
+        size = info.st_size
         twin = pool / _sha256(wheel)
         try:
             os.link(wheel, twin)

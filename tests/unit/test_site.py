@@ -201,3 +201,23 @@ def test_each_kind_reads_back_what_it_writes() -> None:
     for page, items in site.pages(state):
         body = site.render_page(page, items)[page.state_key]
         assert site.KINDS[page.kind].read(body) == items
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "files/../x-1.0-py3-none-any.whl",
+        "files/./x-1.0-py3-none-any.whl",
+        "files//x-1.0-py3-none-any.whl",
+        f"files/{VID}/sub/x-1.0-py3-none-any.whl",
+        f"simple/{VID}/../index.json",
+        f"simple/{VID}/./index.html",
+        "simple/../../index.html",
+        f"simple//{VID}/index.json",
+    ],
+)
+def test_a_hostile_listing_key_is_no_wheel_and_no_page(key: str) -> None:
+    """A store's listing (an S3 bucket's keys) is not trusted: a key with an empty, "." or ".." part names
+    no wheel and no page, so repair and check never compose a key or path from it."""
+    assert index.parse_wheel_key(key) is None
+    assert index.parse_page_key(key) is None

@@ -166,3 +166,15 @@ def test_prune_pool_drops_what_no_wheelhouse_links(tmp_path: Path) -> None:
     dropped = wheelhouse.prune_pool(pool)
     assert [p.name for p in dropped] == [hashlib.sha256(b"gone").hexdigest()]
     assert [p.name for p in pool.iterdir()] == [wheelhouse._sha256(a / CUDA_WHEEL)]
+
+
+def test_pool_never_links_a_symlink_found_in_a_wheelhouse(tmp_path: Path) -> None:
+    pool = tmp_path / wheelhouse.POOL
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not a wheel")
+    house = tmp_path / "a"
+    house.mkdir()
+    (house / CUDA_WHEEL).symlink_to(secret)
+    assert wheelhouse.pool_wheels(house, pool) == 0
+    assert list(pool.iterdir()) == []
+    assert (house / CUDA_WHEEL).is_symlink()
