@@ -8,6 +8,11 @@ Under load and odd clients: a deep listen queue, so a crowd connecting at once i
 one thread per connection, each bounded by a deadline for its request head and a timeout when idle; paths that
 cannot name anything answered 414 or 400 before the store is asked; a store that fails (an S3 endpoint down)
 answered 502 with the reason on the request's log line.
+
+With --accept-requests (a local index only), POST /_requests/ takes a consumer's build request
+(`factory.buildrequest`): rate-limited per client address and overall before its body is read, refused past
+MAX_BYTES, parsed and validated, then written atomically under the index's _requests/ named by its hash. The
+directory is never served, and nothing in a request is run or used as a path.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import math
 import shutil
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory import index, site
+from factory import buildrequest, index, site
 from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
 from factory.stores import LocalStore, S3Store, Store
@@ -117,6 +123,10 @@ class ServeOptions:
     # A request head must arrive in full, and an idle connection is closed, within this many seconds; a
     # response write that stalls this long ends its connection too.
     timeout_s: float = 30.0
+    # POST /_requests/: take build requests into this index directory's _requests/ (None: refuse them)
+    requests_root: Path | None = None
+    request_rate: tuple[int, int, float] = (10, 100, 3600.0)  # per client, in all, per this many seconds
+    max_requests: int = buildrequest.MAX_STORED
 
 
 def path_problem(path: str) -> HTTPStatus | None:
@@ -135,6 +145,12 @@ def path_problem(path: str) -> HTTPStatus | None:
 def is_cache_path(path: str) -> bool:
     """Whether a request path lies in the compile cache's part of a publish store."""
     top = STORE_PREFIX.split("/", 1)[0]
+    return path == top or path.startswith(f"{top}/")
+
+
+def is_requests_path(path: str) -> bool:
+    """Whether a request path lies in an index's build requests (taken by POST, never served)."""
+    top = buildrequest.DIRECTORY
     return path == top or path.startswith(f"{top}/")
 
 
@@ -171,6 +187,10 @@ class IndexServer(ThreadingHTTPServer):
         if options.basic_auth is not None:
             user, password = options.basic_auth
             self.auth_token = base64.b64encode(f"{user}:{password}".encode())
+        per_client, total, window_s = options.request_rate
+        self.limiter = buildrequest.RateLimiter(per_client=per_client, total=total, window_s=window_s)
+        # one request stored at a time: the count of those stored is read, then added to
+        self.requests_lock = threading.Lock()
         super().__init__((options.host, options.port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -253,7 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
         if problem is not None:
             self._reply(problem, f"{problem.phrase.lower()}\n".encode())
             return
-        if is_cache_path(path):  # the compile cache under a publish store is the factory's, not the index's
+        if is_cache_path(path) or is_requests_path(
+            path
+        ):  # the compile cache under a publish store is the factory's, not the index's
             self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
             return
         headers = {"Vary": "Accept"}
@@ -305,6 +327,75 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             stream.close()
 
+    def do_POST(self) -> None:
+        """A build request (module doc); every other POST is refused."""
+        # the body is not read unless taken: a reply before it ends the connection
+        self.close_connection = True
+        if not self._authorized():
+            self._reply(
+                HTTPStatus.UNAUTHORIZED,
+                b"authentication required\n",
+                {"WWW-Authenticate": 'Basic realm="wheel index"'},
+            )
+            return
+        if urlsplit(self.path).path.rstrip("/") != f"/{buildrequest.DIRECTORY}":
+            self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
+            return
+        root = self.server.options.requests_root
+        if root is None:
+            self._reply(
+                HTTPStatus.METHOD_NOT_ALLOWED, b"this index takes no requests\n", {"Allow": "GET, HEAD"}
+            )
+            return
+        wait = self.server.limiter.allow(self.client_address[0])
+        if wait is not None:
+            self._note = "rate limited"
+            self._reply(HTTPStatus.TOO_MANY_REQUESTS, b"too many requests\n", {"Retry-After": str(int(wait))})
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or self.headers.get("Transfer-Encoding"):
+            self._reply(HTTPStatus.LENGTH_REQUIRED, b"a Content-Length is required\n")
+            return
+        if not (length.isascii() and length.isdigit()):
+            self._reply(HTTPStatus.BAD_REQUEST, b"bad Content-Length\n")
+            return
+        if int(length) > buildrequest.MAX_BYTES:
+            self._reply(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"over {buildrequest.MAX_BYTES} bytes\n".encode()
+            )
+            return
+        media = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            self._reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, b"send application/json\n")
+            return
+        body = self.rfile.read(int(length))  # within the request's deadline (_DeadlineReader)
+        if len(body) != int(length):
+            self._reply(HTTPStatus.BAD_REQUEST, b"body shorter than its Content-Length\n")
+            return
+        try:
+            request = buildrequest.parse(body)
+        except buildrequest.RequestError as exc:
+            self._note = str(exc)
+            self._reply(HTTPStatus.BAD_REQUEST, f"bad request: {exc}\n".encode())
+            return
+        self.close_connection = False
+        try:
+            with self.server.requests_lock:
+                created = buildrequest.store_request(
+                    root, request, max_stored=self.server.options.max_requests
+                )
+        except buildrequest.InboxFull as exc:
+            self._note = str(exc)
+            self._reply(HTTPStatus.INSUFFICIENT_STORAGE, b"no room for more requests\n")
+            return
+        except OSError as exc:
+            self._note = f"storing a request: {exc.strerror or exc}"
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, b"cannot store the request\n")
+            return
+        self._note = f"request {request.id[:12]}"
+        status = HTTPStatus.CREATED if created else HTTPStatus.OK
+        self._reply(status, f"{request.id}\n".encode())
+
 
 def make_server(
     store: Store, options: ServeOptions, *, log: Callable[[str], None] | None = None
@@ -339,6 +430,7 @@ def serve(
     port: int = 8000,
     basic_auth: str | None = None,
     timeout_s: float = 30.0,
+    accept_requests: bool = False,
     announce: Callable[[str], None],
 ) -> None:
     """Serve an index (`serving_store`) until interrupted; `announce` gets the line saying where, once the
@@ -347,13 +439,16 @@ def serve(
         raise ConfigError(f"--port must be 0-65535, not {port}")
     if not 0 < timeout_s < math.inf:
         raise ConfigError(f"--timeout must be more than 0 seconds, not {timeout_s}")
+    store = serving_store(directory, source=source, endpoint_url=endpoint_url)
+    if accept_requests and not isinstance(store, LocalStore):
+        raise ConfigError("--accept-requests needs a local index directory (requests are written into it)")
     options = ServeOptions(
         host=host,
         port=port,
         basic_auth=parse_basic_auth(basic_auth) if basic_auth is not None else None,
         timeout_s=timeout_s,
+        requests_root=store.root if accept_requests and isinstance(store, LocalStore) else None,
     )
-    store = serving_store(directory, source=source, endpoint_url=endpoint_url)
     try:
         server = make_server(store, options)
     except OSError as exc:

@@ -3,6 +3,12 @@ and leave out the projects whose manylinux wheels need a newer glibc than the ho
 
 pip and uv cannot see the installed torch, so the choice of index is the consumer's; this makes it exact.
 Detection (`detect_environment`) runs a probe in the target interpreter; matching (`choose_variant`) is pure.
+
+Without torch, the host's NVIDIA driver decides (`factory.driver`): the newest torch whose variant the driver
+runs, whose archs cover every GPU and which has a wheel for this Python, installed together with that torch
+from the index of its CUDA build in one command (`install_with_torch`). When nothing fits, what is missing
+becomes a build request (`factory.buildrequest`), printed as matrix lines and, with --request, sent to the
+index's server.
 """
 
 from __future__ import annotations
@@ -24,11 +30,16 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from factory import buildrequest
+from factory.buildrequest import BuildRequest
+from factory.compat import CompatData
+from factory.driver import detect_driver
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
+from factory.options import PYTORCH_INDEX
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
-from factory.urls import INDEX_SCHEMES, checked_url, without_credentials
-from factory.variants import Arch, VariantKey
+from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
+from factory.variants import Arch, VariantKey, torch_minor, version_tuple
 
 EXTRA_INDEX = "https://pypi.org/simple"
 # PEP 508 project names: anything else an index page lists is not printed into a command.
@@ -46,6 +57,9 @@ class Environment:
     gpus: tuple[str, ...]  # compute capabilities of the visible GPUs, "9.0"
     gpu_source: str = "none"  # "torch", "nvidia-smi" or "none"
     glibc: str | None = None  # "2.36"; None where unknown (not glibc, or not probed)
+    # without torch: the newest CUDA the NVIDIA driver runs ("13.0") and where that came from
+    driver_cuda: str | None = None
+    driver_source: str = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,15 +109,41 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def driver_runs(driver_cuda: str, cuda: str) -> tuple[str | None, str | None]:
+    """(why not, caveat): can a driver whose newest CUDA is `driver_cuda` run code built with CUDA `cuda`?
+
+    A driver runs every older major, and every minor of its own major (CUDA minor version compatibility;
+    a newer minor than the driver's may lack features that need the newer driver, hence the caveat)."""
+    have, want = version_tuple(driver_cuda)[:2], version_tuple(cuda)[:2]
+    if want[0] > have[0]:
+        return (
+            f"built for CUDA {cuda}, the driver runs CUDA {driver_cuda} at most (a newer driver would)",
+            None,
+        )
+    if want[0] == have[0] and want[1] > have[1]:
+        return None, (
+            f"built with CUDA {cuda}, the driver's is {driver_cuda}: runs by CUDA minor version compatibility"
+        )
+    return None, None
+
+
 def mismatches(env: Environment, key: VariantKey) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """(blocking reasons, caveats, distance) of a variant for an environment; no reasons means usable."""
     reasons: list[str] = []
     notes: list[str] = []
     distance = 0
-    if env.torch is None:
-        reasons.append("torch is not installed")
+    if env.torch is None and env.driver_cuda is None:
+        reasons.append("torch is not installed and no NVIDIA driver was found")
         distance += 100
+    elif env.torch is None and env.driver_cuda is not None:
+        problem, note = driver_runs(env.driver_cuda, key.cuda)
+        if problem is not None:
+            reasons.append(problem)
+            distance += 40
+        if note is not None:
+            notes.append(note)
     else:
+        assert env.torch is not None
         want = _release(key.torch)
         have = _release(env.torch)
         if have[: len(want)] != want:
@@ -135,8 +175,36 @@ def mismatches(env: Environment, key: VariantKey) -> tuple[tuple[str, ...], tupl
     return tuple(reasons), tuple(notes), distance
 
 
+def rank_without_torch(env: Environment, variant_ids: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The variants a host without torch can use (`mismatches`), best first, with their caveats: the newest
+    torch, then a CUDA the driver runs without minor version compatibility, then the newest such CUDA, then
+    the smallest arch set."""
+    usable = []
+    for vid in set(variant_ids):
+        key = parse_variant_id(vid)
+        if key is None:
+            continue
+        reasons, notes, _ = mismatches(env, key)
+        if reasons:
+            continue
+        order = (
+            tuple(-n for n in _release(key.torch)),
+            len(notes),
+            tuple(-n for n in _release(key.cuda)),
+            len(key.archs),
+            vid,
+        )
+        usable.append((order, vid, notes))
+    return [(vid, notes) for _, vid, notes in sorted(usable)]
+
+
 def choose_variant(env: Environment, variant_ids: Iterable[str]) -> Choice:
     """The best usable variant index for `env`, or the nearest one and why it does not fit."""
+    variant_ids = set(variant_ids)
+    if env.torch is None and env.driver_cuda is not None:
+        ranked = rank_without_torch(env, variant_ids)
+        if ranked:
+            return Choice(match=ranked[0][0], notes=ranked[0][1], nearest=None, reasons=())
     scored = []
     for vid in sorted(set(variant_ids)):
         key = parse_variant_id(vid)
@@ -185,6 +253,47 @@ def glibc_misfit(filenames: Iterable[str], *, python: str, glibc: str) -> str | 
         f"its wheels for Python {python} need glibc {oldest[0]}.{oldest[1]} or newer "
         f"({manylinux_tag(oldest, machine)}); this host has glibc {glibc}"
     )
+
+
+def has_wheel_for(filenames: Iterable[str], python: str) -> bool:
+    """Is one of these wheels for CPython `python` ("3.11"): its own cp tag, an abi3 one of an older or the
+    same CPython 3, or a pure py3 one?"""
+    want = version_tuple(python)
+    for filename in filenames:
+        try:
+            tags = parse_wheel_filename(filename)[3]
+        except InvalidWheelFilename:
+            continue
+        for tag in tags:
+            if tag.interpreter == python_tag(python) or tag.interpreter == "py3":
+                return True
+            if tag.abi == "abi3" and tag.interpreter.startswith("cp3"):
+                digits = tag.interpreter[3:]
+                if digits.isascii() and digits.isdigit() and (3, int(digits)) <= want[:2]:
+                    return True
+    return False
+
+
+def torch_requirement(key: VariantKey, compat: CompatData) -> tuple[str, str | None]:
+    """(requirement, index URL) of the torch a variant is built for: its exact release ("torch==2.14.1"), or
+    every patch of its minor ("torch==2.14.*") when the variant names only that; from PyTorch's index of the
+    variant's CUDA, or None (the default index: PyPI) when that CUDA is the release's default build there."""
+    requirement = f"torch=={key.torch}" if len(_release(key.torch)) > 2 else f"torch=={key.torch}.*"
+    entry = compat.torch_entry(key.torch)
+    if entry is not None and entry.get("default_cuda") == key.cuda:
+        return requirement, None
+    return requirement, PYTORCH_INDEX.format(tag=key.cuda.replace(".", ""))
+
+
+def install_with_torch(index_url: str, project: str, *, torch: str, torch_index: str | None) -> str:
+    """One pip command installing torch (`torch_requirement`) and `project` from its variant index, each
+    argument shell-quoted. pip takes the best match over all the indexes given, so the variant's wheel (its
+    local version label sorts above a plain release on PyPI) and the CUDA build of torch (likewise) win."""
+    args = ["pip", "install", "--index-url", index_url]
+    if torch_index is not None:
+        args += ["--extra-index-url", torch_index]
+    args += ["--extra-index-url", EXTRA_INDEX, torch, project]
+    return shlex.join(args)
 
 
 def install_commands(index_url: str, project: str) -> tuple[str, str]:
@@ -301,6 +410,16 @@ def detect_environment(python: str | None = None) -> Environment:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise FactoryError(f"probing {exe} failed: {last}")
     env = parse_probe(proc.stdout, exe)
+    if env.torch is None:
+        driver = detect_driver()
+        gpus = _gpus(driver.gpus)
+        return replace(
+            env,
+            gpus=gpus,
+            gpu_source="nvidia-smi" if gpus else "none",
+            driver_cuda=driver.cuda,
+            driver_source=driver.source,
+        )
     gpus, source = env.gpus, env.gpu_source
     if not gpus and shutil.which("nvidia-smi"):
         try:
@@ -336,10 +455,10 @@ def normalize_index_url(index: str) -> str:
     return index
 
 
-def fetch_page(url: str) -> str:
-    """GET one HTML page (file:// directories read their index.html; user:pass@ becomes basic auth)."""
+def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str]) -> urllib.request.Request:
+    """A request for `url`, its user:pass@ turned into basic auth (file:// directories: their index.html)."""
     parts = urlsplit(url)
-    headers = {"Accept": "text/html"}
+    headers = dict(headers)
     if parts.scheme == "file":
         if url.endswith("/"):
             url += "index.html"
@@ -350,8 +469,14 @@ def fetch_page(url: str) -> str:
         if parts.port:
             netloc += f":{parts.port}"
         url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+
+
+def fetch_page(url: str) -> str:
+    """GET one HTML page (file:// directories read their index.html; user:pass@ becomes basic auth)."""
+    request = _http_request(url, headers={"Accept": "text/html"})
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
+        with urllib.request.urlopen(request, timeout=60) as resp:
             return resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         raise FactoryError(f"{without_credentials(url)}: HTTP {exc.code}") from None
@@ -366,7 +491,11 @@ class WhichResult:
     choice: Choice
     variant_url: str | None
     projects: tuple[str, ...]
-    commands: tuple[tuple[str, str], ...]  # (pip, uv) per project
+    # per project: (pip, uv) where torch is installed; without torch, the one pip command with torch
+    commands: tuple[tuple[str, ...], ...]
+    # when no variant fits: the build request that would make one (None: nothing to request, see `missing`)
+    request: BuildRequest | None = None
+    missing: str | None = None
 
 
 def _index_links(page: str, base: str) -> dict[str, str]:
@@ -380,19 +509,12 @@ def _index_links(page: str, base: str) -> dict[str, str]:
     return links
 
 
-def which(index: str, *, env: Environment, project: str | None = None) -> WhichResult:
-    """Read the index's list of variant indexes and pick the one for `env`.
-
-    The index is not trusted: only anchors whose text is a variant id (the grammar of `factory.variants`)
-    and, inside the variant index, a PEP 508 project name are considered, so nothing else it says reaches
-    the printed commands."""
-    root = normalize_index_url(index)
-    links = _index_links(fetch_page(root), root)
-    variants = {vid: url for vid, url in links.items() if parse_variant_id(vid) is not None}
-    choice = choose_variant(env, variants)
-    if choice.match is None:
-        return WhichResult(env=env, choice=choice, variant_url=None, projects=(), commands=())
-    variant_url = variants[choice.match]
+def _variant_projects(
+    env: Environment, variant_url: str, project: str | None, *, strict: bool
+) -> tuple[list[str], list[str]]:
+    """(the projects of a variant index this host can install, notes on those left out). `strict` (torch
+    installed: the variant is the one): a missing or unfit `project` is an error; otherwise (a candidate
+    without torch) it is a note, and a project needs a wheel for this Python too."""
     links = _index_links(fetch_page(variant_url), variant_url)
     pages = {canonicalize_name(p): url for p, url in links.items() if _PROJECT.fullmatch(p)}
     listed = tuple(p for p in links if _PROJECT.fullmatch(p))
@@ -400,25 +522,148 @@ def which(index: str, *, env: Environment, project: str | None = None) -> WhichR
     if project is not None:
         wanted = canonicalize_name(project)
         if wanted not in pages:
+            if not strict:
+                return [], [f"{project} is not in {without_credentials(variant_url)}"]
             raise FactoryError(
                 f"{project} is not in the matching index {without_credentials(variant_url)} (it has: "
                 f"{', '.join(listed) or 'nothing'})"
             )
         projects = (project,)
+    if env.glibc is None and strict:
+        return list(projects), []
     notes: list[str] = []
-    if env.glibc is not None:
-        fitting = []
-        for name in projects:
-            page = pages[canonicalize_name(name)]
-            filenames = [a.text for a in parse_anchors(fetch_page(page))]
-            misfit = glibc_misfit(filenames, python=env.python, glibc=env.glibc)
-            if misfit is None:
-                fitting.append(name)
-            elif project is not None:
-                raise FactoryError(f"{name} in {without_credentials(variant_url)}: {misfit}")
-            else:
-                notes.append(f"{name} left out: {misfit}")
-        projects = fitting
+    fitting = []
+    for name in projects:
+        filenames = [a.text for a in parse_anchors(fetch_page(pages[canonicalize_name(name)]))]
+        if not strict and not has_wheel_for(filenames, env.python):
+            notes.append(f"{name} in {without_credentials(variant_url)} has no wheel for Python {env.python}")
+            continue
+        misfit = glibc_misfit(filenames, python=env.python, glibc=env.glibc) if env.glibc else None
+        if misfit is None:
+            fitting.append(name)
+        elif project is not None and strict:
+            raise FactoryError(f"{name} in {without_credentials(variant_url)}: {misfit}")
+        else:
+            notes.append(f"{name} left out: {misfit}")
+    return fitting, notes
+
+
+def _without_torch(
+    env: Environment, variants: dict[str, str], project: str | None, compat: CompatData
+) -> WhichResult:
+    """The best variant a host without torch can install (`rank_without_torch`, then a wheel for its Python
+    in it), with the one command that installs torch and the project."""
+    ranked = rank_without_torch(env, variants)
+    why: list[str] = []
+    for vid, notes in ranked:
+        url = variants[vid]
+        fitting, left_out = _variant_projects(env, url, project, strict=False)
+        if not fitting:
+            why += left_out or [f"{without_credentials(url)} lists no project"]
+            continue
+        key = VariantKey.parse_id(vid)
+        torch, torch_index = torch_requirement(key, compat)
+        commands = tuple(
+            (install_with_torch(url, name, torch=torch, torch_index=torch_index),) for name in fitting
+        )
+        choice = Choice(match=vid, notes=(*notes, *left_out), nearest=None, reasons=())
+        return WhichResult(
+            env=env, choice=choice, variant_url=url, projects=tuple(fitting), commands=commands
+        )
+    choice = (
+        choose_variant(env, variants)
+        if not ranked
+        else Choice(match=None, notes=(), nearest=ranked[0][0], reasons=tuple(why))
+    )
+    if choice.match is not None:  # usable, but no project fits this Python
+        choice = Choice(match=None, notes=(), nearest=choice.match, reasons=tuple(why))
+    return _unmatched(env, choice, project, compat)
+
+
+def _request_torch(env: Environment, compat: CompatData) -> tuple[str, str] | None:
+    """(torch minor, CUDA) to ask for on a host without torch: the newest torch the compatibility data knows
+    with a CUDA build the driver runs (for this Python where the data says; without minor version
+    compatibility where one does), its newest such CUDA."""
+    assert env.driver_cuda is not None
+    best: tuple[tuple[object, ...], str, str] | None = None
+    for minor, entry in compat.data.get("torch", {}).items():
+        for cuda in entry.get("cuda", []):
+            problem, note = driver_runs(env.driver_cuda, cuda)
+            if problem is not None:
+                continue
+            order = (
+                env.python in entry.get("python", []),
+                note is None,
+                version_tuple(minor),
+                version_tuple(cuda),
+            )
+            if best is None or order > best[0]:
+                best = (order, minor, cuda)
+    return None if best is None else (best[1], best[2])
+
+
+def missing_request(
+    env: Environment, project: str | None, compat: CompatData
+) -> tuple[BuildRequest | None, str]:
+    """(the request for what this host lacks, what it lacks in words); no request where there is nothing a
+    build could make (a CPU build of torch, no driver)."""
+    if env.torch is not None:
+        if env.cuda is None:
+            return None, "torch here is a CPU build: install a CUDA build of torch first"
+        torch, cuda, abi = torch_minor(env.torch), ".".join(env.cuda.split(".")[:2]), env.cxx11_abi
+    elif env.driver_cuda is None:
+        return None, "no NVIDIA driver was found (nvidia-smi, libcuda, /proc/driver/nvidia/version)"
+    else:
+        chosen = _request_torch(env, compat)
+        if chosen is None:
+            return (
+                None,
+                f"the compatibility data knows no torch with a CUDA build driver CUDA {env.driver_cuda} runs",
+            )
+        (torch, cuda), abi = chosen, None
+    if abi is None:
+        entry = compat.torch_entry(torch) or {}
+        abi = entry.get("cxx11_abi", [True])[-1] is not False
+    try:
+        request = buildrequest.make_request(
+            package=project, python=env.python, cuda=cuda, torch=torch, cxx11_abi=abi, archs=env.gpus
+        )
+    except buildrequest.RequestError as exc:
+        return None, f"cannot request it: {exc}"
+    gpus = ", ".join(request.archs) or "unknown"
+    what = (
+        f"{project or 'a variant'} for Python {request.python}, CUDA {request.cuda}, torch {request.torch}, "
+        f"cxx11 ABI {int(request.cxx11_abi)}, GPUs {gpus}"
+    )
+    return request, what
+
+
+def _unmatched(env: Environment, choice: Choice, project: str | None, compat: CompatData) -> WhichResult:
+    request, missing = missing_request(env, project, compat)
+    return WhichResult(
+        env=env, choice=choice, variant_url=None, projects=(), commands=(), request=request, missing=missing
+    )
+
+
+def which(
+    index: str, *, env: Environment, project: str | None = None, compat: CompatData | None = None
+) -> WhichResult:
+    """Read the index's list of variant indexes and pick the one for `env`.
+
+    The index is not trusted: only anchors whose text is a variant id (the grammar of `factory.variants`)
+    and, inside the variant index, a PEP 508 project name are considered, so nothing else it says reaches
+    the printed commands."""
+    compat = compat or CompatData.load()
+    root = normalize_index_url(index)
+    links = _index_links(fetch_page(root), root)
+    variants = {vid: url for vid, url in links.items() if parse_variant_id(vid) is not None}
+    if env.torch is None and env.driver_cuda is not None:
+        return _without_torch(env, variants, project, compat)
+    choice = choose_variant(env, variants)
+    if choice.match is None:
+        return _unmatched(env, choice, project, compat)
+    variant_url = variants[choice.match]
+    projects, notes = _variant_projects(env, variant_url, project, strict=True)
     commands = tuple(install_commands(variant_url, p) for p in projects)
     return WhichResult(
         env=env,
@@ -433,10 +678,27 @@ def describe_environment(env: Environment) -> str:
     """The line `factory which` starts with: what of this host decides the variant."""
     gpus = ", ".join(env.gpus) if env.gpus else "none"
     abi = "unknown" if env.cxx11_abi is None else str(int(env.cxx11_abi))
+    driver = ""
+    if env.torch is None:
+        driver = f", driver CUDA {env.driver_cuda or 'none'} (from {env.driver_source})"
     return (
         f"python {env.python}, torch {env.torch or 'not installed'}, CUDA {env.cuda or 'none'}, "
-        f"cxx11 ABI {abi}, GPUs {gpus} (from {env.gpu_source})"
+        f"cxx11 ABI {abi}, GPUs {gpus} (from {env.gpu_source}){driver}"
     )
+
+
+def missing_lines(result: WhichResult) -> list[str]:
+    """What `factory which` prints when no variant fits: what is missing and the matrix lines that would
+    build it."""
+    if result.missing is None:
+        return []
+    if result.request is None:
+        return [f"missing: {result.missing}"]
+    return [
+        f"missing: {result.missing}",
+        "a matrix with these lines would build it (factory which --request asks the index's team):",
+        *buildrequest.matrix_lines(result.request),
+    ]
 
 
 def result_lines(result: WhichResult) -> list[str]:
@@ -452,14 +714,67 @@ def result_lines(result: WhichResult) -> list[str]:
     lines = [f"variant: {choice.match}", *(f"note: {note}" for note in choice.notes)]
     if not result.commands:
         lines.append(f"index: {result.variant_url} (no projects published there yet)")
-    return lines + [command for pair in result.commands for command in pair]
+    return lines + [command for commands in result.commands for command in commands]
 
 
-def advise(index: str, *, python: str | None, project: str | None, say: Callable[[str], None]) -> None:
+MAX_ANSWER = 4096  # of a server's answer to a request: one line is expected
+
+
+def submit_request(index: str, request: BuildRequest) -> str:
+    """Send `request` to the index's server (POST ROOT/_requests/, `factory serve --accept-requests`), or
+    for a local index write it under its _requests/ directory; the line saying where it went."""
+    root = normalize_index_url(index).removesuffix("simple/")
+    short = request.id[:12]
+    if root.startswith("file:"):
+        directory = Path(unquote(urlsplit(root).path))
+        try:
+            created = buildrequest.store_request(directory, request)
+        except buildrequest.InboxFull as exc:
+            raise FactoryError(f"{directory}: not recording the request: {exc}") from None
+        except OSError as exc:
+            raise FactoryError(f"{directory}: cannot record the request ({exc.strerror or exc})") from None
+        where = directory / buildrequest.DIRECTORY / request.file_name
+        return f"request {short} {'recorded' if created else 'was recorded already'}: {where}"
+    url = root + buildrequest.DIRECTORY + "/"
+    http = _http_request(
+        url, data=buildrequest.compose(request), headers={"Content-Type": "application/json"}
+    )
+    shown = without_credentials(url)
+    try:
+        with urllib.request.urlopen(http, timeout=60) as resp:
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        said = exc.read(MAX_ANSWER).decode("utf-8", "replace").strip().splitlines()
+        detail = f": {printable(said[0])}" if said else ""
+        raise FactoryError(f"{shown}: HTTP {exc.code}{detail}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise FactoryError(f"{shown}: {reason}") from None
+    return f"request {short} {'recorded' if status == 201 else 'was recorded already'} at {shown}"
+
+
+def advise(
+    index: str,
+    *,
+    python: str | None,
+    project: str | None,
+    say: Callable[[str], None],
+    request: bool = False,
+) -> None:
     """`factory which`: probe `python` (default: this interpreter), then `say` what it is and the pip and uv
-    commands for the variant index of `index` that fits it (`which`, `result_lines`)."""
+    commands for the variant index of `index` that fits it (`which`, `result_lines`). When none fits: what
+    is missing and the matrix lines that would build it, and with `request`, the request sent."""
     normalize_index_url(index)  # a bad --index-url fails before this host is probed
     env = detect_environment(python)
     say(describe_environment(env))
-    for line in result_lines(which(index, env=env, project=project)):
+    result = which(index, env=env, project=project)
+    if result.choice.match is None:
+        for line in missing_lines(result):
+            say(line)
+        if request:
+            if result.request is None:
+                raise FactoryError(f"nothing to request: {result.missing}")
+            say(submit_request(index, result.request))
+            return
+    for line in result_lines(result):
         say(line)

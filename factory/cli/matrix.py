@@ -148,6 +148,14 @@ def matrix_command(
             help="With --format github: N shard jobs per job, then its final job (two matrices).",
         ),
     ] = None,
+    requests: Annotated[
+        str | None,
+        typer.Option(
+            "--requests",
+            metavar="DIR_OR_URL",
+            help="Add the build requests of this index directory (its _requests/) that compatibility allows.",
+        ),
+    ] = None,
 ) -> None:
     """Expand a matrix file into jobs: variant ids, Pythons, arch sets, and what was dropped and why."""
     part = parse_chunk(chunk)
@@ -163,6 +171,11 @@ def matrix_command(
         prune=not no_prune,
         warn=lambda line: typer.echo(f"warning: {line}", err=True),
     )
+    if requests is not None:
+        from factory.buildrequest import read_requests, requests_directory
+        from factory.requestplan import add_requests
+
+        plan = add_requests(mf, plan, read_requests(requests_directory(requests)))
     if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
         raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:

@@ -71,6 +71,13 @@ def serve(
             help="Seconds a request head may take to arrive, or a connection idle.",
         ),
     ] = 30.0,
+    accept_requests: Annotated[
+        bool,
+        typer.Option(
+            "--accept-requests",
+            help="Take build requests (factory which --request) into DIR/_requests/, rate-limited.",
+        ),
+    ] = False,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
     from factory.serve import serve as serve_index
@@ -87,6 +94,7 @@ def serve(
         port=port,
         basic_auth=basic_auth,
         timeout_s=timeout,
+        accept_requests=accept_requests,
         announce=announce,
     )
 
@@ -112,8 +120,17 @@ def which(
             "--python", metavar="PYTHON", help="Interpreter whose torch decides (default: this one)."
         ),
     ] = None,
+    request: Annotated[
+        bool,
+        typer.Option(
+            "--request",
+            help="When no variant fits: send what is missing to the index's server (factory serve "
+            "--accept-requests), or write it into a local index's _requests/.",
+        ),
+    ] = False,
 ) -> None:
-    """Print the pip/uv command for the variant index that matches this host's torch, CUDA, ABI and GPUs."""
+    """Print the pip/uv command for the variant index that fits this host (torch, CUDA, ABI, GPUs; without
+    torch: its driver), or what is missing and the matrix lines that would build it."""
     import os
 
     from factory.which import advise
@@ -124,4 +141,4 @@ def which(
         if not Path("index/simple").is_dir():
             raise ConfigError("give --index-url URL (or set FACTORY_INDEX_URL)")
         index = "index"
-    advise(index, python=python, project=project, say=typer.echo)
+    advise(index, python=python, project=project, say=typer.echo, request=request)

@@ -222,7 +222,7 @@ def torch_python(
 def run_which(index: str, python: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """`factory which` with this host's GPUs hidden (from torch and from nvidia-smi, which the empty PATH
     leaves out): the chosen variant depends on the interpreter's torch alone, on any test host."""
-    (tmp_path / "no-tools").mkdir()
+    (tmp_path / "no-tools").mkdir(exist_ok=True)
     env = {**os.environ, "PATH": str(tmp_path / "no-tools"), "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run(
         [FACTORY, "which", "--index-url", index, "--python", str(python)],
@@ -265,16 +265,26 @@ def test_which_says_none_matches_and_names_the_nearest(
     )
 
 
-def test_which_without_torch(served: Served, tmp_path: Path) -> None:
+def test_which_without_torch_and_a_driver_too_old(served: Served, tmp_path: Path) -> None:
+    # the driver from a stand-in nvidia-smi (first of the driver's sources), so that the host's own, if any,
+    # does not decide: CUDA 11.8 runs none of the published CUDA 12.8 and 13.0 variants
+    (tmp_path / "no-tools").mkdir()
+    smi = tmp_path / "no-tools" / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\ncase "$1" in --query-gpu=*) echo 9.0 ;; *) echo "| CUDA Version: 11.8 |" ;; esac\n'
+    )
+    smi.chmod(0o755)
     venv = fresh_venv(tmp_path / "venv", tool="uv")
     proc = run_which(served.url, venv / "bin" / "python", tmp_path)
     assert proc.returncode == 1
     assert proc.stdout.startswith(
-        f"python {PYTHON}, torch not installed, CUDA none, cxx11 ABI unknown, GPUs none"
+        f"python {PYTHON}, torch not installed, CUDA none, cxx11 ABI unknown, GPUs 9.0 (from nvidia-smi), "
+        "driver CUDA 11.8 (from nvidia-smi)"
     )
-    # every variant is as far: which one is named does not matter, only why
     assert proc.stderr.startswith("error: no variant index matches this host; nearest: ")
-    assert proc.stderr.strip().endswith(" (torch is not installed)")
+    assert proc.stderr.strip().endswith(" at most (a newer driver would))")
+    # what a build for this host would be: the newest torch with a CUDA 11 build (compat.json)
+    assert "torch 2.7, " in proc.stdout.splitlines()[1] and "CUDA 11.8" in proc.stdout.splitlines()[1]
 
 
 STUB_TORCH_12_10 = """

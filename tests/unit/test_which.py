@@ -122,7 +122,9 @@ def test_smaller_arch_set_preferred_among_equals() -> None:
 
 def test_without_torch_nothing_matches() -> None:
     choice = choose_variant(env(torch=None, cuda=None, cxx11_abi=None), [NEW])
-    assert choice.match is None and "torch is not installed" in choice.reasons
+    assert choice.match is None and choice.reasons == (
+        "torch is not installed and no NVIDIA driver was found",
+    )
 
 
 def test_cpu_torch_matches_nothing() -> None:
