@@ -1,7 +1,7 @@
 """`factory matrix --requests`: the build requests of an index added to a matrix's plan, where compatibility
 allows them, the rest listed as dropped with the reason.
 
-A request's values are already the grammar of `factory.buildrequest`; here they are judged as a matrix
+A request's values are already the grammar of `factory.variantrequest`; here they are judged as a matrix
 combination would be (`CompatData.judge`, the flavor's toolkit), and a request the data knows nothing about
 is dropped rather than built unverified: a stranger's request does not make the factory try the unknown.
 """
@@ -13,11 +13,11 @@ from types import MappingProxyType
 
 from packaging.utils import canonicalize_name
 
-from factory.buildrequest import BuildRequest
 from factory.config import MatrixFile
 from factory.errors import ConfigError
 from factory.plan import DroppedJob, Job, Plan, job_toolkit, limited_api_plan, toolkit_arch_problem
 from factory.urls import printable
+from factory.variantrequest import VariantRequest
 from factory.variants import Arch, Variant, parse_arch_set
 
 
@@ -41,7 +41,7 @@ def _dropped(name: str, values: dict[str, object], reason: str) -> DroppedJob:
     return DroppedJob(values=MappingProxyType(values), reason=f"request {name[:12]}: {reason}")
 
 
-def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, BuildRequest | str]]) -> Plan:
+def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, VariantRequest | str]]) -> Plan:
     """`plan` with a job for each request that compatibility allows and the plan lacks, each noted as
     requested; every other request a dropped row saying why (unreadable, another package, ruled out,
     unknown to the data, planned already)."""

@@ -10,7 +10,7 @@ cannot name anything answered 414 or 400 before the store is asked; a store that
 answered 502 with the reason on the request's log line.
 
 With --accept-requests (a local index only), POST /_requests/ takes a consumer's build request
-(`factory.buildrequest`): rate-limited per client address and overall before its body is read, refused past
+(`factory.variantrequest`): rate-limited per client address and overall before its body is read, refused past
 MAX_BYTES, parsed and validated, then written atomically under the index's _requests/ named by its hash. The
 directory is never served, and nothing in a request is run or used as a path.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory import buildrequest, index, site
+from factory import index, site, variantrequest
 from factory.cache import STORE_PREFIX
 from factory.errors import ConfigError, FactoryError
 from factory.stores import LocalStore, S3Store, Store
@@ -126,7 +126,7 @@ class ServeOptions:
     # POST /_requests/: take build requests into this index directory's _requests/ (None: refuse them)
     requests_root: Path | None = None
     request_rate: tuple[int, int, float] = (10, 100, 3600.0)  # per client, in all, per this many seconds
-    max_requests: int = buildrequest.MAX_STORED
+    max_requests: int = variantrequest.MAX_STORED
 
 
 def path_problem(path: str) -> HTTPStatus | None:
@@ -150,7 +150,7 @@ def is_cache_path(path: str) -> bool:
 
 def is_requests_path(path: str) -> bool:
     """Whether a request path lies in an index's build requests (taken by POST, never served)."""
-    top = buildrequest.DIRECTORY
+    top = variantrequest.DIRECTORY
     return path == top or path.startswith(f"{top}/")
 
 
@@ -188,7 +188,7 @@ class IndexServer(ThreadingHTTPServer):
             user, password = options.basic_auth
             self.auth_token = base64.b64encode(f"{user}:{password}".encode())
         per_client, total, window_s = options.request_rate
-        self.limiter = buildrequest.RateLimiter(per_client=per_client, total=total, window_s=window_s)
+        self.limiter = variantrequest.RateLimiter(per_client=per_client, total=total, window_s=window_s)
         # one request stored at a time: the count of those stored is read, then added to
         self.requests_lock = threading.Lock()
         super().__init__((options.host, options.port), _Handler)
@@ -338,7 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": 'Basic realm="wheel index"'},
             )
             return
-        if urlsplit(self.path).path.rstrip("/") != f"/{buildrequest.DIRECTORY}":
+        if urlsplit(self.path).path.rstrip("/") != f"/{variantrequest.DIRECTORY}":
             self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
             return
         root = self.server.options.requests_root
@@ -359,9 +359,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not (length.isascii() and length.isdigit()):
             self._reply(HTTPStatus.BAD_REQUEST, b"bad Content-Length\n")
             return
-        if int(length) > buildrequest.MAX_BYTES:
+        if int(length) > variantrequest.MAX_BYTES:
             self._reply(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"over {buildrequest.MAX_BYTES} bytes\n".encode()
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"over {variantrequest.MAX_BYTES} bytes\n".encode()
             )
             return
         media = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -373,18 +373,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.BAD_REQUEST, b"body shorter than its Content-Length\n")
             return
         try:
-            request = buildrequest.parse(body)
-        except buildrequest.RequestError as exc:
+            request = variantrequest.parse(body)
+        except variantrequest.RequestError as exc:
             self._note = str(exc)
             self._reply(HTTPStatus.BAD_REQUEST, f"bad request: {exc}\n".encode())
             return
         self.close_connection = False
         try:
             with self.server.requests_lock:
-                created = buildrequest.store_request(
+                created = variantrequest.store_request(
                     root, request, max_stored=self.server.options.max_requests
                 )
-        except buildrequest.InboxFull as exc:
+        except variantrequest.InboxFull as exc:
             self._note = str(exc)
             self._reply(HTTPStatus.INSUFFICIENT_STORAGE, b"no room for more requests\n")
             return

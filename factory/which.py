@@ -7,7 +7,7 @@ Detection (`detect_environment`) runs a probe in the target interpreter; matchin
 Without torch, the host's NVIDIA driver decides (`factory.driver`): the newest torch whose variant the driver
 runs, whose archs cover every GPU and which has a wheel for this Python, installed together with that torch
 from the index of its CUDA build in one command (`install_with_torch`). When nothing fits, what is missing
-becomes a build request (`factory.buildrequest`), printed as matrix lines and, with --request, sent to the
+becomes a build request (`factory.variantrequest`), printed as matrix lines and, with --request, sent to the
 index's server.
 """
 
@@ -30,8 +30,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from factory import buildrequest
-from factory.buildrequest import BuildRequest
+from factory import variantrequest
 from factory.compat import CompatData
 from factory.driver import detect_driver
 from factory.errors import ConfigError, FactoryError
@@ -39,6 +38,7 @@ from factory.index import parse_anchors
 from factory.options import PYTORCH_INDEX
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
+from factory.variantrequest import VariantRequest
 from factory.variants import Arch, VariantKey, torch_minor, version_tuple
 
 EXTRA_INDEX = "https://pypi.org/simple"
@@ -494,7 +494,7 @@ class WhichResult:
     # per project: (pip, uv) where torch is installed; without torch, the one pip command with torch
     commands: tuple[tuple[str, ...], ...]
     # when no variant fits: the build request that would make one (None: nothing to request, see `missing`)
-    request: BuildRequest | None = None
+    request: VariantRequest | None = None
     missing: str | None = None
 
 
@@ -604,7 +604,7 @@ def _request_torch(env: Environment, compat: CompatData) -> tuple[str, str] | No
 
 def missing_request(
     env: Environment, project: str | None, compat: CompatData
-) -> tuple[BuildRequest | None, str]:
+) -> tuple[VariantRequest | None, str]:
     """(the request for what this host lacks, what it lacks in words); no request where there is nothing a
     build could make (a CPU build of torch, no driver)."""
     if env.torch is not None:
@@ -625,10 +625,10 @@ def missing_request(
         entry = compat.torch_entry(torch) or {}
         abi = entry.get("cxx11_abi", [True])[-1] is not False
     try:
-        request = buildrequest.make_request(
+        request = variantrequest.make_request(
             package=project, python=env.python, cuda=cuda, torch=torch, cxx11_abi=abi, archs=env.gpus
         )
-    except buildrequest.RequestError as exc:
+    except variantrequest.RequestError as exc:
         return None, f"cannot request it: {exc}"
     gpus = ", ".join(request.archs) or "unknown"
     what = (
@@ -697,7 +697,7 @@ def missing_lines(result: WhichResult) -> list[str]:
     return [
         f"missing: {result.missing}",
         "a matrix with these lines would build it (factory which --request asks the index's team):",
-        *buildrequest.matrix_lines(result.request),
+        *variantrequest.matrix_lines(result.request),
     ]
 
 
@@ -720,7 +720,7 @@ def result_lines(result: WhichResult) -> list[str]:
 MAX_ANSWER = 4096  # of a server's answer to a request: one line is expected
 
 
-def submit_request(index: str, request: BuildRequest) -> str:
+def submit_request(index: str, request: VariantRequest) -> str:
     """Send `request` to the index's server (POST ROOT/_requests/, `factory serve --accept-requests`), or
     for a local index write it under its _requests/ directory; the line saying where it went."""
     root = normalize_index_url(index).removesuffix("simple/")
@@ -728,16 +728,16 @@ def submit_request(index: str, request: BuildRequest) -> str:
     if root.startswith("file:"):
         directory = Path(unquote(urlsplit(root).path))
         try:
-            created = buildrequest.store_request(directory, request)
-        except buildrequest.InboxFull as exc:
+            created = variantrequest.store_request(directory, request)
+        except variantrequest.InboxFull as exc:
             raise FactoryError(f"{directory}: not recording the request: {exc}") from None
         except OSError as exc:
             raise FactoryError(f"{directory}: cannot record the request ({exc.strerror or exc})") from None
-        where = directory / buildrequest.DIRECTORY / request.file_name
+        where = directory / variantrequest.DIRECTORY / request.file_name
         return f"request {short} {'recorded' if created else 'was recorded already'}: {where}"
-    url = root + buildrequest.DIRECTORY + "/"
+    url = root + variantrequest.DIRECTORY + "/"
     http = _http_request(
-        url, data=buildrequest.compose(request), headers={"Content-Type": "application/json"}
+        url, data=variantrequest.compose(request), headers={"Content-Type": "application/json"}
     )
     shown = without_credentials(url)
     try:

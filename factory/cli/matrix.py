@@ -172,8 +172,8 @@ def matrix_command(
         warn=lambda line: typer.echo(f"warning: {line}", err=True),
     )
     if requests is not None:
-        from factory.buildrequest import read_requests, requests_directory
         from factory.requestplan import add_requests
+        from factory.variantrequest import read_requests, requests_directory
 
         plan = add_requests(mf, plan, read_requests(requests_directory(requests)))
     if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):

@@ -15,13 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from publish_helpers import LABEL_NEW, LABEL_OLD, VID_NEW, fresh_venv, make_wheel
+from packaging.utils import parse_wheel_filename
+from publish_helpers import LABEL_NEW, LABEL_OLD, VID_NEW, fresh_venv, make_wheel, torch_wheelhouse
 
-from factory.buildrequest import FORMAT, parse
 from factory.publish import publish_wheels
+from factory.variantrequest import FORMAT, parse
+from factory.wheelhouse import wheel_files
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = "{}.{}".format(*sys.version_info[:2])
 
 FAKE_SMI = """#!/bin/sh
@@ -138,6 +141,25 @@ def test_without_torch_one_command_installs_torch_and_the_extension(
         "torch==2.14.*",
         "tinyvar",
     ]
+    # Real pip resolves that command to the torch 2.14 build and the variant's wheel: PyPI stands in as the
+    # demo build's wheelhouse of real torch (no network), nothing else of the command changes.
+    house = torch_wheelhouse(ROOT / "examples" / "demo.yaml", tmp_path / "house")
+    (torch_wheel,) = [w for w in wheel_files(house) if w.name.startswith("torch-")]
+    args = shlex.split(command)[2:]
+    args[args.index("https://pypi.org/simple")] = house.resolve().as_uri()
+    report = tmp_path / "report.json"
+    venv = fresh_venv(tmp_path / "pip-venv", tool="pip")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--disable-pip-version-check"]
+    dry = [*pip, *args, "--find-links", str(house), "--no-deps", "--dry-run", "--report", str(report)]
+    done = subprocess.run(dry, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    chosen = {
+        i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
+    assert chosen == {
+        "torch": str(parse_wheel_filename(torch_wheel.name)[1]),
+        "tinyvar": f"0.1.0+{LABEL_NEW}",
+    }
     # a 12.8 driver runs no CUDA 13 build: the torch 2.10 variant, its torch again the default build
     proc = which(served.url, bare_python, tmp_path, cuda="12.8", caps="9.0")
     assert proc.returncode == 0, proc.stderr

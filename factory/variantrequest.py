@@ -58,7 +58,7 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BuildRequest:
+class VariantRequest:
     package: str | None
     python: str  # "3.11"
     cuda: str  # "13.0"
@@ -90,7 +90,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check(request: BuildRequest) -> None:
+def _check(request: VariantRequest) -> None:
     if request.package is not None and (
         not isinstance(request.package, str)
         or len(request.package) > MAX_PACKAGE
@@ -125,7 +125,7 @@ def make_request(
     torch: str,
     cxx11_abi: bool = True,
     archs: tuple[str, ...] | list[str] = (),
-) -> BuildRequest:
+) -> VariantRequest:
     """A request from loose parts: archs in any order or repeated are sorted and de-duplicated."""
     for arch in archs:
         if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
@@ -133,12 +133,12 @@ def make_request(
     if len(archs) > MAX_ARCHS:
         raise RequestError(f"archs: at most {MAX_ARCHS} compute capabilities")
     canonical = tuple(a.dotted for a in sorted({Arch.parse_dotted(a) for a in archs}))
-    return BuildRequest(
+    return VariantRequest(
         package=package, python=python, cuda=cuda, torch=torch, cxx11_abi=cxx11_abi, archs=canonical
     )
 
 
-def compose(request: BuildRequest) -> bytes:
+def compose(request: VariantRequest) -> bytes:
     """The canonical JSON of a request (sorted keys, no spaces): what is sent, stored and hashed."""
     data = {
         "format": FORMAT,
@@ -165,7 +165,7 @@ def _no_constant(name: str) -> None:
     raise RequestError(f"{name} is not JSON")
 
 
-def parse(data: bytes) -> BuildRequest:
+def parse(data: bytes) -> VariantRequest:
     """A request's bytes -> the request; RequestError naming what is wrong."""
     if len(data) > MAX_BYTES:
         raise RequestError(f"over {MAX_BYTES} bytes")
@@ -204,7 +204,7 @@ def parse(data: bytes) -> BuildRequest:
     )
 
 
-def parse_stored(name: str, data: bytes) -> BuildRequest:
+def parse_stored(name: str, data: bytes) -> VariantRequest:
     """A stored request file: its name must be the hash of its canonical content (a file someone put there by
     hand, or changed, is refused rather than trusted)."""
     if not _FILE_NAME.fullmatch(name):
@@ -215,7 +215,7 @@ def parse_stored(name: str, data: bytes) -> BuildRequest:
     return request
 
 
-def matrix_lines(request: BuildRequest) -> list[str]:
+def matrix_lines(request: VariantRequest) -> list[str]:
     """The matrix-file lines (YAML) that would build what `request` asks for."""
     arch = f', arch: "{request.arch}"' if request.archs else ""
     abi = "true" if request.cxx11_abi else "false"
@@ -274,7 +274,7 @@ def _stored_names(fd: int) -> list[str]:
     return sorted(n for n in os.listdir(fd) if _FILE_NAME.fullmatch(n))
 
 
-def store_request(index_root: Path, request: BuildRequest, *, max_stored: int = MAX_STORED) -> bool:
+def store_request(index_root: Path, request: VariantRequest, *, max_stored: int = MAX_STORED) -> bool:
     """Write `request` under `index_root/_requests/` atomically (written aside, renamed into place, no link
     followed), named by its hash; True when new, False when the same request was there already. The caller
     serialises calls (the count of stored requests is read, then written to)."""
@@ -307,10 +307,10 @@ def requests_directory(source: str) -> Path:
     return path
 
 
-def read_requests(directory: Path) -> list[tuple[str, BuildRequest | str]]:
+def read_requests(directory: Path) -> list[tuple[str, VariantRequest | str]]:
     """Every request file of a _requests/ directory (links, FIFOs and other files passed over, each read
     bounded): (name, the request) or (name, why it is refused)."""
-    out: list[tuple[str, BuildRequest | str]] = []
+    out: list[tuple[str, VariantRequest | str]] = []
     for found in safefs.walk(directory, max_depth=0, max_entries=MAX_STORED * 2):
         name = found.relative.name
         if name.startswith("."):  # a writer's temporary

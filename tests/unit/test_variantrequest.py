@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from factory.buildrequest import (
+from factory.config import load_matrix_file
+from factory.errors import ConfigError
+from factory.plan import plan_matrix
+from factory.requestplan import add_requests
+from factory.variantrequest import (
     FORMAT,
-    BuildRequest,
     InboxFull,
     RateLimiter,
     RequestError,
+    VariantRequest,
     compose,
     make_request,
     parse,
@@ -24,10 +28,6 @@ from factory.buildrequest import (
     requests_directory,
     store_request,
 )
-from factory.config import load_matrix_file
-from factory.errors import ConfigError
-from factory.plan import plan_matrix
-from factory.requestplan import add_requests
 
 GOOD = {
     "format": FORMAT,
@@ -56,7 +56,7 @@ def test_compose_and_parse_are_inverse_and_the_id_is_the_content_hash() -> None:
     loose = json.dumps({**GOOD, "archs": ["9.0", "8.0"]}, indent=2).encode()
     assert parse(loose).id == request.id
     assert parse(body(package=None, archs=[])).archs == ()
-    assert parse(body(archs=..., cxx11_abi=..., package=...)) == BuildRequest(
+    assert parse(body(archs=..., cxx11_abi=..., package=...)) == VariantRequest(
         package=None, python="3.11", cuda="13.0", torch="2.14"
     )
 
@@ -109,9 +109,9 @@ def test_hostile_requests_are_refused(data: bytes, message: str) -> None:
 
 def test_a_request_cannot_be_built_from_invalid_parts() -> None:
     with pytest.raises(RequestError):
-        BuildRequest(package=None, python="3.11", cuda="13.0", torch="2.14", archs=("9.0", "8.0"))
+        VariantRequest(package=None, python="3.11", cuda="13.0", torch="2.14", archs=("9.0", "8.0"))
     with pytest.raises(RequestError):
-        BuildRequest(package=None, python="3.11", cuda="13.0", torch="2.14", archs=("9.0", "9.0"))
+        VariantRequest(package=None, python="3.11", cuda="13.0", torch="2.14", archs=("9.0", "9.0"))
 
 
 def test_a_stored_request_must_be_named_by_its_hash() -> None:
@@ -229,7 +229,7 @@ def test_matrix_requests_adds_what_compat_allows_and_drops_the_rest(tmp_path: Pa
     plan = plan_matrix(mf)
     assert [j.id for j in plan.jobs] == ["cu130-torch2.14-abi1-sm80.90.100.120-py311"]
 
-    def req(**kw: object) -> tuple[str, BuildRequest | str]:
+    def req(**kw: object) -> tuple[str, VariantRequest | str]:
         r = parse(body(package="demo-ext", **kw))
         return r.file_name, r
 
@@ -264,3 +264,21 @@ def test_matrix_requests_adds_what_compat_allows_and_drops_the_rest(tmp_path: Pa
             "refused: not JSON",
         ]
     )
+
+
+def test_cli_matrix_requests_table_and_a_missing_directory(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from factory.cli import app
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(textwrap.dedent(MATRIX))
+    result = CliRunner().invoke(app, ["matrix", "-m", str(path), "--requests", str(tmp_path / "nowhere")])
+    assert isinstance(result.exception, ConfigError) and "no _requests/ directory" in str(result.exception)
+    store_request(tmp_path, parse(body(package="demo-ext", python="3.12")))
+    store_request(tmp_path, parse(body(package="demo-ext", python="3.14")))
+    result = CliRunner().invoke(app, ["matrix", "-m", str(path), "--requests", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "3.12" in result.output and "requested (" in result.output
+    assert "torch 2.14 has no wheels for Python 3.14" in result.output
+    assert "2 jobs in 1 variants; 1 dropped" in result.output
