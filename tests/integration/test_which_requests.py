@@ -19,7 +19,7 @@ from packaging.utils import parse_wheel_filename
 from publish_helpers import LABEL_NEW, LABEL_OLD, VID_NEW, fresh_venv, make_wheel, torch_wheelhouse
 
 from factory.publish import publish_wheels
-from factory.variantrequest import FORMAT, parse
+from factory.variantrequest import FORMAT, make_request, parse, store_request
 from factory.wheelhouse import wheel_files
 
 pytestmark = pytest.mark.integration
@@ -233,6 +233,9 @@ def test_hostile_requests_are_refused_and_a_flood_is_429(served: Served) -> None
 
 
 def test_matrix_requests_adds_the_allowed_combos(served: Served, tmp_path: Path) -> None:
+    # the request the which test above sends (the same file when that test ran), and one written by hand
+    request = make_request(package="tinyvar", python=PYTHON, cuda="13.0", torch="2.14", archs=["7.5"])
+    store_request(served.root, request)
     (served.root / "_requests" / "hand-written.json").write_text('{"format": "factory-request/1"}')
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(
@@ -258,7 +261,7 @@ def test_matrix_requests_adds_the_allowed_combos(served: Served, tmp_path: Path)
     ids = [job["job_id"] for job in out["jobs"]]
     tag = PYTHON.replace(".", "")
     assert ids[0] == f"cu130-torch2.14-abi1-sm80.90-py{tag}"
-    # the request of the which test above: its GPU (7.5) is covered by no set of the matrix, so its own
+    # its GPU (7.5) is covered by no arch set of the matrix: it is built for its own
     assert f"cu130-torch2.14-abi1-sm75-py{tag}" in ids
     requested = [job for job in out["jobs"] if any(n.startswith("requested (") for n in job.get("notes", []))]
     assert requested and all(job["verified"] for job in requested)
