@@ -256,16 +256,19 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _reply_unauthorized(self) -> None:
+        self._reply(
+            HTTPStatus.UNAUTHORIZED,
+            b"authentication required\n",
+            {"WWW-Authenticate": 'Basic realm="wheel index"'},
+        )
+
     def do_HEAD(self) -> None:
         self.do_GET()
 
     def do_GET(self) -> None:
         if not self._authorized():
-            self._reply(
-                HTTPStatus.UNAUTHORIZED,
-                b"authentication required\n",
-                {"WWW-Authenticate": 'Basic realm="wheel index"'},
-            )
+            self._reply_unauthorized()
             return
         raw_path = urlsplit(self.path).path
         path = unquote(raw_path).lstrip("/")
@@ -332,11 +335,7 @@ class _Handler(BaseHTTPRequestHandler):
         # the body is not read unless taken: a reply before it ends the connection
         self.close_connection = True
         if not self._authorized():
-            self._reply(
-                HTTPStatus.UNAUTHORIZED,
-                b"authentication required\n",
-                {"WWW-Authenticate": 'Basic realm="wheel index"'},
-            )
+            self._reply_unauthorized()
             return
         if urlsplit(self.path).path.rstrip("/") != f"/{variantrequest.DIRECTORY}":
             self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
