@@ -18,8 +18,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from http.client import HTTPResponse
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -336,10 +337,11 @@ def normalize_index_url(index: str) -> str:
     return index
 
 
-def fetch_page(url: str) -> str:
-    """GET one HTML page (file:// directories read their index.html; user:pass@ becomes basic auth)."""
+def open_url(url: str, *, accept: str) -> HTTPResponse | IO[bytes]:
+    """Open one URL of an index for reading (file:// directories read their index.html; user:pass@ becomes
+    basic auth); FactoryError, naming the URL without its credentials, for HTTP errors and no answer."""
     parts = urlsplit(url)
-    headers = {"Accept": "text/html"}
+    headers = {"Accept": accept}
     if parts.scheme == "file":
         if url.endswith("/"):
             url += "index.html"
@@ -351,13 +353,24 @@ def fetch_page(url: str) -> str:
             netloc += f":{parts.port}"
         url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
-            return resp.read().decode("utf-8", "replace")
+        resp: HTTPResponse | IO[bytes] = urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=60
+        )
     except urllib.error.HTTPError as exc:
         raise FactoryError(f"{without_credentials(url)}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise FactoryError(f"{without_credentials(url)}: {reason}") from None
+    return resp
+
+
+def fetch_page(url: str) -> str:
+    """GET one HTML page (`open_url`)."""
+    with open_url(url, accept="text/html") as resp:
+        try:
+            return resp.read().decode("utf-8", "replace")
+        except OSError as exc:
+            raise FactoryError(f"{without_credentials(url)}: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -455,11 +468,31 @@ def result_lines(result: WhichResult) -> list[str]:
     return lines + [command for pair in result.commands for command in pair]
 
 
-def advise(index: str, *, python: str | None, project: str | None, say: Callable[[str], None]) -> None:
+def advise(
+    index: str,
+    *,
+    python: str | None,
+    project: str | None,
+    say: Callable[[str], None],
+    verify_key: Path | None = None,
+) -> None:
     """`factory which`: probe `python` (default: this interpreter), then `say` what it is and the pip and uv
-    commands for the variant index of `index` that fits it (`which`, `result_lines`)."""
+    commands for the variant index of `index` that fits it (`which`, `result_lines`). With `verify_key`,
+    the commands only once the wheels they install are signed with it (`verify.verify_project`)."""
+    from factory.signing import public_key_file
+    from factory.verify import verify_project
+
     normalize_index_url(index)  # a bad --index-url fails before this host is probed
+    key = public_key_file(verify_key, what="--verify-key") if verify_key is not None else None
     env = detect_environment(python)
     say(describe_environment(env))
-    for line in result_lines(which(index, env=env, project=project)):
+    result = which(index, env=env, project=project)
+    lines = result_lines(result)
+    signed: list[str] = []
+    if key is not None and result.variant_url is not None:
+        for name in result.projects:
+            verified = verify_project(result.variant_url, name, python=env.python, key=key)
+            signed += [f"signed: {v.filename} (key {v.key_id})" for v in verified]
+    first_command = len(lines) - 2 * len(result.commands)
+    for line in [*lines[:first_command], *signed, *lines[first_command:]]:
         say(line)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app
+from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.errors import ConfigError
 
 
@@ -32,11 +33,15 @@ def publish(
             "--report", metavar="FILE", help="Build report (default: WHEEL_DIR/report.json if present)."
         ),
     ] = None,
+    sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
+    sign_key_env: Annotated[str | None, SIGN_KEY_ENV_OPTION] = None,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
     from factory.publish import describe, publish_directory
+    from factory.signing import signer_from
 
-    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report)
+    signer = signer_from(path=sign_key, env_name=sign_key_env)
+    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
     for line in describe(result):
         typer.echo(line)
 
@@ -112,6 +117,14 @@ def which(
             "--python", metavar="PYTHON", help="Interpreter whose torch decides (default: this one)."
         ),
     ] = None,
+    verify_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-key",
+            metavar="PUB",
+            help="Print the commands only if the wheels they install are signed with this public key.",
+        ),
+    ] = None,
 ) -> None:
     """Print the pip/uv command for the variant index that matches this host's torch, CUDA, ABI and GPUs."""
     import os
@@ -124,4 +137,4 @@ def which(
         if not Path("index/simple").is_dir():
             raise ConfigError("give --index-url URL (or set FACTORY_INDEX_URL)")
         index = "index"
-    advise(index, python=python, project=project, say=typer.echo)
+    advise(index, python=python, project=project, say=typer.echo, verify_key=verify_key)
