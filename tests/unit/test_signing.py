@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -131,7 +132,7 @@ def test_swapped_signature_refused() -> None:
 
 def test_wrong_key_refused() -> None:
     signer, other = new_signer(), new_signer()
-    with pytest.raises(SignatureError, match=f"signed by key {signer.key_id}, not by the key given"):
+    with pytest.raises(SignatureError, match=f"signed by key {re.escape(signer.key_id)}, not by the key given"):
         check(signer.sign(NAME, SHA), filename=NAME, sha256=SHA, key=pub(other))
 
 
@@ -360,3 +361,30 @@ def test_chosen_wheels_are_the_newest_for_this_python() -> None:
     assert (
         chosen_wheels('<a href="javascript:x">demo-1.0-py3-none-any.whl</a>', base=base, python="3.11") == []
     )
+
+
+# ---------------------------------------------------------------------------------------------- factory build
+
+
+def test_build_loads_the_signing_key_before_building(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`factory build --publish --sign-key`: a bad key or a key without --publish is refused at planning,
+    before any container; a good one is held for publishing, shown only by its key id."""
+    from factory import buildplan
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+    monkeypatch.delenv("FACTORY_SIGN_KEY", raising=False)
+
+    def plan(**given: Any) -> buildplan.PlannedBuild:
+        request = buildplan.BuildRequest(matrix=demo, output=tmp_path / "w", cache="off", **given)
+        return buildplan.plan_build(request, warn=lambda _line: None)
+
+    with pytest.raises(ConfigError, match="add --publish"):
+        plan(sign_key=tmp_path / "k")
+    (tmp_path / "bad").write_text("not a key")
+    with pytest.raises(ConfigError, match=re.escape(f"--sign-key {tmp_path / 'bad'}: not a private key")):
+        plan(publish=True, sign_key=tmp_path / "bad")
+    assert plan(publish=True).signer is None
+    signing.write_key_pair(tmp_path / "k")
+    planned = plan(publish=True, sign_key=tmp_path / "k")
+    assert planned.signer is not None
+    assert planned.signer.key_id in repr(planned) and (tmp_path / "k").read_text() not in repr(planned)
