@@ -132,7 +132,8 @@ def test_swapped_signature_refused() -> None:
 
 def test_wrong_key_refused() -> None:
     signer, other = new_signer(), new_signer()
-    with pytest.raises(SignatureError, match=f"signed by key {re.escape(signer.key_id)}, not by the key given"):
+    said = f"signed by key {re.escape(signer.key_id)}, not by the key given"
+    with pytest.raises(SignatureError, match=said):
         check(signer.sign(NAME, SHA), filename=NAME, sha256=SHA, key=pub(other))
 
 
