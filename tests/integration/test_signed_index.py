@@ -180,8 +180,8 @@ def test_verify_over_http(served: str, keys: dict[str, Path], wheels: dict[str, 
 def test_a_tampered_index_is_refused(
     index_dir: Path, tmp_path: Path, keys: dict[str, Path], wheels: dict[str, Path]
 ) -> None:
-    """What a hostile index or a mirror in between could do: change a byte of a wheel, or put another
-    wheel's (valid) signature beside it."""
+    """What a hostile index or a mirror in between could do: change a byte of a wheel, put another wheel's
+    (valid) signature beside it, or serve a huge or garbage signature file."""
     copy = tmp_path / "idx"
     shutil.copytree(index_dir, copy)
     files = copy / "files" / VID_NEW
@@ -191,6 +191,8 @@ def test_a_tampered_index_is_refused(
     (files / tiny).write_bytes(bytes(changed))
     (files / (other + SIGNATURE_SUFFIX)).unlink()
     (files / (other + SIGNATURE_SUFFIX)).write_bytes((index_dir / signature_path(VID_NEW, tiny)).read_bytes())
+    plain = wheels["unsigned"].name
+    (files / (plain + SIGNATURE_SUFFIX)).write_bytes(b"{" + b" " * (64 << 20))  # read 4 KiB deep, no more
     proc, url = serve(copy, tmp_path / "access.log")
     try:
         refused(
@@ -200,6 +202,11 @@ def test_a_tampered_index_is_refused(
         refused(factory("verify", file_url(url, other), "--key", str(keys["public"])), "of another wheel")
         which = run_which(url, tmp_path, "--verify-key", str(keys["public"]), "othervar")
         refused(which, "of another wheel")
+        refused(
+            factory("verify", file_url(url, plain), "--key", str(keys["public"])), "larger than 4096 bytes"
+        )
+        (files / (plain + SIGNATURE_SUFFIX)).write_bytes(b"\x1b[2J<html>garbage")
+        refused(factory("verify", file_url(url, plain), "--key", str(keys["public"])), "not JSON")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
