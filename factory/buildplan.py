@@ -19,6 +19,7 @@ from factory.pipeline import RunOutcome, build_matrix
 from factory.plan import Job, plan_file
 from factory.report import BuildReport, JobResult
 from factory.shard import Shard
+from factory.signing import Signer, signer_from
 
 Log = Callable[[str], None]
 
@@ -41,6 +42,8 @@ class BuildRequest:
     preflight: bool = False
     cache: str | None = None  # --cache DEST|off
     verify_cache: int = 0
+    sign_key: Path | None = None  # --sign-key: the private key file publishing signs with
+    sign_key_env: str | None = None  # --sign-key-env: the variable holding it (default FACTORY_SIGN_KEY)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +55,8 @@ class PlannedBuild:
     settings: BuildSettings
     publish: bool
     rebuild: bool
+    # loaded on this host before anything is built; it signs there, after the build (never in a container)
+    signer: Signer | None = None
 
 
 def _check_options(request: BuildRequest) -> None:
@@ -62,6 +67,8 @@ def _check_options(request: BuildRequest) -> None:
         raise ConfigError("--preflight and --shard each choose which compiles run: use one of them")
     if request.rebuild and not request.publish:
         raise ConfigError("--rebuild only applies with --publish")
+    if (request.sign_key or request.sign_key_env) and not request.publish:
+        raise ConfigError("--sign-key and --sign-key-env sign what is published: add --publish")
     if request.output.exists() and not request.output.is_dir():
         raise ConfigError(f"--output {request.output}: exists and is not a directory")
 
@@ -104,8 +111,14 @@ def plan_build(request: BuildRequest, *, warn: Log) -> PlannedBuild:
         preflight=request.preflight,
         compile_cache=compile_cache,
     )
+    signer = signer_from(path=request.sign_key, env_name=request.sign_key_env) if request.publish else None
     return PlannedBuild(
-        mf=mf, jobs=tuple(jobs), settings=settings, publish=request.publish, rebuild=request.rebuild
+        mf=mf,
+        jobs=tuple(jobs),
+        settings=settings,
+        publish=request.publish,
+        rebuild=request.rebuild,
+        signer=signer,
     )
 
 
@@ -142,5 +155,6 @@ def run_planned(
         output=planned.settings.output,
         publish=planned.publish,
         rebuild=planned.rebuild,
+        signer=planned.signer,
         log=log,
     )

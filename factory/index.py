@@ -121,6 +121,14 @@ def metadata_path(variant_id: str, filename: str) -> str:
     return f"{files_path(variant_id, filename)}.metadata"
 
 
+SIGNATURE_SUFFIX = ".sig.json"
+
+
+def signature_path(variant_id: str, filename: str) -> str:
+    """The signature file beside a wheel (`factory.signing`'s format): the wheel's URL and this suffix."""
+    return f"{files_path(variant_id, filename)}{SIGNATURE_SUFFIX}"
+
+
 def project_dir(variant_id: str, project: str) -> str:
     return f"simple/{variant_id}/{canonicalize_name(project)}/"
 

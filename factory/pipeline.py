@@ -23,6 +23,7 @@ from factory.stores import Store, open_store
 if TYPE_CHECKING:
     from factory.plan import Job
     from factory.report import BuildReport
+    from factory.signing import Signer
 
 Log = Callable[[str], None]
 
@@ -137,10 +138,11 @@ def build_matrix(
     output: Path,
     publish: bool = False,
     rebuild: bool = False,
+    signer: Signer | None = None,
     log: Log,
 ) -> RunOutcome:
     """Build `jobs` with `build` (its wheels and report.json go to `output`); with `publish`, publish the
-    accepted wheels to `publish.to`.
+    accepted wheels to `publish.to`, each signed on this host when `signer`.
 
     Publishing, jobs whose wheel is already published are not built unless `rebuild`: a wheel built again
     differs in its bytes, and publishing it would be refused (nothing published is overwritten). Failed jobs
@@ -164,6 +166,7 @@ def build_matrix(
         endpoint_url=mf.publish.endpoint_url,
         report=output / "report.json",
         store=store,
+        signer=signer,
     )
     for line in describe(result):
         log(line)

@@ -1,8 +1,8 @@
 """Publishing wheels into per-variant simple indexes, safe under concurrent and interrupted publishers.
 
-Order of writes: wheel -> <wheel>.metadata -> project page -> variant root -> root of variant indexes ->
-human page, so at every instant a page lists only files that exist, and rerunning an interrupted publish
-completes it.
+Order of writes: wheel -> <wheel>.metadata (-> <wheel>.sig.json, signing) -> project page -> variant root
+-> root of variant indexes -> human page, so at every instant a page lists only files that exist, and
+rerunning an interrupted publish completes it.
 
 The pages are those of `site.site_state` of the new files, each merged into the store's by `sync_page`
 with the reader, merge and renderers of its kind (`site.KINDS`). Each page has a JSON "state" object (the
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Literal, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Literal, NoReturn, TypeVar
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -42,10 +42,13 @@ from factory.tags import python_tag
 from factory.validate import check_destination
 from factory.wheelcheck import wheel_archive_problems
 
+if TYPE_CHECKING:
+    from factory.signing import Signer
+
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
-"""progress(event, key): event is "file", "metadata", "unchanged" (a file's key), "page" or "skip" (whether
-anything of a page was written; its HTML key)."""
+"""progress(event, key): event is "file", "metadata", "signature", "unchanged" (a file's key), "page" or
+"skip" (whether anything of a page was written; its HTML key)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +82,8 @@ class PublishResult:
     destination: str
     files: tuple[PublishedFile, ...]
     pages_written: tuple[str, ...]
+    signed_by: str | None = None  # the key id of the signer, when publishing signed
+    signatures_written: int = 0  # of `files`, those whose signature file this publish wrote
 
     @property
     def variant_ids(self) -> tuple[str, ...]:
@@ -414,8 +419,29 @@ def _inspect_all(wheels: Sequence[Path]) -> dict[str, WheelInfo]:
     return infos
 
 
-def _put_files(store: Store, infos: Iterable[WheelInfo], notify: Progress) -> list[PublishedFile]:
-    """Each wheel, then its .metadata, immutable: a page may only ever point at complete files."""
+def _put_once(store: Store, key: str, body: bytes, *, content_type: str) -> bool:
+    """Create `key` with these bytes unless it exists, whatever it holds; True if written. For a file that
+    may differ each time it is made but must never change once published (a signature by another key)."""
+    try:
+        store.put(
+            key,
+            body,
+            content_type=content_type,
+            cache_control=index.FILE_CACHE_CONTROL,
+            if_none_match=True,
+            sha256=hashlib.sha256(body).hexdigest(),
+        )
+    except PreconditionFailed:
+        return False
+    return True
+
+
+def _put_files(
+    store: Store, infos: Iterable[WheelInfo], notify: Progress, signer: Signer | None = None
+) -> list[PublishedFile]:
+    """Each wheel, then its .metadata (and its signature when `signer`), immutable: a page may only ever
+    point at complete files. A wheel published before, unsigned, gets its signature file now; one signed
+    before keeps the signature it has."""
     results = []
     for info in sorted(infos, key=lambda i: (i.variant_id, i.filename)):
         key = index.files_path(info.variant_id, info.filename)
@@ -426,6 +452,11 @@ def _put_files(store: Store, infos: Iterable[WheelInfo], notify: Progress) -> li
             store, meta_key, info.metadata, info.metadata_sha256, content_type="text/plain; charset=utf-8"
         )
         notify("metadata" if wrote_meta else "unchanged", meta_key)
+        if signer is not None:
+            sig_key = index.signature_path(info.variant_id, info.filename)
+            body = signer.sign(info.filename, info.sha256)
+            wrote_sig = _put_once(store, sig_key, body, content_type="application/json")
+            notify("signature" if wrote_sig else "unchanged", sig_key)
         status: Literal["published", "unchanged"] = "published" if wrote else "unchanged"
         results.append(
             PublishedFile(
@@ -443,15 +474,23 @@ def publish_wheels(
     report: Path | None = None,
     progress: Progress | None = None,
     store: Store | None = None,
+    signer: Signer | None = None,
 ) -> PublishResult:
     """Publish wheels (and the build report's matrix, if given) to a local directory or s3://bucket/prefix:
     the files first, then each page of `site.site_state` of what they add, merged into the store's in
-    write order (project pages, variant roots, the list of variant indexes, the human page)."""
+    write order (project pages, variant roots, the list of variant indexes, the human page). With `signer`
+    (made on this host: `signing.signer_from`), each wheel gets a signature file beside it."""
     infos = _inspect_all(wheels)
     jobs = load_report(report) if report is not None else []
     if store is None:
         store = open_store(to, endpoint_url=endpoint_url)
-    notify: Progress = progress or (lambda _event, _key: None)
+    told: Progress = progress or (lambda _event, _key: None)
+    signatures: list[str] = []
+
+    def notify(event: str, key: str) -> None:
+        if event == "signature":
+            signatures.append(key)
+        told(event, key)
 
     records: dict[tuple[str, str], list[FileRecord]] = {}
     upload_time = _now()
@@ -475,13 +514,19 @@ def publish_wheels(
     new = site.site_state(records, cells)
     _check_before_writing(store, new, to=to)
 
-    results = _put_files(store, infos.values(), notify)
+    results = _put_files(store, infos.values(), notify, signer)
     written: list[str] = []
     for page, items in site.pages(new):
         read = state_reader(store, page, to=to)
         wrote = sync_page(store, page, _merge_with(page, items), read=read, written=written)
         notify("page" if wrote else "skip", page.html_key)
-    return PublishResult(destination=store.description, files=tuple(results), pages_written=tuple(written))
+    return PublishResult(
+        destination=store.description,
+        files=tuple(results),
+        pages_written=tuple(written),
+        signed_by=signer.key_id if signer is not None else None,
+        signatures_written=len(signatures),
+    )
 
 
 def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str, ...]:
@@ -525,7 +570,12 @@ def wheels_in(directory: Path) -> list[Path]:
 
 
 def publish_directory(
-    wheel_dir: Path, *, to: str, endpoint_url: str | None = None, report: Path | None = None
+    wheel_dir: Path,
+    *,
+    to: str,
+    endpoint_url: str | None = None,
+    report: Path | None = None,
+    signer: Signer | None = None,
 ) -> PublishResult:
     """`factory publish`: the wheels of a build's output directory (`wheels_in`), with its report.json when
     no `report` is given and it has one (`publish_wheels`). A misspelt `to` fails before the wheels
@@ -534,13 +584,18 @@ def publish_directory(
     wheels = wheels_in(wheel_dir)
     if report is None and (wheel_dir / "report.json").is_file():
         report = wheel_dir / "report.json"
-    return publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report)
+    return publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
 
 
 def describe(result: PublishResult) -> Iterable[str]:
     """Human summary lines of a publish."""
     for f in result.files:
         yield f"{f.status:9} {f.variant_id}/{f.filename}"
+    if result.signed_by is not None:
+        yield (
+            f"signed with key {result.signed_by}: {result.signatures_written} signature file(s) written, "
+            f"{len(result.files) - result.signatures_written} already there"
+        )
     yield f"index: {result.destination} ({len(result.pages_written)} page objects written)"
 
 

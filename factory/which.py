@@ -24,8 +24,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from http.client import HTTPResponse
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -472,17 +473,28 @@ def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str
     return urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
 
 
-def fetch_page(url: str) -> str:
-    """GET one HTML page (file:// directories read their index.html; user:pass@ becomes basic auth)."""
-    request = _http_request(url, headers={"Accept": "text/html"})
+def open_url(url: str, *, accept: str) -> HTTPResponse | IO[bytes]:
+    """Open one URL of an index for reading (`_http_request`); FactoryError, naming the URL without its
+    credentials, for HTTP errors and no answer."""
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
-            return resp.read().decode("utf-8", "replace")
+        resp: HTTPResponse | IO[bytes] = urllib.request.urlopen(
+            _http_request(url, headers={"Accept": accept}), timeout=60
+        )
     except urllib.error.HTTPError as exc:
         raise FactoryError(f"{without_credentials(url)}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise FactoryError(f"{without_credentials(url)}: {reason}") from None
+    return resp
+
+
+def fetch_page(url: str) -> str:
+    """GET one HTML page (`open_url`)."""
+    with open_url(url, accept="text/html") as resp:
+        try:
+            return resp.read().decode("utf-8", "replace")
+        except OSError as exc:
+            raise FactoryError(f"{without_credentials(url)}: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -760,11 +772,18 @@ def advise(
     project: str | None,
     say: Callable[[str], None],
     request: bool = False,
+    verify_key: Path | None = None,
 ) -> None:
     """`factory which`: probe `python` (default: this interpreter), then `say` what it is and the pip and uv
     commands for the variant index of `index` that fits it (`which`, `result_lines`). When none fits: what
-    is missing and the matrix lines that would build it, and with `request`, the request sent."""
+    is missing and the matrix lines that would build it, and with `request`, the request sent. With
+    `verify_key`, the commands only once the wheels they install are signed with it
+    (`verify.verify_project`)."""
+    from factory.signing import public_key_file
+    from factory.verify import verify_project
+
     normalize_index_url(index)  # a bad --index-url fails before this host is probed
+    key = public_key_file(verify_key, what="--verify-key") if verify_key is not None else None
     env = detect_environment(python)
     say(describe_environment(env))
     result = which(index, env=env, project=project)
@@ -776,5 +795,12 @@ def advise(
                 raise FactoryError(f"nothing to request: {result.missing}")
             say(submit_request(index, result.request))
             return
-    for line in result_lines(result):
+    lines = result_lines(result)
+    signed: list[str] = []
+    if key is not None and result.variant_url is not None:
+        for name in result.projects:
+            verified = verify_project(result.variant_url, name, python=env.python, key=key)
+            signed += [f"signed: {v.filename} (key {v.key_id})" for v in verified]
+    first_command = len(lines) - sum(len(commands) for commands in result.commands)
+    for line in [*lines[:first_command], *signed, *lines[first_command:]]:
         say(line)

@@ -13,6 +13,7 @@ from factory.cli import app, cpus_option, size_option
 from factory.cli.matrix import FLAVOR_OPTION, MATRIX_OPTION, ONLY_OPTION, TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.cli.progress import BuildDisplay
+from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.config import MIN_CONTAINER_MEMORY
 from factory.errors import ConfigError
 from factory.shard import Shard, parse_shard
@@ -88,6 +89,8 @@ def build(
             "as a suspected poisoned entry and the entry removed.",
         ),
     ] = 0,
+    sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
+    sign_key_env: Annotated[str | None, SIGN_KEY_ENV_OPTION] = None,
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
@@ -110,6 +113,8 @@ def build(
         preflight=preflight,
         cache=cache,
         verify_cache=verify_cache,
+        sign_key=sign_key,
+        sign_key_env=sign_key_env,
     )
     planned = plan_build(request, warn=lambda line: typer.echo(f"warning: {line}", err=True))
     if dry_run:

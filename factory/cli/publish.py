@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app
+from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.errors import ConfigError
 
 
@@ -32,11 +33,15 @@ def publish(
             "--report", metavar="FILE", help="Build report (default: WHEEL_DIR/report.json if present)."
         ),
     ] = None,
+    sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
+    sign_key_env: Annotated[str | None, SIGN_KEY_ENV_OPTION] = None,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
     from factory.publish import describe, publish_directory
+    from factory.signing import signer_from
 
-    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report)
+    signer = signer_from(path=sign_key, env_name=sign_key_env)
+    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
     for line in describe(result):
         typer.echo(line)
 
@@ -128,6 +133,14 @@ def which(
             "--accept-requests), or write it into a local index's _requests/.",
         ),
     ] = False,
+    verify_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-key",
+            metavar="PUB",
+            help="Print the commands only if the wheels they install are signed with this public key.",
+        ),
+    ] = None,
 ) -> None:
     """Print the pip/uv command for the variant index that fits this host (torch, CUDA, ABI, GPUs; without
     torch: its driver), or what is missing and the matrix lines that would build it."""
@@ -141,4 +154,4 @@ def which(
         if not Path("index/simple").is_dir():
             raise ConfigError("give --index-url URL (or set FACTORY_INDEX_URL)")
         index = "index"
-    advise(index, python=python, project=project, say=typer.echo, request=request)
+    advise(index, python=python, project=project, say=typer.echo, request=request, verify_key=verify_key)

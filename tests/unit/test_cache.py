@@ -518,6 +518,8 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
     secret_key = "the-signing-key-" * 3
     monkeypatch.setenv(cache.KEY_ENV, secret_key)
+    wheel_key = "-----BEGIN PRIVATE KEY-----the-wheel-signing-key"
+    monkeypatch.setenv("FACTORY_SIGN_KEY", wheel_key)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.setenv(name, "do-not-leak")
     mf = load_matrix_file(ROOT / "examples" / "demo.yaml")
@@ -541,9 +543,9 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     assert env[cache.ENV_DIR] == cache.MOUNT and env[cache.ENV_OUT] == cache.OUT_MOUNT
     assert env.get(cache.ENV_VERIFY) == (str(verify) if verify else None)
     assert "CXX" not in env  # the driver sets CXX (driver.cache_env)
-    assert cache.KEY_ENV not in env and cache.TRUSTED_KEYS_ENV not in env
+    assert cache.KEY_ENV not in env and cache.TRUSTED_KEYS_ENV not in env and "FACTORY_SIGN_KEY" not in env
     assert not [k for k in env if k.startswith("AWS_")]
-    leaks = ("secret-prefix", "s3.x", "do-not-leak", secret_key)
+    leaks = ("secret-prefix", "s3.x", "do-not-leak", secret_key, wheel_key)
     assert not [k for k, v in env.items() if any(x in v for x in leaks)]
     inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path, cache_domain=DOMAIN)
     mounts = run.mounts(inputs, tmp_path / "out")

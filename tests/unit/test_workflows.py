@@ -1,6 +1,7 @@
 """The project's own rules for .github/workflows, beyond what actionlint and zizmor (`make lint`) check:
 no expression expanded inside a script, actions pinned by commit, the AWS secrets only in the env of the
-steps that run the factory, and wheels.yml calling the reusable workflow with them."""
+steps that run the factory, and wheels.yml calling the reusable workflow with them; the wheels attested by
+one job that alone holds the attestation permissions."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from ruamel.yaml import YAML
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / ".github" / "workflows"
 PINNED = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}")
+# actions/attest-build-provenance v4.1.0: `git rev-parse v4.1.0^{commit}` of its repository
+ATTEST = "actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32"
+ATTEST_PERMISSIONS = {"id-token": "write", "attestations": "write"}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -34,9 +38,14 @@ def test_scripts_expand_nothing_and_actions_are_pinned(name: str) -> None:
             assert PINNED.fullmatch(step["uses"]), step["uses"]
             if step["uses"].startswith("actions/checkout@"):
                 assert step["with"]["persist-credentials"] is False
-    for job in doc["jobs"].values():
+    for name, job in doc["jobs"].items():
         assert "env" not in job  # secrets and inputs go to single steps
-        assert job.get("permissions") == {"contents": "read"}
+        if name == "attest":
+            assert job["permissions"] == ATTEST_PERMISSIONS
+        elif "uses" in job:  # a caller grants what the called workflow's jobs ask for, at most
+            assert job["permissions"] == {"contents": "read", **ATTEST_PERMISSIONS}
+        else:
+            assert job.get("permissions") == {"contents": "read"}
 
 
 def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
@@ -44,21 +53,27 @@ def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
     doc = load("factory.yml")
     declared = set(doc["on"]["workflow_call"]["secrets"])
     aws = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    assert declared == {*aws, "FACTORY_CACHE_KEY"}
-    users, signers = [], []
+    assert declared == {*aws, "FACTORY_CACHE_KEY", "FACTORY_SIGN_KEY"}
+    users, signers, wheel_signers = [], [], []
     for step in steps(doc):
         env = step.get("env", {})
         passed = {k for k, v in env.items() if "secrets." in str(v)}
         assert all(env[k] == f"${{{{ secrets.{k} }}}}" for k in passed)
         if passed:
-            # the cache's key only where compiles are signed: the steps that build
-            assert passed == (declared if " build " in step["run"] else aws)
+            # the cache's key only where compiles are signed: the steps that build; the wheels' signing key
+            # only where wheels are published: the build that is no shard
+            builds = " build " in step["run"]
+            publishes = builds and "--publish" in step["run"] and "--shard" not in step["run"]
+            assert passed == (declared if publishes else {*aws, "FACTORY_CACHE_KEY"} if builds else aws)
             users.append(step)
             if "FACTORY_CACHE_KEY" in passed:
                 signers.append(step)
+            if "FACTORY_SIGN_KEY" in passed:
+                wheel_signers.append(step)
         assert "secrets." not in str(step.get("with", "")) and "secrets." not in str(step.get("run", ""))
     assert len(users) == 4 and len(signers) == 2  # plan, shard, build, index; shard and build sign
-    assert text.count("secrets.") == len(users) * 2 + len(signers)
+    assert len(wheel_signers) == 1  # build
+    assert text.count("secrets.") == len(users) * 2 + len(signers) + len(wheel_signers)
     assert all(s["run"].lstrip().startswith('"$RUNNER_TEMP/factory/bin/factory" ') for s in users)
 
 
@@ -67,7 +82,38 @@ def test_wheels_yml_calls_the_reusable_workflow_on_schedule_and_dispatch() -> No
     assert set(doc["on"]) == {"schedule", "workflow_dispatch"}
     (job,) = doc["jobs"].values()
     assert job["uses"] == "./.github/workflows/factory.yml"
-    assert set(job["secrets"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "FACTORY_CACHE_KEY"}
+    assert set(job["secrets"]) == {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "FACTORY_CACHE_KEY",
+        "FACTORY_SIGN_KEY",
+    }
     matrix = Path(__file__).resolve().parents[2] / job["with"]["matrix"]
     publish = YAML(typ="safe").load(matrix.read_text())["publish"]
     assert publish["to"].startswith("s3://")  # a per-runner directory cannot tell one runner what another did
+
+
+def test_one_job_attests_the_published_wheels_and_alone_may() -> None:
+    """The attest job holds the OIDC and attestation permissions and nothing else: no checkout, no secret,
+    no factory; the build jobs, which run third-party build code, hand it only their wheels' digests."""
+    text = (WORKFLOWS / "factory.yml").read_text()
+    doc = load("factory.yml")
+    jobs = doc["jobs"]
+    holders = [n for n, j in jobs.items() if set(j.get("permissions", {})) & set(ATTEST_PERMISSIONS)]
+    assert holders == ["attest"]
+    attest = jobs["attest"]
+    assert set(attest["needs"]) == {"plan", "build"} and attest["if"].startswith("always() && ")
+    uses = [s["uses"] for s in attest["steps"] if "uses" in s]
+    assert uses[0].startswith("actions/download-artifact@") and uses[-1] == ATTEST
+    assert f"{ATTEST} # v4.1.0" in text
+    (step,) = [s for s in attest["steps"] if s.get("uses") == ATTEST]
+    assert step["with"] == {"subject-checksums": "${{ runner.temp }}/subjects.txt"}
+    assert "secrets." not in str(attest) and "factory/bin/factory" not in str(attest)
+    # what it attests: the digests each build job uploads after a publish that succeeded
+    download = attest["steps"][0]["with"]
+    handed = [
+        s for s in jobs["build"]["steps"] if str(s.get("with", {}).get("name", "")).startswith("subjects-")
+    ]
+    assert len(handed) == 1 and download["pattern"] == "subjects-*"
+    listing = jobs["build"]["steps"][jobs["build"]["steps"].index(handed[0]) - 1]
+    assert "sha256sum" in listing["run"] and "if" not in listing and "if" not in handed[0]
