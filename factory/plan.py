@@ -14,7 +14,7 @@ from factory.abi3 import ABI3, covers, python_key, wheel_tag
 from factory.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError, ImageError
 from factory.images import cuda_major, toolkit_cuda
-from factory.matrix import expand
+from factory.matrix import expand, expand_with_origin
 from factory.recipes import recipe_env, recipe_warnings
 from factory.specs import Resolution, Resolver, has_specifiers, resolve_combinations
 from factory.tags import python_tag
@@ -223,13 +223,20 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
     it resolved to fills what compat.json does not say (`factory.torchcompat.with_derived`)."""
     spec = mf.matrix
     excludes = [e.values for e in spec.exclude]
-    combos = expand(spec.axes, [e.values for e in spec.include], excludes)
+    includes = [e.values for e in spec.include]
+    combos = expand(spec.axes, includes, excludes)
     compat = mf.compat
     resolved: tuple[Resolution, ...] = ()
     plan_notes: tuple[str, ...] = ()
     if has_specifiers(combos):
         resolver = _resolver(mf, combos, index)
-        combos, resolved = resolve_combinations(combos, resolver, excludes, file=mf.display or str(mf.path))
+        combos, resolved = resolve_combinations(
+            expand_with_origin(spec.axes, includes, excludes),
+            resolver,
+            axes=spec.axes,
+            exclude=excludes,
+            file=mf.display or str(mf.path),
+        )
         compat, plan_notes = resolver.compat(mf.compat)
     jobs: list[Job] = []
     dropped: list[DroppedJob] = []

@@ -13,6 +13,7 @@ only checks a specifier's syntax; the index is read here, at plan time, never wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -210,40 +211,60 @@ class Resolver:
 Combination = dict[str, object]
 
 
+def _order(value: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", value))
+
+
 def resolve_combinations(
-    combos: Iterable[Mapping[str, object]],
+    combos: Iterable[tuple[Mapping[str, object], int | None]],
     resolver: Resolver,
-    exclude: Sequence[Mapping[str, object]],
     *,
+    axes: Mapping[str, Sequence[object]],
+    exclude: Sequence[Mapping[str, object]],
     file: str,
 ) -> tuple[list[Combination], tuple[Resolution, ...]]:
-    """Each combination with a specifier replaced by one combination per value it resolves to (torch first,
-    then python against the resolved torch); exclude entries apply to the resolved values too."""
-    out: list[Combination] = []
+    """Each combination (`expand_with_origin`'s) with a specifier replaced by one combination per value it
+    resolves to (torch first, then python against the resolved torch). The axes' combinations come in the
+    order they would have had with the resolved values written in the specifier's place, then the include
+    entries' own; exclude entries apply to the resolved values too."""
     seen: dict[tuple[str, ...], Resolution] = {}
-    for combo in combos:
+    ordered: list[tuple[tuple[object, ...], Combination]] = []
+    added: list[Combination] = []
+    for combo, origin in combos:
         if not (is_specifier(combo.get("torch")) or is_specifier(combo.get("python"))):
-            out.append(dict(combo))
-            continue
-        cuda = str(combo["cuda"])
-        torches = [str(combo["torch"])]
-        if is_specifier(combo["torch"]):
-            key: tuple[str, ...] = ("torch", str(combo["torch"]), cuda)
-            if key not in seen:
-                seen[key] = resolver.torch(str(combo["torch"]), cuda, file=file)
-            torches = list(seen[key].values)
-        for torch in torches:
-            pythons = [str(combo["python"])]
-            if is_specifier(combo["python"]):
-                key = ("python", str(combo["python"]), cuda, torch)
+            resolved_combos = [dict(combo)]
+        else:
+            resolved_combos = []
+            cuda = str(combo["cuda"])
+            torches = [str(combo["torch"])]
+            if is_specifier(combo["torch"]):
+                key: tuple[str, ...] = ("torch", str(combo["torch"]), cuda)
                 if key not in seen:
-                    seen[key] = resolver.python(str(combo["python"]), cuda, torch, file=file)
-                pythons = list(seen[key].values)
-            for python in pythons:
-                resolved = {**combo, "torch": torch, "python": python}
-                if not any(all(resolved.get(k) == v for k, v in e.items()) for e in exclude):
-                    out.append(resolved)
-    return out, tuple(seen.values())
+                    seen[key] = resolver.torch(str(combo["torch"]), cuda, file=file)
+                torches = list(seen[key].values)
+            for torch in torches:
+                pythons = [str(combo["python"])]
+                if is_specifier(combo["python"]):
+                    key = ("python", str(combo["python"]), cuda, torch)
+                    if key not in seen:
+                        seen[key] = resolver.python(str(combo["python"]), cuda, torch, file=file)
+                    pythons = list(seen[key].values)
+                for python in pythons:
+                    resolved = {**combo, "torch": torch, "python": python}
+                    if not any(all(resolved.get(k) == v for k, v in e.items()) for e in exclude):
+                        resolved_combos.append(resolved)
+        for resolved in resolved_combos:
+            if origin is not None:
+                added.append(resolved)
+                continue
+            position: list[object] = []
+            for axis, values in axes.items():
+                written = combo.get(axis)
+                index = values.index(written) if written in values else len(values)
+                position.append((index, _order(str(resolved[axis])) if is_specifier(written) else ()))
+            ordered.append((tuple(position), resolved))
+    ordered.sort(key=lambda pair: pair[0])
+    return [c for _, c in ordered] + added, tuple(seen.values())
 
 
 def has_specifiers(combos: Iterable[Mapping[str, object]]) -> bool:

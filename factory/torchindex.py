@@ -60,6 +60,7 @@ from factory.source import (
     _links_checked,
     _NotFound,
     _reason,
+    _TooLarge,
     parse_project_page,
 )
 from factory.urls import without_credentials
@@ -356,9 +357,16 @@ class _RangeFile:
             raise IndexPageError(f"more than {MAX_RANGE_REQUESTS} range requests")
         if self.fetched + want > self.budget:
             raise IndexPageError(f"reading it needs more than {self.budget >> 20} MiB")
-        status, headers, body = self.http.fetch(
-            self.url, limit=want, seconds=self.seconds, headers={"Range": spec, "Accept-Encoding": "identity"}
-        )
+        try:
+            status, headers, body = self.http.fetch(
+                self.url,
+                limit=want,
+                seconds=self.seconds,
+                headers={"Range": spec, "Accept-Encoding": "identity"},
+            )
+        except _TooLarge:
+            # the whole file where a part was asked for: a server without ranges (the fallback is bounded too)
+            raise _NoRanges from None
         if status != 206:
             raise _NoRanges
         match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", headers.get("content-range", "").strip())
