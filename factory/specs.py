@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from factory.compat import CompatData
-from factory.errors import ConfigError
+from factory.errors import BuildError, ConfigError
 from factory.torchcompat import DerivedTorch, allowed, build_of, by_version, derive_minor, with_derived
 from factory.torchindex import TorchFile, TorchIndex, TorchSource, constraint_specifiers
 from factory.validate import is_specifier, parse_specifier
@@ -156,11 +156,15 @@ class Resolver:
                     f"over {best.version} unless the build's torch_index excludes it"
                 )
         if not values:
-            raise ConfigError(
+            message = (
                 f"torch {spec_text!r} matches no torch with a CUDA {cuda} build on {source.label}; it has "
-                f"{self._shown_versions(cuda)}",
-                file=file,
+                f"{self._shown_versions(cuda)}"
             )
+            unread = [self.index.unreadable[p] for p in source.pages if p in self.index.unreadable]
+            if unread:
+                # what could not be read may have it: not the matrix file's error
+                raise BuildError(f"{file}: {message}; could not read {'; '.join(unread)}")
+            raise ConfigError(message, file=file)
         return Resolution(
             axis="torch",
             spec=spec_text,

@@ -13,7 +13,7 @@ import pytest
 
 from factory.compat import CompatData
 from factory.config import load_matrix_file
-from factory.errors import ConfigError
+from factory.errors import BuildError, ConfigError
 from factory.plan import plan_matrix
 from factory.validate import is_specifier, parse_specifier, specifier_problem
 from tests.torch_index_helpers import TorchWheel, make_index
@@ -277,3 +277,13 @@ def test_compat_show_names_each_facts_source(tmp_path: Path, pip_env: dict[str, 
         bad.returncode == 2
         and bad.stderr == "error: --torch 'two' is not a torch version like 2.14 or 2.14.1\n"
     )
+
+
+def test_an_index_that_cannot_be_read_is_not_the_matrix_files_error(tmp_path: Path) -> None:
+    path = matrix(tmp_path, '[">=2.13"]')
+    path.write_text(path.read_text().replace('{"13.0": default}', '{"13.0": "http://127.0.0.1:9/whl/cu130"}'))
+    with pytest.raises(BuildError) as caught:
+        plan_matrix(load_matrix_file(path))
+    message = str(caught.value)
+    assert message.startswith(f"{path}: torch '>=2.13' matches no torch with a CUDA 13.0 build on ")
+    assert "could not read http://127.0.0.1:9/whl/cu130/torch/: " in message

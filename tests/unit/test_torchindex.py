@@ -4,6 +4,7 @@ what a hostile index gets (a fact missing and a reason, never a traceback or an 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 import zipfile
@@ -347,3 +348,15 @@ def test_metadata_file_gives_the_cuda_of_a_plain_build(tmp_path: Path) -> None:
     assert f.metadata
     facts = index.facts(f)
     assert (facts.build, facts.build_from, facts.cxx_std) == (("cuda", "12.8"), "metadata", "17")
+
+
+def test_a_local_metadata_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    simple = make_index(tmp_path / "idx", [TorchWheel("2.10.0", "12.8", pythons=("3.11",))])
+    name = "torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    (simple / "torch" / f"{name}.metadata").unlink()
+    os.mkfifo(simple / "torch" / f"{name}.metadata")
+    index = _index(tmp_path / "home")
+    (f,) = index.files(TorchSource.from_url(simple.as_uri()))
+    facts = index.facts(f)
+    assert facts.build == ("cuda", "12.8") and facts.build_from == "headers"  # version.py still tells
+    assert index.problems == [f"{name}.metadata: not a regular file"]
