@@ -199,6 +199,19 @@ def test_excludes_apply_to_resolved_values(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("pip_env")
+def test_an_include_entry_may_hold_specifiers(tmp_path: Path) -> None:
+    extra = (
+        '  include:\n    - {cuda: "13.0", torch: "2.14.*", python: ">=3.14", cxx11_abi: true, arch: "9.0"}\n'
+    )
+    plan = plan_matrix(load_matrix_file(matrix(tmp_path, '["2.13"]', extra=extra)))
+    assert [j.id for j in plan.jobs] == [
+        "cu130-torch2.13-abi1-sm80-py311",
+        "cu130-torch2.13-abi1-sm80-py312",
+        "cu130-torch2.14-abi1-sm90-py314",
+    ]
+
+
+@pytest.mark.usefixtures("pip_env")
 def test_a_contradiction_is_shown_and_compat_json_wins(tmp_path: Path) -> None:
     extra = 'compat:\n  torch:\n    "2.14": {cxx_std: "17", cuda: ["12.8"]}\n'
     path = matrix(tmp_path, '[">=2.14"]')
