@@ -300,3 +300,9 @@ def test_an_index_that_cannot_be_read_is_not_the_matrix_files_error(tmp_path: Pa
     message = str(caught.value)
     assert message.startswith(f"{path}: torch '>=2.13' matches no torch with a CUDA 13.0 build on ")
     assert "could not read http://127.0.0.1:9/whl/cu130/torch/: " in message
+
+
+def test_compat_show_refuses_an_index_that_is_no_url(tmp_path: Path, pip_env: dict[str, str]) -> None:
+    proc = _factory("compat", "show", "--index", "ftp://mirror.example/whl", env=pip_env, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --index ftp://mirror.example/whl")
+    assert proc.stderr.count("\n") == 1
