@@ -38,7 +38,7 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
@@ -107,6 +107,7 @@ class PipSettings:
     proxy: str | None = None
     trusted_hosts: tuple[str, ...] = ()  # host or host:port whose TLS certificate is not checked
     timeout: float = 15.0
+    constraints: tuple[str, ...] = ()  # pip's constraint files (local paths), which cap what pip installs
 
     @property
     def indexes(self) -> tuple[str, ...]:
@@ -160,6 +161,7 @@ def parse_pip_config(text: str) -> PipSettings:
         proxy=merged.get("proxy") or None,
         trusted_hosts=listed("trusted-host"),
         timeout=seconds,
+        constraints=listed("constraint"),
     )
 
 
@@ -386,13 +388,22 @@ class IndexClient:
         self.auth[netloc.lower()] = "Basic " + base64.b64encode(userinfo.encode()).decode()
         return urlunsplit(parts._replace(netloc=netloc))
 
-    def open(self, url: str, *, deadline: _Deadline, accept: str | None = None) -> Any:  # urllib's response
+    def open(
+        self,
+        url: str,
+        *,
+        deadline: _Deadline,
+        accept: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:  # urllib's response
         """A GET of an http(s) URL (nothing else: no file:, ftp: or data:, nor a redirect to one), its
-        connections shut down when `deadline` expires."""
+        connections shut down when `deadline` expires; `headers` (Range, If-None-Match) go with it."""
         parts = urlsplit(url)
         request = urllib.request.Request(url)
         if accept:
             request.add_header("Accept", accept)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         header = self.auth.get(parts.netloc.lower())
         if header:
             # never carried to the host a redirect points to
@@ -411,7 +422,7 @@ class IndexClient:
             opener.add_handler(handler)
         return opener.open(request, timeout=self.timeout)
 
-    def get(
+    def _transfer(
         self,
         url: str,
         sink: Callable[[bytes], object],
@@ -419,13 +430,15 @@ class IndexClient:
         limit: int,
         seconds: float,
         accept: str | None = None,
-    ) -> tuple[str, str]:
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], str, str]:
         """GET `url` into `sink` block by block: at most `limit` bytes (else _TooLarge), all within `seconds`
-        (else _TooSlow). The content type, and the URL it came from after redirects."""
+        (else _TooSlow). The status, the response headers (names lower-cased), the content type, and the URL
+        it came from after redirects."""
         with _Deadline(seconds) as deadline:
             total = 0
             try:
-                with self.open(url, deadline=deadline, accept=accept) as resp:
+                with self.open(url, deadline=deadline, accept=accept, headers=headers) as resp:
                     declared = resp.headers.get("Content-Length", "").strip()
                     if declared.isdigit() and int(declared) > limit:
                         raise _TooLarge(limit)
@@ -436,7 +449,8 @@ class IndexClient:
                             raise _TooLarge(limit)
                         sink(block)
                     short = resp.length  # what the Content-Length promised and the body did not bring
-                    got = resp.headers.get_content_type(), resp.geturl()
+                    said = {k.lower(): v for k, v in resp.headers.items()}
+                    got = resp.status, said, resp.headers.get_content_type(), resp.geturl()
             except (OSError, HTTPException):
                 if deadline.expired:
                     raise _TooSlow(seconds) from None
@@ -446,6 +460,37 @@ class IndexClient:
         if short:
             raise IndexPageError(f"the connection closed after {total} of {declared} bytes")
         return got
+
+    def get(
+        self,
+        url: str,
+        sink: Callable[[bytes], object],
+        *,
+        limit: int,
+        seconds: float,
+        accept: str | None = None,
+    ) -> tuple[str, str]:
+        """GET `url` into `sink` (bounded as `_transfer` says): the content type, and the URL it came from
+        after redirects."""
+        _, _, content_type, final_url = self._transfer(url, sink, limit=limit, seconds=seconds, accept=accept)
+        return content_type, final_url
+
+    def fetch(
+        self, url: str, *, limit: int, seconds: float, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """GET `url` with `headers` (Range, If-None-Match; bounded as `_transfer` says): its status, response
+        headers (names lower-cased) and body. A 304 is a status, not an error; any other HTTP error is raised
+        as urllib raises it."""
+        body = bytearray()
+        try:
+            status, said, _, _ = self._transfer(
+                url, body.extend, limit=limit, seconds=seconds, headers=headers
+            )
+        except urllib.error.HTTPError as exc:
+            if exc.code == 304:
+                return 304, {k.lower(): v for k, v in exc.headers.items()}, b""
+            raise
+        return status, said, bytes(body)
 
     def page(self, url: str, limits: FetchLimits) -> list[tuple[str, str, tuple[str, str] | None]]:
         """The files an index page, or a find-links page or directory, lists."""

@@ -58,6 +58,7 @@ def _register() -> None:
         "clean",
         "cache",
         "verify",
+        "compat",
     ):
         try:
             importlib.import_module(f"factory.cli.{name}")
