@@ -246,7 +246,7 @@ def cache_setting(config: CacheConfig | None) -> str:
     return "s3" if config.store.startswith("s3://") else "directory"
 
 
-def sbom_path(package: str, dist_info: str = "") -> str:
+def sbom_path(package: str) -> str:
     """The SBOM's path inside the .dist-info (PEP 770's `sboms/`)."""
     return f"{provenance.SBOM_DIR}/{package}.cdx.json"
 

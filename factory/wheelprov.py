@@ -7,7 +7,6 @@ and the SBOM a CycloneDX document its library accepts; `inspect` is `factory ins
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import urllib.error
 import urllib.request
@@ -141,7 +140,6 @@ def _local(wheel_or_url: str) -> Iterator[Path]:
         except (urllib.error.URLError, OSError) as exc:
             raise FactoryError(f"{shown}: {getattr(exc, 'reason', exc)}") from None
         yield target
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def inspect(wheel_or_url: str) -> Found:

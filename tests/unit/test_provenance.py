@@ -376,3 +376,34 @@ def test_factory_inspect(tmp_path: Path, factory_cli: Any) -> None:
     assert code == 1 and out.strip().count("\n") == 0 and "has no" in out
     code, out = factory_cli(["inspect", str(tmp_path / "missing.whl")])
     assert code == 2 and "no such wheel file" in out
+
+
+def test_factory_inspect_fetches_a_url(tmp_path: Path, factory_cli: Any) -> None:
+    import functools
+    import http.server
+    import threading
+
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
+    pin_torch_requirement(wheel, "2.14.1", extra=wheelprov.files(make_facts(), NEEDED))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # stderr is the command's output here
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        code, out = factory_cli(["inspect", f"{base}/{wheel.name}", "--json"])
+        assert code == 0, out
+        assert json.loads(out)["wheel"] == wheel.name
+        code, out = factory_cli(["inspect", f"{base}/missing-0.1-py3-none-any.whl"])
+        assert code == 1 and "HTTP 404" in out and out.strip().count("\n") == 0
+        code, out = factory_cli(["inspect", f"{base}/index.html"])
+        assert code == 2 and "does not name a .whl file" in out
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
