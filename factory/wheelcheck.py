@@ -304,9 +304,11 @@ def _read_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str) -> str
         raise CheckError(f"{wheel.name}: {path} is not UTF-8") from None
 
 
-def pin_torch_requirement(wheel: Path, torch_version: str) -> None:
+def pin_torch_requirement(
+    wheel: Path, torch_version: str, *, extra: Mapping[str, bytes] | None = None
+) -> None:
     """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents
-    (`rewrite_wheel`)."""
+    (`rewrite_wheel`); `extra`: files added to its .dist-info in the same rewrite (provenance, SBOM)."""
     with _open_wheel(wheel) as archive:
         dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
@@ -314,7 +316,7 @@ def pin_torch_requirement(wheel: Path, torch_version: str) -> None:
         dist_info = dist_infos[0]
         metadata = _read_metadata(archive, wheel, dist_info)
         pinned = pin_torch_in_metadata(metadata, torch_version).encode("utf-8")
-        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned)
+        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra)
 
 
 def rewrite_wheel(
@@ -324,16 +326,19 @@ def rewrite_wheel(
     dist_info: str,
     metadata: bytes,
     renames: Mapping[str, str] | None = None,
+    extra: Mapping[str, bytes] | None = None,
 ) -> None:
     """Write `archive` anew as `target` with `metadata` as its METADATA and each member under a prefix of
     `renames` (old -> new, directory prefixes ending in '/') renamed; RECORD is made from the bytes actually
-    written and placed last, signatures over the old one dropped. Every member keeps its zip metadata
-    (timestamps, permission bits). The new zip is written beside `target` and renamed over it, so a failure
-    leaves whatever was there untouched."""
+    written and placed last, signatures over the old one dropped. `extra` (paths relative to the .dist-info
+    -> bytes) are written into it before RECORD, in place of any member of the same path. Every member keeps
+    its zip metadata (timestamps, permission bits). The new zip is written beside `target` and renamed over
+    it, so a failure leaves whatever was there untouched."""
     renames = renames or {}
     metadata_path = f"{dist_info}/METADATA"
     record_path = f"{dist_info}/RECORD"
-    dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES}
+    added = {f"{dist_info}/{rel}": data for rel, data in (extra or {}).items()}
+    dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES} | set(added)
     names = archive.namelist()
     fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     temp = Path(temp_name)
@@ -352,6 +357,13 @@ def rewrite_wheel(
                     rows.append((name, record_hash(metadata), str(len(metadata))))
                     continue
                 rows.append(_copy_member(archive, info, out, name))
+            for path, data in sorted(added.items()):
+                name = _renamed(path, renames)
+                member = zipfile.ZipInfo(name, date_time=archive.getinfo(metadata_path).date_time)
+                member.compress_type = zipfile.ZIP_DEFLATED
+                member.external_attr = 0o644 << 16
+                out.writestr(member, data)
+                rows.append((name, record_hash(data), str(len(data))))
             new_record_path = _renamed(record_path, renames)
             rows.append((new_record_path, "", ""))
             text = io.StringIO()

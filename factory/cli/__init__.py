@@ -59,6 +59,7 @@ def _register() -> None:
         "cache",
         "verify",
         "compat",
+        "inspect",
     ):
         try:
             importlib.import_module(f"factory.cli.{name}")
