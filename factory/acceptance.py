@@ -118,19 +118,21 @@ class Acceptance:
         image: str,
         mounts: Mapping[str, Mapping[str, str]],
         prepare: Callable[[Job], JobInputs],
+        epoch: int,
     ) -> None:
-        """Label, pin torch, retag the platform, check the wheel, then install and import it in a fresh
+        """Label, retag the platform, pin torch, check the wheel, then install and import it in a fresh
         container; only then is it moved to the output. A wheel that built and failed a check is kept
-        (`keep_wheel`), so that mending the check needs no compile."""
+        (`keep_wheel`), so that mending the check needs no compile. The torch pin is the last rewrite, after
+        auditwheel's: it writes the canonical archive, dated from the source's `epoch` (`reproducible`)."""
         job, result = self.job, self.result
         result.phase = "check"
         self.run.changed()
         self.run.note("checking the wheel")
         passed = False
         try:
-            wheel = self.label(wheel)
-            wheelcheck.pin_torch_requirement(wheel, torch)
+            wheel = self.label(wheel, epoch=epoch)
             wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
+            wheelcheck.pin_torch_requirement(wheel, torch, epoch=epoch)
             problems = wheelcheck.check_wheel(
                 wheel,
                 name=self.mf.package.name,
@@ -159,13 +161,13 @@ class Acceptance:
         result.wheel = final.name
         result.result = "ok"
 
-    def label(self, wheel: Path) -> Path:
+    def label(self, wheel: Path, *, epoch: int) -> Path:
         """The wheel with the variant's local version label: as built when its setup.py read the label,
         else set by the host (`wheelcheck.set_local_version`), whatever the recipe."""
         label = self.job.variant.local_version
         if not label:
             return wheel
-        labelled = wheelcheck.set_local_version(wheel, label)
+        labelled = wheelcheck.set_local_version(wheel, label, epoch=epoch)
         if labelled is None:
             return wheel
         self.run.note(f"the wheel's version had no local label: {wheel.name} is now {labelled.name}")

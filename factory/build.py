@@ -255,6 +255,7 @@ class Runner:
         return JobInputs(
             image=image, source=source, wheelhouse=wh, cache_domain=domain, toolkit=toolkit,
             check_wheelhouse=check.path, check_requirements=check.requirements, check_note=check.note,
+            source_date_epoch=self.prepared_source().source_date_epoch,
         )  # fmt: skip
 
     def run_job(self, job: Job, result: JobResult) -> None:

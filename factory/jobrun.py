@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import buildlog, cache, jobspec, leftovers, preflight
+from factory import buildlog, cache, jobspec, leftovers, preflight, reproducible
 from factory import shard as sharding
 from factory.acceptance import Acceptance
 from factory.config import MatrixFile
@@ -48,6 +48,8 @@ class JobInputs:
     check_wheelhouse: Path | None = None
     check_requirements: tuple[str, ...] = ()
     check_note: str = ""  # what the log says of them
+    # SOURCE_DATE_EPOCH of the job's builds and of its wheel's archive (`reproducible`)
+    source_date_epoch: int = reproducible.DEFAULT_EPOCH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,6 +237,7 @@ class JobRun:
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
         self.preflight_candidates: tuple[str, ...] | None = None  # its device compile's, cheapest first
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
+        self.source_date_epoch = reproducible.DEFAULT_EPOCH  # the source's, once the job has its inputs
         self.lines = DriverLines(ctx, job, result, changed=self.changed)
         self.acceptance = Acceptance(self)
 
@@ -278,6 +281,7 @@ class JobRun:
             shard=self.ctx.shard,
             shard_sources=self.shard_sources,
             preflight_candidates=self.preflight_candidates if self.ctx.preflight else None,
+            source_date_epoch=self.source_date_epoch,
         )
 
     def plan_shard(self, source: Path) -> None:
@@ -368,6 +372,7 @@ class JobRun:
             self.changed()
             inputs = prepare(self.job)
             image = inputs.image
+            self.source_date_epoch = inputs.source_date_epoch
             result.image, result.toolkit = image, inputs.toolkit
             if inputs.check_note:
                 self.note(inputs.check_note)
@@ -390,7 +395,12 @@ class JobRun:
             if built is not None:
                 wheel, installed_torch = built
                 self.acceptance.accept(
-                    wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare
+                    wheel=wheel,
+                    torch=installed_torch,
+                    image=image,
+                    mounts=mounts,
+                    prepare=prepare,
+                    epoch=self.source_date_epoch,
                 )
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"
