@@ -96,7 +96,7 @@ def source_date_epoch(kind: str, *, archive: Path | None = None, tree: Path | No
     return clamp(found if found is not None else DEFAULT_EPOCH)
 
 
-# --- a wheel's canonical archive ------------------------------------------------------------------------------
+# --- a wheel's canonical archive ---------------------------------------------------------------------------
 
 
 def member_sort_key(name: str) -> tuple[int, str]:

@@ -361,7 +361,8 @@ def rewrite_wheel(
             rows.append((new_record_path, "", ""))
             text = io.StringIO()
             csv.writer(text, lineterminator="\n").writerows(rows)
-            new_record = reproducible.canonical_info(new_record_path, epoch=epoch, mode=reproducible.FILE_MODE)
+            mode = reproducible.FILE_MODE
+            new_record = reproducible.canonical_info(new_record_path, epoch=epoch, mode=mode)
             out.writestr(new_record, text.getvalue().encode("utf-8"))
             out.close()
             raw.flush()

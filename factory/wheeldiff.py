@@ -1,5 +1,5 @@
-"""Where two wheels differ, diffoscope-style but in one line: the first member whose name, zip metadata or bytes
-differ, and inside an ELF member (an extension module, an object) the first section that does.
+"""Where two wheels differ, diffoscope-style but in one line: the first member whose name, zip metadata or
+bytes differ, and inside an ELF member (an extension module, an object) the first section that does.
 
 `factory verify --rebuild` (`rebuild`) compares a published wheel with the one it rebuilt; the
 reproducibility test compares two builds of one job. Everything here is pure over the two files: nothing is
@@ -135,17 +135,17 @@ def _read_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes | No
 
 
 def _metadata_difference(ia: zipfile.ZipInfo, ib: zipfile.ZipInfo) -> str | None:
-    for field, va, vb in (
+    fields: tuple[tuple[str, object, object], ...] = (
         ("date", ia.date_time, ib.date_time),
-        ("mode", ia.external_attr >> 16, ib.external_attr >> 16),
+        ("mode", oct(ia.external_attr >> 16), oct(ib.external_attr >> 16)),
         ("compression", ia.compress_type, ib.compress_type),
         ("made-by system", ia.create_system, ib.create_system),
         ("extra field", ia.extra, ib.extra),
         ("comment", ia.comment, ib.comment),
-    ):
+    )
+    for field, va, vb in fields:
         if va != vb:
-            shown = (oct(va), oct(vb)) if field == "mode" and isinstance(va, int) else (va, vb)
-            return f"zip {field} differs ({shown[0]!r} vs {shown[1]!r})"
+            return f"zip {field} differs ({va!r} vs {vb!r})"
     return None
 
 

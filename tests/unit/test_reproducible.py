@@ -27,7 +27,9 @@ def sdist(path: Path, mtimes: dict[str, int]) -> Path:
 
 
 def test_sdist_epoch_reads_tar_and_zip(tmp_path: Path) -> None:
-    tgz = sdist(tmp_path / "demo-1.0.tar.gz", {"demo-1.0/PKG-INFO": 1_700_000_000, "demo-1.0/a.py": 1_600_000_000})
+    tgz = sdist(
+        tmp_path / "demo-1.0.tar.gz", {"demo-1.0/PKG-INFO": 1_700_000_000, "demo-1.0/a.py": 1_600_000_000}
+    )
     assert reproducible.sdist_epoch(tgz) == 1_700_000_000
     z = tmp_path / "demo-1.0.zip"
     with zipfile.ZipFile(z, "w") as out:
@@ -44,7 +46,9 @@ def test_a_source_without_a_date_gets_the_fixed_one(tmp_path: Path) -> None:
     assert reproducible.source_date_epoch("path", tree=tmp_path) == reproducible.DEFAULT_EPOCH
     assert reproducible.source_date_epoch("git", tree=tmp_path) == reproducible.DEFAULT_EPOCH  # no checkout
     old = sdist(tmp_path / "old.tar.gz", {"a": 100})
-    assert reproducible.source_date_epoch("pypi", archive=old) == reproducible.DEFAULT_EPOCH  # clamped to 1980
+    assert (
+        reproducible.source_date_epoch("pypi", archive=old) == reproducible.DEFAULT_EPOCH
+    )  # clamped to 1980
 
 
 def test_a_git_checkouts_epoch_is_its_commit(tmp_path: Path) -> None:
@@ -58,7 +62,9 @@ def test_a_git_checkouts_epoch_is_its_commit(tmp_path: Path) -> None:
         "GIT_COMMITTER_EMAIL": "t@example.invalid",
     }
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, env=env)
-    subprocess.run(["git", "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "x"], check=True, env=env)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "x"], check=True, env=env
+    )
     assert reproducible.source_date_epoch("git", tree=tmp_path) == 1_700_000_000
 
 
@@ -80,8 +86,15 @@ def test_members_sort_with_dist_info_last_and_record_at_the_end() -> None:
     ]
 
 
-@pytest.mark.parametrize(("attr", "is_dir", "mode"), [(0o100600 << 16, False, 0o644), (0o100700 << 16, False, 0o755),
-                                                      (0o100664 << 16, False, 0o644), (0, True, 0o755)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("attr", "is_dir", "mode"),
+    [
+        (0o100600 << 16, False, 0o644),
+        (0o100700 << 16, False, 0o755),
+        (0o100664 << 16, False, 0o644),
+        (0, True, 0o755),
+    ],
+)
 def test_modes_are_0644_or_0755(attr: int, is_dir: bool, mode: int) -> None:
     assert reproducible.canonical_mode(attr, is_dir=is_dir) == mode
 
@@ -98,17 +111,29 @@ def wheel_bytes(path: Path, members: list[tuple[str, bytes, tuple[int, ...], int
     return path
 
 
-def test_two_rewrites_of_the_same_bytes_are_identical_whatever_the_order_dates_and_modes(tmp_path: Path) -> None:
+def test_two_rewrites_of_the_same_bytes_are_identical_whatever_the_order_dates_and_modes(
+    tmp_path: Path,
+) -> None:
     so, py = ("demo/_C.so", b"\x7fELF" + bytes(100)), ("demo/__init__.py", b"")
     meta = (f"{DIST_INFO}/METADATA", b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n\n")
     wheel = (f"{DIST_INFO}/WHEEL", b"Wheel-Version: 1.0\n")
     first = wheel_bytes(
         tmp_path / "a" / "demo-1.0-py3-none-any.whl",
-        [(*so, (2024, 1, 1, 0, 0, 0), 0o100755), (*py, (2024, 1, 1, 0, 0, 0), 0o100644), (*meta, (2024, 1, 1, 0, 0, 0), 0o100644), (*wheel, (2024, 1, 1, 0, 0, 0), 0o100644)],  # fmt: skip
+        [
+            (*so, (2024, 1, 1, 0, 0, 0), 0o100755),
+            (*py, (2024, 1, 1, 0, 0, 0), 0o100644),
+            (*meta, (2024, 1, 1, 0, 0, 0), 0o100644),
+            (*wheel, (2024, 1, 1, 0, 0, 0), 0o100644),
+        ],
     )
     second = wheel_bytes(
         tmp_path / "b" / "demo-1.0-py3-none-any.whl",
-        [(*wheel, (2025, 6, 6, 6, 6, 6), 0o100600), (*meta, (2025, 6, 6, 6, 6, 6), 0o100664), (*py, (2025, 6, 6, 6, 6, 6), 0o100600), (*so, (2025, 6, 6, 6, 6, 6), 0o100775)],  # fmt: skip
+        [
+            (*wheel, (2025, 6, 6, 6, 6, 6), 0o100600),
+            (*meta, (2025, 6, 6, 6, 6, 6), 0o100664),
+            (*py, (2025, 6, 6, 6, 6, 6), 0o100600),
+            (*so, (2025, 6, 6, 6, 6, 6), 0o100775),
+        ],
     )
     assert first.read_bytes() != second.read_bytes()
     for w in (first, second):
@@ -121,7 +146,9 @@ def test_two_rewrites_of_the_same_bytes_are_identical_whatever_the_order_dates_a
         assert (archive.getinfo("demo/_C.so").external_attr >> 16) & 0o777 == 0o755
         assert wheelcheck.record_problems(archive, f"{DIST_INFO}/RECORD") == []
         record = archive.read(f"{DIST_INFO}/RECORD").decode().splitlines()
-        assert [r.split(",")[0] for r in record] == [i.filename for i in infos]  # RECORD in the archive's order
+        assert [r.split(",")[0] for r in record] == [
+            i.filename for i in infos
+        ]  # RECORD in the archive's order
 
 
 def test_an_uncached_compile_gets_the_prefix_maps_a_cached_one_would(tmp_path: Path) -> None:
@@ -135,8 +162,9 @@ def test_an_uncached_compile_gets_the_prefix_maps_a_cached_one_would(tmp_path: P
     assert f"-ffile-prefix-map={job}=@JOB@" in plain.run_args
     cache = tmp_path / "cache"
     cache.mkdir()
-    attempt = compilecache.attempt("cxx", "/usr/bin/c++", args, environ={**env, "FACTORY_CACHE_DIR": str(cache)},
-                                   cwd=str(job / "src"))  # fmt: skip
+    attempt = compilecache.attempt(
+        "cxx", "/usr/bin/c++", args, environ={**env, "FACTORY_CACHE_DIR": str(cache)}, cwd=str(job / "src")
+    )
     if isinstance(attempt, str):
         pytest.skip(f"no host compiler identity here: {attempt}")
     maps = [a for a in plain.run_args if a.startswith("-ffile-prefix-map")]

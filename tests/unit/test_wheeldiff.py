@@ -15,7 +15,9 @@ from factory.errors import CheckError
 DATE = (2024, 1, 1, 0, 0, 0)
 
 
-def write(path: Path, members: list[tuple[str, bytes]], *, date: tuple[int, ...] = DATE, mode: int = 0o644) -> Path:
+def write(
+    path: Path, members: list[tuple[str, bytes]], *, date: tuple[int, ...] = DATE, mode: int = 0o644
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as out:
         for name, data in members:
@@ -49,8 +51,14 @@ def test_one_changed_byte_names_its_member_and_offset(tmp_path: Path) -> None:
     [
         (MEMBERS[:2], "demo-1.0.dist-info/RECORD: only in the first wheel"),
         ([*MEMBERS, ("demo/new.py", b"")], "demo/new.py: only in the second wheel"),
-        ([MEMBERS[1], MEMBERS[0], MEMBERS[2]], "demo/__init__.py: at another place in the archive (member 0)"),
-        ([("demo/__init__.py", b"x = 12\n"), *MEMBERS[1:]], "demo/__init__.py: content differs (6 vs 7 bytes)"),
+        (
+            [MEMBERS[1], MEMBERS[0], MEMBERS[2]],
+            "demo/__init__.py: at another place in the archive (member 0)",
+        ),
+        (
+            [("demo/__init__.py", b"x = 12\n"), *MEMBERS[1:]],
+            "demo/__init__.py: content differs (6 vs 7 bytes)",
+        ),
     ],
 )
 def test_names_order_and_sizes(tmp_path: Path, b_members: list[tuple[str, bytes]], line: str) -> None:
@@ -114,4 +122,6 @@ def test_an_elf_member_of_a_wheel_names_its_section(tmp_path: Path, two_objects:
 
 
 def test_a_broken_elf_still_gives_an_offset() -> None:
-    assert wheeldiff.bytes_difference(b"\x7fELF\x00garbage", b"\x7fELF\x01garbage").startswith("differs at byte 4")
+    assert wheeldiff.bytes_difference(b"\x7fELF\x00garbage", b"\x7fELF\x01garbage").startswith(
+        "differs at byte 4"
+    )
