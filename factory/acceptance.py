@@ -14,7 +14,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from factory import buildlog, jobspec, leftovers, platform_tag, safefs, wheelcheck
+from packaging.utils import parse_wheel_filename
+
+from factory import (
+    buildfacts,
+    buildlog,
+    jobspec,
+    leftovers,
+    platform_tag,
+    provenance,
+    reproducible,
+    safefs,
+    version,
+    wheelcheck,
+    wheelprov,
+)
 from factory.plan import Job
 from factory.urls import printable
 
@@ -118,12 +132,15 @@ class Acceptance:
         image: str,
         mounts: Mapping[str, Mapping[str, str]],
         prepare: Callable[[Job], JobInputs],
-        epoch: int,
+        inputs: JobInputs | None = None,
+        toolchain: object = None,
+        epoch: int = reproducible.DEFAULT_EPOCH,
     ) -> None:
-        """Label, retag the platform, pin torch, check the wheel, then install and import it in a fresh
-        container; only then is it moved to the output. A wheel that built and failed a check is kept
-        (`keep_wheel`), so that mending the check needs no compile. The torch pin is the last rewrite, after
-        auditwheel's: it writes the canonical archive, dated from the source's `epoch` (`reproducible`)."""
+        """Label, retag the platform, pin torch and add the provenance and SBOM (`inputs`' facts, the build's
+        `toolchain` mark), check the wheel, then install and import it in a fresh container; only then is it
+        moved to the output. A wheel that built and failed a check is kept (`keep_wheel`), so that mending
+        the check needs no compile. The torch pin is the last rewrite, after auditwheel's: it writes the
+        canonical archive, dated from the source's `epoch` (`reproducible`)."""
         job, result = self.job, self.result
         result.phase = "check"
         self.run.changed()
@@ -132,7 +149,9 @@ class Acceptance:
         try:
             wheel = self.label(wheel, epoch=epoch)
             wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
-            wheelcheck.pin_torch_requirement(wheel, torch, epoch=epoch)
+            facts = self.facts(wheel, torch=torch, inputs=inputs, toolchain=toolchain)
+            extra = None if facts is None else wheelprov.files(facts, buildfacts.needed_libraries(wheel))
+            wheelcheck.pin_torch_requirement(wheel, torch, extra=extra, epoch=epoch)
             problems = wheelcheck.check_wheel(
                 wheel,
                 name=self.mf.package.name,
@@ -144,6 +163,8 @@ class Acceptance:
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
             )
+            if facts is not None:
+                problems += wheelprov.wheel_problems(wheel, provenance.compose(facts))
             if problems:
                 result.result = "failed"
                 result.reason = "wheel check failed: " + "; ".join(problems)
@@ -160,6 +181,21 @@ class Acceptance:
         final.chmod(0o644)
         result.wheel = final.name
         result.result = "ok"
+
+    def facts(
+        self, wheel: Path, *, torch: str, inputs: JobInputs | None, toolchain: object
+    ) -> provenance.BuildFacts | None:
+        """What the wheel's provenance says (`buildfacts.build_facts`); None where the job's inputs came
+        without their facts."""
+        if inputs is None or inputs.facts is None:
+            return None
+        cache = self.ctx.compile_cache
+        return buildfacts.build_facts(
+            self.mf, self.job, inputs=inputs.facts,
+            version=str(parse_wheel_filename(wheel.name)[1]), torch_version=torch,
+            toolchain=toolchain if isinstance(toolchain, Mapping) else None, toolkit=inputs.toolkit,
+            compile_cache=cache.config if cache is not None else None, factory_version=version(),
+        )  # fmt: skip
 
     def label(self, wheel: Path, *, epoch: int) -> Path:
         """The wheel with the variant's local version label: as built when its setup.py read the label,

@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from factory import cache, home, images, leftovers, runtimereqs, wheelhouse
+from factory import buildfacts, cache, home, images, leftovers, provenance, runtimereqs, wheelhouse
 from factory.config import MatrixFile
 from factory.container import heartbeat, protocol
 from factory.engine import (
@@ -252,11 +252,24 @@ class Runner:
         domain = cache.trust_domain(self.prepared_source().code_id)
         toolkit = self._once(f"toolkit:{image}", lambda: images.image_toolkit(self.client, image))
         check = self.check_wheelhouse_for(job)
+        local = self._once(f"local-image:{image}", lambda: get_image(self.client, image))
         return JobInputs(
             image=image, source=source, wheelhouse=wh, cache_domain=domain, toolkit=toolkit,
             check_wheelhouse=check.path, check_requirements=check.requirements, check_note=check.note,
+            image_id=local.id if local is not None else None,
+            facts=buildfacts.InputFacts(
+                source=self._once("source-facts", self.source_facts),
+                image=buildfacts.image_identity(self.mf, job, local.labels if local is not None else {}),
+                build_requirements=self._once(f"facts:{wh}", lambda: buildfacts.wheelhouse_facts(wh)),
+            ),
             source_date_epoch=self.prepared_source().source_date_epoch,
         )  # fmt: skip
+
+    def source_facts(self) -> provenance.SourceFacts:
+        """The source as the wheels' provenance names it (a path source's tree hashed once per run)."""
+        prepared = self.prepared_source()
+        commit = git_commit(prepared.tree) if self.mf.package.source.kind == "git" else None
+        return buildfacts.source_facts(self.mf, prepared, commit=commit)
 
     def run_job(self, job: Job, result: JobResult) -> None:
         run_job(self.context, job, result, prepare=self.inputs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import buildlog, cache, jobspec, leftovers, preflight, reproducible
+from factory import buildfacts, buildlog, cache, jobspec, leftovers, preflight, reproducible
 from factory import shard as sharding
 from factory.acceptance import Acceptance
 from factory.config import MatrixFile
@@ -48,6 +48,8 @@ class JobInputs:
     check_wheelhouse: Path | None = None
     check_requirements: tuple[str, ...] = ()
     check_note: str = ""  # what the log says of them
+    image_id: str | None = None  # the image's docker id, for report.json
+    facts: buildfacts.InputFacts | None = None  # what the wheel's provenance says of its inputs
     # SOURCE_DATE_EPOCH of the job's builds and of its wheel's archive (`reproducible`)
     source_date_epoch: int = reproducible.DEFAULT_EPOCH
 
@@ -373,7 +375,7 @@ class JobRun:
             inputs = prepare(self.job)
             image = inputs.image
             self.source_date_epoch = inputs.source_date_epoch
-            result.image, result.toolkit = image, inputs.toolkit
+            result.image, result.toolkit, result.image_id = image, inputs.toolkit, inputs.image_id
             if inputs.check_note:
                 self.note(inputs.check_note)
             result.check_requirements = list(inputs.check_requirements)
@@ -393,15 +395,11 @@ class JobRun:
                 ctx.compile_cache.before_job(self.job.id, inputs.cache_domain)
             built = self.build(image=image, mounts=mounts, out_dir=out_tmp)
             if built is not None:
-                wheel, installed_torch = built
+                wheel, installed_torch, toolchain = built
                 self.acceptance.accept(
-                    wheel=wheel,
-                    torch=installed_torch,
-                    image=image,
-                    mounts=mounts,
-                    prepare=prepare,
-                    epoch=self.source_date_epoch,
-                )
+                    wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare,
+                    inputs=inputs, toolchain=toolchain, epoch=self.source_date_epoch,
+                )  # fmt: skip
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"
         except FactoryError as exc:
@@ -440,7 +438,7 @@ class JobRun:
 
     def build(
         self, *, image: str, mounts: Mapping[str, Mapping[str, str]], out_dir: Path
-    ) -> tuple[Path, str] | None:
+    ) -> tuple[Path, str, object] | None:
         """Attempts until a wheel, a non-OOM failure, the last attempt or nothing left to change. The build
         directory outlives an OOM kill, so each retry resumes from the objects already compiled."""
         job, result, ctx = self.job, self.result, self.ctx
@@ -499,8 +497,10 @@ class JobRun:
             if wheel is None:
                 result.result, result.reason = "failed", "the build finished without a wheel"
                 return None
-            # The driver reports the torch it built against; the wheel is pinned to that release.
-            return wheel, str(outcome.markers.get("torch") or job.variant.torch)
+            # The driver reports the torch it built against (the wheel is pinned to that release) and
+            # the toolchain it compiled with (the wheel's provenance names both).
+            torch = str(outcome.markers.get("torch") or job.variant.torch)
+            return wheel, torch, outcome.markers.get("toolchain")
         if retries.stop == STOP_FAILED:
             result.result = "failed"
             result.reason = f"build exited with code {outcome.exit_code} (attempt {tried.number})"

@@ -64,6 +64,8 @@ class JobResult:
     attempts: list[Attempt] = field(default_factory=list)
     shard: str | None = None  # "I/N": a shard's build, which fills the compile cache and makes no wheel
     image: str | None = None  # the builder image
+    # its docker id here (the wheel's provenance names the image by its content, the same on every host)
+    image_id: str | None = None
     toolkit: str | None = None  # the CUDA release of its nvcc (Debian's 12.4 for a CUDA 12.8 variant, say)
     preflight: PreflightResult | None = None  # `build --preflight`: its compiles' verdict, no wheel
     # compiles of every attempt (the measurement lines' "cache" field): served from the compile cache, or run

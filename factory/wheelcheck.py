@@ -305,10 +305,15 @@ def _read_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str) -> str
 
 
 def pin_torch_requirement(
-    wheel: Path, torch_version: str, *, epoch: int = reproducible.DEFAULT_EPOCH
+    wheel: Path,
+    torch_version: str,
+    *,
+    extra: Mapping[str, bytes] | None = None,
+    epoch: int = reproducible.DEFAULT_EPOCH,
 ) -> None:
     """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents,
-    as a canonical archive dated from `epoch` (`rewrite_wheel`)."""
+    as a canonical archive dated from `epoch` (`rewrite_wheel`); `extra`: files added to its .dist-info in
+    the same rewrite (provenance, SBOM)."""
     with _open_wheel(wheel) as archive:
         dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
@@ -316,7 +321,7 @@ def pin_torch_requirement(
         dist_info = dist_infos[0]
         metadata = _read_metadata(archive, wheel, dist_info)
         pinned = pin_torch_in_metadata(metadata, torch_version).encode("utf-8")
-        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, epoch=epoch)
+        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra, epoch=epoch)
 
 
 def rewrite_wheel(
@@ -326,11 +331,13 @@ def rewrite_wheel(
     dist_info: str,
     metadata: bytes,
     renames: Mapping[str, str] | None = None,
+    extra: Mapping[str, bytes] | None = None,
     epoch: int = reproducible.DEFAULT_EPOCH,
 ) -> None:
     """Write `archive` anew as `target` with `metadata` as its METADATA and each member under a prefix of
     `renames` (old -> new, directory prefixes ending in '/') renamed; RECORD is made from the bytes actually
-    written and placed last, signatures over the old one dropped. The archive is canonical
+    written and placed last, signatures over the old one dropped. `extra` (paths relative to the .dist-info
+    -> bytes) are written into it, in place of any member of the same path. The archive is canonical
     (`reproducible`): members in `reproducible.canonical_order`, each dated from `epoch` (the source's
     SOURCE_DATE_EPOCH), mode 0644 or 0755, deflated at one level; RECORD's rows in the same order. Two builds
     of the same bytes give the same wheel, whenever and wherever they ran. The new zip is written beside
@@ -338,16 +345,24 @@ def rewrite_wheel(
     renames = renames or {}
     metadata_path = f"{dist_info}/METADATA"
     record_path = f"{dist_info}/RECORD"
+    added = {_renamed(f"{dist_info}/{rel}", renames): data for rel, data in (extra or {}).items()}
     dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES}
-    members = {_renamed(i.filename, renames): i for i in archive.infolist() if i.filename not in dropped}
-    if len(members) != len([i for i in archive.infolist() if i.filename not in dropped]):
+    kept = [i for i in archive.infolist() if i.filename not in dropped]
+    members = {_renamed(i.filename, renames): i for i in kept}
+    if len(members) != len(kept):
         raise CheckError(f"{target.name}: a member is in the wheel twice")
+    members = {name: info for name, info in members.items() if name not in added}
     fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     temp = Path(temp_name)
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as out:
             rows: list[tuple[str, str, str]] = []
-            for name in reproducible.canonical_order(members):
+            for name in reproducible.canonical_order([*members, *added]):
+                if name in added:
+                    data = added[name]
+                    out.writestr(reproducible.canonical_info(name, epoch=epoch, mode=0o644), data)
+                    rows.append((name, record_hash(data), str(len(data))))
+                    continue
                 info = members[name]
                 if info.is_dir():
                     out.writestr(_canonical_info(info, name, epoch), b"")
@@ -361,8 +376,7 @@ def rewrite_wheel(
             rows.append((new_record_path, "", ""))
             text = io.StringIO()
             csv.writer(text, lineterminator="\n").writerows(rows)
-            mode = reproducible.FILE_MODE
-            new_record = reproducible.canonical_info(new_record_path, epoch=epoch, mode=mode)
+            new_record = reproducible.canonical_info(new_record_path, epoch=epoch, mode=0o644)
             out.writestr(new_record, text.getvalue().encode("utf-8"))
             out.close()
             raw.flush()

@@ -203,6 +203,42 @@ def test_published_index_has_good_variants_and_shows_the_failure(demo_build: dic
     assert "failed" in human and "cu130-torch2.14-abi1-sm75" in human
 
 
+def test_every_published_wheel_has_provenance_and_an_sbom_its_library_accepts(
+    demo_build: dict[str, Any],
+) -> None:
+    """PEP 770's sboms/ and the factory's provenance in each published wheel: CycloneDX's own validator and
+    parser accept the SBOM, the provenance names the job, and `factory inspect` prints both."""
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    from factory import wheelprov
+
+    wheels = sorted((demo_build["index"] / "files").glob("*/*.whl"))
+    assert len(wheels) == 2
+    for wheel in wheels:
+        found = wheelprov.read(wheel)
+        prov = found.provenance
+        job = demo_build["jobs"][prov["job"]["id"]]
+        assert job["wheel"] == wheel.name
+        assert prov["source"]["kind"] == "path" and len(prov["source"]["path"]["tree_sha256"]) == 64
+        assert prov["torch"]["version"].startswith("2.14.")
+        assert prov["toolchain"]["nvcc"].startswith("13.0") and prov["toolchain"]["cxx"]
+        assert prov["image"]["dockerfile_sha256"] and prov["cache"]["compile_cache"] in ("local", "directory")
+        assert any(r["filename"].startswith("torch-") for r in prov["build_requirements"])
+        assert job["image_id"].startswith("sha256:") and job["image_id"] not in json.dumps(prov)
+        with zipfile.ZipFile(wheel) as zf:
+            text = zf.read(found.sbom_path).decode()
+        assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+        bom = Bom.from_json(json.loads(text))  # type: ignore[attr-defined]
+        names = {c.name for c in bom.components}
+        assert {"torch", "cuda-toolkit", "factory-demo-ext"} <= names
+        assert any(n.startswith("libc10") for n in names), names  # what the module links from torch
+        proc = run_factory("inspect", str(wheel))
+        assert proc.returncode == 0, proc.stderr
+        assert f"job {prov['job']['id']}" in proc.stdout and "sbom        " in proc.stdout
+
+
 # pip installs the real wheel from the S3 bucket below; the publish tests run both clients on both indexes.
 @pytest.mark.parametrize("tool", ["uv"])
 def test_consumer_installs_the_real_wheel_from_the_served_index(

@@ -1,0 +1,31 @@
+"""`factory inspect WHEEL_OR_URL`: what built a wheel (its provenance) and what its SBOM lists."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from factory import wheelprov
+from factory.cli import app
+from factory.cli.output import echo_json, json_option
+
+
+@app.command("inspect")
+def inspect_command(
+    wheel: Annotated[
+        str, typer.Argument(metavar="WHEEL_OR_URL", help="A wheel file, or an http(s) URL of one.")
+    ],
+    as_json: Annotated[bool, json_option()] = False,
+) -> None:
+    """Print what built a wheel (its provenance) and what its SBOM lists.
+
+    From its .dist-info's factory-provenance.json: the source and patches, recipe, builder image,
+    toolchain, torch, build requirements, job and compile cache setting; and the components of its
+    CycloneDX SBOM (sboms/). A wheel without them, or with malformed ones, fails in one line."""
+    found = wheelprov.inspect(wheel)
+    if as_json:
+        echo_json(wheelprov.to_json(found))
+        return
+    for line in wheelprov.describe(found):
+        typer.echo(line)

@@ -1,0 +1,211 @@
+"""A wheel's provenance and SBOM as files in its .dist-info: made for a job, read back, checked, shown.
+
+`files` gives what acceptance adds to the wheel (in the rewrite that pins its torch, so RECORD lists them);
+`wheel_problems` is the wheel check's part: the provenance present, of its format, agreeing with the job's,
+and the SBOM a CycloneDX document its library accepts; `inspect` is `factory inspect`'s library call.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from factory import provenance, sbom
+from factory.errors import CheckError, ConfigError, FactoryError
+from factory.urls import printable, without_credentials
+
+MAX_DOWNLOAD = 16 << 30  # a wheel `factory inspect` fetches
+DOWNLOAD_DEADLINE_S = 600.0
+
+
+def files(facts: provenance.BuildFacts, needed: Mapping[str, Any]) -> dict[str, bytes]:
+    """The files the wheel of `facts` carries in its .dist-info (relative paths -> bytes)."""
+    return {
+        provenance.FILE_NAME: provenance.dumps(provenance.compose(facts)),
+        facts.sbom: sbom.compose(facts, needed),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Found:
+    """A wheel's provenance (parsed and checked) and its SBOM's summary."""
+
+    wheel: str
+    provenance: dict[str, Any]
+    sbom_path: str
+    sbom: sbom.Summary
+
+
+def _dist_info(archive: zipfile.ZipFile, wheel: str) -> str:
+    tops = {n.split("/", 1)[0] for n in archive.namelist()}
+    dirs = sorted(t for t in tops if t.endswith(".dist-info"))
+    if len(dirs) != 1:
+        raise CheckError(f"{wheel}: expected one .dist-info directory, found {len(dirs)}")
+    return dirs[0]
+
+
+def _member(archive: zipfile.ZipFile, name: str, limit: int, wheel: str) -> bytes:
+    try:
+        info = archive.getinfo(name)
+    except KeyError:
+        raise CheckError(f"{wheel}: has no {name}") from None
+    if info.file_size > limit:
+        raise CheckError(f"{wheel}: {name} is {info.file_size} bytes, over the {limit >> 20} MiB it may have")
+    try:
+        with archive.open(info) as fh:
+            data = fh.read(limit + 1)
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise CheckError(f"{wheel}: {name} cannot be read ({exc})") from None
+    if len(data) > limit:  # the zip's header said less than its stream holds
+        raise CheckError(f"{wheel}: {name} is over the {limit >> 20} MiB it may have")
+    return data
+
+
+def read(wheel: Path) -> Found:
+    """The provenance and SBOM a wheel carries; whatever is missing, too large or malformed is a CheckError
+    of one line naming the wheel and the file."""
+    name = wheel.name
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CheckError(f"{name}: cannot be opened as a zip ({exc})") from None
+    with archive:
+        dist_info = _dist_info(archive, name)
+        path = f"{dist_info}/{provenance.FILE_NAME}"
+        data = _member(archive, path, provenance.MAX_BYTES, name)
+        document = provenance.parse(data, where=f"{name}: {path}")
+        rel = document["wheel"]["sbom"]
+        parts = PurePosixPath(rel).parts
+        if not rel or rel.startswith("/") or ".." in parts or not rel.startswith(f"{provenance.SBOM_DIR}/"):
+            raise CheckError(f"{name}: {path}: wheel.sbom {rel!r} is not a file under {provenance.SBOM_DIR}/")
+        sbom_path = f"{dist_info}/{rel}"
+        summary = sbom.parse(_member(archive, sbom_path, sbom.MAX_BYTES, name), where=f"{name}: {sbom_path}")
+    return Found(wheel=name, provenance=document, sbom_path=sbom_path, sbom=summary)
+
+
+def wheel_problems(wheel: Path, expected: Mapping[str, Any]) -> list[str]:
+    """The wheel check's part: one line per way the wheel's provenance or SBOM fails the job (`expected`:
+    the job's provenance document); [] when both are there, well formed and the provenance is the job's."""
+    try:
+        found = read(wheel)
+    except CheckError as exc:
+        return [str(exc).removeprefix(f"{wheel.name}: ")]
+    return provenance.mismatches(found.provenance, expected)
+
+
+# --- factory inspect ----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _local(wheel_or_url: str) -> Iterator[Path]:
+    """The wheel as a local file: a path as it is, an http(s) URL downloaded (bounded in size and time)
+    into a temporary directory removed afterwards."""
+    scheme = urlsplit(wheel_or_url).scheme
+    if scheme not in ("http", "https"):
+        path = Path(wheel_or_url)
+        if not path.is_file():
+            raise ConfigError(f"{wheel_or_url}: no such wheel file")
+        yield path
+        return
+    name = PurePosixPath(unquote(urlsplit(wheel_or_url).path)).name
+    if not name.endswith(".whl") or "/" in name or not name.isprintable():
+        raise ConfigError(f"{without_credentials(wheel_or_url)}: does not name a .whl file")
+    shown = without_credentials(wheel_or_url)
+    with tempfile.TemporaryDirectory(prefix="factory-inspect-") as tmp:
+        target = Path(tmp) / name
+        try:
+            with (
+                urllib.request.urlopen(wheel_or_url, timeout=60) as resp,
+                target.open("wb") as out,
+            ):
+                length = resp.headers.get("Content-Length")
+                if length and length.isdigit() and int(length) > MAX_DOWNLOAD:
+                    raise FactoryError(f"{shown}: {length} bytes, over the {MAX_DOWNLOAD >> 30} GiB limit")
+                copied = 0
+                while block := resp.read(1 << 20):
+                    copied += len(block)
+                    if copied > MAX_DOWNLOAD:
+                        raise FactoryError(f"{shown}: over the {MAX_DOWNLOAD >> 30} GiB limit")
+                    out.write(block)
+        except urllib.error.HTTPError as exc:
+            raise FactoryError(f"{shown}: HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise FactoryError(f"{shown}: {getattr(exc, 'reason', exc)}") from None
+        yield target
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def inspect(wheel_or_url: str) -> Found:
+    """`factory inspect`: a wheel's provenance and SBOM, from a file or an http(s) URL."""
+    with _local(wheel_or_url) as path:
+        return read(path)
+
+
+def describe(found: Found) -> list[str]:
+    """What `factory inspect` prints for a person, one fact a line."""
+    p = found.provenance
+    job, src, variant = p["job"], p["source"], p["job"]["variant"]
+    lines = [
+        f"wheel       {found.wheel}",
+        f"built by    wheel-factory {p['factory']['version']}, job {job['id']}",
+    ]
+    if src["kind"] == "pypi":
+        lines.append(f"source      sdist {src['sdist']['filename']} sha256:{src['sdist']['sha256']}")
+    elif src["kind"] == "git":
+        git = src["git"]
+        lines.append(f"source      git {git['url']} {git['ref']} commit {git['commit'] or 'unknown'}")
+    else:
+        lines.append(f"source      directory {src['path']['name']} tree sha256:{src['path']['tree_sha256']}")
+    lines += [f"patch       {x['name']} sha256:{x['sha256']}" for x in src["patches"]]
+    recipe = p["recipe"]
+    lines.append(
+        f"recipe      {recipe['name']} ({recipe['origin']}, factory {recipe['factory_version']}) "
+        f"sha256:{recipe['sha256']}"
+    )
+    lines.append(
+        f"variant     CUDA {variant['cuda']}, torch {variant['torch']}, "
+        f"archs {';'.join(variant['archs'])}, cxx11_abi {variant['cxx11_abi']}"
+    )
+    tc = p["toolchain"]
+    nvcc, cxx = tc["nvcc"] or "?", tc["cxx"] or "c++ ?"
+    lines.append(f"toolchain   toolkit {tc['toolkit'] or '?'} (nvcc {nvcc}), {cxx}, Python {tc['python']}")
+    lines.append(f"torch       {p['torch']['version']}")
+    image = p["image"]
+    lines.append("image       " + ", ".join(f"{k}={v}" for k, v in sorted(image.items())))
+    if job["cxx_std"]:
+        lines.append(f"C++         {job['cxx_std']}")
+    lines += [f"env         {k}={v}" for k, v in sorted(job["env"].items())]
+    lines.append(f"cache       {p['cache']['compile_cache']}")
+    lines += [f"requires    {r['filename']} sha256:{r['sha256']}" for r in p["build_requirements"]]
+    needs = "; ".join(p["rebuild"]["needs"]) or "nothing else"
+    lines.append(f"rebuild     job {p['rebuild']['job']} (needs: {needs})")
+    s = found.sbom
+    count = len(s.components)
+    lines.append(f"sbom        {found.sbom_path}: CycloneDX {s.spec}, {count} components, {s.serial}")
+    lines += [f"  {kind:<11} {name} {version}".rstrip() for kind, name, version in s.components]
+    return [printable(line) for line in lines]  # the wheel's text, shown on a terminal
+
+
+def to_json(found: Found) -> dict[str, Any]:
+    """What `factory inspect --json` prints."""
+    s = found.sbom
+    return {
+        "wheel": found.wheel,
+        "provenance": found.provenance,
+        "sbom": {
+            "path": found.sbom_path,
+            "spec": s.spec,
+            "serial": s.serial,
+            "subject": s.subject,
+            "components": [{"type": t, "name": n, "version": v} for t, n, v in s.components],
+        },
+    }

@@ -1,0 +1,378 @@
+"""A wheel's provenance and SBOM: compose, parse and check (factory.provenance, factory.sbom), the facts they
+are made of (factory.buildfacts), and the files in a wheel (factory.wheelprov, `factory inspect`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cyclonedx.model.bom import Bom
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+
+from factory import buildfacts, provenance, sbom, wheelprov
+from factory.config import load_matrix_file
+from factory.errors import CheckError
+from factory.plan import Job, plan_matrix
+from factory.wheelcheck import pin_torch_requirement, record_hash, record_problems
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+NEEDED = {"pkg/_C.so": ("libc10.so", "libtorch_cpu.so", "libcudart.so.13", "libc.so.6", "libstdc++.so.6")}
+
+
+def memext_job() -> tuple[Any, Job]:
+    mf = load_matrix_file(FIXTURES / "memext.yaml")
+    return mf, plan_matrix(mf).jobs[0]
+
+
+def make_facts(**changes: Any) -> provenance.BuildFacts:
+    mf, job = memext_job()
+    source = provenance.SourceFacts(
+        kind="pypi", sdist="factory_memext-0.1.0.tar.gz", sha256="a" * 64, patches=(("fix.patch", "c" * 64),)
+    )
+    inputs = buildfacts.InputFacts(
+        source=source,
+        image=buildfacts.image_identity(mf, job, {}),
+        build_requirements=(("torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", "b" * 64),),
+    )
+    facts = buildfacts.build_facts(
+        mf, job, inputs=inputs, version=f"0.1.0+{job.variant.local_version}", torch_version="2.14.1",
+        toolchain={"nvcc": "13.0.88", "cxx": "g++ (Debian 14.2.0-19) 14.2.0"}, toolkit="13.0",
+        compile_cache=None, factory_version="0.1.0",
+    )  # fmt: skip
+    return replace(facts, **changes)
+
+
+# --- the provenance format ----------------------------------------------------------------------------------
+
+
+def test_compose_parse_round_trip() -> None:
+    doc = provenance.compose(make_facts())
+    data = provenance.dumps(doc)
+    assert provenance.parse(data) == doc
+    assert doc["format"] == provenance.FORMAT
+    assert doc["source"]["sdist"] == {"filename": "factory_memext-0.1.0.tar.gz", "sha256": "a" * 64}
+    assert doc["torch"]["version"] == "2.14.1"
+    assert doc["job"]["variant"]["archs"] == ["8.0"]
+    assert doc["toolchain"]["nvcc"] == "13.0.88"
+
+
+def test_same_facts_same_bytes() -> None:
+    # two separately gathered sets of the same facts: the same file, byte for byte
+    assert provenance.dumps(provenance.compose(make_facts())) == provenance.dumps(
+        provenance.compose(make_facts())
+    )
+    assert sbom.compose(make_facts(), NEEDED) == sbom.compose(make_facts(), NEEDED)
+
+
+def test_nothing_of_the_host_is_in_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No time, host name or $FACTORY_HOME path: the provenance is the job's alone."""
+    import socket
+
+    text = provenance.dumps(provenance.compose(make_facts())).decode()
+    assert socket.gethostname() not in text
+    assert str(Path.home()) not in text
+    for key in ("time", "timestamp", "host", "started", "finished", "hits"):
+        assert f'"{key}"' not in text
+    assert '"timestamp"' not in sbom.compose(make_facts(), NEEDED).decode()
+
+
+def test_another_job_gives_another_file() -> None:
+    a = provenance.dumps(provenance.compose(make_facts()))
+    assert a != provenance.dumps(provenance.compose(make_facts(archs=("9.0",))))
+    assert a != provenance.dumps(provenance.compose(make_facts(torch_version="2.14.0")))
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\xff\xfe", "not valid JSON"),
+        (b"{", "not valid JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'{"format": 2}', "format 2 is not 1"),
+        (b'{"format": true}', "format True is not 1"),
+        (b'{"format": 1, "format": 1}', "duplicate key"),
+        (b'{"format": NaN}', "not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
+        (b" " * (provenance.MAX_BYTES + 1), "over the 1 MiB"),
+    ],
+)
+def test_hostile_files_are_one_line_errors(data: bytes, says: str) -> None:
+    with pytest.raises(CheckError) as err:
+        provenance.parse(data, where="w.whl: x/factory-provenance.json")
+    message = str(err.value)
+    assert (
+        says in message and "\n" not in message and message.startswith("w.whl: x/factory-provenance.json: ")
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "says"),
+    [
+        (("job", "covers"), [3], "provenance.job.covers[0] must be str, not int"),
+        (("job", "variant", "cxx11_abi"), "true", "provenance.job.variant.cxx11_abi must be bool"),
+        (("job", "env"), {"A": 1}, "provenance.job.env must be a mapping of strings"),
+        (("recipe", "sha256"), "ABC", "provenance.recipe.sha256 must be a sha256"),
+        (("source", "kind"), "svn", "provenance.source.kind 'svn' is not one of pypi, git, path"),
+        (("source", "sdist", "sha256"), None, "provenance.source.sdist.sha256 must be a sha256"),
+        (("build_requirements",), {}, "provenance.build_requirements must be a list"),
+        (("torch",), None, "provenance.torch must be a mapping"),
+    ],
+)
+def test_wrong_types_are_named(path: tuple[str, ...], value: Any, says: str) -> None:
+    doc = provenance.compose(make_facts())
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(CheckError, match=None) as err:
+        provenance.parse(json.dumps(doc).encode())
+    assert says in str(err.value)
+
+
+def test_a_missing_key_is_named() -> None:
+    doc = provenance.compose(make_facts())
+    del doc["toolchain"]["nvcc"]
+    with pytest.raises(CheckError, match=r"provenance\.toolchain\.nvcc is missing"):
+        provenance.parse(json.dumps(doc).encode())
+
+
+def test_mismatches_name_the_field_that_differs() -> None:
+    expected = provenance.compose(make_facts())
+    assert provenance.mismatches(expected, expected) == []
+    found = provenance.compose(make_facts(archs=("9.0",)))
+    (line,) = provenance.mismatches(found, expected)
+    assert line == 'provenance: job.variant.archs is ["9.0"], the job\'s is ["8.0"]'
+    other = provenance.compose(make_facts(cxx="clang"))
+    assert provenance.mismatches(other, expected) == [
+        "provenance: provenance.toolchain.cxx differs from the job's"
+    ]
+    moved = provenance.compose(make_facts(source=replace(make_facts().source, sha256="d" * 64)))
+    assert provenance.mismatches(moved, expected)[0].startswith("provenance: source is ")
+
+
+# --- the facts ----------------------------------------------------------------------------------------------
+
+
+def test_the_rebuild_document_is_a_matrix_file_of_the_same_job(tmp_path: Path) -> None:
+    mf, job = memext_job()
+    inputs = buildfacts.InputFacts(
+        source=provenance.SourceFacts(kind="path", path="memext", tree_sha256="a" * 64),
+        image={},
+        build_requirements=(),
+    )
+    facts = buildfacts.build_facts(
+        mf, job, inputs=inputs, version="0.1.0", torch_version="2.14.1", toolchain=None, toolkit=None,
+        compile_cache=None, factory_version="0.1.0",
+    )  # fmt: skip
+    doc = provenance.compose(facts)
+    shutil.copytree(FIXTURES / "memext", tmp_path / "memext")
+    (tmp_path / "rebuild.yaml").write_text(json.dumps(doc["rebuild"]["matrix"]))
+    again = load_matrix_file(tmp_path / "rebuild.yaml")
+    assert [j.id for j in plan_matrix(again).jobs] == [doc["rebuild"]["job"]] == [job.id]
+    assert buildfacts.recipe_digest(again.recipe) == doc["recipe"]["sha256"]
+    assert again.build.cache is False
+    assert any("memext" in need for need in doc["rebuild"]["needs"])
+
+
+def test_a_builtin_recipe_is_named_not_spelled_out() -> None:
+    mf, _job = memext_job()
+    from factory.recipes import FLASH_ATTN
+
+    mf = replace(mf, recipe=FLASH_ATTN)
+    recipe = buildfacts.recipe_facts(mf)
+    assert recipe.origin == "built-in" and recipe.document == "flash-attn"
+    changed = replace(mf, recipe=replace(FLASH_ATTN, env={"X": "1"}))
+    assert buildfacts.recipe_facts(changed).origin == "matrix file"
+    assert buildfacts.recipe_facts(changed).sha256 != recipe.sha256
+
+
+def test_git_urls_lose_their_credentials() -> None:
+    mf, _job = memext_job()
+    from factory.options import Source
+    from factory.source import PreparedSource
+
+    git = replace(
+        mf, package=replace(mf.package, source=Source(kind="git", url="https://u:tok@h/r.git", ref="v1"))
+    )
+    facts = buildfacts.source_facts(git, PreparedSource(tree=Path("/nowhere")), commit="f" * 40)
+    assert facts.git_url == "https://h/r.git" and facts.commit == "f" * 40
+
+
+def test_tree_digest_follows_content_not_times(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.py").write_text("x = 1\n")
+    (tmp_path / "link").symlink_to("/etc/passwd")
+    first = buildfacts.tree_digest(tmp_path)
+    (tmp_path / "a" / "f.py").touch()
+    assert buildfacts.tree_digest(tmp_path) == first
+    (tmp_path / "a" / "f.py").write_text("x = 2\n")
+    assert buildfacts.tree_digest(tmp_path) != first
+
+
+def test_cache_setting_names_no_path() -> None:
+    from factory.cache import CacheConfig
+
+    assert buildfacts.cache_setting(None) == "off"
+    assert buildfacts.cache_setting(CacheConfig(local=Path("/home/x/.cache"))) == "local"
+    assert buildfacts.cache_setting(CacheConfig(local=Path("/x"), store="s3://b/p")) == "s3"
+    assert buildfacts.cache_setting(CacheConfig(local=Path("/x"), store="/srv/index/_cache")) == "directory"
+
+
+def test_elf_needed_reads_a_real_shared_object() -> None:
+    import _ctypes  # an extension module of this Python, linked against libc at least
+
+    needed = buildfacts.elf_needed(Path(_ctypes.__file__))
+    assert any(lib.startswith("libc.so") for lib in needed) or "libffi" in " ".join(needed)
+    assert buildfacts.elf_needed(Path(sys.executable).with_name("nonexistent")) == ()
+
+
+# --- the SBOM -----------------------------------------------------------------------------------------------
+
+
+def test_the_sbom_is_valid_cyclonedx_to_its_own_library() -> None:
+    data = sbom.compose(make_facts(), NEEDED)
+    text = data.decode()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    bom = Bom.from_json(json.loads(text))  # type: ignore[attr-defined]
+    names = {c.name for c in bom.components}
+    assert {"factory-memext", "torch", "cuda-toolkit", "fix.patch"} <= names
+    assert {"libc10.so", "libtorch_cpu.so", "libcudart.so.13"} <= names
+    assert not {"libc.so.6", "libstdc++.so.6"} & names  # the system's, not torch's or CUDA's
+    source = next(c for c in bom.components if c.bom_ref.value == "source")
+    assert [h.content for h in source.hashes] == ["a" * 64]
+    assert str(source.purl) == "pkg:pypi/factory-memext@0.1.0?file_name=factory_memext-0.1.0.tar.gz"
+    torch = next(c for c in bom.components if c.name == "torch")
+    assert torch.version == "2.14.1"
+    summary = sbom.parse(data)
+    assert summary.subject.startswith("factory-memext 0.1.0+")
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"{}", "not a CycloneDX document"),
+        (b'{"bomFormat": "CycloneDX", "specVersion": "1.2"}', "CycloneDX '1.2', not 1.6"),
+        (b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": 3}', "not valid CycloneDX 1.6"),
+        (b"nope", "not valid JSON"),
+        (b" " * (sbom.MAX_BYTES + 1), "over the 4 MiB"),
+    ],
+)
+def test_hostile_sboms_are_one_line_errors(data: bytes, says: str) -> None:
+    with pytest.raises(CheckError) as err:
+        sbom.parse(data, where="w.whl: sbom")
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("soname", "who"),
+    [
+        ("libc10.so", "torch"),
+        ("libc10_cuda.so", "torch"),
+        ("libtorch_python.so", "torch"),
+        ("libcudart.so.12", "cuda"),
+        ("libcublasLt.so.13", "cuda"),
+        ("libc.so.6", None),
+        ("libcrypt.so.1", None),
+    ],
+)
+def test_who_provides_a_library(soname: str, who: str | None) -> None:
+    assert sbom.provider(soname) == who
+
+
+# --- in a wheel ---------------------------------------------------------------------------------------------
+
+DIST = "factory_memext-0.1.0.dist-info"
+
+
+def write_wheel(path: Path, extra: dict[str, bytes] | None = None) -> Path:
+    files = {
+        "factory_memext/__init__.py": b"",
+        f"{DIST}/METADATA": b"Metadata-Version: 2.1\nName: factory-memext\nVersion: 0.1.0\n",
+        f"{DIST}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n",
+        **(extra or {}),
+    }
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerows((n, record_hash(d), str(len(d))) for n, d in files.items())
+    writer.writerow((f"{DIST}/RECORD", "", ""))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr(f"{DIST}/RECORD", text.getvalue())
+    return path
+
+
+def test_the_files_go_in_with_the_torch_pin_and_record_lists_them(tmp_path: Path) -> None:
+    facts = make_facts()
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
+    pin_torch_requirement(wheel, "2.14.1", extra=wheelprov.files(facts, NEEDED))
+    with zipfile.ZipFile(wheel) as archive:
+        assert record_problems(archive, f"{DIST}/RECORD") == []
+        record = archive.read(f"{DIST}/RECORD").decode()
+    assert f"{DIST}/factory-provenance.json,sha256=" in record
+    assert f"{DIST}/sboms/factory-memext.cdx.json,sha256=" in record
+    found = wheelprov.read(wheel)
+    assert found.provenance == provenance.compose(facts)
+    assert wheelprov.wheel_problems(wheel, provenance.compose(facts)) == []
+    other = provenance.compose(make_facts(torch_version="2.14.0"))
+    assert wheelprov.wheel_problems(wheel, other) == [
+        'provenance: torch.version is "2.14.1", the job\'s is "2.14.0"'
+    ]
+
+
+def test_a_planted_provenance_is_replaced_not_doubled(tmp_path: Path) -> None:
+    planted = {f"{DIST}/factory-provenance.json": b'{"format": 1, "lies": true}'}
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl", planted)
+    pin_torch_requirement(wheel, "2.14.1", extra=wheelprov.files(make_facts(), NEEDED))
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.namelist().count(f"{DIST}/factory-provenance.json") == 1
+    assert wheelprov.wheel_problems(wheel, provenance.compose(make_facts())) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({}, f"has no {DIST}/factory-provenance.json"),
+        ({f"{DIST}/factory-provenance.json": b"{bad"}, "not valid JSON"),
+        ({f"{DIST}/factory-provenance.json": b"x" * (provenance.MAX_BYTES + 1)}, "over the 1 MiB"),
+        ({f"{DIST}/factory-provenance.json": b'{"format": 1, "job": []}'}, "provenance.factory is missing"),
+    ],
+)
+def test_hostile_provenance_in_a_wheel(tmp_path: Path, extra: dict[str, bytes], says: str) -> None:
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl", extra)
+    (line,) = wheelprov.wheel_problems(wheel, provenance.compose(make_facts()))
+    assert says in line and "\n" not in line
+
+
+def test_an_sbom_path_outside_sboms_is_refused(tmp_path: Path) -> None:
+    doc = provenance.compose(make_facts())
+    doc["wheel"]["sbom"] = "../../etc/passwd"
+    extra = {f"{DIST}/factory-provenance.json": provenance.dumps(doc)}
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl", extra)
+    with pytest.raises(CheckError, match="is not a file under sboms/"):
+        wheelprov.read(wheel)
+
+
+def test_factory_inspect(tmp_path: Path, factory_cli: Any) -> None:
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
+    pin_torch_requirement(wheel, "2.14.1", extra=wheelprov.files(make_facts(), NEEDED))
+    code, out = factory_cli(["inspect", str(wheel)])
+    assert code == 0, out
+    assert "source      sdist factory_memext-0.1.0.tar.gz sha256:" + "a" * 64 in out
+    assert "torch       2.14.1" in out and "libcudart.so.13" in out
+    code, out = factory_cli(["inspect", str(wheel), "--json"])
+    assert code == 0 and json.loads(out)["provenance"]["torch"]["version"] == "2.14.1"
+    bare = write_wheel(tmp_path / "bare-0.1.0-cp311-cp311-linux_x86_64.whl")
+    code, out = factory_cli(["inspect", str(bare)])
+    assert code == 1 and out.strip().count("\n") == 0 and "has no" in out
+    code, out = factory_cli(["inspect", str(tmp_path / "missing.whl")])
+    assert code == 2 and "no such wheel file" in out
