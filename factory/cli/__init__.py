@@ -57,6 +57,8 @@ def _register() -> None:
         "source",
         "clean",
         "cache",
+        "inspect",
+        "verify",
     ):
         try:
             importlib.import_module(f"factory.cli.{name}")
