@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
-import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +26,6 @@ from typing import Any
 
 from factory import provenance, wheeldiff, wheelprov
 from factory.errors import BuildError, ConfigError
-from factory.source import IGNORED
 
 Log = Callable[[str], None]
 CACHE_LOCAL = "local"  # --cache local: this home's compile cache alone
@@ -120,7 +118,9 @@ def with_cache(matrix: dict[str, Any], cache: str) -> tuple[dict[str, Any], str 
 def write_workdir(
     workdir: Path, matrix: Mapping[str, Any], *, source: Path | None, source_name: PurePosixPath | None
 ) -> Path:
-    """The rebuild's matrix file in `workdir`, and a path source's directory copied beside it."""
+    """The rebuild's matrix file in `workdir`, and a path source's directory beside it: a link to `source`,
+    so that the build copies the same tree and its compiles are in the compile cache's domain of that
+    directory (`cache.trust_domain`: a path source's is its real path)."""
     workdir.mkdir(parents=True, exist_ok=True)
     if source_name is not None:
         if source is None:
@@ -130,9 +130,12 @@ def write_workdir(
         if not source.is_dir():
             raise ConfigError(f"--source {source}: not a directory")
         target = workdir / source_name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
         if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(source, target, ignore=IGNORED, symlinks=True)
+            raise ConfigError(f"--workdir {workdir}: {source_name} is there already and is no link")
+        target.symlink_to(source.resolve(), target_is_directory=True)
     path = workdir / MATRIX_NAME
     path.write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")
     return path
@@ -146,7 +149,10 @@ def build_job(matrix: Path, job_id: str, output: Path, *, cache: str | None, log
     BuildError naming why there is none."""
     from factory.buildplan import BuildRequest, plan_build, run_planned
 
-    request = BuildRequest(matrix=matrix, output=output, only=glob.escape(job_id), cache=cache)
+    # trusted paths: the one path outside the work directory is the link to the --source DIR it was given
+    request = BuildRequest(
+        matrix=matrix, trust_paths=True, output=output, only=glob.escape(job_id), cache=cache
+    )
     planned = plan_build(request, warn=lambda line: log(f"warning: {line}"))
     if [job.id for job in planned.jobs] != [job_id]:
         raise BuildError(f"the rebuild's document plans {[j.id for j in planned.jobs]}, not {job_id}")

@@ -50,17 +50,19 @@ def test_the_cache_option() -> None:
     assert MATRIX["build"]["cache"] is False  # the given document is left as it is
 
 
-def test_the_work_directory_holds_the_document_and_a_copy_of_the_source(tmp_path: Path) -> None:
+def test_the_work_directory_holds_the_document_and_a_link_to_the_source(tmp_path: Path) -> None:
     src = tmp_path / "elsewhere"
     (src / "csrc").mkdir(parents=True)
-    (src / "setup.py").write_text("print()\n")
     (src / "csrc" / "a.cu").write_text("//\n")
-    (src / "__pycache__").mkdir()
     work = tmp_path / "work"
     path = rebuild.write_workdir(work, MATRIX, source=src, source_name=PurePosixPath("demo-ext"))
     assert json.loads(path.read_text()) == MATRIX
-    assert (work / "demo-ext" / "csrc" / "a.cu").is_file()
-    assert not (work / "demo-ext" / "__pycache__").exists()
+    assert (work / "demo-ext").resolve() == src.resolve()  # the compile cache's domain of that directory
+    rebuild.write_workdir(work, MATRIX, source=src, source_name=PurePosixPath("demo-ext"))  # again: kept
+    (work / "demo-ext").unlink()
+    (work / "demo-ext").mkdir()
+    with pytest.raises(ConfigError, match="no link"):
+        rebuild.write_workdir(work, MATRIX, source=src, source_name=PurePosixPath("demo-ext"))
     with pytest.raises(ConfigError, match="--source DIR"):
         rebuild.write_workdir(work, MATRIX, source=None, source_name=PurePosixPath("demo-ext"))
     with pytest.raises(ConfigError, match="not a directory"):
