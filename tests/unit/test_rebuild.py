@@ -77,12 +77,19 @@ def wheel_with(path: Path, provenance: dict[str, Any]) -> Path:
 
 
 def test_a_provenance_difference_is_named_by_its_field(tmp_path: Path) -> None:
-    a = wheel_with(tmp_path / "a" / "w.whl", {"format": 1, "job": {"id": "j"}, "compile_cache": "off"})
-    b = wheel_with(tmp_path / "b" / "w.whl", {"format": 1, "job": {"id": "j"}, "compile_cache": "local"})
+    a = wheel_with(
+        tmp_path / "a" / "w.whl", {"format": 1, "job": {"id": "j"}, "cache": {"compile_cache": "off"}}
+    )
+    b = wheel_with(
+        tmp_path / "b" / "w.whl", {"format": 1, "job": {"id": "j"}, "cache": {"compile_cache": "local"}}
+    )
     found = wheeldiff.compare_wheels(a, b)
     assert found is not None
     explained = rebuild.explain(found, a, b)
-    assert explained.line() == "demo-1.0.dist-info/factory-provenance.json: provenance.compile_cache differs"
+    assert (
+        explained.line()
+        == "demo-1.0.dist-info/factory-provenance.json: provenance.cache.compile_cache differs"
+    )
     other = wheeldiff.Difference(member="demo/_C.so", what="ELF section .text differs at byte 3 of 9")
     assert rebuild.explain(other, a, b) is other
 
