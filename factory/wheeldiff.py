@@ -71,9 +71,15 @@ def _sections(data: bytes) -> list[tuple[str, int, int, bytes]]:
     return out
 
 
+# a hash of the linked bytes (ld --build-id): it differs whenever anything else does, so it is named only when
+# it is the one difference
+_DERIVED_SECTIONS = frozenset({".note.gnu.build-id"})
+
+
 def elf_difference(a: bytes, b: bytes) -> str | None:
     """Which part of two ELF files differs, in one line: the first section (in A's order) whose bytes, or
-    whose place, differ; else the headers or padding, at an offset. None when they are equal."""
+    whose size, differ, a section derived from the others (the build id) only when nothing else does; else
+    the headers or padding, at an offset. None when they are equal."""
     offset = first_byte_difference(a, b)
     if offset is None:
         return None
@@ -85,12 +91,17 @@ def elf_difference(a: bytes, b: bytes) -> str | None:
     if names_a != names_b:
         only = [n for n in names_a if n not in names_b] or [n for n in names_b if n not in names_a]
         return f"ELF sections differ: {', '.join(only[:3]) or 'their order'}"
+    found: list[tuple[str, str]] = []
     for (name, _, size_a, data_a), (_, _, size_b, data_b) in zip(left, right, strict=True):
+        shown = name or "(null)"
         if size_a != size_b:
-            return f"ELF section {name or '(null)'} differs in size ({size_a} vs {size_b} bytes)"
-        within = first_byte_difference(data_a, data_b)
-        if within is not None:
-            return f"ELF section {name or '(null)'} differs at byte {within} of {size_a}"
+            found.append((name, f"ELF section {shown} differs in size ({size_a} vs {size_b} bytes)"))
+        elif (within := first_byte_difference(data_a, data_b)) is not None:
+            found.append((name, f"ELF section {shown} differs at byte {within} of {size_a}"))
+        if found and found[-1][0] not in _DERIVED_SECTIONS:
+            return found[-1][1]
+    if found:
+        return found[0][1]
     for name, off_a, size, _ in left:
         if off_a <= offset < off_a + size:
             return f"ELF section {name} is placed differently (byte {offset})"

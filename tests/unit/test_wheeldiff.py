@@ -125,3 +125,27 @@ def test_a_broken_elf_still_gives_an_offset() -> None:
     assert wheeldiff.bytes_difference(b"\x7fELF\x00garbage", b"\x7fELF\x01garbage").startswith(
         "differs at byte 4"
     )
+
+
+def test_the_build_id_is_named_only_when_nothing_else_differs(tmp_path: Path) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    libs = []
+    for value in (1, 2):
+        (tmp_path / "a.c").write_text(f"int value = {value};\n")
+        out = tmp_path / f"a{value}.so"
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-Wl,--build-id=sha1", "a.c", "-o", str(out)], cwd=tmp_path, check=True
+        )
+        libs.append(out.read_bytes())
+    found = wheeldiff.bytes_difference(libs[0], libs[1])
+    assert found is not None and found.startswith("ELF section .data differs"), found
+    assert wheeldiff.elf_difference(libs[0], libs[0]) is None
+    (note,) = [s for s in wheeldiff._sections(libs[0]) if s[0] == ".note.gnu.build-id"]
+    at = note[1] + note[2] - 1  # the id's last byte
+    changed = libs[0][:at] + bytes([libs[0][at] ^ 1]) + libs[0][at + 1 :]
+    assert (
+        wheeldiff.elf_difference(libs[0], changed)
+        == f"ELF section .note.gnu.build-id differs at byte {note[2] - 1} of {note[2]}"
+    )
