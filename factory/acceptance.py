@@ -23,6 +23,7 @@ from factory import (
     leftovers,
     platform_tag,
     provenance,
+    reproducible,
     safefs,
     version,
     wheelcheck,
@@ -133,22 +134,24 @@ class Acceptance:
         prepare: Callable[[Job], JobInputs],
         inputs: JobInputs | None = None,
         toolchain: object = None,
+        epoch: int = reproducible.DEFAULT_EPOCH,
     ) -> None:
-        """Label, pin torch and add the provenance and SBOM (`inputs`' facts, the build's `toolchain`
-        mark), retag the platform, check the wheel, then install and import it in a fresh container; only
-        then is it moved to the output. A wheel that built and failed a check is kept (`keep_wheel`), so
-        that mending the check needs no compile."""
+        """Label, retag the platform, pin torch and add the provenance and SBOM (`inputs`' facts, the build's
+        `toolchain` mark), check the wheel, then install and import it in a fresh container; only then is it
+        moved to the output. A wheel that built and failed a check is kept (`keep_wheel`), so that mending
+        the check needs no compile. The torch pin is the last rewrite, after auditwheel's: it writes the
+        canonical archive, dated from the source's `epoch` (`reproducible`)."""
         job, result = self.job, self.result
         result.phase = "check"
         self.run.changed()
         self.run.note("checking the wheel")
         passed = False
         try:
-            wheel = self.label(wheel)
+            wheel = self.label(wheel, epoch=epoch)
+            wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
             facts = self.facts(wheel, torch=torch, inputs=inputs, toolchain=toolchain)
             extra = None if facts is None else wheelprov.files(facts, buildfacts.needed_libraries(wheel))
-            wheelcheck.pin_torch_requirement(wheel, torch, extra=extra)
-            wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
+            wheelcheck.pin_torch_requirement(wheel, torch, extra=extra, epoch=epoch)
             problems = wheelcheck.check_wheel(
                 wheel,
                 name=self.mf.package.name,
@@ -194,13 +197,13 @@ class Acceptance:
             compile_cache=cache.config if cache is not None else None, factory_version=version(),
         )  # fmt: skip
 
-    def label(self, wheel: Path) -> Path:
+    def label(self, wheel: Path, *, epoch: int) -> Path:
         """The wheel with the variant's local version label: as built when its setup.py read the label,
         else set by the host (`wheelcheck.set_local_version`), whatever the recipe."""
         label = self.job.variant.local_version
         if not label:
             return wheel
-        labelled = wheelcheck.set_local_version(wheel, label)
+        labelled = wheelcheck.set_local_version(wheel, label, epoch=epoch)
         if labelled is None:
             return wheel
         self.run.note(f"the wheel's version had no local label: {wheel.name} is now {labelled.name}")

@@ -262,6 +262,7 @@ class Runner:
                 image=buildfacts.image_identity(self.mf, job, local.labels if local is not None else {}),
                 build_requirements=self._once(f"facts:{wh}", lambda: buildfacts.wheelhouse_facts(wh)),
             ),
+            source_date_epoch=self.prepared_source().source_date_epoch,
         )  # fmt: skip
 
     def source_facts(self) -> provenance.SourceFacts:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory import buildfacts, buildlog, cache, jobspec, leftovers, preflight
+from factory import buildfacts, buildlog, cache, jobspec, leftovers, preflight, reproducible
 from factory import shard as sharding
 from factory.acceptance import Acceptance
 from factory.config import MatrixFile
@@ -50,6 +50,8 @@ class JobInputs:
     check_note: str = ""  # what the log says of them
     image_id: str | None = None  # the image's docker id, for report.json
     facts: buildfacts.InputFacts | None = None  # what the wheel's provenance says of its inputs
+    # SOURCE_DATE_EPOCH of the job's builds and of its wheel's archive (`reproducible`)
+    source_date_epoch: int = reproducible.DEFAULT_EPOCH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +239,7 @@ class JobRun:
         self.shard_sources: tuple[str, ...] | None = None  # a shard's own compiles, relative to the source
         self.preflight_candidates: tuple[str, ...] | None = None  # its device compile's, cheapest first
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
+        self.source_date_epoch = reproducible.DEFAULT_EPOCH  # the source's, once the job has its inputs
         self.lines = DriverLines(ctx, job, result, changed=self.changed)
         self.acceptance = Acceptance(self)
 
@@ -280,6 +283,7 @@ class JobRun:
             shard=self.ctx.shard,
             shard_sources=self.shard_sources,
             preflight_candidates=self.preflight_candidates if self.ctx.preflight else None,
+            source_date_epoch=self.source_date_epoch,
         )
 
     def plan_shard(self, source: Path) -> None:
@@ -370,6 +374,7 @@ class JobRun:
             self.changed()
             inputs = prepare(self.job)
             image = inputs.image
+            self.source_date_epoch = inputs.source_date_epoch
             result.image, result.toolkit, result.image_id = image, inputs.toolkit, inputs.image_id
             if inputs.check_note:
                 self.note(inputs.check_note)
@@ -393,7 +398,7 @@ class JobRun:
                 wheel, installed_torch, toolchain = built
                 self.acceptance.accept(
                     wheel=wheel, torch=installed_torch, image=image, mounts=mounts, prepare=prepare,
-                    inputs=inputs, toolchain=toolchain,
+                    inputs=inputs, toolchain=toolchain, epoch=self.source_date_epoch,
                 )  # fmt: skip
         except Interrupted:
             result.result, result.reason = "interrupted", "the build was stopped"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from factory import cache
+from factory import cache, reproducible
 from factory.config import BuildOptions, MatrixFile
 from factory.container import CONTAINER_DIR, DRIVER, IMPORT_ROOT, PACKAGE_MOUNT, heartbeat, protocol
 from factory.engine import ContainerSpec, Limits
@@ -93,10 +93,13 @@ def container_env(
     shard: Shard | None = None,
     shard_sources: Sequence[str] | None = None,
     preflight_candidates: Sequence[str] | None = None,
+    source_date_epoch: int | None = None,
 ) -> dict[str, str]:
     """The build container's environment: the driver's (`driver_env`), the memory plan's
     (`jobmemory.wrapper_env`, MAX_JOBS among it), then the matrix's own env for the job, which wins. A
-    shard's sources and a preflight's candidates when the run has them."""
+    shard's sources and a preflight's candidates when the run has them. SOURCE_DATE_EPOCH, the source's
+    date (`reproducible`), is the one clock the build reads: what bdist_wheel and compilers date with it
+    is the same in every build of the job."""
     sharded = shard is not None and shard_sources is not None
     env = {
         **driver,
@@ -108,6 +111,7 @@ def container_env(
         "PIP_NO_INDEX": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PYTHONUNBUFFERED": "1",
+        **({reproducible.ENV: str(source_date_epoch)} if source_date_epoch is not None else {}),
     }
     env.update(memory)
     env.update(matrix_env(mf, job))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import dataclasses
 import filecmp
 import hashlib
 import json
@@ -54,7 +55,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory import leftovers
+from factory import leftovers, reproducible
 from factory.errors import BuildError, ConfigError, PatchError
 from factory.home import factory_home
 from factory.index import PYPI_JSON_TYPE, parse_anchors
@@ -89,6 +90,8 @@ class PreparedSource:
     # whose code this is: the sdist's sha256, the git URL or the directory, and the patches (the compile
     # cache's trust domain: `cache.trust_domain`)
     code_id: str = ""
+    # the source's date (`reproducible.source_date_epoch`): SOURCE_DATE_EPOCH of its builds
+    source_date_epoch: int = reproducible.DEFAULT_EPOCH
 
 
 # ---------------------------------------------------------------------------------------------- pip settings
@@ -941,10 +944,11 @@ def prepare_source(
         sdist=sdist[0] if sdist else None,
         sha256=sdist[1] if sdist else None,
         code_id=code_id,
+        source_date_epoch=reproducible.source_date_epoch(kind, archive=archive),
     )
     final = result.tree.parent
     if final.is_dir():
-        return result
+        return _dated(result, kind)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=leftovers.partial_prefix()))
     try:
@@ -983,7 +987,15 @@ def prepare_source(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return result
+    return _dated(result, kind)
+
+
+def _dated(prepared: PreparedSource, kind: str) -> PreparedSource:
+    """A git checkout's date is its commit's, read from the tree once it is there."""
+    if kind != "git":
+        return prepared
+    epoch = reproducible.source_date_epoch(kind, tree=prepared.tree)
+    return dataclasses.replace(prepared, source_date_epoch=epoch)
 
 
 def prepare_package(

@@ -33,7 +33,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory import abi3
+from factory import abi3, reproducible
 from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
@@ -305,10 +305,15 @@ def _read_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str) -> str
 
 
 def pin_torch_requirement(
-    wheel: Path, torch_version: str, *, extra: Mapping[str, bytes] | None = None
+    wheel: Path,
+    torch_version: str,
+    *,
+    extra: Mapping[str, bytes] | None = None,
+    epoch: int = reproducible.DEFAULT_EPOCH,
 ) -> None:
-    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents
-    (`rewrite_wheel`); `extra`: files added to its .dist-info in the same rewrite (provenance, SBOM)."""
+    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents,
+    as a canonical archive dated from `epoch` (`rewrite_wheel`); `extra`: files added to its .dist-info in
+    the same rewrite (provenance, SBOM)."""
     with _open_wheel(wheel) as archive:
         dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
@@ -316,7 +321,7 @@ def pin_torch_requirement(
         dist_info = dist_infos[0]
         metadata = _read_metadata(archive, wheel, dist_info)
         pinned = pin_torch_in_metadata(metadata, torch_version).encode("utf-8")
-        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra)
+        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra, epoch=epoch)
 
 
 def rewrite_wheel(
@@ -327,52 +332,51 @@ def rewrite_wheel(
     metadata: bytes,
     renames: Mapping[str, str] | None = None,
     extra: Mapping[str, bytes] | None = None,
+    epoch: int = reproducible.DEFAULT_EPOCH,
 ) -> None:
     """Write `archive` anew as `target` with `metadata` as its METADATA and each member under a prefix of
     `renames` (old -> new, directory prefixes ending in '/') renamed; RECORD is made from the bytes actually
     written and placed last, signatures over the old one dropped. `extra` (paths relative to the .dist-info
-    -> bytes) are written into it before RECORD, in place of any member of the same path. Every member keeps
-    its zip metadata (timestamps, permission bits). The new zip is written beside `target` and renamed over
-    it, so a failure leaves whatever was there untouched."""
+    -> bytes) are written into it, in place of any member of the same path. The archive is canonical
+    (`reproducible`): members in `reproducible.canonical_order`, each dated from `epoch` (the source's
+    SOURCE_DATE_EPOCH), mode 0644 or 0755, deflated at one level; RECORD's rows in the same order. Two builds
+    of the same bytes give the same wheel, whenever and wherever they ran. The new zip is written beside
+    `target` and renamed over it, so a failure leaves whatever was there untouched."""
     renames = renames or {}
     metadata_path = f"{dist_info}/METADATA"
     record_path = f"{dist_info}/RECORD"
-    added = {f"{dist_info}/{rel}": data for rel, data in (extra or {}).items()}
-    dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES} | set(added)
-    names = archive.namelist()
+    added = {_renamed(f"{dist_info}/{rel}", renames): data for rel, data in (extra or {}).items()}
+    dropped = {record_path} | {f"{dist_info}/{s}" for s in _RECORD_SIGNATURES}
+    kept = [i for i in archive.infolist() if i.filename not in dropped]
+    members = {_renamed(i.filename, renames): i for i in kept}
+    if len(members) != len(kept):
+        raise CheckError(f"{target.name}: a member is in the wheel twice")
+    members = {name: info for name, info in members.items() if name not in added}
     fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     temp = Path(temp_name)
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as out:
             rows: list[tuple[str, str, str]] = []
-            for info in archive.infolist():
-                if info.filename in dropped:
-                    continue  # signatures over the old RECORD would be false now
-                name = _renamed(info.filename, renames)
+            for name in reproducible.canonical_order([*members, *added]):
+                if name in added:
+                    data = added[name]
+                    out.writestr(reproducible.canonical_info(name, epoch=epoch, mode=0o644), data)
+                    rows.append((name, record_hash(data), str(len(data))))
+                    continue
+                info = members[name]
                 if info.is_dir():
-                    out.writestr(_copy_info(info, name), b"")
+                    out.writestr(_canonical_info(info, name, epoch), b"")
                     continue
                 if info.filename == metadata_path:
-                    out.writestr(_copy_info(info, name), metadata)
+                    out.writestr(_canonical_info(info, name, epoch), metadata)
                     rows.append((name, record_hash(metadata), str(len(metadata))))
                     continue
-                rows.append(_copy_member(archive, info, out, name))
-            for path, data in sorted(added.items()):
-                name = _renamed(path, renames)
-                member = zipfile.ZipInfo(name, date_time=archive.getinfo(metadata_path).date_time)
-                member.compress_type = zipfile.ZIP_DEFLATED
-                member.external_attr = 0o644 << 16
-                out.writestr(member, data)
-                rows.append((name, record_hash(data), str(len(data))))
+                rows.append(_copy_member(archive, info, out, name, epoch))
             new_record_path = _renamed(record_path, renames)
             rows.append((new_record_path, "", ""))
             text = io.StringIO()
             csv.writer(text, lineterminator="\n").writerows(rows)
-            record_info = archive.getinfo(record_path) if record_path in names else None
-            new_record = (
-                _copy_info(record_info, new_record_path) if record_info else zipfile.ZipInfo(new_record_path)
-            )
-            new_record.compress_type = zipfile.ZIP_DEFLATED
+            new_record = reproducible.canonical_info(new_record_path, epoch=epoch, mode=0o644)
             out.writestr(new_record, text.getvalue().encode("utf-8"))
             out.close()
             raw.flush()
@@ -428,7 +432,7 @@ def relabelled_name(filename: str, version: Version) -> str:
     return "-".join([parts[0], str(version), *parts[2:]]) + ".whl"
 
 
-def set_local_version(wheel: Path, label: str) -> Path | None:
+def set_local_version(wheel: Path, label: str, *, epoch: int = reproducible.DEFAULT_EPOCH) -> Path | None:
     """Give `wheel` the local version `label` (`+cu13.0.torch2.14...`) where its setup.py gave it none: in
     its file name, its .dist-info and .data directory names, METADATA's Version and RECORD (paths and
     hashes); WHEEL is copied as it is. Renaming the file alone would break pip, which checks they agree.
@@ -457,28 +461,26 @@ def set_local_version(wheel: Path, label: str) -> Path | None:
             f"{stem}-{written}.data/": f"{stem}-{new_version}.data/",
         }
         data = metadata.encode("utf-8")
-        rewrite_wheel(archive, target, dist_info=dist_info, metadata=data, renames=renames)
+        rewrite_wheel(archive, target, dist_info=dist_info, metadata=data, renames=renames, epoch=epoch)
     if target != wheel:
         wheel.unlink()
     return target
 
 
-def _copy_info(info: zipfile.ZipInfo, name: str | None = None) -> zipfile.ZipInfo:
-    new = zipfile.ZipInfo(info.filename if name is None else name, date_time=info.date_time)
-    new.compress_type = info.compress_type
-    new.external_attr = info.external_attr
-    new.create_system = info.create_system
-    return new
+def _canonical_info(info: zipfile.ZipInfo, name: str, epoch: int) -> zipfile.ZipInfo:
+    is_dir = info.is_dir()
+    mode = reproducible.canonical_mode(info.external_attr, is_dir=is_dir)
+    return reproducible.canonical_info(name, epoch=epoch, mode=mode, is_dir=is_dir)
 
 
 def _copy_member(
-    source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile, name: str | None = None
+    source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile, name: str, epoch: int
 ) -> tuple[str, str, str]:
-    """Stream one member across (extensions can be hundreds of MB) under `name` (default: its own), hashing
-    what is written."""
+    """Stream one member across (extensions can be hundreds of MB) under `name`, in its canonical form,
+    hashing what is written."""
     hasher = hashlib.sha256()
     size = 0
-    new = _copy_info(info, name)
+    new = _canonical_info(info, name, epoch)
     new.file_size = info.file_size
     with (
         source.open(info) as src,

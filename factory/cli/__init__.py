@@ -60,6 +60,7 @@ def _register() -> None:
         "verify",
         "compat",
         "inspect",
+        "verify",
     ):
         try:
             importlib.import_module(f"factory.cli.{name}")

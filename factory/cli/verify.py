@@ -1,14 +1,17 @@
-"""`factory verify` (a wheel's signature) and `factory keygen` (a signing key pair); the signing options
-`factory publish` and `factory build --publish` share."""
+"""`factory verify` (a wheel's signature: --key; a rebuild from its provenance compared byte for byte:
+--rebuild) and `factory keygen` (a signing key pair); the signing options `factory publish` and `factory build
+--publish` share. Each check is its own option and its own library call."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from factory.cli import app
+from factory.cli.output import echo_json, json_option
 from factory.errors import ConfigError
 
 SIGN_KEY_OPTION = typer.Option(
@@ -41,15 +44,72 @@ def verify(
             help="The signature file (default: the wheel's path or URL with .sig.json appended).",
         ),
     ] = None,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Build the wheel again from its provenance (its rebuild section) and compare the two "
+            "byte for byte; exit 1 naming the first differing file (and ELF section) if they differ.",
+        ),
+    ] = False,
+    cache: Annotated[
+        str,
+        typer.Option(
+            "--cache",
+            metavar="DEST|local|off",
+            help="With --rebuild: compile through this compile cache (a store: directory or s3://; local: "
+            "this home's) to check it, or off.",
+        ),
+    ] = "off",
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--source",
+            metavar="DIR",
+            help="With --rebuild: the source directory of a wheel built from one (source: {path}).",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir",
+            metavar="DIR",
+            help="With --rebuild: rebuild here and keep it (its matrix, rebuilt wheel and report); "
+            "default: a temporary directory.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, json_option()] = False,
 ) -> None:
-    """Check that a wheel's signature vouches for it with a public key (exit 1, one line, if not)."""
-    from factory.signing import public_key_file
-    from factory.verify import verify_signature
+    """Check a wheel: --key its signature, --rebuild a build from its own provenance compared byte for byte
+    (exit 1 and one line naming what failed)."""
+    if key is None and not rebuild:
+        raise ConfigError(
+            "give --key PUB (the public key whose signature the wheel must carry) and/or --rebuild "
+            "(build the wheel again from its provenance and compare)"
+        )
+    if key is not None:
+        from factory.signing import public_key_file
+        from factory.verify import verify_signature
 
-    if key is None:
-        raise ConfigError("give --key PUB (the public key whose signature the wheel must carry)")
-    verified = verify_signature(wheel, key=public_key_file(key), signature=signature)
-    typer.echo(f"OK {verified.filename}: sha256 {verified.sha256}, signed by key {verified.key_id}")
+        verified = verify_signature(wheel, key=public_key_file(key), signature=signature)
+        typer.echo(f"OK {verified.filename}: sha256 {verified.sha256}, signed by key {verified.key_id}")
+    if rebuild:
+        rebuild_and_compare(wheel, cache=cache, source=source, workdir=workdir, as_json=as_json)
+
+
+def rebuild_and_compare(
+    wheel: str, *, cache: str, source: Path | None, workdir: Path | None, as_json: bool
+) -> None:
+    """`--rebuild`: one line (or JSON), exit 0 when the rebuild is byte-identical, else 1."""
+    from factory.rebuild import RebuildOptions, verify_rebuild
+
+    options = RebuildOptions(cache=cache, source=source, workdir=workdir)
+    result = verify_rebuild(wheel, options, log=lambda line: typer.echo(line, err=True))
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        typer.echo(result.line())
+    sys.exit(0 if result.ok else 1)
 
 
 @app.command()

@@ -694,6 +694,40 @@ def prefix_maps(roots: Roots, mode: str) -> list[str]:
     return ["-Xcompiler", ",".join(maps)]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Plain:
+    """A compile the cache does not serve (it is off, or the call is not one it takes), run as the cache runs
+    its misses: with the same prefix maps, its object then made `deterministic`. The object is the one a
+    cache would hold, so a wheel does not depend on whether the cache was on."""
+
+    mode: str
+    run_args: tuple[str, ...]
+    output: str | None  # the object it writes, absolute; None: not a compile, run as it is
+
+    def finish(self, rc: int) -> None:
+        if rc != 0 or self.output is None:
+            return
+        with contextlib.suppress(OSError):
+            data = Path(self.output).read_bytes()
+            fixed = deterministic(data, self.mode)
+            if fixed != data:
+                _write_atomic(self.output, fixed)
+
+
+def plain(
+    mode: str, args: Sequence[str], *, environ: Mapping[str, str] = os.environ, cwd: str | None = None
+) -> Plain:
+    """How to run a call the cache does not take: a compile (`-c`, one object) with the job's prefix maps;
+    anything else (a link, --version) as it is."""
+    cwd = cwd or os.getcwd()
+    parsed = nvcccall.parse(args, mode)
+    if not parsed.is_compile or not parsed.output or parsed.output == "-":
+        return Plain(mode=mode, run_args=tuple(args), output=None)
+    roots = job_roots(args, cwd, environ)
+    output = os.path.normpath(os.path.join(cwd, parsed.output))
+    return Plain(mode=mode, run_args=(*args, *prefix_maps(roots, mode)), output=output)
+
+
 def claim_verification(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether this hit is one of the build's first FACTORY_CACHE_VERIFY hits, which are compiled anyway
     and compared with the cache's object. The claims are files in the outbox, made with O_EXCL, so

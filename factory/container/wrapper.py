@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -133,7 +134,7 @@ def cxx_main(argv: list[str]) -> int:
         os.execv(cxx, [cxx, *argv])
     cached = cache_attempt("cxx", cxx, argv)
     if not isinstance(cached, compilecache.Attempt):
-        os.execv(cxx, [cxx, *argv])
+        return run_plain(compilecache.plain("cxx", argv), cxx)
     record: dict[str, object] = {
         "key": protocol.compile_key(cached.call.source, ("host",), 1),
         "source": os.path.basename(cached.call.source),
@@ -155,6 +156,16 @@ def cxx_main(argv: list[str]) -> int:
     cache_record(cached, record)
     emit(record, env)
     return run.code
+
+
+def run_plain(call: compilecache.Plain, compiler: str) -> int:
+    """A call the cache does not take, run as its misses are (`compilecache.plain`): the same object with
+    the cache on or off. A call that is no compile is replaced by the compiler, as before."""
+    if call.output is None:
+        os.execv(compiler, [compiler, *call.run_args])
+    code = subprocess.call([compiler, *call.run_args])
+    call.finish(code)
+    return code
 
 
 def measured_as(call: nvcccall.NvccCall, argv: list[str]) -> dict[str, object]:
@@ -210,13 +221,16 @@ def main(argv: list[str]) -> int:
     key = str(record["key"])
     state_dir = env.state_dir
     cached = cache_attempt("nvcc", nvcc, argv)
-    if not state_dir and not isinstance(cached, compilecache.Attempt):
-        os.execv(nvcc, [nvcc, *argv])
+    uncached = None if isinstance(cached, compilecache.Attempt) else compilecache.plain("nvcc", argv)
+    if not state_dir and uncached is not None:
+        return run_plain(uncached, nvcc)
     # before admission: a hit takes no slot and no memory
     if serve_from_cache(cached, record, env):
         return 0
     if isinstance(cached, compilecache.Attempt):
         argv = list(cached.run_args)  # with a depfile of its own when the call named none, and prefix maps
+    elif uncached is not None:
+        argv = list(uncached.run_args)  # the prefix maps a miss would have had
     estimate = admission.compile_estimate(
         call.source,
         per_arch_bytes=env.est_per_arch_bytes or DEFAULT_EST_PER_ARCH,
@@ -262,6 +276,8 @@ def main(argv: list[str]) -> int:
     code, samples, wall = run.code, run.samples, run.wall_s
     if isinstance(cached, compilecache.Attempt):
         cached.finish(code)
+    elif uncached is not None:
+        uncached.finish(code)
     peak = max((rss for _, rss in samples), default=0)
     record.update(
         {

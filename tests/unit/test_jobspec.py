@@ -178,3 +178,9 @@ def test_a_driver_phase_is_one_frozen_spec(mf: MatrixFile, tmp_path: Path) -> No
     assert spec.mounts == mounts and spec.mounts is not mounts
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.image = "other"  # type: ignore[misc]
+
+
+def test_the_build_reads_the_sources_date(mf: MatrixFile, job: Job) -> None:
+    env = jobspec.container_env(mf, job, driver={}, memory={}, source_date_epoch=1_700_000_000)
+    assert env["SOURCE_DATE_EPOCH"] == "1700000000"
+    assert "SOURCE_DATE_EPOCH" not in jobspec.container_env(mf, job, driver={}, memory={})

@@ -238,11 +238,11 @@ def test_pinned_wheel_is_accepted_with_a_valid_record(tmp_path: Path) -> None:
     assert "Requires-Dist: einops" in metadata.decode()
 
 
-def test_pinning_keeps_names_modes_timestamps_and_other_bytes(tmp_path: Path) -> None:
+def test_pinning_keeps_names_modes_and_other_bytes_and_dates_members_from_the_epoch(tmp_path: Path) -> None:
     files = members()
     wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{TAG}.whl", files, modes={SO: 0o755})
     wheel.chmod(0o640)
-    pin_torch_requirement(wheel, "2.14.1")
+    pin_torch_requirement(wheel, "2.14.1", epoch=1704164646)  # 2024-01-02T03:04:06Z
     assert wheel.name == f"factory_demo_ext-{VERSION}-{TAG}.whl"
     assert wheel.stat().st_mode & 0o777 == 0o640
     with zipfile.ZipFile(wheel) as archive:

@@ -1,0 +1,172 @@
+"""Reproducible wheels through the real factory (dockerd, the pypi builder image, real nvcc and g++), and
+`factory verify --rebuild` finding what differs.
+
+One job of the demo extension (sm80), built as little as the claims allow:
+- A: cold, the compile cache off, in its own empty `$FACTORY_HOME`;
+- B: `factory verify --rebuild` of A with one byte of its extension changed, in another empty home (another
+  run, job directory and container, later): it names the changed member, and the wheel it rebuilt is A's
+  bytes: the same job built twice gives one sha256;
+- C: the cache on, in a third home: compiled cold into its cache;
+- D: `verify --rebuild C --cache local`: every compile a cache hit, and the wheel is C's bytes;
+- E: one entry of that cache replaced by a wrong object (signed with the home's key, as a runner that holds
+  it could): `verify --rebuild C --cache local` builds with it and names the extension module.
+A and C differ at most in the provenance's compile cache setting, which the provenance records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_build import DEMO_SRC, FACTORY, ROOT, demo_matrix
+from test_cache_build import fresh_home
+
+from factory import cache, provenance, rebuild, wheeldiff
+from factory.container import compilecache
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SO = "factory_demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
+POISON = (b"has no CPU kernels", b"has no CPU kernelz")  # a string of bindings.cpp, in its object
+
+
+def run_factory(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in (cache.KEY_ENV, cache.TRUSTED_KEYS_ENV)}
+    return subprocess.run(
+        [*FACTORY, *args], capture_output=True, text=True, cwd=ROOT, env={**env, "FACTORY_HOME": str(home)}
+    )
+
+
+def built_wheel(out: Path, proc: subprocess.CompletedProcess[str]) -> Path:
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    (job,) = json.loads((out / "report.json").read_text())["jobs"]
+    assert job["result"] == "ok", (job.get("reason"), job.get("log_tail"))
+    return out / job["wheel"]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    matrix: Path
+    tmp: Path
+    cold: Path  # A: the cache off
+    cached_home: Path
+    cached: Path  # C: the cache on, compiled cold into it
+
+
+@pytest.fixture(scope="module")
+def built(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: object, session_factory_home: Path
+) -> Iterator[Built]:
+    tmp = tmp_path_factory.mktemp("reproducible")
+    matrix = demo_matrix(tmp, arch=["8.0"])
+    home_a = fresh_home(tmp, "home-a", session_factory_home)
+    proc = run_factory(
+        home_a, "build", "--trust-paths", "-m", str(matrix), "-o", str(tmp / "a"), "--cache", "off"
+    )
+    cold = built_wheel(tmp / "a", proc)
+    home_c = fresh_home(tmp, "home-c", session_factory_home)
+    proc = run_factory(home_c, "build", "--trust-paths", "-m", str(matrix), "-o", str(tmp / "c"))
+    cached = built_wheel(tmp / "c", proc)
+    yield Built(matrix=matrix, tmp=tmp, cold=cold, cached_home=home_c, cached=cached)
+
+
+def verify_rebuild(home: Path, wheel: Path, workdir: Path, *extra: str) -> tuple[int, dict[str, object], str]:
+    args = ["--source", str(DEMO_SRC), "--workdir", str(workdir), "--json", *extra]
+    proc = run_factory(home, "verify", "--rebuild", str(wheel), *args)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def changed_one_byte(wheel: Path, dest: Path) -> Path:
+    """`wheel` with one byte of its extension module changed, everything else (RECORD too) as it was."""
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / wheel.name
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(target, "w") as out:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == SO:
+                middle = len(data) // 2
+                data = data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1 :]
+            out.writestr(info, data)
+    return target
+
+
+def test_the_same_job_built_twice_is_byte_identical_and_a_changed_byte_is_named(
+    built: Built, session_factory_home: Path
+) -> None:
+    tampered = changed_one_byte(built.cold, built.tmp / "published")
+    home_b = fresh_home(built.tmp, "home-b", session_factory_home)
+    code, result, log = verify_rebuild(home_b, tampered, built.tmp / "b")
+    assert code == 1, log[-3000:]
+    assert result["difference"] is not None
+    assert result["difference"]["member"] == SO  # type: ignore[index]
+    assert str(result["difference"]["what"]).startswith("ELF ")  # type: ignore[index]
+    (rebuilt,) = (built.tmp / "b" / "out").glob("*.whl")
+    assert sha256(rebuilt) == sha256(built.cold) == result["rebuilt_sha256"]
+    assert wheeldiff.compare_wheels(built.cold, rebuilt) is None
+
+
+def cache_setting(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(f".dist-info/{provenance.FILE_NAME}")]
+        return str(json.loads(archive.read(name))["cache"]["compile_cache"])
+
+
+def test_a_wheel_from_cache_hits_is_the_cold_ones(built: Built) -> None:
+    code, result, log = verify_rebuild(built.cached_home, built.cached, built.tmp / "d", "--cache", "local")
+    assert code == 0, (result, log[-3000:])
+    report = json.loads((built.tmp / "d" / "out" / "report.json").read_text())
+    (job,) = report["jobs"]
+    assert job["compiles_cached"] > 0 and job["compiles_compiled"] == 0, job
+    # the cache changes no byte of the build; the provenance alone may say whether it was on
+    found = wheeldiff.compare_wheels(built.cold, built.cached)
+    if found is not None:
+        found = rebuild.explain(found, built.cold, built.cached)
+        assert found.line().endswith(f"/{provenance.FILE_NAME}: provenance.cache.compile_cache differs"), (
+            found
+        )
+        assert (cache_setting(built.cold), cache_setting(built.cached)) == ("off", "local")
+
+
+def poison(home: Path) -> str:
+    """Replace the object of bindings.cpp's entry in `home`'s compile cache by one with a changed string,
+    signed with the home's key; the entry's manifest path."""
+    keyring = cache.load_keyring(home)
+    local = cache.local_dir(home) / cache.LAYOUT
+    for manifest in sorted(local.glob("*/m/*/*/*.json")):
+        domain = manifest.relative_to(local).parts[0]
+        entry = cache.verified_entry(manifest.read_bytes(), domain=domain, keyring=keyring)
+        if entry is None:
+            continue
+        root = local / domain
+        obj = compilecache.object_path(root, entry.object_sha256).read_bytes()
+        if POISON[0] not in obj:
+            continue
+        bad = obj.replace(*POISON)
+        digest = hashlib.sha256(bad).hexdigest()
+        target = compilecache.object_path(root, digest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(bad)
+        wrong = dataclasses.replace(entry, object_sha256=digest, object_size=len(bad))
+        manifest.write_bytes(cache.signed_manifest(wrong, domain=domain, keyring=keyring))
+        return str(manifest)
+    raise AssertionError(f"no entry of bindings.cpp in {local}")
+
+
+def test_a_wrong_object_in_the_compile_cache_is_found_by_a_rebuild(built: Built) -> None:
+    poison(built.cached_home)
+    code, result, log = verify_rebuild(built.cached_home, built.cached, built.tmp / "e", "--cache", "local")
+    assert code == 1, (result, log[-3000:])
+    assert result["difference"] == {"member": SO, "what": result["difference"]["what"]}  # type: ignore[index]
+    assert "ELF section .rodata" in str(result["difference"]["what"])  # type: ignore[index]
