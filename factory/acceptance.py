@@ -77,14 +77,26 @@ class Acceptance:
         image: str,
         mounts: Mapping[str, Mapping[str, str]],
         prepare: Callable[[Job], JobInputs],
+        torch: str | None = None,
     ) -> bool:
         """Install the wheel with its torch into a fresh venv of `python` and import it. A Python the job's
-        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get
-        (`prepare`'s)."""
+        abi3 wheel covers, or a torch its stable-ABI wheel covers, is checked in the image and with the
+        wheelhouse a job of that Python and torch would get (`prepare`'s)."""
         job, result = self.job, self.result
-        if python != job.python:
-            self.run.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
-            inputs = prepare(replace(job, python=python, covers=()))
+        other_torch = torch is not None and torch != job.variant.torch
+        if python != job.python or other_torch:
+            if python != job.python:
+                self.run.note(
+                    f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers"
+                )
+            variant = job.variant
+            if torch is not None and other_torch:
+                self.run.note(
+                    f"install check with torch {torch}, which the stable-ABI wheel "
+                    f"(torch>={job.variant.stable_abi}) covers"
+                )
+                variant = replace(variant, torch=torch)
+            inputs = prepare(replace(job, python=python, covers=(), variant=variant))
             image = inputs.image
             mounts = jobspec.check_mounts(
                 mounts,
@@ -102,12 +114,16 @@ class Acceptance:
         if outcome.exit_code != 0:
             result.result = "failed"
             on = f" on Python {python}" if python != job.python else ""
+            on += f" with torch {torch}" if other_torch else ""
             why = buildlog.check_failure_reason(read_tail_from(self.run.log_path, start))
             result.reason = f"install/import check{on} failed (exit {outcome.exit_code})" + (
                 f": {why}" if why else ""
             )
             return False
-        result.checked_pythons.append(python)
+        if python not in result.checked_pythons:
+            result.checked_pythons.append(python)
+        if torch is not None and torch not in result.checked_torches:
+            result.checked_torches.append(torch)
         return True
 
     def accept(
@@ -129,7 +145,8 @@ class Acceptance:
         passed = False
         try:
             wheel = self.label(wheel)
-            wheelcheck.pin_torch_requirement(wheel, torch)
+            stable = job.variant.stable_abi
+            wheelcheck.pin_torch_requirement(wheel, torch, stable_abi=stable)
             wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
             problems = wheelcheck.check_wheel(
                 wheel,
@@ -141,14 +158,20 @@ class Acceptance:
                 archs=job.variant.archs,
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
+                stable_abi=stable,
             )
             if problems:
                 result.result = "failed"
                 result.reason = "wheel check failed: " + "; ".join(problems)
                 return
-            for python in job.pythons:
-                if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
-                    return
+            # a stable-ABI wheel: with the oldest and the newest torch it covers (the newest built it)
+            torches = dict.fromkeys((job.torches[-1], job.torches[0]) if job.torches else (None,))
+            for checked_torch in torches:
+                for python in job.pythons:
+                    if not self.install_check(
+                        wheel, python=python, image=image, mounts=mounts, prepare=prepare, torch=checked_torch
+                    ):
+                        return
             passed = True
         finally:
             if not passed:

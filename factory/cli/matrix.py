@@ -44,11 +44,13 @@ class Format(StrEnum):
 
 
 def _pythons(job: Job) -> str:
-    """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"."""
+    """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"; a stable-ABI job adds the torches
+    its wheel serves: "3.11 (torch 2.12, 2.14)"."""
+    served = f" (torch {', '.join(job.torches)})" if job.torches else ""
     if not job.limited_api:
-        return job.python
+        return job.python + served
     covered = f", covers {', '.join(job.covers)}" if job.covers else ""
-    return f"{job.python} ({job.limited_api}-abi3{covered})"
+    return f"{job.python} ({job.limited_api}-abi3{covered}){served}"
 
 
 def _table(plan: Plan, title: str) -> Table:
