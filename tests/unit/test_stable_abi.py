@@ -376,6 +376,8 @@ def test_what_is_no_elf_is_a_problem_not_a_crash(data: bytes, why: str) -> None:
 
 # -- publishing
 
+PAGES = ("cu130-torch2.12-abi1-sm80", "cu130-torch2.14-abi1-sm80")
+
 
 def stable_wheel(directory: Path) -> Path:
     version = "1.0+cu13.0.stable2.12.abi1.sm80"
@@ -446,3 +448,31 @@ def test_the_job_counts_as_published_once_every_covered_torch_page_lists_it(tmp_
     publish_wheels([wheel], to=str(store), report=report)
     assert unpublished(open_store(str(store)), mf, [job], said.append) == []
     assert said == [f"{job.id}: already published as {wheel.name}; skipped (--rebuild builds it again)"]
+
+
+def test_repair_rebuilds_every_covered_page_from_the_files(tmp_path: Path) -> None:
+    from factory.publish import repair_index
+
+    wheel = stable_wheel(tmp_path)
+    report = tmp_path / "report.json"
+    entry = {
+        "variant_id": "cu130-stable2.12-abi1-sm80",
+        "python": "3.11",
+        "result": "ok",
+        "wheel": wheel.name,
+    }
+    report.write_text(json.dumps([{**entry, "torches": ["2.12", "2.14"]}]))
+    store = tmp_path / "index"
+    publish_wheels([wheel], to=str(store), report=report)
+    pages = [store / "simple" / vid / "demo-ext" / "index.json" for vid in PAGES]
+    before = [p.read_bytes() for p in pages]
+    for page in pages:
+        page.unlink()
+    result = repair_index(to=str(store))
+    assert not result.skipped
+    assert [json.loads(p.read_text())["files"][0]["filename"] for p in pages] == [wheel.name, wheel.name]
+
+    def files(text: str | bytes) -> list[dict[str, object]]:
+        return [{k: v for k, v in f.items() if k != "upload-time"} for f in json.loads(text)["files"]]
+
+    assert [files(p.read_text()) for p in pages] == [files(b) for b in before]
