@@ -39,6 +39,19 @@ def read_tail_from(path: Path, offset: int, max_bytes: int = MAX_CHECK_LOG) -> s
         return ""
 
 
+def with_torch(job: Job, torch: str) -> Job:
+    """The job as another torch's: what `prepare` gives it is that torch's wheelhouse (a stable-ABI wheel's
+    install check with a torch it covers)."""
+    return replace(job, variant=replace(job.variant, torch=torch))
+
+
+def oldest_torch_job(job: Job) -> Job | None:
+    """A stable-ABI job as its oldest covered torch's, when that is not the torch it builds with."""
+    if job.torches and job.torches[0] != job.variant.torch:
+        return with_torch(job, job.torches[0])
+    return None
+
+
 class Acceptance:
     """The wheel side of one `JobRun`: what it records goes into the run's result and log."""
 
@@ -89,14 +102,14 @@ class Acceptance:
                 self.run.note(
                     f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers"
                 )
-            variant = job.variant
+            checked = replace(job, python=python, covers=())
             if torch is not None and other_torch:
                 self.run.note(
                     f"install check with torch {torch}, which the stable-ABI wheel "
                     f"(torch>={job.variant.stable_abi}) covers"
                 )
-                variant = replace(variant, torch=torch)
-            inputs = prepare(replace(job, python=python, covers=(), variant=variant))
+                checked = with_torch(checked, torch)
+            inputs = prepare(checked)
             image = inputs.image
             mounts = jobspec.check_mounts(
                 mounts,

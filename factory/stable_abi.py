@@ -19,9 +19,11 @@ those. The C shim's functions are plain C names and pass, and so does everything
 
 from __future__ import annotations
 
+import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO
 
 from packaging.requirements import Requirement
@@ -175,3 +177,57 @@ def module_problem(member: str, fh: IO[bytes]) -> str | None:
         f"{member}: uses {bad[0]}{more}, outside torch's stable ABI (a stable-ABI wheel may call only the C "
         "shim, aoti_torch_*/torch_*)"
     )
+
+
+# --- detection: a hint `factory matrix --check` gives, which the user confirms by setting the key ----------
+
+_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp")
+MAX_SOURCE_FILES = 5000
+MAX_SOURCE_BYTES = 1 << 20  # per file: a larger one is generated code, read no further than this
+_STABLE_USE = re.compile(
+    rb"\bSTABLE_TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(|#\s*include\s*[<\"]torch/csrc/stable/"
+)
+# What only torch's C++ ABI offers: its headers, and the non-stable registration macros.
+_CXX_USE = re.compile(
+    rb"#\s*include\s*[<\"](?:ATen/|c10/|torch/extension\.h|torch/library\.h|torch/all\.h|torch/python\.h)"
+    rb"|(?<![A-Z_])TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\("
+)
+
+
+def detect(sources: Iterable[tuple[str, bytes]]) -> str | None:
+    """A one-line hint when C++/CUDA sources ((path, text) pairs) look written against torch's stable ABI:
+    one registers its operators with STABLE_TORCH_LIBRARY or includes torch/csrc/stable/, and none uses a
+    header or macro of torch's C++ ABI. None otherwise. Only a hint: the symbol check proves it."""
+    stable_in: str | None = None
+    for path, text in sources:
+        if _CXX_USE.search(text):
+            return None
+        if stable_in is None and _STABLE_USE.search(text):
+            stable_in = path
+    if stable_in is None:
+        return None
+    return (
+        f"the source looks written against torch's stable ABI ({stable_in}; no ATen/c10 header): "
+        'set recipe.stable_abi to the oldest torch it targets (like "2.12") for one wheel per CUDA and arch '
+        "set that serves every torch from it"
+    )
+
+
+def source_files(tree: Path) -> Iterator[tuple[str, bytes]]:
+    """(path, first MAX_SOURCE_BYTES) of the C++/CUDA files of a source tree, links never followed, at most
+    MAX_SOURCE_FILES of them."""
+    from factory import safefs
+
+    count = 0
+    for found in safefs.walk(tree):
+        name = str(found.relative)
+        if not name.endswith(_SOURCE_SUFFIXES):
+            continue
+        count += 1
+        if count > MAX_SOURCE_FILES:
+            return
+        try:
+            with safefs.open_regular(tree, found.relative) as fd, os.fdopen(os.dup(fd), "rb") as fh:
+                yield name, fh.read(MAX_SOURCE_BYTES)
+        except OSError:
+            continue

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from factory import shard as sharding
+from factory import stable_abi
 from factory.ci import Chunk, parse_chunk
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
@@ -90,11 +91,17 @@ def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str
         patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
     unverified = sum(not j.verified for j in plan.jobs)
     covered = sum(len(j.covers) for j in plan.jobs)
+    hint = ""
+    if fetch and not mf.recipe.stable_abi and (mf.recipe.patches or mf.package.source.kind == "path"):
+        # a source this check reads anyway: a package written against torch's stable ABI is said to be one
+        found = stable_abi.detect(stable_abi.source_files(prepare_matrix_source(mf).tree))
+        hint = f"; hint: {found}" if found else ""
     return (
         f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
         f"{len(plan.dropped)} dropped, {unverified} unverified"
         + (f", {covered} Pythons covered by abi3 wheels" if covered else "")
         + patched
+        + hint
     )
 
 

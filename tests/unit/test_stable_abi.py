@@ -476,3 +476,79 @@ def test_repair_rebuilds_every_covered_page_from_the_files(tmp_path: Path) -> No
         return [{k: v for k, v in f.items() if k != "upload-time"} for f in json.loads(text)["files"]]
 
     assert [files(p.read_text()) for p in pages] == [files(b) for b in before]
+
+
+def test_the_oldest_torch_gets_its_own_inputs_before_the_build(tmp_path: Path) -> None:
+    from factory.acceptance import oldest_torch_job
+
+    [job] = plan_matrix(load_matrix_file(matrix_file(tmp_path))).jobs
+    oldest = oldest_torch_job(job)
+    assert oldest is not None
+    assert (oldest.variant.torch, oldest.variant.id, oldest.id) == ("2.12", job.variant.id, job.id)
+    [only] = plan_matrix(load_matrix_file(matrix_file(tmp_path, torches='["2.14"]'))).jobs
+    assert oldest_torch_job(only) is None  # it builds with the one torch it serves
+    [plain] = plan_matrix(load_matrix_file(matrix_file(tmp_path, floor="false", torches='["2.14"]'))).jobs
+    assert oldest_torch_job(plain) is None
+
+
+# -- the hint
+
+
+STABLE_SOURCE = (
+    b"#include <torch/csrc/stable/library.h>\n"
+    b'STABLE_TORCH_LIBRARY(ext, m) { m.def("f(Tensor x) -> Tensor"); }\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("sources", "hinted"),
+    [
+        ([("csrc/a.cpp", STABLE_SOURCE), ("csrc/k.cu", b"__global__ void k() {}\n")], True),
+        ([("csrc/a.cpp", b"#include <torch/csrc/stable/tensor.h>\n")], True),
+        ([("csrc/a.cpp", STABLE_SOURCE), ("csrc/b.cu", b"#include <ATen/ATen.h>\n")], False),
+        ([("csrc/a.cpp", STABLE_SOURCE), ("csrc/b.cpp", b"#include <c10/cuda/CUDAStream.h>\n")], False),
+        ([("csrc/a.cpp", STABLE_SOURCE + b"TORCH_LIBRARY_IMPL(ext, CUDA, m) {}\n")], False),
+        ([("csrc/a.cpp", b"#include <torch/extension.h>\n")], False),
+        ([("csrc/a.cpp", b"int main() {}\n")], False),
+    ],
+)
+def test_a_source_written_against_the_stable_abi_gets_a_hint(
+    sources: list[tuple[str, bytes]], hinted: bool
+) -> None:
+    hint = stable_abi.detect(sources)
+    assert (hint is not None) == hinted
+    if hint is not None:
+        assert hint.startswith("the source looks written against torch's stable ABI (csrc/a.cpp;")
+        assert 'set recipe.stable_abi to the oldest torch it targets (like "2.12")' in hint
+
+
+def test_source_files_reads_cxx_and_cuda_files_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "a.cpp").write_bytes(STABLE_SOURCE)
+    (tmp_path / "csrc" / "k.cu").write_bytes(b"x" * (stable_abi.MAX_SOURCE_BYTES + 10))
+    (tmp_path / "setup.py").write_text("STABLE_TORCH_LIBRARY(\n")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.h"
+    outside.write_bytes(b"#include <ATen/ATen.h>\n")
+    (tmp_path / "csrc" / "evil.h").symlink_to(outside)
+    found = dict(stable_abi.source_files(tmp_path))
+    assert sorted(found) == ["csrc/a.cpp", "csrc/k.cu"]
+    assert len(found["csrc/k.cu"]) == stable_abi.MAX_SOURCE_BYTES
+    assert stable_abi.detect(stable_abi.source_files(tmp_path)) is not None
+
+
+def test_matrix_check_says_the_hint_for_a_local_source(
+    tmp_path: Path, factory_cli: Callable[..., tuple[int, str]]
+) -> None:
+    source = tmp_path / "src"
+    (source / "csrc").mkdir(parents=True)
+    (source / "csrc" / "a.cpp").write_bytes(STABLE_SOURCE)
+    (source / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='demo-stable', version='1.0')\n"
+    )
+    path = matrix_file(tmp_path, floor="false")
+    path.write_text(
+        path.read_text().replace('version: "1.0"}', f'version: "1.0", source: {{path: {source}}}}}')
+    )
+    code, output = factory_cli(["matrix", "--trust-paths", "--check", "-m", str(path)])
+    assert code == 0, output
+    assert "; hint: the source looks written against torch's stable ABI (csrc/a.cpp;" in output
