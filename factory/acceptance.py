@@ -53,6 +53,19 @@ def read_tail_from(path: Path, offset: int, max_bytes: int = MAX_CHECK_LOG) -> s
         return ""
 
 
+def with_torch(job: Job, torch: str) -> Job:
+    """The job as another torch's: what `prepare` gives it is that torch's wheelhouse (a stable-ABI wheel's
+    install check with a torch it covers)."""
+    return replace(job, variant=replace(job.variant, torch=torch))
+
+
+def oldest_torch_job(job: Job) -> Job | None:
+    """A stable-ABI job as its oldest covered torch's, when that is not the torch it builds with."""
+    if job.torches and job.torches[0] != job.variant.torch:
+        return with_torch(job, job.torches[0])
+    return None
+
+
 class Acceptance:
     """The wheel side of one `JobRun`: what it records goes into the run's result and log."""
 
@@ -91,14 +104,26 @@ class Acceptance:
         image: str,
         mounts: Mapping[str, Mapping[str, str]],
         prepare: Callable[[Job], JobInputs],
+        torch: str | None = None,
     ) -> bool:
         """Install the wheel with its torch into a fresh venv of `python` and import it. A Python the job's
-        abi3 wheel covers is checked in the image and with the wheelhouse a job of that Python would get
-        (`prepare`'s)."""
+        abi3 wheel covers, or a torch its stable-ABI wheel covers, is checked in the image and with the
+        wheelhouse a job of that Python and torch would get (`prepare`'s)."""
         job, result = self.job, self.result
-        if python != job.python:
-            self.run.note(f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers")
-            inputs = prepare(replace(job, python=python, covers=()))
+        other_torch = torch is not None and torch != job.variant.torch
+        if python != job.python or other_torch:
+            if python != job.python:
+                self.run.note(
+                    f"install check on Python {python}, which the {job.interpreter}-abi3 wheel covers"
+                )
+            checked = replace(job, python=python, covers=())
+            if torch is not None and other_torch:
+                self.run.note(
+                    f"install check with torch {torch}, which the stable-ABI wheel "
+                    f"(torch>={job.variant.stable_abi}) covers"
+                )
+                checked = with_torch(checked, torch)
+            inputs = prepare(checked)
             image = inputs.image
             mounts = jobspec.check_mounts(
                 mounts,
@@ -116,12 +141,16 @@ class Acceptance:
         if outcome.exit_code != 0:
             result.result = "failed"
             on = f" on Python {python}" if python != job.python else ""
+            on += f" with torch {torch}" if other_torch else ""
             why = buildlog.check_failure_reason(read_tail_from(self.run.log_path, start))
             result.reason = f"install/import check{on} failed (exit {outcome.exit_code})" + (
                 f": {why}" if why else ""
             )
             return False
-        result.checked_pythons.append(python)
+        if python not in result.checked_pythons:
+            result.checked_pythons.append(python)
+        if torch is not None and torch not in result.checked_torches:
+            result.checked_torches.append(torch)
         return True
 
     def accept(
@@ -148,10 +177,11 @@ class Acceptance:
         passed = False
         try:
             wheel = self.label(wheel, epoch=epoch)
+            stable = job.variant.stable_abi
             wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
             facts = self.facts(wheel, torch=torch, inputs=inputs, toolchain=toolchain)
             extra = None if facts is None else wheelprov.files(facts, buildfacts.needed_libraries(wheel))
-            wheelcheck.pin_torch_requirement(wheel, torch, extra=extra, epoch=epoch)
+            wheelcheck.pin_torch_requirement(wheel, torch, stable_abi=stable, extra=extra, epoch=epoch)
             problems = wheelcheck.check_wheel(
                 wheel,
                 name=self.mf.package.name,
@@ -162,6 +192,7 @@ class Acceptance:
                 archs=job.variant.archs,
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
+                stable_abi=stable,
             )
             if facts is not None:
                 problems += wheelprov.wheel_problems(wheel, provenance.compose(facts))
@@ -169,9 +200,14 @@ class Acceptance:
                 result.result = "failed"
                 result.reason = "wheel check failed: " + "; ".join(problems)
                 return
-            for python in job.pythons:
-                if not self.install_check(wheel, python=python, image=image, mounts=mounts, prepare=prepare):
-                    return
+            # a stable-ABI wheel: with the oldest and the newest torch it covers (the newest built it)
+            torches = dict.fromkeys((job.torches[-1], job.torches[0]) if job.torches else (None,))
+            for checked_torch in torches:
+                for python in job.pythons:
+                    if not self.install_check(
+                        wheel, python=python, image=image, mounts=mounts, prepare=prepare, torch=checked_torch
+                    ):
+                        return
             passed = True
         finally:
             if not passed:

@@ -318,6 +318,7 @@ def run_build(
             version=mf.package.version,
             shard=None if settings.shard is None else str(settings.shard),
             covers=list(j.covers),
+            torches=list(j.torches),
         )
         for j in jobs
     ]

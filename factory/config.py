@@ -40,6 +40,7 @@ from factory.options import (
     frozen_mapping,
 )
 from factory.recipes import BUILTIN_RECIPES, default_recipe_for
+from factory.stable_abi import parse_stable_abi
 from factory.units import format_size, parse_size
 from factory.urls import INDEX_SCHEMES
 from factory.validate import (
@@ -319,6 +320,7 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
         "extra_build_requires",
         "cxx_std",
         "py_limited_api",
+        "stable_abi",
         "host_only_libraries",
     )
     check.keys(value, allowed, "recipe")
@@ -410,6 +412,11 @@ def _recipe_fields(
             changes["py_limited_api"] = parse_limited_api(value["py_limited_api"])
         except ValueError as exc:
             raise check.fail(f"recipe.py_limited_api {exc}", value, "py_limited_api") from None
+    if "stable_abi" in value:
+        try:
+            changes["stable_abi"] = parse_stable_abi(value["stable_abi"])
+        except ValueError as exc:
+            raise check.fail(f"recipe.stable_abi {exc}", value, "stable_abi") from None
     if "host_only_libraries" in value:
         changes["host_only_libraries"] = _library_globs(check, value, "host_only_libraries")
     return changes
@@ -593,7 +600,18 @@ def _entries(
                         f"matrix.include[{i}].shards must be 1 to {MAX_SHARDS}, not {value!r}", item, k
                     )
                 values[k] = value
-            elif k in ("id", "job_id", "package", "version", "local_version", "verified", "abi", "covers"):
+            elif k in (
+                "id",
+                "job_id",
+                "package",
+                "version",
+                "local_version",
+                "verified",
+                "abi",
+                "covers",
+                "stable_abi",
+                "torches",
+            ):
                 raise check.fail(
                     f"matrix.include[{i}]: {k!r} is computed by the factory and cannot be set",
                     item,

@@ -19,7 +19,7 @@ from typing import Any
 
 from factory import buildfacts, buildlog, cache, jobspec, leftovers, preflight, reproducible
 from factory import shard as sharding
-from factory.acceptance import Acceptance
+from factory.acceptance import Acceptance, oldest_torch_job
 from factory.config import MatrixFile
 from factory.container import DRIVER, compilecache, heartbeat, protocol
 from factory.engine import Engine, Interrupted
@@ -373,6 +373,9 @@ class JobRun:
             result.phase = "prepare"
             self.changed()
             inputs = prepare(self.job)
+            oldest = oldest_torch_job(self.job)
+            if oldest is not None and ctx.shard is None and not ctx.preflight:
+                prepare(oldest)  # its wheelhouse, for the install check: a download error before the compiles
             image = inputs.image
             self.source_date_epoch = inputs.source_date_epoch
             result.image, result.toolkit, result.image_id = image, inputs.toolkit, inputs.image_id

@@ -113,6 +113,9 @@ class Recipe:
     # A limited-API (abi3) wheel, one per variant (factory.abi3): None: one wheel per Python; "cp39": the
     # tag the package builds; "auto" (`py_limited_api = true`): the tag of each variant's lowest Python.
     py_limited_api: str | None = None
+    # A stable-ABI wheel (factory.stable_abi): the torch release ("2.12") the package targets with torch's
+    # stable C ABI; one wheel then serves every torch of the matrix from it on. None: one wheel per torch.
+    stable_abi: str | None = None
     # Extension modules (globs on their path in the wheel, `wheelcheck.library_glob_matches`) that may carry
     # no device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins
     # for the job's archs fails the wheel check.

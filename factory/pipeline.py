@@ -41,21 +41,34 @@ class RunOutcome:
         return self.report is None or self.report.ok
 
 
+def job_pages(job: Job) -> tuple[str, ...]:
+    """The variant pages that list a job's wheel: its variant's, or each torch variant a stable-ABI job
+    covers (`publish.stable_pages`)."""
+    key = job.variant.key
+    if key.stable:
+        return tuple(key.with_torch(torch).id for torch in job.torches)
+    return (key.id,)
+
+
 def unpublished(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> list[Job]:
-    """The jobs whose wheel the store does not list yet; each one left out is said through `log`."""
+    """The jobs whose wheel the store does not list yet (a stable-ABI job's: on some torch's page); each one
+    left out is said through `log`."""
     pages: dict[str, tuple[str, ...]] = {}
     left = []
     for job in jobs:
-        vid = job.variant.id
-        if vid not in pages:
-            pages[vid] = published_files(store, project=mf.package.name, variant_id=vid)
-        found = published_wheel(
-            pages[vid],
-            project=mf.package.name,
-            version=job.variant.full_version,
-            python=job.python,
-            limited_api=job.limited_api,
-        )
+        found: str | None = None
+        for vid in job_pages(job):
+            if vid not in pages:
+                pages[vid] = published_files(store, project=mf.package.name, variant_id=vid)
+            found = published_wheel(
+                pages[vid],
+                project=mf.package.name,
+                version=job.variant.full_version,
+                python=job.python,
+                limited_api=job.limited_api,
+            )
+            if found is None:
+                break
         if found is None:
             left.append(job)
         else:

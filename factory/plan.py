@@ -17,9 +17,10 @@ from factory.images import cuda_major, toolkit_cuda
 from factory.matrix import expand, expand_with_origin
 from factory.recipes import recipe_env, recipe_warnings
 from factory.specs import Resolution, Resolver, has_specifiers, resolve_combinations
+from factory.stable_abi import covers_torch
 from factory.tags import python_tag
 from factory.torchindex import TorchIndex, TorchSource
-from factory.variants import Variant, arch_set_str, parse_arch_set
+from factory.variants import Variant, arch_set_str, parse_arch_set, version_tuple
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,9 @@ class Job:
     # The CUDA release of the nvcc that compiles the job when it is not the variant's own (the debian flavor:
     # Debian's 12.4 package for a CUDA 12.8 torch).
     toolkit: str | None = None
+    # A stable-ABI job (the recipe's stable_abi): every torch of the matrix its one wheel serves, oldest
+    # first; the variant's torch (the newest) builds it.
+    torches: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -72,6 +76,9 @@ class Job:
         if self.limited_api:
             out["abi"] = f"{self.limited_api}-{ABI3}"
             out["covers"] = list(self.covers)
+        if v.stable_abi is not None:
+            out["stable_abi"] = v.stable_abi
+            out["torches"] = list(self.torches)
         if self.notes:
             out["notes"] = list(self.notes)
         if self.env:
@@ -296,9 +303,52 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         seen[job.id] = job
         jobs.append(job)
     plan = Plan(jobs=tuple(jobs), dropped=tuple(dropped), resolved=resolved, notes=plan_notes)
+    if mf.recipe.stable_abi:
+        plan = stable_abi_plan(plan, mf.recipe.stable_abi)
     if mf.recipe.py_limited_api:
         return limited_api_plan(plan, mf.recipe.py_limited_api)
     return plan
+
+
+def stable_abi_plan(plan: Plan, floor: str) -> Plan:
+    """One job per (CUDA, C++11 ABI, arch set, Python) for a stable-ABI recipe: the newest torch of the group
+    builds the one wheel (targeting `floor`), which every other torch of the group installs. A torch older
+    than the floor cannot use it (dropped, with the reason), and neither can a job whose matrix entry gives
+    it another env or other values than the builder's: that would be a second build of the same wheel."""
+    dropped = list(plan.dropped)
+    groups: dict[tuple[str, bool, tuple[str, ...], str], list[Job]] = {}
+    for job in plan.jobs:
+        v = job.variant
+        if not covers_torch(floor, v.torch):
+            reason = f"torch {v.torch} is older than the recipe's stable ABI target (torch {floor})"
+            dropped.append(DroppedJob(values=_values(job), reason=reason))
+            continue
+        groups.setdefault((v.cuda, v.cxx11_abi, v.archs, job.python), []).append(job)
+    jobs: list[Job] = []
+    for group in groups.values():
+        group.sort(key=lambda j: version_tuple(j.variant.torch))
+        builder = group[-1]
+        covered = []
+        for job in group[:-1]:
+            if job.env != builder.env or dict(job.extra) != dict(builder.extra):
+                reason = (
+                    f"its env or include values differ from those of torch {builder.variant.torch}'s job, "
+                    f"which builds the one stable-ABI wheel (torch>={floor})"
+                )
+                dropped.append(DroppedJob(values=_values(job), reason=reason))
+            else:
+                covered.append(job)
+        members = (*covered, builder)
+        jobs.append(
+            replace(
+                builder,
+                variant=replace(builder.variant, stable_abi=floor),
+                torches=tuple(j.variant.torch for j in members),
+                verified=all(j.verified for j in members),
+                notes=tuple(dict.fromkeys(n for j in members for n in j.notes)),
+            )
+        )
+    return replace(plan, jobs=tuple(jobs), dropped=tuple(dropped))
 
 
 def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
@@ -350,4 +400,4 @@ def _values(job: Job) -> Mapping[str, object]:
     )
 
 
-__all__ = ["DroppedJob", "Job", "Plan", "arch_set_str", "matrix_env", "plan_matrix"]
+__all__ = ["DroppedJob", "Job", "Plan", "arch_set_str", "matrix_env", "plan_matrix", "stable_abi_plan"]

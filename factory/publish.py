@@ -436,32 +436,78 @@ def _put_once(store: Store, key: str, body: bytes, *, content_type: str) -> bool
     return True
 
 
+def stable_pages(info: WheelInfo, jobs: Sequence[Mapping[str, object]]) -> tuple[str, ...]:
+    """The variant pages a stable-ABI wheel is listed on: the torch variant of every torch its build report's
+    job covers (`torches`), each one its label covers; ConfigError where the report does not say."""
+    from factory.variants import VariantKey
+
+    key = VariantKey.parse_id(info.variant_id)
+    torches = [
+        job.get("torches")
+        for job in jobs
+        if isinstance(job.get("wheel"), str)
+        and index.canonical_wheel_filename(str(job["wheel"])) == info.filename
+    ]
+    listed = next((t for t in torches if isinstance(t, list) and t), None)
+    if listed is None:
+        raise ConfigError(
+            f"{info.path}: a stable-ABI wheel is listed on the page of each torch its build covers; "
+            "publish it with its build's report (--report), whose job names them (torches)"
+        )
+    pages = []
+    for torch in listed:
+        try:
+            page = key.with_torch(str(torch))
+        except ValueError as exc:
+            raise ConfigError(f"{info.path}: the report's torches: {exc}") from None
+        if not key.covers(page):
+            raise ConfigError(
+                f"{info.path}: its label's stable ABI (torch {key.torch}) does not cover torch {torch}"
+            )
+        pages.append(page.id)
+    return tuple(dict.fromkeys(pages))
+
+
+def placements(
+    infos: Iterable[WheelInfo], jobs: Sequence[Mapping[str, object]]
+) -> list[tuple[str, WheelInfo]]:
+    """(variant id, wheel) of every page listing of the wheels: a wheel's own variant, or each torch variant a
+    stable-ABI wheel covers (`stable_pages`); the file is stored under each, as every page links its own."""
+    from factory.variants import VariantKey
+
+    out: list[tuple[str, WheelInfo]] = []
+    for info in infos:
+        if VariantKey.parse_id(info.variant_id).stable:
+            out += [(page, info) for page in stable_pages(info, jobs)]
+        else:
+            out.append((info.variant_id, info))
+    return sorted(out, key=lambda p: (p[0], p[1].filename))
+
+
 def _put_files(
-    store: Store, infos: Iterable[WheelInfo], notify: Progress, signer: Signer | None = None
+    store: Store, placed: Iterable[tuple[str, WheelInfo]], notify: Progress, signer: Signer | None = None
 ) -> list[PublishedFile]:
     """Each wheel, then its .metadata (and its signature when `signer`), immutable: a page may only ever
     point at complete files. A wheel published before, unsigned, gets its signature file now; one signed
     before keeps the signature it has."""
     results = []
-    for info in sorted(infos, key=lambda i: (i.variant_id, i.filename)):
-        key = index.files_path(info.variant_id, info.filename)
+    for variant_id, info in placed:
+        key = index.files_path(variant_id, info.filename)
         wrote = _put_immutable(store, key, info.path, info.sha256, content_type="application/octet-stream")
         notify("file" if wrote else "unchanged", key)
-        meta_key = index.metadata_path(info.variant_id, info.filename)
+        meta_key = index.metadata_path(variant_id, info.filename)
         wrote_meta = _put_immutable(
             store, meta_key, info.metadata, info.metadata_sha256, content_type="text/plain; charset=utf-8"
         )
         notify("metadata" if wrote_meta else "unchanged", meta_key)
         if signer is not None:
-            sig_key = index.signature_path(info.variant_id, info.filename)
+            sig_key = index.signature_path(variant_id, info.filename)
             body = signer.sign(info.filename, info.sha256)
             wrote_sig = _put_once(store, sig_key, body, content_type="application/json")
             notify("signature" if wrote_sig else "unchanged", sig_key)
         status: Literal["published", "unchanged"] = "published" if wrote else "unchanged"
         results.append(
-            PublishedFile(
-                filename=info.filename, project=info.project, variant_id=info.variant_id, status=status
-            )
+            PublishedFile(filename=info.filename, project=info.project, variant_id=variant_id, status=status)
         )
     return results
 
@@ -494,8 +540,9 @@ def publish_wheels(
 
     records: dict[tuple[str, str], list[FileRecord]] = {}
     upload_time = _now()
-    for info in infos.values():
-        records.setdefault((info.variant_id, info.project), []).append(
+    placed = placements(infos.values(), jobs)
+    for variant_id, info in placed:
+        records.setdefault((variant_id, info.project), []).append(
             FileRecord(
                 filename=info.filename,
                 sha256=info.sha256,
@@ -514,7 +561,7 @@ def publish_wheels(
     new = site.site_state(records, cells)
     _check_before_writing(store, new, to=to)
 
-    results = _put_files(store, infos.values(), notify, signer)
+    results = _put_files(store, placed, notify, signer)
     written: list[str] = []
     for page, items in site.pages(new):
         read = state_reader(store, page, to=to)
@@ -638,8 +685,9 @@ def _wheel_metadata(store: Store, variant_id: str, filename: str, *, keep: bool 
 
 
 def wheel_name_problem(filename: str, variant_id: str) -> str | None:
-    """Why no page of variant `variant_id` may list a wheel file called `filename` (None: one may)."""
-    from factory.variants import variant_id_from_local_version
+    """Why no page of variant `variant_id` may list a wheel file called `filename` (None: one may): its
+    label names that variant, or a stable-ABI variant that covers it."""
+    from factory.variants import VariantKey
 
     try:
         _name, version, _build, _tags = parse_wheel_filename(filename)
@@ -649,11 +697,12 @@ def wheel_name_problem(filename: str, variant_id: str) -> str | None:
     if canonical != filename:
         return f"not the canonical spelling {canonical}"
     try:
-        label_variant = variant_id_from_local_version(version.local or "")
+        label_key: VariantKey | None = VariantKey.parse_local_version(version.local or "")
+        page_key = VariantKey.parse_id(variant_id)
     except ValueError:
-        label_variant = None
-    if label_variant != variant_id:
-        return f"its local label names variant {label_variant}, not {variant_id}"
+        label_key = page_key = None
+    if label_key is None or page_key is None or not label_key.covers(page_key):
+        return f"its local label names variant {label_key.id if label_key else None}, not {variant_id}"
     return None
 
 

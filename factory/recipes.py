@@ -25,6 +25,7 @@ from factory.measured import (
 )
 from factory.options import PackageSpec, Recipe
 from factory.resources import data_path
+from factory.stable_abi import parse_stable_abi, target_version
 from factory.validate import library_glob_problem
 from factory.variants import format_arch_list
 
@@ -94,6 +95,11 @@ def load_recipe_dir(directory: Path) -> Recipe:
             values["py_limited_api"] = parse_limited_api(values["py_limited_api"])
         except ValueError as exc:
             raise ValueError(f"{path}: py_limited_api {exc}") from None
+    if "stable_abi" in values:
+        try:
+            values["stable_abi"] = parse_stable_abi(values["stable_abi"])
+        except ValueError as exc:
+            raise ValueError(f"{path}: stable_abi {exc}") from None
     try:
         return Recipe(name=directory.name, **values)
     except TypeError as exc:
@@ -144,11 +150,14 @@ def recipe_warnings(recipe: Recipe, package: PackageSpec) -> list[str]:
 
 def recipe_env(recipe: Recipe, variant: Variant) -> dict[str, str]:
     """Environment for one build: the arch list in the recipe's format, TORCH_CUDA_ARCH_LIST (torch's
-    cpp_extension reads it even when the package has its own variable), the local version label, the
-    recipe's env."""
+    cpp_extension reads it even when the package has its own variable), the local version label, a stable-ABI
+    variant's TORCH_TARGET_VERSION, the recipe's env."""
     env: dict[str, str] = {"TORCH_CUDA_ARCH_LIST": format_arch_list(variant.archs, "torch")}
     env[recipe.arch_env] = format_arch_list(variant.archs, recipe.arch_format)
     if recipe.local_version_env:
         env[recipe.local_version_env] = variant.local_version
+    if variant.stable_abi is not None:
+        # the package's setup.py passes it to its compilers (-DTORCH_TARGET_VERSION=...), as FA3's does
+        env["TORCH_TARGET_VERSION"] = target_version(variant.stable_abi)
     env.update(recipe.env)
     return env

@@ -77,6 +77,9 @@ class JobResult:
     # An abi3 job: the later Pythons its one wheel covers, and every Python it was installed and imported on.
     covers: list[str] = field(default_factory=list)
     checked_pythons: list[str] = field(default_factory=list)
+    # A stable-ABI job: every torch its one wheel serves (publishing lists it on each one's page).
+    torches: list[str] = field(default_factory=list)
+    checked_torches: list[str] = field(default_factory=list)  # those it was installed and imported with
     # the package's runtime requirements the install check's own wheelhouse holds (`runtimereqs`)
     check_requirements: list[str] = field(default_factory=list)
     # extension modules whose link had no object nvcc compiled: excused from carrying device code

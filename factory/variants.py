@@ -8,6 +8,11 @@ The local label keeps every number in its own dot-separated segment because PEP 
 letters as text: flash-attn's `+cu12torch2.7` sorts above `+cu12torch2.10`, while our `torch2.10` splits into
 `torch2` and `10`, and `10 > 7` numerically.
 
+A stable-ABI variant (a recipe's `stable_abi`, factory.stable_abi) names no torch it was built with but the
+oldest torch its one wheel serves, after the word `stable`: `cu130-stable2.12-abi1-sm80`, label
+`cu13.0.stable2.12.abi1.sm80`. Its wheel is listed on the page of every torch variant it covers
+(`VariantKey.covers`): same CUDA, ABI and arch set, a torch at or after the floor.
+
 The variant id spells CUDA the way PyTorch's indexes do (`cu128` for 12.8) while the minor is one digit; a
 minor of 10 or more keeps its dot (`cu12.10`), since `cu1210` could be 12.10 or 121.0. The compact form takes
 a one- or two-digit major only, so `cu1210` is no id at all rather than a misread CUDA 121.0.
@@ -31,9 +36,11 @@ _ARCH_DIGITS = re.compile(r"^(?:sm_?)?(?P<major>[1-9]\d?)(?P<minor>\d)(?P<suffix
 _SM_LIST = r"(?P<archs>[1-9]\d?\d[af]?(?:\.[1-9]\d?\d[af]?)*)"
 _ID = re.compile(
     r"^cu(?:(?P<major>[1-9]\d?)(?P<minor>\d)|(?P<dmajor>[1-9]\d?)\.(?P<dminor>[1-9]\d+))"
-    rf"-torch(?P<torch>[^-]+)-abi(?P<abi>[01])-sm{_SM_LIST}$"
+    rf"-(?P<kind>torch|stable)(?P<torch>[^-]+)-abi(?P<abi>[01])-sm{_SM_LIST}$"
 )
-_LABEL = re.compile(rf"^cu(?P<cuda>[^.]+\.[^.]+)\.torch(?P<torch>.+)\.abi(?P<abi>[01])\.sm{_SM_LIST}$")
+_LABEL = re.compile(
+    rf"^cu(?P<cuda>[^.]+\.[^.]+)\.(?P<kind>torch|stable)(?P<torch>.+)\.abi(?P<abi>[01])\.sm{_SM_LIST}$"
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -131,7 +138,8 @@ def format_arch_list(archs: tuple[str, ...], style: str) -> str:
 
 @dataclass(frozen=True, kw_only=True, order=True)
 class VariantKey:
-    """What a variant id and a local label say: CUDA, torch, ABI and the arch set (dotted, sorted).
+    """What a variant id and a local label say: CUDA, torch, ABI and the arch set (dotted, sorted); `stable`:
+    a stable-ABI variant, whose `torch` is the oldest torch its wheel serves.
 
     Built only from valid parts (ValueError otherwise), so its id and label always parse back to it."""
 
@@ -139,6 +147,7 @@ class VariantKey:
     torch: str  # "2.10" or "2.14.1"
     cxx11_abi: bool
     archs: tuple[str, ...]  # "8.0", "9.0a", "10.0f"
+    stable: bool = False
 
     def __post_init__(self) -> None:
         if not CUDA_VERSION.fullmatch(self.cuda):
@@ -163,12 +172,31 @@ class VariantKey:
     @property
     def id(self) -> str:
         """ "cu128-torch2.10-abi1-sm80.90.100.120": the variant's index directory name."""
-        return f"{self.cuda_tag}-torch{self.torch}-abi{int(self.cxx11_abi)}-sm{self._sm}"
+        return f"{self.cuda_tag}-{self._kind}{self.torch}-abi{int(self.cxx11_abi)}-sm{self._sm}"
+
+    @property
+    def _kind(self) -> str:
+        return "stable" if self.stable else "torch"
 
     @property
     def local_version(self) -> str:
         """ "cu12.8.torch2.10.abi1.sm80.90.100.120": the PEP 440 local label, every number its own segment."""
-        return f"cu{self.cuda}.torch{self.torch}.abi{int(self.cxx11_abi)}.sm{self._sm}"
+        return f"cu{self.cuda}.{self._kind}{self.torch}.abi{int(self.cxx11_abi)}.sm{self._sm}"
+
+    def covers(self, other: VariantKey) -> bool:
+        """May a page of variant `other` list this variant's wheel? Its own page; and a stable-ABI
+        variant's wheel the page of every torch variant of its CUDA, ABI and archs whose torch is at or after
+        its floor."""
+        if other == self:
+            return True
+        if not self.stable or other.stable:
+            return False
+        same = (other.cuda, other.cxx11_abi, other.archs) == (self.cuda, self.cxx11_abi, self.archs)
+        return same and version_tuple(other.torch) >= version_tuple(self.torch)
+
+    def with_torch(self, torch: str) -> VariantKey:
+        """The torch variant of this CUDA, ABI and arch set for `torch` (a stable variant's covered page)."""
+        return VariantKey(cuda=self.cuda, torch=torch, cxx11_abi=self.cxx11_abi, archs=self.archs)
 
     @classmethod
     def _from_match(cls, cuda: str, match: re.Match[str]) -> VariantKey | None:
@@ -178,6 +206,7 @@ class VariantKey:
                 torch=match["torch"],
                 cxx11_abi=match["abi"] == "1",
                 archs=tuple(Arch.parse(d).dotted for d in match["archs"].split(".")),
+                stable=match["kind"] == "stable",
             )
         except ValueError:
             return None
@@ -239,9 +268,16 @@ class Variant:
     torch: str
     cxx11_abi: bool
     archs: tuple[str, ...]
+    # A stable-ABI variant (factory.stable_abi): the oldest torch its one wheel serves; `torch` is then the
+    # torch it is built against, which its id and label do not name.
+    stable_abi: str | None = None
 
     @property
     def key(self) -> VariantKey:
+        if self.stable_abi is not None:
+            return VariantKey(
+                cuda=self.cuda, torch=self.stable_abi, cxx11_abi=self.cxx11_abi, archs=self.archs, stable=True
+            )
         return VariantKey(cuda=self.cuda, torch=self.torch, cxx11_abi=self.cxx11_abi, archs=self.archs)
 
     @property

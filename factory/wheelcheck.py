@@ -38,6 +38,8 @@ from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
 from factory.platform_tag import audit, vendored_torch_libraries
+from factory.stable_abi import module_problem as stable_abi_module_problem
+from factory.stable_abi import torch_requirement as stable_abi_requirement
 from factory.tags import manylinux_tag, parse_manylinux, python_tag
 from factory.variants import Arch
 
@@ -105,12 +107,19 @@ def _requirement_of(header: str) -> Requirement | None:
         return None
 
 
-def pin_torch_in_metadata(text: str, torch_version: str) -> str:
-    """METADATA text with every torch requirement replaced by one unconditional `torch==X.Y.*`.
+def wheel_torch_requirement(torch_version: str, stable_abi: str | None = None) -> Requirement:
+    """What a wheel requires of torch: `torch==X.Y.*` (`torch_pin`), or for a stable-ABI wheel
+    `torch>=FLOOR` (every later torch: the page it is listed on picks the CUDA build)."""
+    return stable_abi_requirement(stable_abi) if stable_abi else torch_pin(torch_version)
+
+
+def pin_torch_in_metadata(text: str, torch_version: str, *, stable_abi: str | None = None) -> str:
+    """METADATA text with every torch requirement replaced by one unconditional `torch==X.Y.*` (a stable-ABI
+    wheel's: `torch>=FLOOR`).
 
     The extension links against that torch's C++ ABI whatever extras were chosen, hence no marker survives.
     """
-    pin = torch_pin(torch_version)
+    pin = wheel_torch_requirement(torch_version, stable_abi)
     headers, body = _split_headers(text)
     newline = "\r\n" if headers and headers[0].endswith("\r\n") else "\n"
     pin_line = f"Requires-Dist: {pin}{newline}"
@@ -308,19 +317,20 @@ def pin_torch_requirement(
     wheel: Path,
     torch_version: str,
     *,
+    stable_abi: str | None = None,
     extra: Mapping[str, bytes] | None = None,
     epoch: int = reproducible.DEFAULT_EPOCH,
 ) -> None:
-    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` and RECORD matches the new contents,
-    as a canonical archive dated from `epoch` (`rewrite_wheel`); `extra`: files added to its .dist-info in
-    the same rewrite (provenance, SBOM)."""
+    """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` (`torch>=FLOOR` for a stable-ABI
+    wheel) and RECORD matches the new contents, as a canonical archive dated from `epoch` (`rewrite_wheel`);
+    `extra`: files added to its .dist-info in the same rewrite (provenance, SBOM)."""
     with _open_wheel(wheel) as archive:
         dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
             raise CheckError(f"{wheel.name}: expected one .dist-info directory, found {len(dist_infos)}")
         dist_info = dist_infos[0]
         metadata = _read_metadata(archive, wheel, dist_info)
-        pinned = pin_torch_in_metadata(metadata, torch_version).encode("utf-8")
+        pinned = pin_torch_in_metadata(metadata, torch_version, stable_abi=stable_abi).encode("utf-8")
         rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra, epoch=epoch)
 
 
@@ -509,6 +519,7 @@ def check_wheel(
     machine: str = "x86_64",
     limited_api: str | None = None,
     host_only: Sequence[str] = (),
+    stable_abi: str | None = None,
 ) -> list[str]:
     """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
 
@@ -517,8 +528,10 @@ def check_wheel(
     arch-specific instructions (wgmma) only an sm_90a one holds, and an sm_90a cubin runs on 9.0 alone, so
     neither stands in for the other. `limited_api` ("cp311"): the job builds an abi3 wheel, which must
     carry `cp311-abi3`, name its modules for no one CPython version and keep to the stable ABI (abi3audit).
-    `host_only` are the recipe's globs of extension modules that may
-    carry no device code at all (`library_glob_matches`); one that does carry some is checked as any other.
+    `stable_abi` ("2.12"): the wheel requires `torch>=2.12` and its modules' undefined symbols name no C++
+    function of torch (`stable_abi.module_problem`). `host_only` are the recipe's globs of extension modules
+    that may carry no device code at all (`library_glob_matches`); one that does carry some is checked as
+    any other.
     """
     problems: list[str] = []
     expected_version = _expected_version(version, local_version)
@@ -555,7 +568,7 @@ def check_wheel(
             archive,
             name=name,
             file_version=file_version,
-            torch_version=torch_version,
+            torch_requirement=wheel_torch_requirement(torch_version, stable_abi),
             tags={str(t) for t in tags},
             expected=_cubin_targets(archs),
             host_only=tuple(host_only),
@@ -566,6 +579,8 @@ def check_wheel(
                 "import it (its Extension needs py_limited_api=True)"
                 for member in abi3.versioned_modules(archive.namelist())
             ]
+        if stable_abi:
+            problems += stable_abi_problems(archive)
     if problems:
         return problems  # auditwheel's errors about a broken wheel would only repeat these
     if limited_api:
@@ -637,7 +652,7 @@ def _check_contents(
     *,
     name: str,
     file_version: Version | None,
-    torch_version: str,
+    torch_requirement: Requirement,
     tags: set[str],
     expected: frozenset[str],
     host_only: tuple[str, ...],
@@ -655,7 +670,7 @@ def _check_contents(
     if file_version is not None and not _same_version(dir_version, file_version):
         problems.append(f"{dist_info}: version {dir_version} is not the filename's {file_version}")
 
-    problems += _check_metadata(archive, f"{dist_info}/METADATA", name, file_version, torch_version)
+    problems += _check_metadata(archive, f"{dist_info}/METADATA", name, file_version, torch_requirement)
     problems += _check_wheel_file(archive, f"{dist_info}/WHEEL", tags)
     problems += archive_problems(archive)
     problems += _check_extensions(archive, expected, host_only)
@@ -675,7 +690,7 @@ def _same_version(text: str, version: Version) -> bool:
 
 
 def _check_metadata(
-    archive: zipfile.ZipFile, path: str, name: str, file_version: Version | None, torch_version: str
+    archive: zipfile.ZipFile, path: str, name: str, file_version: Version | None, pin: Requirement
 ) -> list[str]:
     try:
         text = archive.read(path).decode("utf-8")
@@ -693,7 +708,6 @@ def _check_metadata(
         problems.append("METADATA: no Version")
     elif file_version is not None and not _same_version(meta_version, file_version):
         problems.append(f"METADATA: Version {meta_version} is not the filename's {file_version}")
-    pin = torch_pin(torch_version)
     found = torch_requirements(text)
     if [str(r) for r in found] != [str(pin)]:
         shown = ", ".join(repr(str(r)) for r in found) or "none"
@@ -734,6 +748,20 @@ def library_glob_matches(member: str, pattern: str) -> bool:
     """Whether the wheel member matches the pattern segment by segment (`*` never crosses a '/')."""
     parts, globs = member.split("/"), pattern.split("/")
     return len(parts) == len(globs) and all(fnmatchcase(p, g) for p, g in zip(parts, globs, strict=True))
+
+
+def stable_abi_problems(archive: zipfile.ZipFile) -> list[str]:
+    """One line per extension module of a stable-ABI wheel that uses torch's C++ ABI, naming its first
+    offending symbol (`stable_abi.module_problem`)."""
+    problems: list[str] = []
+    for info in archive.infolist():
+        if info.is_dir() or not is_extension_module(info.filename):
+            continue
+        with archive.open(info) as fh:
+            problem = stable_abi_module_problem(info.filename, fh)
+        if problem is not None:
+            problems.append(problem)
+    return problems
 
 
 def _check_extensions(

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from factory import shard as sharding
+from factory import stable_abi
 from factory.ci import Chunk, parse_chunk
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
@@ -44,11 +45,13 @@ class Format(StrEnum):
 
 
 def _pythons(job: Job) -> str:
-    """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"."""
+    """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"; a stable-ABI job adds the torches
+    its wheel serves: "3.11 (torch 2.12, 2.14)"."""
+    served = f" (torch {', '.join(job.torches)})" if job.torches else ""
     if not job.limited_api:
-        return job.python
+        return job.python + served
     covered = f", covers {', '.join(job.covers)}" if job.covers else ""
-    return f"{job.python} ({job.limited_api}-abi3{covered})"
+    return f"{job.python} ({job.limited_api}-abi3{covered}){served}"
 
 
 def _table(plan: Plan, title: str) -> Table:
@@ -93,11 +96,17 @@ def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str
         patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
     unverified = sum(not j.verified for j in plan.jobs)
     covered = sum(len(j.covers) for j in plan.jobs)
+    hint = ""
+    if fetch and not mf.recipe.stable_abi and (mf.recipe.patches or mf.package.source.kind == "path"):
+        # a source this check reads anyway: a package written against torch's stable ABI is said to be one
+        found = stable_abi.detect(stable_abi.source_files(prepare_matrix_source(mf).tree))
+        hint = f"; hint: {found}" if found else ""
     return (
         f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
         f"{len(plan.dropped)} dropped, {unverified} unverified"
         + (f", {covered} Pythons covered by abi3 wheels" if covered else "")
         + patched
+        + hint
     )
 
 

@@ -210,6 +210,7 @@ LOADER_MODULES = {
     "factory.options",
     "factory.recipes",
     "factory.resources",
+    "factory.stable_abi",
     "factory.units",
     "factory.urls",
     "factory.validate",

@@ -1,0 +1,165 @@
+"""A stable-ABI recipe for real: the fixture tests/fixtures/stableext (a CPU operator and a CUDA kernel,
+registered with STABLE_TORCH_LIBRARY, every torch call through the C shim) built once for sm_80 with Python
+3.11 in the PyPI builder image against torch 2.14 with TORCH_TARGET_VERSION 2.12; its wheel requires
+`torch>=2.12`, passes the symbol check, installs and imports in fresh venvs with torch 2.12.1 and 2.14.1
+(CUDA 13.0 builds), and is published on both torch variants' pages, where pip finds it. The same module
+calling one libtorch C++ function (at::get_num_threads, sm_86 job) is refused in one line naming the symbol.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory.wheelhouse import compatible_platforms
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "stableext"
+FACTORY = [sys.executable, "-m", "factory.cli"]
+GOOD = "cu130-stable2.12-abi1-sm80-py311"
+BAD = "cu130-stable2.12-abi1-sm86-py311"
+LABEL = "cu13.0.stable2.12.abi1.sm80"
+PAGES = ("cu130-torch2.12-abi1-sm80", "cu130-torch2.14-abi1-sm80")
+
+
+def stable_matrix(tmp: Path, *, index: Path) -> Path:
+    path = tmp / "matrix.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            package:
+              name: factory-stableext
+              version: "0.1.0"
+              source: {{path: {FIXTURE}}}
+            recipe:
+              name: stableext
+              arch_env: STABLEEXT_CUDA_ARCHS
+              local_version_env: STABLEEXT_LOCAL_VERSION
+              import_name: factory_stableext
+              compile_gib_per_arch: 1.0
+              stable_abi: "2.12"
+            matrix:
+              cuda: ["13.0"]
+              torch: ["2.14", "2.12"]
+              python: ["3.11"]
+              cxx11_abi: [true]
+              arch: ["8.0", "8.6"]
+              include:
+                - arch: "8.6"
+                  env: {{STABLEEXT_NON_STABLE: "1"}}
+            build:
+              flavor: pypi
+              cpus: 2
+              memory: 6GiB
+              torch_index: {{"13.0": default}}
+            publish:
+              to: {index}
+            """
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def stable_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("stable-build")
+    matrix = stable_matrix(tmp, index=tmp / "index")
+    plan = subprocess.run(
+        [*FACTORY, "matrix", "--trust-paths", "-m", str(matrix), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    out = tmp / "wheels"
+    proc = subprocess.run(
+        [
+            *FACTORY,
+            "build",
+            "--trust-paths",
+            "-m",
+            str(matrix),
+            "--output",
+            str(out),
+            "--publish",
+            "--keep-going",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    jobs = {j["job_id"]: j for j in report["jobs"]}
+    return {"plan": plan, "proc": proc, "out": out, "jobs": jobs, "index": tmp / "index"}
+
+
+def test_one_job_serves_both_torches_and_is_checked_with_each(stable_build: dict[str, Any]) -> None:
+    plan = stable_build["plan"]
+    assert plan.returncode == 0, plan.stderr
+    jobs = json.loads(plan.stdout)["jobs"]
+    assert [(j["job_id"], j["torch"], j["torches"]) for j in jobs] == [
+        (GOOD, "2.14", ["2.12", "2.14"]),
+        (BAD, "2.14", ["2.12", "2.14"]),
+    ]
+    proc = stable_build["proc"]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the sm86 job's wheel is refused (below)
+    job = stable_build["jobs"][GOOD]
+    assert job["result"] == "ok", (job["reason"], job["log_tail"])
+    assert job["torches"] == ["2.12", "2.14"]
+    assert job["checked_torches"] == ["2.14", "2.12"]  # the newest (it built it), then the oldest
+    log = Path(job["log"]).read_text()
+    assert "-DTORCH_TARGET_VERSION=0x020c000000000000ULL" in log
+    assert "install check with torch 2.12, which the stable-ABI wheel (torch>=2.12) covers" in log
+    assert log.count('"phase": "done"') == 2
+
+
+def test_the_wheel_names_no_torch_and_requires_the_floor(stable_build: dict[str, Any]) -> None:
+    job = stable_build["jobs"][GOOD]
+    wheel = stable_build["out"] / job["wheel"]
+    assert wheel.name.startswith(f"factory_stableext-0.1.0+{LABEL}-cp311-cp311-manylinux_2_"), wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(f"factory_stableext-0.1.0+{LABEL}.dist-info/METADATA").decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: torch")]
+    assert requires == ["Requires-Dist: torch>=2.12"]
+
+
+def test_published_on_every_covered_torch_page_where_pip_finds_it(
+    stable_build: dict[str, Any], tmp_path: Path
+) -> None:
+    job = stable_build["jobs"][GOOD]
+    index = stable_build["index"]
+    platforms = [a for p in compatible_platforms("manylinux_2_36_x86_64") for a in ("--platform", p)]
+    for page in PAGES:
+        assert [f.name for f in (index / "files" / page).glob("*.whl")] == [job["wheel"]]
+        dest = tmp_path / page
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+             "3.11", "--implementation", "cp", "--abi", "cp311", *platforms,
+             "--index-url", (index / "simple" / page).as_uri() + "/", "-d", str(dest), "factory-stableext"],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        assert [p.name for p in dest.iterdir()] == [job["wheel"]]
+    variants = (index / "simple" / "index.html").read_text()
+    assert "stable" not in variants  # no page of its own: installers ask for their torch's page
+
+
+def test_a_module_using_a_libtorch_cxx_function_is_refused_naming_it(stable_build: dict[str, Any]) -> None:
+    job = stable_build["jobs"][BAD]
+    assert (job["result"], job["wheel"], job["checked_torches"]) == ("failed", None, [])
+    reason = job["reason"]
+    module = "factory_stableext/_C.cpython-311-x86_64-linux-gnu.so"
+    assert reason.startswith(f"wheel check failed: {module}: uses _ZN2at15get_num_threadsEv"), reason
+    assert reason.endswith(
+        "outside torch's stable ABI (a stable-ABI wheel may call only the C shim, aoti_torch_*/torch_*)"
+    )
+    assert "\n" not in reason
+    assert not (stable_build["index"] / "files" / "cu130-torch2.14-abi1-sm86").exists()
