@@ -46,8 +46,10 @@ from factory.validate import (
     check_destination,
     check_endpoint_url,
     container_limits,
+    is_specifier,
     library_glob_problem,
     requirement_problem,
+    specifier_problem,
 )
 from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
 from factory.yamlcheck import Checker, kind, plain
@@ -529,6 +531,12 @@ def _matrix(check: Checker, root: Mapping[str, Any], compat: CompatData) -> Matr
 def _axis_value(check: Checker, node: Any, key: object, axis: str, known: Sequence[str]) -> object:
     """One value of one axis, in that axis's form."""
     what = {"cuda": "cuda version", "torch": "torch version", "python": "python version"}.get(axis, axis)
+    if axis in ("torch", "python") and is_specifier(node[key]):
+        # a PEP 440 specifier: only its syntax here; factory.specs resolves it against the index at plan time
+        problem = specifier_problem(node[key])
+        if problem is not None:
+            raise check.fail(f"{what} {node[key]!r} is not a PEP 440 specifier: {problem}", node, key)
+        return str(node[key]).strip()
     if axis == "cuda":
         return check.pattern(node, key, what, CUDA_VERSION, "12.8")
     if axis == "torch":

@@ -14,9 +14,11 @@ from factory.abi3 import ABI3, covers, python_key, wheel_tag
 from factory.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError, ImageError
 from factory.images import cuda_major, toolkit_cuda
-from factory.matrix import expand
+from factory.matrix import expand, expand_with_origin
 from factory.recipes import recipe_env, recipe_warnings
+from factory.specs import Resolution, Resolver, has_specifiers, resolve_combinations
 from factory.tags import python_tag
+from factory.torchindex import TorchIndex, TorchSource
 from factory.variants import Variant, arch_set_str, parse_arch_set
 
 
@@ -111,6 +113,10 @@ class DroppedJob:
 class Plan:
     jobs: tuple[Job, ...]
     dropped: tuple[DroppedJob, ...] = ()
+    # what the matrix's torch/python specifiers resolved to, and what the index said that compat.json did not
+    # (contradictions, builds pip may prefer)
+    resolved: tuple[Resolution, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def variants(self) -> tuple[Variant, ...]:
@@ -124,7 +130,8 @@ class Plan:
         """Keep what matches a glob on the variant id or the job id."""
         if not pattern:
             return self
-        return Plan(
+        return replace(
+            self,
             jobs=tuple(j for j in self.jobs if _glob(pattern, j.variant.id, j.id)),
             dropped=tuple(d for d in self.dropped if _glob(pattern, d.id)),
         )
@@ -194,10 +201,43 @@ def toolkit_arch_problem(mf: MatrixFile, *, archs: tuple[str, ...], cuda: str, t
     return None
 
 
-def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
-    """Expand the matrix and (unless prune=False) drop or trim what the compatibility data rules out."""
+def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
+    """A Resolver reading, for each CUDA of `combos`, the index its torch comes from (build.torch_index)."""
+    from factory.home import factory_home
+    from factory.source import IndexClient, read_pip_settings
+
+    pip = read_pip_settings()
+    index = index or TorchIndex(http=IndexClient(pip), home=factory_home())
+    sources: dict[str, TorchSource] = {}
+    for cuda in dict.fromkeys(str(c["cuda"]) for c in combos):
+        url = mf.build.torch_index_url(cuda)
+        sources[cuda] = TorchSource.from_pip(pip) if url is None else TorchSource.from_url(url)
+    return Resolver(index=index, sources=sources)
+
+
+def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None = None) -> Plan:
+    """Expand the matrix and (unless prune=False) drop or trim what the compatibility data rules out.
+
+    A torch or python specifier is resolved against the index (`factory.specs`; `index` reads it, default
+    the host's pip configuration's client and $FACTORY_HOME's cache), and what the index says of the torches
+    it resolved to fills what compat.json does not say (`factory.torchcompat.with_derived`)."""
     spec = mf.matrix
-    combos = expand(spec.axes, [e.values for e in spec.include], [e.values for e in spec.exclude])
+    excludes = [e.values for e in spec.exclude]
+    includes = [e.values for e in spec.include]
+    combos = expand(spec.axes, includes, excludes)
+    compat = mf.compat
+    resolved: tuple[Resolution, ...] = ()
+    plan_notes: tuple[str, ...] = ()
+    if has_specifiers(combos):
+        resolver = _resolver(mf, combos, index)
+        combos, resolved = resolve_combinations(
+            expand_with_origin(spec.axes, includes, excludes),
+            resolver,
+            axes=spec.axes,
+            exclude=excludes,
+            file=mf.display or str(mf.path),
+        )
+        compat, plan_notes = resolver.compat(mf.compat)
     jobs: list[Job] = []
     dropped: list[DroppedJob] = []
     seen: dict[str, Job] = {}
@@ -211,7 +251,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
         notes: tuple[str, ...] = ()
         verified = False
         if prune:
-            verdict = mf.compat.judge(
+            verdict = compat.judge(
                 cuda=cuda,
                 torch=torch,
                 python=python,
@@ -255,9 +295,10 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True) -> Plan:
             continue
         seen[job.id] = job
         jobs.append(job)
+    plan = Plan(jobs=tuple(jobs), dropped=tuple(dropped), resolved=resolved, notes=plan_notes)
     if mf.recipe.py_limited_api:
-        return limited_api_plan(Plan(jobs=tuple(jobs), dropped=tuple(dropped)), mf.recipe.py_limited_api)
-    return Plan(jobs=tuple(jobs), dropped=tuple(dropped))
+        return limited_api_plan(plan, mf.recipe.py_limited_api)
+    return plan
 
 
 def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
@@ -299,7 +340,7 @@ def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
                 notes=tuple(dict.fromkeys(n for j in (builder, *covered) for n in j.notes)),
             )
         )
-    return Plan(jobs=tuple(jobs), dropped=tuple(dropped))
+    return replace(plan, jobs=tuple(jobs), dropped=tuple(dropped))
 
 
 def _values(job: Job) -> Mapping[str, object]:

@@ -38,7 +38,7 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
@@ -107,6 +107,7 @@ class PipSettings:
     proxy: str | None = None
     trusted_hosts: tuple[str, ...] = ()  # host or host:port whose TLS certificate is not checked
     timeout: float = 15.0
+    constraints: tuple[str, ...] = ()  # pip's constraint files (local paths), which cap what pip installs
 
     @property
     def indexes(self) -> tuple[str, ...]:
@@ -160,6 +161,7 @@ def parse_pip_config(text: str) -> PipSettings:
         proxy=merged.get("proxy") or None,
         trusted_hosts=listed("trusted-host"),
         timeout=seconds,
+        constraints=listed("constraint"),
     )
 
 
@@ -386,13 +388,22 @@ class IndexClient:
         self.auth[netloc.lower()] = "Basic " + base64.b64encode(userinfo.encode()).decode()
         return urlunsplit(parts._replace(netloc=netloc))
 
-    def open(self, url: str, *, deadline: _Deadline, accept: str | None = None) -> Any:  # urllib's response
+    def open(
+        self,
+        url: str,
+        *,
+        deadline: _Deadline,
+        accept: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:  # urllib's response
         """A GET of an http(s) URL (nothing else: no file:, ftp: or data:, nor a redirect to one), its
-        connections shut down when `deadline` expires."""
+        connections shut down when `deadline` expires; `headers` (Range, If-None-Match) go with it."""
         parts = urlsplit(url)
         request = urllib.request.Request(url)
         if accept:
             request.add_header("Accept", accept)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         header = self.auth.get(parts.netloc.lower())
         if header:
             # never carried to the host a redirect points to
@@ -446,6 +457,39 @@ class IndexClient:
         if short:
             raise IndexPageError(f"the connection closed after {total} of {declared} bytes")
         return got
+
+    def fetch(
+        self, url: str, *, limit: int, seconds: float, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """GET `url` with `headers`: its status, response headers (names lower-cased) and body, the body at
+        most `limit` bytes (else _TooLarge) and all within `seconds` (else _TooSlow). A 304 is a status, not
+        an error; any other HTTP error is raised as urllib raises it."""
+        body = bytearray()
+        with _Deadline(seconds) as deadline:
+            try:
+                with self.open(url, deadline=deadline, headers=headers) as resp:
+                    got = {k.lower(): v for k, v in resp.headers.items()}
+                    declared = got.get("content-length", "").strip()
+                    if declared.isdigit() and int(declared) > limit:
+                        raise _TooLarge(limit)
+                    while not deadline.expired and (block := resp.read1(CHUNK)):
+                        body.extend(block)
+                        if len(body) > limit:
+                            raise _TooLarge(limit)
+                    status, short = resp.status, resp.length
+            except urllib.error.HTTPError as exc:
+                if exc.code == 304:
+                    return 304, {k.lower(): v for k, v in exc.headers.items()}, b""
+                raise
+            except (OSError, HTTPException):
+                if deadline.expired:
+                    raise _TooSlow(seconds) from None
+                raise
+            if deadline.expired:
+                raise _TooSlow(seconds)
+        if short:
+            raise IndexPageError(f"the connection closed after {len(body)} of {declared} bytes")
+        return status, got, bytes(body)
 
     def page(self, url: str, limits: FetchLimits) -> list[tuple[str, str, tuple[str, str] | None]]:
         """The files an index page, or a find-links page or directory, lists."""

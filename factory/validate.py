@@ -12,6 +12,7 @@ import re
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from factory.errors import ConfigError
 from factory.units import format_gib
@@ -126,6 +127,42 @@ def requirement_problem(text: str) -> str | None:
         return "is not a requirement like 'ninja>=1.11' (no pip options)"
     if parsed.url is not None:
         return "is a direct URL; name a requirement that an index serves"
+    return None
+
+
+# --- matrix values that follow the index (resolved by factory.specs at plan time) -------------------------
+
+MAX_SPECIFIER = 100
+_OPERATOR = re.compile(r"[<>=!~*,]")
+
+
+def is_specifier(value: object) -> bool:
+    """Whether a matrix value is a specifier (">=2.12", "2.14.*", "~=3.11") rather than an exact version."""
+    return isinstance(value, str) and bool(_OPERATOR.search(value))
+
+
+def parse_specifier(text: str) -> SpecifierSet:
+    """`text` as a SpecifierSet ("2.14.*" is read as "==2.14.*"); ValueError saying why it is not one."""
+    if len(text) > MAX_SPECIFIER:
+        raise ValueError(f"longer than {MAX_SPECIFIER} characters")
+    written = text.strip()
+    if written and written[0].isdigit():
+        written = "==" + written
+    try:
+        spec = SpecifierSet(written)
+    except InvalidSpecifier as exc:
+        raise ValueError(str(exc)) from None
+    if not len(spec):
+        raise ValueError("an empty specifier")
+    return spec
+
+
+def specifier_problem(text: str) -> str | None:
+    """Why `text` is not a PEP 440 specifier a matrix's torch or python axis takes, or None."""
+    try:
+        parse_specifier(text)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

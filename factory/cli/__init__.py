@@ -57,6 +57,7 @@ def _register() -> None:
         "source",
         "clean",
         "cache",
+        "compat",
     ):
         try:
             importlib.import_module(f"factory.cli.{name}")

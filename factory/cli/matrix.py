@@ -77,6 +77,11 @@ def _table(plan: Plan, title: str) -> Table:
     return table
 
 
+def _resolution_lines(plan: Plan) -> list[str]:
+    """What each specifier resolved to, then what the index said that compat.json does not."""
+    return [f"resolved: {r.line()}" for r in plan.resolved] + [f"note: {n}" for n in plan.notes]
+
+
 def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str:
     """`factory matrix --check`'s line; with `fetch`, after trying the recipe's patches on the source."""
     patched = ""
@@ -169,7 +174,14 @@ def matrix_command(
         typer.echo(_check_line(mf, plan, matrix, fetch=not no_source))
         return
     if as_json:
-        echo_json({"jobs": [j.to_json() for j in plan.jobs], "dropped": [d.to_json() for d in plan.dropped]})
+        doc: dict[str, object] = {
+            "jobs": [j.to_json() for j in plan.jobs],
+            "dropped": [d.to_json() for d in plan.dropped],
+        }
+        if plan.resolved or plan.notes:
+            doc["resolved"] = [r.to_json() for r in plan.resolved]
+            doc["notes"] = list(plan.notes)
+        echo_json(doc)
         return
     if fmt is Format.json:
         typer.echo("warning: --format json is deprecated: use --json (with the dropped rows too)", err=True)
@@ -181,6 +193,8 @@ def matrix_command(
         def say(line: str) -> None:
             typer.echo(line, err=True)
 
+        for line in _resolution_lines(plan):
+            say(line)
         github = github_plan(
             mf,
             plan.jobs,
@@ -193,6 +207,8 @@ def matrix_command(
         typer.echo(github)
         return
     title = f"{mf.package.name} {mf.package.version} ({matrix})"
+    for line in _resolution_lines(plan):
+        typer.echo(line)
     console = table_console()
     console.print(_table(plan, title))
     covered = sum(len(j.covers) for j in plan.jobs)

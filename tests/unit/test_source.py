@@ -754,6 +754,7 @@ def test_pip_configuration_is_read_by_pip_with_environment_over_files(
     )
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://env.example/simple")
+    monkeypatch.setenv("PIP_CONSTRAINT", "")  # the host's own pip.conf may name constraint files
     settings = read_pip_settings()
     assert settings == PipSettings(
         index_url="https://mirror.example/simple",

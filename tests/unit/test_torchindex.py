@@ -1,0 +1,349 @@
+"""Reading torch's wheels on an index: the pure parsing, the cache and its revalidation, range requests, and
+what a hostile index gets (a fact missing and a reason, never a traceback or an unbounded read)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from factory.options import FetchLimits
+from factory.source import IndexClient, PipSettings
+from factory.torchindex import (
+    TorchIndex,
+    TorchSource,
+    build_of_local,
+    build_of_version_py,
+    cuda_of_metadata,
+    cxx_std_of_header,
+    facts_of_zip,
+    glibc_of,
+    metadata_offered,
+    parse_torch_file,
+)
+from tests.torch_index_helpers import GUARD, TorchWheel, make_index, write_wheel
+
+# ---------------------------------------------------------------------------------------------- pure parsing
+
+
+@pytest.mark.parametrize(
+    ("label", "build"),
+    [
+        ("cu130", ("cuda", "13.0")),
+        ("cu128", ("cuda", "12.8")),
+        ("cu118", ("cuda", "11.8")),
+        ("cu92", ("cuda", "9.2")),
+        ("cu1210", ("cuda", "12.10")),
+        ("cpu", ("cpu", "")),
+        ("rocm6.4", ("other", "rocm6.4")),
+        ("cxx11.abi", ("other", "cxx11.abi")),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_local_label_says_the_build(label: str | None, build: tuple[str, str] | None) -> None:
+    assert build_of_local(label) == build
+
+
+@pytest.mark.parametrize(
+    ("platform", "glibc"),
+    [
+        ("manylinux_2_28_x86_64", (2, 28)),
+        ("manylinux_2_34_aarch64", (2, 34)),
+        ("manylinux2014_x86_64", (2, 17)),
+        ("manylinux1_x86_64", (2, 5)),
+        ("macosx_14_0_arm64", None),
+        ("win_amd64", None),
+        ("musllinux_1_2_x86_64", None),
+    ],
+)
+def test_glibc_of_the_manylinux_tag(platform: str, glibc: tuple[int, int] | None) -> None:
+    assert glibc_of(platform) == glibc
+
+
+def test_cuda_of_metadata_reads_cuda_toolkit_and_runtime_pins() -> None:
+    assert cuda_of_metadata(TorchWheel("2.14.1", "13.0").metadata()) == ("13.0", 13)
+    assert cuda_of_metadata(TorchWheel("2.10.0", "12.8").metadata()) == ("12.8", 12)
+    assert cuda_of_metadata(TorchWheel("2.13.0+cpu", None).metadata()) == (None, None)
+
+
+def test_cuda_of_metadata_major_only_extras_ignored_bad_lines_skipped() -> None:
+    text = (
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0\n"
+        "Requires-Dist: nvidia-cublas-cu12==12.8.4.1; platform_system == 'Linux'\n"
+        "Requires-Dist: this is ((( not a requirement\n"
+        'Requires-Dist: cuda-toolkit==11.8; extra == "old"\n\n'
+    )
+    assert cuda_of_metadata(text) == (None, 12)
+    assert cuda_of_metadata("\x00\x01 garbage") == (None, None)
+
+
+def test_version_py_is_read_as_data_not_run(tmp_path: Path) -> None:
+    assert build_of_version_py("cuda: Optional[str] = '13.0'\nhip = None\n") == ("cuda", "13.0")
+    assert build_of_version_py("cuda = None\nhip = None\n") == ("cpu", "")
+    assert build_of_version_py("cuda = None\nhip = '6.4.1'\n") == ("other", "rocm6.4.1")
+    marker = tmp_path / "ran"
+    evil = f"import pathlib; pathlib.Path({str(marker)!r}).touch()\ncuda = __import__('os').name\n"
+    assert build_of_version_py(evil) is None
+    assert not marker.exists()
+    assert build_of_version_py("cuda = '13.0; rm -rf /'\n") is None
+    assert build_of_version_py("def (:\n") is None
+
+
+def test_cxx_std_from_the_aten_guard() -> None:
+    assert cxx_std_of_header("#pragma once\n" + GUARD["20"]) == "20"
+    assert cxx_std_of_header(GUARD["17"]) == "17"
+    assert cxx_std_of_header("#pragma once\n#include <ATen/Context.h>\n") is None
+    # a comparison without an #error after it is no requirement
+    assert cxx_std_of_header("#if __cplusplus < 202002L\n#define OLD 1\n#endif\n") is None
+    assert cxx_std_of_header("#if __cplusplus < 201703L\n#error no\n#endif\n" + GUARD["20"]) == "20"
+
+
+def test_torch_filenames() -> None:
+    f = parse_torch_file("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", "u", None, "w")
+    assert f is not None
+    assert f.version == Version("2.13.0+cpu")
+    assert f.label_build == ("cpu", "")
+    assert f.pythons == ("3.11",) and f.glibc == (2, 28) and f.linux_x86_64
+    ft = parse_torch_file("torch-2.14.1-cp314-cp314t-manylinux_2_28_x86_64.whl", "u", None, "w")
+    assert ft is not None and ft.pythons == ("3.14",) and ft.label_build is None
+    mac = parse_torch_file("torch-2.14.1-cp311-none-macosx_14_0_arm64.whl", "u", None, "w")
+    assert mac is not None and not mac.linux_x86_64 and mac.glibc is None
+    for other in (
+        "torchvision-0.29.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "torch-2.14.1.tar.gz",
+        "torch-2.14.1-cp311.whl",
+        "torch-not.a.version-cp311-cp311-linux_x86_64.whl",
+    ):
+        assert parse_torch_file(other, "u", None, "w") is None
+
+
+def test_metadata_offered_in_html_and_json() -> None:
+    html = (
+        b'<a href="a/torch-1-py3-none-any.whl#sha256=00" data-dist-info-metadata="sha256=11">x</a>'
+        b'<a href="torch-2-py3-none-any.whl" data-core-metadata="true">y</a>'
+        b'<a href="torch-3-py3-none-any.whl" data-core-metadata="false">z</a>'
+        b'<a href="torch-4-py3-none-any.whl">w</a>'
+    )
+    assert metadata_offered(html, "text/html") == {"torch-1-py3-none-any.whl", "torch-2-py3-none-any.whl"}
+    doc = (
+        b'{"files": [{"filename": "a.whl", "url": "a.whl", "core-metadata": {"sha256": "1"}},'
+        b'{"filename": "b.whl", "url": "b.whl", "core-metadata": false}, {"filename": "c.whl"}, 7]}'
+    )
+    assert metadata_offered(doc, "application/vnd.pypi.simple.v1+json") == {"a.whl"}
+    assert metadata_offered(b"not json", "application/vnd.pypi.simple.v1+json") == frozenset()
+
+
+def test_facts_of_a_wheel(tmp_path: Path) -> None:
+    wheel = tmp_path / "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    write_wheel(wheel, TorchWheel("2.14.1", "13.0", cxx_std="20"), "cp311-cp311-manylinux_2_28_x86_64")
+    with zipfile.ZipFile(wheel) as zf:
+        facts = facts_of_zip(zf)
+    assert (facts.build, facts.build_from, facts.cuda_major, facts.cxx_std) == (
+        ("cuda", "13.0"),
+        "headers",
+        13,
+        "20",
+    )
+
+
+def test_a_member_declared_too_large_is_refused(tmp_path: Path) -> None:
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("torch/version.py", "cuda = '13.0'\n" + " " * (5 * 2**20))
+    with zipfile.ZipFile(wheel) as zf, pytest.raises(ValueError, match="larger than 4 MiB"):
+        facts_of_zip(zf)
+
+
+# -------------------------------------------------------------------------------------- an index over HTTP
+
+
+class Served:
+    """A local index over HTTP that counts requests, gives ETags, answers Range requests (each optional)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.etag = True
+        self.ranges = True
+        self.extra_page: bytes | None = None  # served instead of a page, for hostile pages
+        self.drip = False
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                served.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                path = served.root / self.path.lstrip("/").split("?")[0]
+                if path.is_dir():
+                    path = path / "index.html"
+                if not path.is_file():
+                    self.send_error(404)
+                    return
+                body = (
+                    served.extra_page
+                    if (served.extra_page and path.name == "index.html")
+                    else path.read_bytes()
+                )
+                etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+                if served.etag and self.headers.get("If-None-Match") == etag:
+                    self.send_response(304)
+                    self.send_header("ETag", etag)
+                    self.end_headers()
+                    return
+                want = self.headers.get("Range")
+                if want and served.ranges:
+                    first, _, last = want.removeprefix("bytes=").partition("-")
+                    start = len(body) - int(last) if first == "" else int(first)
+                    end = len(body) - 1 if first == "" or not last else min(int(last), len(body) - 1)
+                    start = max(start, 0)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
+                    body = body[start : end + 1]
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Type", "text/html" if path.suffix == ".html" else "application/zip")
+                if served.etag:
+                    self.send_header("ETag", etag)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if served.drip:
+                    for i in range(len(body)):
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    return
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a client that hung up
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def count(self, suffix: str) -> int:
+        return sum(1 for path, _ in self.requests if path.split("?")[0].endswith(suffix))
+
+
+@pytest.fixture(scope="module")
+def wheels_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("served")
+    wheels = [TorchWheel("2.14.1", "13.0", cxx_std="20", bulk=2_500_000), TorchWheel("2.13.0+cpu", None)]
+    make_index(root, wheels, metadata=False)
+    return root
+
+
+@pytest.fixture
+def served(wheels_root: Path) -> Iterator[Served]:
+    s = Served(wheels_root)
+    yield s
+    s.server.shutdown()
+    s.server.server_close()
+
+
+def _index(home: Path, **limits: float) -> TorchIndex:
+    return TorchIndex(http=IndexClient(PipSettings()), home=home, limits=FetchLimits(**limits))  # type: ignore[arg-type]
+
+
+def test_page_is_revalidated_with_its_etag(served: Served, tmp_path: Path) -> None:
+    source = TorchSource.from_url(served.url + "/simple")
+    first = _index(tmp_path).files(source)
+    assert {f.filename for f in first} >= {"torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"}
+    again = _index(tmp_path).files(
+        source
+    )  # a new run: the page cached under FACTORY_HOME, asked with its ETag
+    assert [f.filename for f in again] == [f.filename for f in first]
+    pages = [h for path, h in served.requests if path.endswith("/torch/")]
+    assert len(pages) == 2 and "if-none-match" not in pages[0] and pages[1]["if-none-match"]
+
+
+def test_page_without_validators_is_reused_within_the_ttl(served: Served, tmp_path: Path) -> None:
+    served.etag = False
+    source = TorchSource.from_url(served.url + "/simple")
+    _index(tmp_path).files(source)
+    _index(tmp_path).files(source)
+    assert served.count("/torch/") == 1
+    stale = _index(tmp_path)
+    stale.ttl = 0
+    stale.files(source)
+    assert served.count("/torch/") == 2
+
+
+def test_wheel_facts_by_range_requests_then_from_the_cache_by_sha256(served: Served, tmp_path: Path) -> None:
+    source = TorchSource.from_url(served.url + "/simple")
+    index = _index(tmp_path)
+    f = next(f for f in index.files(source) if f.version == Version("2.14.1"))
+    facts = index.facts(f)
+    assert (facts.build, facts.cxx_std) == (("cuda", "13.0"), "20")
+    size = (served.root / "simple/torch" / f.filename).stat().st_size
+    wheel_requests = [h for path, h in served.requests if path.endswith(".whl")]
+    assert wheel_requests and all("range" in h for h in wheel_requests)
+    assert len(wheel_requests) < 6 and size > 2_000_000  # each asks for at most 256 KiB
+    assert (tmp_path / "torch-index" / "wheels" / f"{f.digest[1]}.json").is_file()  # type: ignore[index]
+    before = served.count(".whl")
+    assert _index(tmp_path).facts(f) == facts  # another run: no request for the wheel at all
+    assert served.count(".whl") == before
+
+
+def test_a_server_without_ranges_gets_a_bounded_full_download(served: Served, tmp_path: Path) -> None:
+    served.ranges = False
+    source = TorchSource.from_url(served.url + "/simple")
+    index = _index(tmp_path)
+    f = next(f for f in index.files(source) if f.version == Version("2.14.1"))
+    assert index.facts(f).cxx_std == "20"
+    small = _index(tmp_path / "other", download_bytes=100_000)
+    g = next(x for x in small.files(source) if x.version == Version("2.14.1"))
+    facts = small.facts(g)
+    assert facts.cxx_std is None and "larger than" in facts.problems[0]
+    assert not list((tmp_path / "other" / "torch-index").glob("wheels/*"))  # a failure is not cached
+
+
+def test_a_huge_page_is_refused_with_a_reason(served: Served, tmp_path: Path) -> None:
+    served.extra_page = b"<a href='x'>x</a>" * 100_000
+    index = _index(tmp_path, page_bytes=100_000)
+    assert index.files(TorchSource.from_url(served.url + "/simple")) == []
+    assert "larger than" in index.problems[0]
+
+
+def test_a_slow_page_is_cut_at_its_deadline(served: Served, tmp_path: Path) -> None:
+    served.drip = True
+    index = _index(tmp_path, page_seconds=0.5)
+    assert index.files(TorchSource.from_url(served.url + "/simple")) == []
+    assert "not done within 0.5 s" in index.problems[0]
+
+
+def test_a_remote_page_linking_to_local_files_is_refused(served: Served, tmp_path: Path) -> None:
+    served.extra_page = b'<a href="file:///etc/passwd">torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl</a>'
+    index = _index(tmp_path)
+    assert index.files(TorchSource.from_url(served.url + "/simple")) == []
+    assert "only a local index or find-links may link" in index.problems[0]
+
+
+def test_bad_metadata_and_a_broken_wheel_leave_facts_missing(tmp_path: Path) -> None:
+    simple = make_index(tmp_path / "idx", [TorchWheel("2.14.1", "13.0", cxx_std="20", pythons=("3.11",))])
+    page = simple / "torch"
+    name = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    (page / f"{name}.metadata").write_bytes(b"\xff\xfe garbage \x00")
+    (page / name).write_bytes(b"PK\x03\x04 not really a zip")
+    index = _index(tmp_path / "home")
+    (f,) = index.files(TorchSource.from_url(simple.as_uri()))
+    facts = index.facts(f)
+    assert facts.build is None and facts.cxx_std is None
+    assert facts.problems and facts.problems[0].startswith(f"cannot read {name}")
+
+
+def test_metadata_file_gives_the_cuda_of_a_plain_build(tmp_path: Path) -> None:
+    simple = make_index(tmp_path / "idx", [TorchWheel("2.10.0", "12.8", pythons=("3.11",))])
+    index = _index(tmp_path / "home")
+    (f,) = index.files(TorchSource.from_url(simple.as_uri()))
+    assert f.metadata
+    facts = index.facts(f)
+    assert (facts.build, facts.build_from, facts.cxx_std) == (("cuda", "12.8"), "metadata", "17")
