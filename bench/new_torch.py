@@ -50,6 +50,8 @@ CUDA = "13.0"
 FIRST, NEW = "2.12.1", "2.14.1"  # both CUDA 13.0 builds on the host's index
 TORCH_SPEC = ">=2.12"
 ARCH = "8.0"
+FIRST_JOB = "cu130-torch2.12-abi1-sm80-py311"  # the one job each torch makes
+NEW_JOB = "cu130-torch2.14-abi1-sm80-py311"
 LABEL = "cu130"  # the index's one "variant": its URL ends in /simple/cu130/, like PyTorch's per-CUDA indexes
 # Beside the wheelhouse cache in the factory's home: survives test sessions, as the wheelhouses do.
 CACHE_DIR = "torch-play"
@@ -326,6 +328,7 @@ def _repeat(
     shutil.copytree(after_first, published, symlinks=True)
     home = Path(tempfile.mkdtemp(prefix="home.", dir=tmp))
     torch_index.offer([FIRST])
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
     torch_index.offer([FIRST, NEW])
     offered = time.monotonic()
@@ -351,38 +354,68 @@ def _repeat(
         "index_check_s": round(run.index_s or 0.0, 2),
         "downloaded_again": build.downloaded_again,
         "wheel": build.wheel,
+        # the machine is shared: its 1-minute load average before and after
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
+
+
+def linked_index(root: Path, wheels: Mapping[str, Path]) -> TorchIndex:
+    """A torch index of the bench's own under `root`, its wheels hard links to the kept ones: no other
+    process's pages change under it, and its URL need not stay (each repeat's wheelhouse is cold anyway)."""
+    files = torch_files(root)
+    files.mkdir(parents=True)
+    linked = {}
+    for version, wheel in wheels.items():
+        try:
+            os.link(wheel, files / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, files / wheel.name)
+        linked[version] = files / wheel.name
+    return TorchIndex(root=root, wheels=linked)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.new_torch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--first-published",
+        type=Path,
+        metavar="DIR",
+        help="an index where run 1 of this play already published torch 2.12's wheel: run 1 is not run again",
+    )
     args = parser.parse_args(argv)
     shared = factory_home() / CACHE_DIR
-    with held(shared), tempfile.TemporaryDirectory(prefix="new-torch-") as tmp_name:
+    with held(shared):
+        kept = fetch_torch_wheels(shared)
+    with tempfile.TemporaryDirectory(prefix="new-torch-") as tmp_name:
         tmp = Path(tmp_name)
-        torch_index = TorchIndex(root=shared, wheels=fetch_torch_wheels(shared))
+        torch_index = linked_index(tmp / "torch-index", kept)
         published = tmp / "index"
-        matrix = play_matrix(tmp / "matrix.yaml", torch_index=torch_index.url, publish_to=published)
+        matrix = play_matrix(
+            tmp / "checkout" / "matrix.yaml", torch_index=torch_index.url, publish_to=published
+        )
         torch_index.offer([FIRST])
-        first = scheduled_run(matrix, tmp / "run1", home=tmp / "home1")
-        if not first.ok or not first.job_ids:
-            raise PlayError(f"run 1 built nothing or failed: {first.job_ids}")
-        shutil.rmtree(tmp / "home1", ignore_errors=True)
+        if args.first_published is None:
+            first = scheduled_run(matrix, tmp / "run1", home=tmp / "home1")
+            if not first.ok or first.job_ids != (FIRST_JOB,):
+                raise PlayError(f"run 1 planned {first.job_ids} or failed")
+            shutil.rmtree(tmp / "home1", ignore_errors=True)
+            first_run = {"job_ids": list(first.job_ids), "plan_s": round(first.plan_s, 2)}
+        else:
+            shutil.copytree(args.first_published, published, symlinks=True)
+            first_run = {"from": str(args.first_published)}
         after_first = tmp / "after-first"
         shutil.copytree(published, after_first, symlinks=True)
         repeats = []
         for _ in range(args.repeat):
             repeats.append(_repeat(torch_index, matrix, published, after_first, tmp))
             print(json.dumps(repeats[-1]), flush=True)
-        torch_index.offer([FIRST])
     totals = [float(r["new_torch_to_published_s"]) for r in repeats]  # type: ignore[arg-type]
     doc = {
         "machine": {
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
-            "load_average_1min_after": round(os.getloadavg()[0], 2),  # others share this machine
         },
         "play": {
             "torch_spec": TORCH_SPEC,
@@ -391,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": PYTHON,
             "cuda": CUDA,
             "arch": ARCH,
-            "first_run_job_ids": list(first.job_ids),
+            "first_run": first_run,
         },
         "repeats": repeats,
         "median_s": round(statistics.median(totals), 2),

@@ -40,10 +40,10 @@ def published_wheel(published: Path, job_id: str, tmp: Path) -> Path:
     from the variant's page: the index serves it to a consumer)."""
     variant = job_id.rsplit("-", 1)[0]
     dest = tmp / variant
-    args = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-index", "--dest", str(dest)]
+    # --isolated: the published index alone, none of the host's pip configuration; this host is the consumer
+    args = [sys.executable, "-m", "pip", "--isolated", "download", "--no-deps", "--dest", str(dest)]
     args += ["--index-url", (published / index.variant_dir(variant)).as_uri(), "factory-demo-ext"]
     args += ["--only-binary=:all:", "--python-version", new_torch.PYTHON]
-    args += ["--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (wheel,) = dest.glob("*.whl")
