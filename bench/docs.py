@@ -748,7 +748,7 @@ def new_torch(results: Path) -> str:
         ("plan (`factory matrix --format github --unpublished`)", "plan_s"),
         ("wheelhouse download (torch and its CUDA wheels, cold)", "wheelhouse_s"),
         ("the job in its container (install, compile, checks)", "job_s"),
-        ("the build command's rest (source, image check, cache sync, publish)", "build_rest_s"),
+        ("the build command's rest (source, image check and its toolkit wheels, publish)", "build_rest_s"),
         ("`factory index check`", "index_check_s"),
     )
     rows = []

@@ -179,7 +179,10 @@ class Build:
     wall_s: float  # the `factory build --only JOB --publish` command
     job_s: float  # the job in its container: install, compile, checks (report.json's wall_s)
     wheelhouse_s: float | None  # the build wheelhouse's download, timed before the command when asked
-    downloaded_again: bool  # the command made a wheelhouse of its own after all (the prefetch missed)
+    downloaded_again: bool  # the command downloaded the build wheelhouse after all (the prefetch missed it)
+    # the wheelhouses the command downloaded itself (each one's requirements): the builder image's toolkit
+    # wheels, say, which the image check reads from a cold $FACTORY_HOME
+    other_downloads: tuple[tuple[str, ...], ...]
     log_tail: tuple[str, ...]
 
 
@@ -214,6 +217,24 @@ def _factory(argv: Sequence[str], env: Mapping[str, str], *, timeout: float = 36
     if proc.returncode != 0 or "Traceback" in proc.stdout:
         raise PlayError(f"factory {' '.join(argv)}: exit {proc.returncode}\n{proc.stdout[-4000:]}")
     return wall, proc.stdout
+
+
+def requirements_of(matrix: Path, job_id: str) -> list[str]:
+    """The requirements of the job's build wheelhouse (`factory.jobspec.requirements`)."""
+    from factory.jobspec import requirements
+    from factory.plan import plan_file
+
+    mf, plan = plan_file(matrix, only=job_id, warn=lambda _line: None)
+    (job,) = plan.jobs
+    return requirements(mf, job)
+
+
+def _inputs(made: Path) -> tuple[str, ...]:
+    """The requirements a wheelhouse was downloaded for (its inputs.json); () for what is no wheelhouse."""
+    try:
+        return tuple(json.loads((made / "inputs.json").read_text())["requirements"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
 
 
 def prefetch_wheelhouse(matrix: Path, job_id: str, home: Path) -> float:
@@ -289,7 +310,12 @@ def scheduled_run(
             env,
             timeout=timeout,
         )
-        again = prefetch and bool(_entries(factory_dir / "wheelhouses") - before - {wheelhouse.POOL})
+        made = [
+            _inputs(factory_dir / "wheelhouses" / name)
+            for name in sorted(_entries(factory_dir / "wheelhouses") - before)
+        ]
+        wanted = tuple(sorted(requirements_of(matrix, job_id))) if prefetch else ()
+        again = prefetch and any(tuple(sorted(reqs)) == wanted for reqs in made)
         report = json.loads((out / "report.json").read_text())
         (result,) = report["jobs"]
         builds.append(
@@ -301,6 +327,7 @@ def scheduled_run(
                 job_s=float(result.get("wall_s") or 0.0),
                 wheelhouse_s=fetched,
                 downloaded_again=again,
+                other_downloads=tuple(r for r in made if tuple(sorted(r)) != wanted),
                 log_tail=tuple(result.get("log_tail") or ()),
             )
         )
@@ -353,6 +380,7 @@ def _repeat(
         "build_rest_s": round(build.wall_s - build.job_s, 2),
         "index_check_s": round(run.index_s or 0.0, 2),
         "downloaded_again": build.downloaded_again,
+        "other_downloads": [list(r) for r in build.other_downloads],
         "wheel": build.wheel,
         # the machine is shared: its 1-minute load average before and after
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -385,9 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an index where run 1 of this play already published torch 2.12's wheel: run 1 is not run again",
     )
     args = parser.parse_args(argv)
-    shared = factory_home() / CACHE_DIR
-    with held(shared):
-        kept = fetch_torch_wheels(shared)
+    # no lock: the kept wheels are only added, each renamed into place whole; the pages are the bench's own
+    kept = fetch_torch_wheels(factory_home() / CACHE_DIR)
     with tempfile.TemporaryDirectory(prefix="new-torch-") as tmp_name:
         tmp = Path(tmp_name)
         torch_index = linked_index(tmp / "torch-index", kept)
