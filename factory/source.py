@@ -422,7 +422,7 @@ class IndexClient:
             opener.add_handler(handler)
         return opener.open(request, timeout=self.timeout)
 
-    def get(
+    def _transfer(
         self,
         url: str,
         sink: Callable[[bytes], object],
@@ -430,13 +430,15 @@ class IndexClient:
         limit: int,
         seconds: float,
         accept: str | None = None,
-    ) -> tuple[str, str]:
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], str, str]:
         """GET `url` into `sink` block by block: at most `limit` bytes (else _TooLarge), all within `seconds`
-        (else _TooSlow). The content type, and the URL it came from after redirects."""
+        (else _TooSlow). The status, the response headers (names lower-cased), the content type, and the URL
+        it came from after redirects."""
         with _Deadline(seconds) as deadline:
             total = 0
             try:
-                with self.open(url, deadline=deadline, accept=accept) as resp:
+                with self.open(url, deadline=deadline, accept=accept, headers=headers) as resp:
                     declared = resp.headers.get("Content-Length", "").strip()
                     if declared.isdigit() and int(declared) > limit:
                         raise _TooLarge(limit)
@@ -447,7 +449,8 @@ class IndexClient:
                             raise _TooLarge(limit)
                         sink(block)
                     short = resp.length  # what the Content-Length promised and the body did not bring
-                    got = resp.headers.get_content_type(), resp.geturl()
+                    said = {k.lower(): v for k, v in resp.headers.items()}
+                    got = resp.status, said, resp.headers.get_content_type(), resp.geturl()
             except (OSError, HTTPException):
                 if deadline.expired:
                     raise _TooSlow(seconds) from None
@@ -458,38 +461,36 @@ class IndexClient:
             raise IndexPageError(f"the connection closed after {total} of {declared} bytes")
         return got
 
+    def get(
+        self,
+        url: str,
+        sink: Callable[[bytes], object],
+        *,
+        limit: int,
+        seconds: float,
+        accept: str | None = None,
+    ) -> tuple[str, str]:
+        """GET `url` into `sink` (bounded as `_transfer` says): the content type, and the URL it came from
+        after redirects."""
+        _, _, content_type, final_url = self._transfer(url, sink, limit=limit, seconds=seconds, accept=accept)
+        return content_type, final_url
+
     def fetch(
         self, url: str, *, limit: int, seconds: float, headers: Mapping[str, str] | None = None
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """GET `url` with `headers`: its status, response headers (names lower-cased) and body, the body at
-        most `limit` bytes (else _TooLarge) and all within `seconds` (else _TooSlow). A 304 is a status, not
-        an error; any other HTTP error is raised as urllib raises it."""
+        """GET `url` with `headers` (Range, If-None-Match; bounded as `_transfer` says): its status, response
+        headers (names lower-cased) and body. A 304 is a status, not an error; any other HTTP error is raised
+        as urllib raises it."""
         body = bytearray()
-        with _Deadline(seconds) as deadline:
-            try:
-                with self.open(url, deadline=deadline, headers=headers) as resp:
-                    got = {k.lower(): v for k, v in resp.headers.items()}
-                    declared = got.get("content-length", "").strip()
-                    if declared.isdigit() and int(declared) > limit:
-                        raise _TooLarge(limit)
-                    while not deadline.expired and (block := resp.read1(CHUNK)):
-                        body.extend(block)
-                        if len(body) > limit:
-                            raise _TooLarge(limit)
-                    status, short = resp.status, resp.length
-            except urllib.error.HTTPError as exc:
-                if exc.code == 304:
-                    return 304, {k.lower(): v for k, v in exc.headers.items()}, b""
-                raise
-            except (OSError, HTTPException):
-                if deadline.expired:
-                    raise _TooSlow(seconds) from None
-                raise
-            if deadline.expired:
-                raise _TooSlow(seconds)
-        if short:
-            raise IndexPageError(f"the connection closed after {len(body)} of {declared} bytes")
-        return status, got, bytes(body)
+        try:
+            status, said, _, _ = self._transfer(
+                url, body.extend, limit=limit, seconds=seconds, headers=headers
+            )
+        except urllib.error.HTTPError as exc:
+            if exc.code == 304:
+                return 304, {k.lower(): v for k, v in exc.headers.items()}, b""
+            raise
+        return status, said, bytes(body)
 
     def page(self, url: str, limits: FetchLimits) -> list[tuple[str, str, tuple[str, str] | None]]:
         """The files an index page, or a find-links page or directory, lists."""

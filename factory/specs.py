@@ -13,14 +13,15 @@ only checks a specifier's syntax; the index is read here, at plan time, never wh
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from packaging.version import Version
 
 from factory.compat import CompatData
-from factory.errors import ConfigError
+from factory.errors import BuildError, ConfigError
 from factory.torchcompat import DerivedTorch, allowed, build_of, by_version, derive_minor, with_derived
 from factory.torchindex import TorchFile, TorchIndex, TorchSource, constraint_specifiers
 from factory.validate import is_specifier, parse_specifier
@@ -86,21 +87,15 @@ class Resolver:
     def _groups(self, source: TorchSource) -> dict[Version, list[TorchFile]]:
         return by_version(allowed(self.index.files(source), source))
 
-    def candidates(self, cuda: str, minors: Iterable[str]) -> dict[str, list[Candidate]]:
-        """Per torch minor of `minors`, newest first, the versions with a CUDA `cuda` build on its source
-        (a wheel is read only for a version of one of `minors` that its filename does not label)."""
+    def candidates(self, cuda: str, minor: str) -> Iterator[Candidate]:
+        """Torch `minor`'s versions with a CUDA `cuda` build on its source, newest first, found as they are
+        asked for: a wheel whose filename does not say its build is read only when the caller gets there."""
         source = self.sources[cuda]
-        wanted = set(minors)
-        out: dict[str, list[Candidate]] = {}
         for version, group in self._groups(source).items():
-            if version.is_prerelease or version.is_devrelease or torch_minor(version.public) not in wanted:
+            if version.is_prerelease or version.is_devrelease or torch_minor(version.public) != minor:
                 continue
-            build = self._build(source, group)
-            if build != ("cuda", cuda):
-                continue
-            minor = torch_minor(version.public)
-            out.setdefault(minor, []).append(Candidate(value=minor, version=version, files=tuple(group)))
-        return out
+            if self._build(source, group) == ("cuda", cuda):
+                yield Candidate(value=minor, version=version, files=tuple(group))
 
     def _derive(self, cuda: str, minor: str) -> None:
         source = self.sources[cuda]
@@ -134,14 +129,17 @@ class Resolver:
         minors = {
             torch_minor(v.public) for v in self._groups(source) if spec.contains(v.public, prereleases=False)
         }
-        for minor, found in sorted(
-            self.candidates(cuda, minors).items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))
-        ):
-            matching = [c for c in found if spec.contains(c.version.public, prereleases=False)]
-            if not matching:
+        for minor in sorted(minors, key=lambda m: tuple(int(p) for p in m.split("."))):
+            newest: Candidate | None = None
+            best: Candidate | None = None
+            for candidate in self.candidates(cuda, minor):
+                newest = newest or candidate
+                if spec.contains(candidate.version.public, prereleases=False):
+                    best = candidate
+                    break
+            if best is None or newest is None:
                 continue
-            best = matching[0]
-            value = minor if best.version == found[0].version else best.version.public
+            value = minor if best.version == newest.version else best.version.public
             values.append(value)
             detail.append(f"{value} = {best.version}" if value != str(best.version) else value)
             self._derive(cuda, minor)
@@ -156,11 +154,15 @@ class Resolver:
                     f"over {best.version} unless the build's torch_index excludes it"
                 )
         if not values:
-            raise ConfigError(
+            message = (
                 f"torch {spec_text!r} matches no torch with a CUDA {cuda} build on {source.label}; it has "
-                f"{self._shown_versions(cuda)}",
-                file=file,
+                f"{self._shown_versions(cuda)}"
             )
+            unread = [self.index.unreadable[p] for p in source.pages if p in self.index.unreadable]
+            if unread:
+                # what could not be read may have it: not the matrix file's error
+                raise BuildError(f"{file}: {message}; could not read {'; '.join(unread)}")
+            raise ConfigError(message, file=file)
         return Resolution(
             axis="torch",
             spec=spec_text,
@@ -176,8 +178,10 @@ class Resolver:
         spec = parse_specifier(spec_text)
         source = self.sources[cuda]
         minor = torch_minor(torch)
-        found = self.candidates(cuda, [minor]).get(minor, [])
-        exact = [c for c in found if c.version.public == torch] if torch.count(".") == 2 else found[:1]
+        found = self.candidates(cuda, minor)
+        if torch.count(".") == 2:
+            found = (c for c in found if c.version.public == torch)
+        exact = list(itertools.islice(found, 1))
         pythons = sorted(
             {p for c in exact for f in c.files for p in f.pythons}, key=lambda p: int(p.split(".")[1])
         )
@@ -189,7 +193,7 @@ class Resolver:
                 f"{source.label}; it has {has}",
                 file=file,
             )
-        if found:
+        if exact:
             self._derive(cuda, minor)
         return Resolution(
             axis="python",

@@ -77,13 +77,16 @@ def representative(files: Sequence[TorchFile]) -> TorchFile:
 
 
 def build_of(
-    index: TorchIndex, files: Sequence[TorchFile]
+    index: TorchIndex, files: Sequence[TorchFile], *, open_wheel: bool = True
 ) -> tuple[tuple[str, str] | None, str, WheelFacts | None]:
-    """(build, where it was read, the wheel's facts when read) of one version's wheels."""
+    """(build, where it was read, the wheel's facts when read) of one version's wheels; without
+    `open_wheel`, only what the filename or a PEP 658 metadata file says."""
     f = representative(files)
     label = f.label_build
     if label is not None:
         return label, f"index filename {f.filename}", None
+    if not open_wheel and not f.metadata:
+        return None, "", None
     facts = index.facts(f)
     if facts.build is None:
         return None, "", facts
@@ -114,9 +117,12 @@ def derive_minor(
     pythons: set[str] = set()
     cxx_std: Fact | None = None
     default_cuda: Fact | None = None
+    opened = False
     for version, group in groups.items():
         plain = version.local is None
-        build, where, wheel = build_of(index, group)  # reads the wheel of a plain version only
+        # a wheel is opened for the newest plain version only: older patches' builds from their metadata
+        build, where, wheel = build_of(index, group, open_wheel=not opened)
+        opened = opened or (plain and not group[0].metadata)
         if wheel is not None:
             problems.extend(wheel.problems)
         if build is not None and build[0] == "cuda":
@@ -241,10 +247,16 @@ def compat_report(
     for minor in compat.data.get("torch", {}):
         if wanted in (None, minor):
             minors[minor] = {"torch": minor, "facts": [], "contradictions": [], "problems": []}
+    known = [tuple(int(p) for p in m.split(".")) for m in compat.data.get("torch", {})]
+    oldest = min(known, default=(0,))
     for source in sources:
         files = index.files(source)
-        for minor in minors_on(allowed(files, source)):
+        # newest first, so that the bound on wheels read leaves out the oldest; without --torch, from the
+        # oldest torch compat.json knows on (older wheels predate the C++11 ABI and manylinux_2_28)
+        for minor in reversed(minors_on(allowed(files, source))):
             if wanted not in (None, minor):
+                continue
+            if wanted is None and tuple(int(p) for p in minor.split(".")) < oldest:
                 continue
             row = minors.setdefault(
                 minor, {"torch": minor, "facts": [], "contradictions": [], "problems": []}

@@ -27,6 +27,7 @@ import ast
 import contextlib
 import email.parser
 import hashlib
+import io
 import json
 import os
 import re
@@ -57,6 +58,7 @@ from factory.source import (
     IndexClient,
     IndexPageError,
     PipSettings,
+    _copy_local,
     _links_checked,
     _NotFound,
     _reason,
@@ -460,6 +462,7 @@ class TorchIndex:
     ttl: float = PAGE_TTL_S
     wheels_read: int = 0
     problems: list[str] = field(default_factory=list)  # pages and wheels that could not be read
+    unreadable: dict[str, str] = field(default_factory=dict)  # page -> why it could not be read
     _pages: dict[str, list[TorchFile]] = field(default_factory=dict)
     _facts: dict[str, WheelFacts] = field(default_factory=dict)
 
@@ -479,7 +482,8 @@ class TorchIndex:
                 except _NotFound:
                     self._pages[page] = []
                 except (OSError, ValueError, HTTPException) as exc:
-                    self.problems.append(f"{without_credentials(page)}: {_reason(exc)}")
+                    self.unreadable[page] = f"{without_credentials(page)}: {_reason(exc)}"
+                    self.problems.append(self.unreadable[page])
                     self._pages[page] = []
             out.extend(self._pages[page])
         return out
@@ -599,10 +603,9 @@ class TorchIndex:
         try:
             local = _local_path(url)
             if local is not None:
-                with local.open("rb") as fh:
-                    body = fh.read(MAX_METADATA + 1)
-                if len(body) > MAX_METADATA:
-                    raise IndexPageError(f"larger than {MAX_METADATA >> 20} MiB")
+                received = io.BytesIO()
+                _copy_local(local, received, MAX_METADATA)  # a regular file only: not a FIFO, not /dev/zero
+                body = received.getvalue()
             else:
                 _, _, body = self.http.fetch(
                     self.http.bare(url), limit=MAX_METADATA, seconds=self.limits.page_seconds

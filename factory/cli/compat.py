@@ -10,6 +10,7 @@ from factory.cli import app
 from factory.cli.output import echo_json, json_option
 from factory.errors import ConfigError
 from factory.torchcompat import compat_report
+from factory.urls import INDEX_SCHEMES, checked_url
 from factory.variants import TORCH_VERSION
 
 compat_app = typer.Typer(help="Compatibility knowledge: derived from the index, and compat.json.")
@@ -42,6 +43,8 @@ def show_command(
     source; compat.json wins where they differ, and the difference is shown."""
     if torch is not None and not TORCH_VERSION.fullmatch(torch):
         raise ConfigError(f"--torch {torch!r} is not a torch version like 2.14 or 2.14.1")
+    for url in index or ():
+        checked_url(url, schemes=INDEX_SCHEMES, what="--index")
     report = compat_report(torch=torch, urls=tuple(index or ()))
     if as_json:
         echo_json(report)

@@ -13,7 +13,7 @@ import pytest
 
 from factory.compat import CompatData
 from factory.config import load_matrix_file
-from factory.errors import ConfigError
+from factory.errors import BuildError, ConfigError
 from factory.plan import plan_matrix
 from factory.validate import is_specifier, parse_specifier, specifier_problem
 from tests.torch_index_helpers import TorchWheel, make_index
@@ -199,6 +199,19 @@ def test_excludes_apply_to_resolved_values(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("pip_env")
+def test_an_include_entry_may_hold_specifiers(tmp_path: Path) -> None:
+    extra = (
+        '  include:\n    - {cuda: "13.0", torch: "2.14.*", python: ">=3.14", cxx11_abi: true, arch: "9.0"}\n'
+    )
+    plan = plan_matrix(load_matrix_file(matrix(tmp_path, '["2.13"]', extra=extra)))
+    assert [j.id for j in plan.jobs] == [
+        "cu130-torch2.13-abi1-sm80-py311",
+        "cu130-torch2.13-abi1-sm80-py312",
+        "cu130-torch2.14-abi1-sm90-py314",
+    ]
+
+
+@pytest.mark.usefixtures("pip_env")
 def test_a_contradiction_is_shown_and_compat_json_wins(tmp_path: Path) -> None:
     extra = 'compat:\n  torch:\n    "2.14": {cxx_std: "17", cuda: ["12.8"]}\n'
     path = matrix(tmp_path, '[">=2.14"]')
@@ -277,3 +290,19 @@ def test_compat_show_names_each_facts_source(tmp_path: Path, pip_env: dict[str, 
         bad.returncode == 2
         and bad.stderr == "error: --torch 'two' is not a torch version like 2.14 or 2.14.1\n"
     )
+
+
+def test_an_index_that_cannot_be_read_is_not_the_matrix_files_error(tmp_path: Path) -> None:
+    path = matrix(tmp_path, '[">=2.13"]')
+    path.write_text(path.read_text().replace('{"13.0": default}', '{"13.0": "http://127.0.0.1:9/whl/cu130"}'))
+    with pytest.raises(BuildError) as caught:
+        plan_matrix(load_matrix_file(path))
+    message = str(caught.value)
+    assert message.startswith(f"{path}: torch '>=2.13' matches no torch with a CUDA 13.0 build on ")
+    assert "could not read http://127.0.0.1:9/whl/cu130/torch/: " in message
+
+
+def test_compat_show_refuses_an_index_that_is_no_url(tmp_path: Path, pip_env: dict[str, str]) -> None:
+    proc = _factory("compat", "show", "--index", "ftp://mirror.example/whl", env=pip_env, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --index ftp://mirror.example/whl")
+    assert proc.stderr.count("\n") == 1

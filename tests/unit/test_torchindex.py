@@ -4,6 +4,7 @@ what a hostile index gets (a fact missing and a reason, never a traceback or an 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 import zipfile
@@ -172,6 +173,7 @@ class Served:
         self.root = root
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.etag = True
+        self.last_modified: str | None = None  # served, and If-Modified-Since honoured, when set
         self.ranges = True
         self.extra_page: bytes | None = None  # served instead of a page, for hostile pages
         self.drip = False
@@ -195,7 +197,10 @@ class Served:
                     else path.read_bytes()
                 )
                 etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
-                if served.etag and self.headers.get("If-None-Match") == etag:
+                since = self.headers.get("If-Modified-Since")
+                if (served.etag and self.headers.get("If-None-Match") == etag) or (
+                    served.last_modified and since == served.last_modified
+                ):
                     self.send_response(304)
                     self.send_header("ETag", etag)
                     self.end_headers()
@@ -214,6 +219,8 @@ class Served:
                 self.send_header("Content-Type", "text/html" if path.suffix == ".html" else "application/zip")
                 if served.etag:
                     self.send_header("ETag", etag)
+                if served.last_modified:
+                    self.send_header("Last-Modified", served.last_modified)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if served.drip:
@@ -263,6 +270,20 @@ def test_page_is_revalidated_with_its_etag(served: Served, tmp_path: Path) -> No
     assert [f.filename for f in again] == [f.filename for f in first]
     pages = [h for path, h in served.requests if path.endswith("/torch/")]
     assert len(pages) == 2 and "if-none-match" not in pages[0] and pages[1]["if-none-match"]
+
+
+def test_page_is_revalidated_with_its_last_modified(served: Served, tmp_path: Path) -> None:
+    served.etag = False
+    served.last_modified = "Sun, 06 Dec 2026 10:00:00 GMT"
+    source = TorchSource.from_url(served.url + "/simple")
+    first = _index(tmp_path).files(source)
+    again = _index(tmp_path).files(source)
+    assert [f.filename for f in again] == [f.filename for f in first] and first
+    pages = [h for path, h in served.requests if path.endswith("/torch/")]
+    assert [h.get("if-modified-since") for h in pages] == [None, served.last_modified]
+    served.last_modified = "Mon, 07 Dec 2026 10:00:00 GMT"  # the page changed: read again, in full
+    assert [f.filename for f in _index(tmp_path).files(source)] == [f.filename for f in first]
+    assert served.count("/torch/") == 3
 
 
 def test_page_without_validators_is_reused_within_the_ttl(served: Served, tmp_path: Path) -> None:
@@ -347,3 +368,15 @@ def test_metadata_file_gives_the_cuda_of_a_plain_build(tmp_path: Path) -> None:
     assert f.metadata
     facts = index.facts(f)
     assert (facts.build, facts.build_from, facts.cxx_std) == (("cuda", "12.8"), "metadata", "17")
+
+
+def test_a_local_metadata_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    simple = make_index(tmp_path / "idx", [TorchWheel("2.10.0", "12.8", pythons=("3.11",))])
+    name = "torch-2.10.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    (simple / "torch" / f"{name}.metadata").unlink()
+    os.mkfifo(simple / "torch" / f"{name}.metadata")
+    index = _index(tmp_path / "home")
+    (f,) = index.files(TorchSource.from_url(simple.as_uri()))
+    facts = index.facts(f)
+    assert facts.build == ("cuda", "12.8") and facts.build_from == "headers"  # version.py still tells
+    assert index.problems == [f"{name}.metadata: not a regular file"]
