@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-docs real-packages clean
+.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages clean
 
 install: $(VENV)/.installed
 
@@ -88,6 +88,12 @@ bench-side-by-side: install
 # three runs, each against a fresh server (under a minute).
 bench-serve: install
 	$(PY) -m bench.serve_load --clients 200 --requests 2000 --repeat 3
+
+# A new torch on a local torch index to its demo wheel published by the next scheduled run, nobody editing the
+# matrix (`torch: [">=2.12"]`): run 1 once, then run 2 three times, each from cold wheelhouse and compile
+# caches (bench/results/new-torch.json).
+bench-new-torch: install docker images
+	$(PY) -m bench.new_torch --repeat 3
 
 # docs/BENCHMARKS.md's tables (between its `<!-- bench:NAME -->` markers) rewritten from bench/results/*.json;
 # the unit tests fail while the file is not what they render.

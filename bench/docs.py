@@ -737,6 +737,30 @@ def cache_model(results: Path) -> str:
     )
 
 
+# --- A new torch to its wheels published (bench/new_torch.py) ---
+
+
+def new_torch(results: Path) -> str:
+    data = load(results, "new-torch.json")
+    repeats = data["repeats"]
+    parts = (
+        ("the whole: new torch on the index to its wheel published", "new_torch_to_published_s"),
+        ("plan (`factory matrix --format github --unpublished`)", "plan_s"),
+        ("wheelhouse download (torch and its CUDA wheels, cold)", "wheelhouse_s"),
+        ("the job in its container (install, compile, checks)", "job_s"),
+        ("the build command's rest (source, image check and its toolkit wheels, publish)", "build_rest_s"),
+        ("`factory index check`", "index_check_s"),
+    )
+    rows = []
+    for label, key in parts:
+        values = [float(r[key]) for r in repeats]
+        median = f"{fixed(statistics.median(values), 1)} s"
+        if key == "new_torch_to_published_s":
+            median = f"**{median}**"
+        rows.append([label, median, f"{spread(values, 1)} s" if len(values) > 1 else "one run"])
+    return table(["part", f"median of {len(repeats)}", "min-max"], rows)
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "flash-attn-courses": flash_attn_courses,
     "memory-model": memory_model,
@@ -757,6 +781,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "cache-trust": cache_trust,
     "cache-trust-overhead": cache_trust_overhead,
     "cache-model": cache_model,
+    "new-torch": new_torch,
 }
 
 
