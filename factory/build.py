@@ -41,6 +41,7 @@ from factory.errors import BuildError, ConfigError, PatchError
 from factory.jobrun import JobContext, JobInputs, run_job
 from factory.jobspec import CONTAINER_USER, WORK_MOUNT, WORK_VOLUME, requirements
 from factory.memory import jobmemory
+from factory.options import PYTORCH_INDEX
 from factory.plan import Job
 from factory.report import BuildReport, JobResult, SourceInfo, write_report
 from factory.schedule import Schedule
@@ -198,12 +199,31 @@ class Runner:
         index = self.mf.build.torch_index_url(job.variant.cuda)
         extra = () if index is None else (index,)
         key = f"wheelhouse:{job.python}:{reqs}:{extra}"
-        return self._once(
-            key,
-            lambda: wheelhouse.download_wheelhouse(
-                reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra
-            ),
+        return self._once(key, lambda: self._download_build_wheelhouse(job, reqs, extra))
+
+    def _download_build_wheelhouse(self, job: Job, reqs: list[str], extra: tuple[str, ...]) -> Path:
+        """The build's wheelhouse, whose torch is a build for the job's CUDA: where pip took another build
+        of the release (a `+cpu` one), that exact version is refused once and the download repeated."""
+        cuda = job.variant.cuda
+        path = wheelhouse.download_wheelhouse(
+            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra
         )
+        foreign = wheelhouse.foreign_torch(path, cuda=cuda)
+        if foreign is None:
+            return path
+        self.log(f"{job.id}: the index's {reqs[0]} is {foreign}, no CUDA {cuda} build: refusing that version")
+        reqs = [wheelhouse.without_version(reqs[0], foreign), *reqs[1:]]
+        path = wheelhouse.download_wheelhouse(
+            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra
+        )
+        again = wheelhouse.foreign_torch(path, cuda=cuda)
+        if again is not None:
+            pytorch = PYTORCH_INDEX.format(tag=cuda.replace(".", ""))
+            raise BuildError(
+                f"{job.id}: the torch index has no CUDA {cuda} build for {reqs[0]} (pip takes {again}); "
+                f"point build.torch_index for {cuda} at one that has (PyTorch's: {pytorch})"
+            )
+        return path
 
     def check_wheelhouse_for(self, job: Job) -> runtimereqs.CheckWheelhouse:
         """The package's runtime requirements (its source's metadata, read once) for the install check,

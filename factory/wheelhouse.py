@@ -142,6 +142,26 @@ def wheel_files(directory: Path) -> list[Path]:
     return found
 
 
+def foreign_torch(directory: Path, *, cuda: str) -> str | None:
+    """The version of the torch wheel in a wheelhouse when its local label says it is no build for `cuda`'s
+    major (`2.13.0+cpu`, `2.9.1+cu126` for CUDA 13), else None. A `+cpu` build sorts above the plain CUDA
+    build of the same release, so `torch==2.13.*` from an index that has both takes the CPU one."""
+    major = cuda.split(".", 1)[0]
+    for path in wheel_files(directory):
+        name, version, _build, _tags = parse_wheel_filename(path.name)
+        if name != "torch" or version.local is None:
+            continue
+        label = version.local
+        if label == "cpu" or not label.startswith(f"cu{major}"):
+            return str(version)
+    return None
+
+
+def without_version(requirement: str, version: str) -> str:
+    """`requirement` (a `torch==2.13.*` pin) that also refuses this one exact version."""
+    return f"{requirement},!={version}"
+
+
 def download_wheelhouse(
     requirements: Sequence[str],
     dest: Path | None = None,

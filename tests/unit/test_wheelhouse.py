@@ -178,3 +178,30 @@ def test_pool_never_links_a_symlink_found_in_a_wheelhouse(tmp_path: Path) -> Non
     assert wheelhouse.pool_wheels(house, pool) == 0
     assert list(pool.iterdir()) == []
     assert (house / CUDA_WHEEL).is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("torch_wheel", "cuda", "foreign"),
+    [
+        ("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", "13.0", "2.13.0+cpu"),
+        ("torch-2.9.1+cu126-cp311-cp311-manylinux_2_28_x86_64.whl", "13.0", "2.9.1+cu126"),
+        ("torch-2.9.1+cu126-cp311-cp311-manylinux_2_28_x86_64.whl", "12.8", None),
+        ("torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl", "13.0", None),
+        ("torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", "13.0", None),  # plain: the index's default
+    ],
+)
+def test_foreign_torch_names_a_build_for_no_cuda_or_another_major(
+    tmp_path: Path, torch_wheel: str, cuda: str, foreign: str | None
+) -> None:
+    (tmp_path / torch_wheel).write_bytes(b"")
+    (tmp_path / "numpy-2.0.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")  # not torch
+    assert wheelhouse.foreign_torch(tmp_path, cuda=cuda) == foreign
+
+
+def test_without_version_refuses_exactly_that_build() -> None:
+    from packaging.requirements import Requirement
+
+    requirement = Requirement(wheelhouse.without_version("torch==2.13.*", "2.13.0+cpu"))
+    assert not requirement.specifier.contains("2.13.0+cpu")
+    assert requirement.specifier.contains("2.13.0")
+    assert requirement.specifier.contains("2.13.1+cpu")  # only the one pip took: it is asked again
