@@ -4,6 +4,8 @@ registered with STABLE_TORCH_LIBRARY, every torch call through the C shim) built
 `torch>=2.12`, passes the symbol check, installs and imports in fresh venvs with torch 2.12.1 and 2.14.1
 (CUDA 13.0 builds), and is published on both torch variants' pages, where pip finds it. The same module
 calling one libtorch C++ function (at::get_num_threads, sm_86 job) is refused in one line naming the symbol.
+The same wheel published for torch 2.12 alone is then reused for 2.14 with no compile (one install check),
+and refused, nothing published, when the stored file is not what its page lists.
 """
 
 from __future__ import annotations
