@@ -16,11 +16,11 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -48,6 +48,9 @@ from factory.schedule import Schedule
 from factory.shard import Shard
 from factory.source import PreparedSource, prepare_package
 
+if TYPE_CHECKING:
+    from factory.reuse import Reuse
+
 BUDGET_FRACTION = 0.75  # of host memory, when the matrix sets no memory_budget
 
 
@@ -63,6 +66,8 @@ class BuildSettings:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # the compile cache, as `cache.resolve` made it from build.cache, --cache and the publish store; None: off
     compile_cache: cache.CacheConfig | None = None
+    # stable-ABI jobs (by id) that take their published wheel instead of compiling (`factory.reuse`)
+    reuse: Mapping[str, Reuse] = field(default_factory=dict)
 
 
 def git_commit(tree: Path) -> str | None:
@@ -138,6 +143,7 @@ class Runner:
             heartbeat_stale_s=heartbeat_stale_s(),
             shard=settings.shard,
             preflight=settings.preflight,
+            reuse=settings.reuse,
             compile_cache=self.compile_cache,
         )
         self._locks: dict[str, threading.Lock] = {}

@@ -7,9 +7,9 @@ options together is checked here, before any container starts, so a dry run refu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from factory.build import BuildSettings
@@ -18,6 +18,7 @@ from factory.errors import ConfigError
 from factory.pipeline import RunOutcome, build_matrix
 from factory.plan import Job, plan_file
 from factory.report import BuildReport, JobResult
+from factory.reuse import Reuse
 from factory.shard import Shard
 from factory.signing import Signer, signer_from
 
@@ -141,10 +142,11 @@ def run_planned(
     from factory.build import run_build
     from factory.engine import connect
 
-    def build(todo: Sequence[Job]) -> BuildReport:
+    def build(todo: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
         client = connect()
+        settings = replace(planned.settings, reuse=reuse)
         with showing():
-            report = run_build(client, planned.mf, todo, planned.settings, on_change=on_change, log=log)
+            report = run_build(client, planned.mf, todo, settings, on_change=on_change, log=log)
         finished(report)
         return report
 

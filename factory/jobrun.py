@@ -13,11 +13,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from factory import buildfacts, buildlog, cache, jobspec, leftovers, preflight, reproducible
+from factory import buildfacts, buildlog, cache, jobspec, leftovers, preflight, reproducible, reuse
 from factory import shard as sharding
 from factory.acceptance import Acceptance, oldest_torch_job
 from factory.config import MatrixFile
@@ -31,6 +31,9 @@ from factory.plan import Job
 from factory.report import Attempt, JobResult
 from factory.units import format_size
 from factory.urls import printable
+
+if TYPE_CHECKING:
+    from factory.reuse import Reuse
 
 LOG_TAIL_LINES = 40
 
@@ -71,6 +74,8 @@ class JobContext:
     shard: sharding.Shard | None = None  # --shard I/N: each job compiles that share into the cache, no wheel
     preflight: bool = False  # --preflight: each job compiles its host sources and one device source, no wheel
     compile_cache: cache.CacheSync | None = None  # None: the cache is off
+    # stable-ABI jobs (by id) that take their published wheel instead of compiling (`factory.reuse`)
+    reuse: Mapping[str, Reuse] = field(default_factory=dict)
 
     @property
     def heartbeat_file(self) -> Path:
@@ -373,8 +378,9 @@ class JobRun:
             result.phase = "prepare"
             self.changed()
             inputs = prepare(self.job)
+            reused = ctx.reuse.get(self.job.id) if ctx.shard is None else None
             oldest = oldest_torch_job(self.job)
-            if oldest is not None and ctx.shard is None and not ctx.preflight:
+            if oldest is not None and ctx.shard is None and not ctx.preflight and reused is None:
                 prepare(oldest)  # its wheelhouse, for the install check: a download error before the compiles
             image = inputs.image
             self.source_date_epoch = inputs.source_date_epoch
@@ -390,6 +396,11 @@ class JobRun:
                     self.job.id, domain=inputs.cache_domain, run_id=ctx.run_id
                 )
             mounts = self.mounts(inputs, out_tmp)
+            if reused is not None:  # its wheel is published for older torches: checked, not compiled
+                reuse.accept_reused(
+                    self.acceptance, reused, image=image, mounts=mounts, prepare=prepare, inputs=inputs
+                )
+                return
             if ctx.shard is not None:
                 self.plan_shard(inputs.source)
             if ctx.preflight:

@@ -7,7 +7,8 @@ module needs no Docker; the store is opened once, before anything is built.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from factory.config import MatrixFile
 from factory.errors import ConfigError, FactoryError
 from factory.memory.shipping import pull_profile, push_profile
 from factory.publish import PublishResult, describe, publish_wheels, published_files, published_wheel
+from factory.reuse import Reuse, fetch_all, plan_reuse
 from factory.stores import Store, open_store
 
 if TYPE_CHECKING:
@@ -147,7 +149,7 @@ def build_matrix(
     mf: MatrixFile,
     jobs: Sequence[Job],
     *,
-    build: Callable[[Sequence[Job]], BuildReport],
+    build: Callable[[Sequence[Job], Mapping[str, Reuse]], BuildReport],
     output: Path,
     publish: bool = False,
     rebuild: bool = False,
@@ -158,18 +160,23 @@ def build_matrix(
     accepted wheels to `publish.to`, each signed on this host when `signer`.
 
     Publishing, jobs whose wheel is already published are not built unless `rebuild`: a wheel built again
-    differs in its bytes, and publishing it would be refused (nothing published is overwritten). Failed jobs
-    do not hold back the good wheels; the index's matrix page shows what failed."""
+    differs in its bytes, and publishing it would be refused (nothing published is overwritten). A
+    stable-ABI job whose wheel some of its torches' pages list already takes that file (`reuse`), which
+    `build` gets by job id, checks, and publishing adds to the other pages. Failed jobs do not hold back
+    the good wheels; the index's matrix page shows what failed."""
     if not publish:
-        return RunOutcome(report=build(jobs))
+        return RunOutcome(report=build(jobs, {}))
     store = open_store(mf.publish.to, endpoint_url=mf.publish.endpoint_url)
+    planned: dict[str, Reuse] = {}
     if not rebuild:
         jobs = unpublished(store, mf, jobs, log)
         if not jobs:
             log(f"nothing to build: every job's wheel is already published to {mf.publish.to}")
             return RunOutcome(report=None)
+        planned = plan_reuse(store, mf, jobs, log)
     sync_profile(store, mf, log, pull=True)
-    report = build(jobs)
+    with tempfile.TemporaryDirectory(prefix="factory-reuse-") as fetched:
+        report = build(jobs, fetch_all(store, planned, Path(fetched), log))
     wheels = [output / r.wheel for r in report.jobs if r.wheel]
     if not wheels:
         return RunOutcome(report=report)

@@ -80,6 +80,8 @@ class JobResult:
     # A stable-ABI job: every torch its one wheel serves (publishing lists it on each one's page).
     torches: list[str] = field(default_factory=list)
     checked_torches: list[str] = field(default_factory=list)  # those it was installed and imported with
+    # a stable-ABI job that compiled nothing: the variant page whose published wheel it took (`factory.reuse`)
+    reused_from: str | None = None
     # the package's runtime requirements the install check's own wheelhouse holds (`runtimereqs`)
     check_requirements: list[str] = field(default_factory=list)
     # extension modules whose link had no object nvcc compiled: excused from carrying device code

@@ -149,6 +149,8 @@ class ProgressView:
 
 
 def _detail(r: JobResult) -> str:
+    if r.wheel and r.reused_from:
+        return f"{r.wheel} (reused from {r.reused_from}, no compile)"
     return r.wheel or r.reason or ""
 
 

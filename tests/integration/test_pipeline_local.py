@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from factory.memory.shipping import profile_key
 from factory.pipeline import build_matrix
 from factory.plan import Job, plan_matrix
 from factory.report import BuildReport, JobResult
+from factory.reuse import Reuse
 from factory.stores import LocalStore
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,8 @@ class Builder:
         self.mf, self.output = mf, output
         self.calls: list[list[str]] = []
 
-    def __call__(self, jobs: Sequence[Job]) -> BuildReport:
+    def __call__(self, jobs: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
+        assert reuse == {}  # no stable-ABI job here
         self.calls.append([j.id for j in jobs])
         report = BuildReport(run_id="test", matrix=str(self.mf.path), started=time.time())
         for job in jobs:
@@ -122,10 +124,10 @@ def test_the_shipped_profile_is_fetched_before_the_build(tmp_path: Path, home: P
     seen: list[set[str]] = []
     builder = Builder(mf, tmp_path / "out")
 
-    def build(jobs: Sequence[Job]) -> BuildReport:
+    def build(jobs: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
         path = profiles.profile_path(mf.package.name, mf.package.version)
         seen.append(set(profiles.load_profile(path).entries))
-        return builder(jobs)
+        return builder(jobs, reuse)
 
     said: list[str] = []
     build_matrix(

@@ -4,10 +4,13 @@ registered with STABLE_TORCH_LIBRARY, every torch call through the C shim) built
 `torch>=2.12`, passes the symbol check, installs and imports in fresh venvs with torch 2.12.1 and 2.14.1
 (CUDA 13.0 builds), and is published on both torch variants' pages, where pip finds it. The same module
 calling one libtorch C++ function (at::get_num_threads, sm_86 job) is refused in one line naming the symbol.
+The same wheel published for torch 2.12 alone is then reused for 2.14 with no compile (one install check),
+and refused, nothing published, when the stored file is not what its page lists.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -18,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from factory import index as index_mod
+from factory.publish import publish_wheels
 from factory.wheelhouse import compatible_platforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -163,3 +168,84 @@ def test_a_module_using_a_libtorch_cxx_function_is_refused_naming_it(stable_buil
     )
     assert "\n" not in reason
     assert not (stable_build["index"] / "files" / "cu130-torch2.14-abi1-sm86").exists()
+
+
+def reuse_index(stable_build: dict[str, Any], tmp: Path, *, torches: list[str]) -> tuple[Path, Path, Path]:
+    """A second index where the fixture's wheel was published for `torches` alone (the matrix then
+    covered no more), and the matrix publishing there: (matrix, index, published wheel)."""
+    job = stable_build["jobs"][GOOD]
+    wheel = stable_build["out"] / job["wheel"]
+    report = tmp / "first" / "report.json"
+    report.parent.mkdir()
+    report.write_text(json.dumps({"jobs": [{**job, "torches": torches}]}))
+    index = tmp / "index"
+    publish_wheels([wheel], to=str(index), report=report)
+    return stable_matrix(tmp, index=index), index, wheel
+
+
+def build_only_good(matrix: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    proc = subprocess.run(
+        [*FACTORY, "build", "--trust-paths", "-m", str(matrix), "--only", GOOD, "--output", str(out),
+         "--publish"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    [job] = json.loads((out / "report.json").read_text())["jobs"]
+    return proc, job
+
+
+def test_a_new_torch_gets_the_published_wheel_checked_with_it_and_no_compile(
+    stable_build: dict[str, Any], tmp_path: Path
+) -> None:
+    """Published when the matrix covered torch 2.12 alone; torch 2.14 then joins it: the scheduled run takes
+    the published file (no compile: a build would make other bytes, which the 2.12 page refuses), installs
+    and imports it with torch 2.14 and lists the same bytes on 2.14's page; 2.12's page stays as it was."""
+    old, new = PAGES
+    matrix, index, wheel = reuse_index(stable_build, tmp_path, torches=["2.12"])
+    assert not (index / "files" / new).exists()
+    page = index_mod.project_page(old, "factory-stableext")
+    before = {key: (index / key).read_bytes() for key in (page.state_key, page.html_key)}
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+    proc, job = build_only_good(matrix, tmp_path / "wheels")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (job["result"], job["reused_from"], job["wheel"]) == ("ok", old, wheel.name), job["reason"]
+    assert (job["attempts"], job["compiles_compiled"], job["checked_torches"]) == ([], 0, ["2.14"])
+    log = Path(job["log"]).read_text()
+    assert f"reusing {wheel.name} (sha256 {sha}) published on {old}: no compile" in log
+    assert "attempt 1" not in log and log.count('"phase": "done"') == 1  # one install check, with 2.14
+    assert f"{wheel.name} (reused from {old}, no compile)" in proc.stdout + proc.stderr
+
+    stored = index / "files" / new / wheel.name
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == sha
+    new_page = index_mod.project_page(new, "factory-stableext")
+    [listed] = index_mod.records_from_project_json((index / new_page.state_key).read_bytes())
+    assert (listed.filename, listed.sha256) == (wheel.name, sha)
+    assert {key: (index / key).read_bytes() for key in before} == before
+
+    # the next scheduled run: published on every page, nothing to do
+    again = subprocess.run(
+        [*FACTORY, "build", "--trust-paths", "-m", str(matrix), "--only", GOOD, "--output",
+         str(tmp_path / "again"), "--publish"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert again.returncode == 0 and "already published" in again.stdout + again.stderr, again.stderr
+
+
+def test_a_published_file_that_is_not_what_its_page_lists_fails_the_job_and_nothing_is_published(
+    stable_build: dict[str, Any], tmp_path: Path
+) -> None:
+    old, new = PAGES
+    matrix, index, wheel = reuse_index(stable_build, tmp_path, torches=["2.12"])
+    stored = index / "files" / old / wheel.name
+    data = bytearray(stored.read_bytes())
+    data[-1] ^= 1
+    stored.chmod(0o644)
+    stored.write_bytes(bytes(data))
+
+    proc, job = build_only_good(matrix, tmp_path / "wheels")
+    assert proc.returncode == 1
+    assert (job["result"], job["wheel"], job["attempts"], job["reused_from"]) == ("failed", None, [], old)
+    reason = f"the published wheel cannot be reused: files/{old}/{wheel.name} has sha256"
+    assert job["reason"].startswith(reason), job["reason"]
+    assert not (index / "files" / new).exists()

@@ -4,7 +4,7 @@ taking a compile profile costs only the head start."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from factory.options import PublishOptions
 from factory.pipeline import RunOutcome, build_matrix, sync_profile
 from factory.plan import Job, plan_matrix
 from factory.report import BuildReport, JobResult
+from factory.reuse import Reuse
 from factory.stores import LocalStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,8 @@ def test_without_publish_the_build_alone_runs(tmp_path: Path) -> None:
     jobs = plan_matrix(mf).jobs
     asked: list[Sequence[Job]] = []
 
-    def build(todo: Sequence[Job]) -> BuildReport:
+    def build(todo: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
+        assert reuse == {}
         asked.append(todo)
         return report_of("ok", "failed")
 
