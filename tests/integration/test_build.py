@@ -224,7 +224,7 @@ def test_every_published_wheel_has_provenance_and_an_sbom_its_library_accepts(
         assert prov["source"]["kind"] == "path" and len(prov["source"]["path"]["tree_sha256"]) == 64
         assert prov["torch"]["version"].startswith("2.14.")
         assert prov["toolchain"]["nvcc"].startswith("13.0") and prov["toolchain"]["cxx"]
-        assert prov["image"]["dockerfile_sha256"] and prov["cache"]["compile_cache"] in ("local", "directory")
+        assert prov["image"]["dockerfile_sha256"] and "cache" not in prov
         assert any(r["filename"].startswith("torch-") for r in prov["build_requirements"])
         assert job["image_id"].startswith("sha256:") and job["image_id"] not in json.dumps(prov)
         with zipfile.ZipFile(wheel) as zf:
