@@ -225,12 +225,11 @@ class Acceptance:
         without their facts."""
         if inputs is None or inputs.facts is None:
             return None
-        cache = self.ctx.compile_cache
         return buildfacts.build_facts(
             self.mf, self.job, inputs=inputs.facts,
             version=str(parse_wheel_filename(wheel.name)[1]), torch_version=torch,
             toolchain=toolchain if isinstance(toolchain, Mapping) else None, toolkit=inputs.toolkit,
-            compile_cache=cache.config if cache is not None else None, factory_version=version(),
+            factory_version=version(),
         )  # fmt: skip
 
     def label(self, wheel: Path, *, epoch: int) -> Path:

@@ -24,7 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from factory import buildfacts, cache, home, images, leftovers, provenance, runtimereqs, wheelhouse
+from factory import (
+    buildfacts,
+    buildrecord,
+    cache,
+    home,
+    images,
+    leftovers,
+    provenance,
+    runtimereqs,
+    wheelhouse,
+)
 from factory.config import MatrixFile
 from factory.container import heartbeat, protocol
 from factory.engine import (
@@ -334,7 +344,13 @@ def run_build(
         settings.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # before any container starts: nothing is built for nowhere to go
         raise ConfigError(f"--output {settings.output}: cannot make the directory ({exc.strerror})") from None
-    report = BuildReport(run_id=settings.run_id, matrix=str(mf.path), started=time.time())
+    report = BuildReport(
+        run_id=settings.run_id,
+        matrix=str(mf.path),
+        started=time.time(),
+        compile_cache=buildrecord.cache_setting(settings.compile_cache),
+        ci_run_url=buildrecord.ci_run_url(),
+    )
     report.jobs = [
         JobResult(
             job_id=j.id,

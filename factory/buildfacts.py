@@ -2,7 +2,7 @@
 
 `InputFacts` are a job's inputs (the source and its patches, the builder image's content identity, the
 wheelhouse's wheels), made once per run and shared by the jobs with the same inputs; `build_facts` adds the
-job, the torch and toolchain the build reported and the run's settings, and gives the frozen
+job and the torch and toolchain the build reported, and gives the frozen
 `provenance.BuildFacts` that `provenance.compose` and `sbom.compose` turn into files. `needed_libraries`
 reads what each extension module of a wheel links (its ELF DT_NEEDED entries).
 """
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from factory import images, provenance
-from factory.cache import CacheConfig
 from factory.config import MatrixFile
 from factory.errors import FactoryError
 from factory.options import Recipe
@@ -237,15 +236,6 @@ def rebuild_matrix(
     return document, tuple(needs)
 
 
-def cache_setting(config: CacheConfig | None) -> str:
-    """The compile cache as the provenance names it: off, local, or the kind of store it is synced with."""
-    if config is None:
-        return "off"
-    if config.store is None:
-        return "local"
-    return "s3" if config.store.startswith("s3://") else "directory"
-
-
 def sbom_path(package: str) -> str:
     """The SBOM's path inside the .dist-info (PEP 770's `sboms/`)."""
     return f"{provenance.SBOM_DIR}/{package}.cdx.json"
@@ -260,7 +250,6 @@ def build_facts(
     torch_version: str,
     toolchain: Mapping[str, Any] | None,
     toolkit: str | None,
-    compile_cache: CacheConfig | None,
     factory_version: str,
 ) -> provenance.BuildFacts:
     """The provenance's facts of one job's wheel (`version`: the wheel's, with its local label)."""
@@ -290,7 +279,6 @@ def build_facts(
         nvcc=nvcc if isinstance(nvcc, str) else "",
         cxx=cxx if isinstance(cxx, str) else "",
         build_requirements=inputs.build_requirements,
-        compile_cache=cache_setting(compile_cache),
         factory_version=factory_version,
         rebuild=rebuild,
         rebuild_needs=needs,

@@ -6,7 +6,8 @@ records changed". Layout under an index root (all links relative, so the tree wo
     simple/index.html                          the variant indexes
     simple/<variant-id>/index.html|json        PEP 503 root of one variant index (its projects)
     simple/<variant-id>/<project>/index.html|json
-    files/<variant-id>/<wheel>                 and <wheel>.metadata beside it
+    files/<variant-id>/<wheel>                 and <wheel>.metadata beside it (<wheel>.sig.json when
+                                               signed, <wheel>.build.json when published with a report)
     index.html                                 human page: the build matrix and install commands
 """
 
@@ -127,6 +128,14 @@ SIGNATURE_SUFFIX = ".sig.json"
 def signature_path(variant_id: str, filename: str) -> str:
     """The signature file beside a wheel (`factory.signing`'s format): the wheel's URL and this suffix."""
     return f"{files_path(variant_id, filename)}{SIGNATURE_SUFFIX}"
+
+
+BUILD_RECORD_SUFFIX = ".build.json"
+
+
+def build_record_path(variant_id: str, filename: str) -> str:
+    """The build record beside a wheel (`factory.buildrecord`'s format): the wheel's URL and this suffix."""
+    return f"{files_path(variant_id, filename)}{BUILD_RECORD_SUFFIX}"
 
 
 def project_dir(variant_id: str, project: str) -> str:

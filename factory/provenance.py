@@ -4,9 +4,10 @@ What built the wheel, as a pure function of the job's inputs (`BuildFacts`): the
 sha256, a git commit, a path source's tree digest) and every patch with its sha256, the recipe and its
 digest, the builder image's content identity, the toolkit, host compiler and Python, the torch it was built
 against, each build requirement's wheel with its sha256, the factory's version, the job (its variant and
-the environment that changed the build) and the compile cache's setting. Nothing that differs between two
-builds of one job is in it: no time, host, container, `$FACTORY_HOME` path, docker image id or cache hit
-count (report.json has those), so it does not stand in the way of a byte-identical rebuild.
+the environment that changed the build). Nothing that differs between two builds of one job is in it: no
+time, host, container, `$FACTORY_HOME` path, docker image id, nor the compile cache's setting or hit
+count, which by design change no byte of the build (report.json and the build record beside a published
+wheel, `factory.buildrecord`, have those), so it does not stand in the way of a byte-identical rebuild.
 
 Its `rebuild` section is a one-job matrix document (JSON, which `factory build --matrix` reads as YAML)
 that builds this job again, and what such a rebuild needs beside it.
@@ -82,7 +83,6 @@ class BuildFacts:
     nvcc: str = ""  # nvcc's full release, as the build reported it
     cxx: str = ""  # the host compiler's first `--version` line
     build_requirements: tuple[tuple[str, str], ...] = ()  # (wheel file name, sha256) of the wheelhouse
-    compile_cache: str = "off"  # off | local | directory | s3
     factory_version: str
     rebuild: Mapping[str, Any] = field(default_factory=_frozen)  # a one-job matrix document
     rebuild_needs: tuple[str, ...] = ()  # what a rebuild needs beside that document
@@ -134,7 +134,6 @@ def compose(facts: BuildFacts) -> dict[str, Any]:
         },
         "torch": {"version": facts.torch_version},
         "build_requirements": [{"filename": n, "sha256": h} for n, h in sorted(facts.build_requirements)],
-        "cache": {"compile_cache": facts.compile_cache},
         "rebuild": {
             "job": facts.job_id,
             "matrix": _plain(facts.rebuild),
@@ -186,7 +185,6 @@ _SHAPE: dict[str, Any] = {
     "toolchain": {"toolkit": _OPT_STR, "nvcc": str, "cxx": str, "python": str},
     "torch": {"version": str},
     "build_requirements": [{"filename": str, "sha256": _SHA}],
-    "cache": {"compile_cache": str},
     "rebuild": {"job": str, "matrix": _ANY_MAP, "needs": [str]},
 }
 _SOURCE_SHAPES: dict[str, dict[str, Any]] = {

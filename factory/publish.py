@@ -1,6 +1,7 @@
 """Publishing wheels into per-variant simple indexes, safe under concurrent and interrupted publishers.
 
-Order of writes: wheel -> <wheel>.metadata (-> <wheel>.sig.json, signing) -> project page -> variant root
+Order of writes: wheel -> <wheel>.metadata (-> <wheel>.sig.json, signing) (-> <wheel>.build.json, with a
+build report) -> project page -> variant root
 -> root of variant indexes -> human page, so at every instant a page lists only files that exist, and
 rerunning an interrupted publish completes it.
 
@@ -47,8 +48,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
-"""progress(event, key): event is "file", "metadata", "signature", "unchanged" (a file's key), "page" or
-"skip" (whether anything of a page was written; its HTML key)."""
+"""progress(event, key): event is "file", "metadata", "signature", "build-record", "unchanged" (a file's
+key), "page" or "skip" (whether anything of a page was written; its HTML key)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -484,12 +485,44 @@ def placements(
     return sorted(out, key=lambda p: (p[0], p[1].filename))
 
 
+def build_records(
+    report: Path, jobs: Sequence[Mapping[str, object]], infos: Mapping[str, WheelInfo]
+) -> dict[str, bytes]:
+    """The build record (`factory.buildrecord`) of each wheel of `infos` that a job of the report built:
+    its canonical filename -> the record's bytes."""
+    from factory import buildrecord, wheelprov
+
+    try:
+        doc = json.loads(report.read_text())
+    except (OSError, ValueError):  # load_report has read it once: a report changed under us has no records
+        return {}
+    top: Mapping[str, object] = doc if isinstance(doc, dict) else {}
+    out: dict[str, bytes] = {}
+    for job in jobs:
+        wheel = job.get("wheel")
+        if job.get("result") != "ok" or not isinstance(wheel, str):
+            continue
+        info = infos.get(index.canonical_wheel_filename(wheel))
+        if info is None:
+            continue
+        record = buildrecord.from_report(
+            top, job, filename=info.filename, sha256=info.sha256,
+            provenance_sha256=wheelprov.provenance_sha256(info.path),
+        )  # fmt: skip
+        out[info.filename] = buildrecord.dumps(record)
+    return out
+
+
 def _put_files(
-    store: Store, placed: Iterable[tuple[str, WheelInfo]], notify: Progress, signer: Signer | None = None
+    store: Store,
+    placed: Iterable[tuple[str, WheelInfo]],
+    notify: Progress,
+    signer: Signer | None = None,
+    records: Mapping[str, bytes] | None = None,
 ) -> list[PublishedFile]:
-    """Each wheel, then its .metadata (and its signature when `signer`), immutable: a page may only ever
-    point at complete files. A wheel published before, unsigned, gets its signature file now; one signed
-    before keeps the signature it has."""
+    """Each wheel, then its .metadata (and its signature when `signer`, its build record when `records`
+    has one), immutable: a page may only ever point at complete files. A wheel published before, unsigned,
+    gets its signature file now; one signed before keeps the signature it has; so does a build record."""
     results = []
     for variant_id, info in placed:
         key = index.files_path(variant_id, info.filename)
@@ -505,6 +538,11 @@ def _put_files(
             body = signer.sign(info.filename, info.sha256)
             wrote_sig = _put_once(store, sig_key, body, content_type="application/json")
             notify("signature" if wrote_sig else "unchanged", sig_key)
+        record = (records or {}).get(info.filename)
+        if record is not None:
+            record_key = index.build_record_path(variant_id, info.filename)
+            wrote_record = _put_once(store, record_key, record, content_type="application/json")
+            notify("build-record" if wrote_record else "unchanged", record_key)
         status: Literal["published", "unchanged"] = "published" if wrote else "unchanged"
         results.append(
             PublishedFile(filename=info.filename, project=info.project, variant_id=variant_id, status=status)
@@ -525,7 +563,8 @@ def publish_wheels(
     """Publish wheels (and the build report's matrix, if given) to a local directory or s3://bucket/prefix:
     the files first, then each page of `site.site_state` of what they add, merged into the store's in
     write order (project pages, variant roots, the list of variant indexes, the human page). With `signer`
-    (made on this host: `signing.signer_from`), each wheel gets a signature file beside it."""
+    (made on this host: `signing.signer_from`), each wheel gets a signature file beside it; with `report`,
+    each wheel a job of it built gets its build record (`factory.buildrecord`) beside it."""
     infos = _inspect_all(wheels)
     jobs = load_report(report) if report is not None else []
     if store is None:
@@ -561,7 +600,8 @@ def publish_wheels(
     new = site.site_state(records, cells)
     _check_before_writing(store, new, to=to)
 
-    results = _put_files(store, placed, notify, signer)
+    beside = build_records(report, jobs, infos) if report is not None else {}
+    results = _put_files(store, placed, notify, signer, beside)
     written: list[str] = []
     for page, items in site.pages(new):
         read = state_reader(store, page, to=to)

@@ -138,6 +138,10 @@ class BuildReport:
     source: SourceInfo | None = None  # set by run_build as it writes the report
     jobs: list[JobResult] = field(default_factory=list)
     factory_version: str = field(default_factory=version)  # the factory that ran the build
+    # the compile cache's setting (`buildrecord.cache_setting`) and the CI run (`buildrecord.ci_run_url`):
+    # what a published wheel's build record says beside the wheel, never in it
+    compile_cache: str = "off"
+    ci_run_url: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -153,6 +157,8 @@ class BuildReport:
             "source": self.source.to_json() if self.source else None,
             "jobs": [j.to_json() for j in self.jobs],
             "factory_version": self.factory_version,
+            "compile_cache": self.compile_cache,
+            "ci_run_url": self.ci_run_url,
         }
 
 

@@ -7,6 +7,10 @@ and the SBOM a CycloneDX document its library accepts; `inspect` is `factory ins
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
+import stat
 import tempfile
 import urllib.error
 import urllib.request
@@ -18,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory import provenance, sbom
+from factory import buildrecord, provenance, sbom
 from factory.errors import CheckError, ConfigError, FactoryError
 from factory.urls import printable, without_credentials
 
@@ -42,6 +46,9 @@ class Found:
     provenance: dict[str, Any]
     sbom_path: str
     sbom: sbom.Summary
+    # the build record beside the wheel (`factory inspect` alone looks for one), or why it is not shown
+    record: buildrecord.BuildRecord | None = None
+    record_problem: str | None = None
 
 
 def _dist_info(archive: zipfile.ZipFile, wheel: str) -> str:
@@ -89,6 +96,17 @@ def read(wheel: Path) -> Found:
         sbom_path = f"{dist_info}/{rel}"
         summary = sbom.parse(_member(archive, sbom_path, sbom.MAX_BYTES, name), where=f"{name}: {sbom_path}")
     return Found(wheel=name, provenance=document, sbom_path=sbom_path, sbom=summary)
+
+
+def provenance_sha256(wheel: Path) -> str | None:
+    """The sha256 of the wheel's provenance file as it is in the archive (what a build record names);
+    None when the wheel has none or it cannot be read (the wheel check says why)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            path = f"{_dist_info(archive, wheel.name)}/{provenance.FILE_NAME}"
+            return hashlib.sha256(_member(archive, path, provenance.MAX_BYTES, wheel.name)).hexdigest()
+    except (CheckError, OSError, zipfile.BadZipFile):
+        return None
 
 
 def wheel_problems(wheel: Path, expected: Mapping[str, Any]) -> list[str]:
@@ -142,10 +160,63 @@ def _local(wheel_or_url: str) -> Iterator[Path]:
         yield target
 
 
+def _record_bytes(wheel_or_url: str, local: Path) -> bytes | None:
+    """The build record beside the wheel: the file `<wheel>.build.json` next to a local wheel (a regular
+    file, never a link followed), or that URL next to a wheel's URL; None where there is none. Bounded."""
+    limit = buildrecord.MAX_BYTES
+    parts = urlsplit(wheel_or_url)
+    if parts.scheme not in ("http", "https"):
+        beside = local.with_name(local.name + buildrecord.SUFFIX)
+        try:
+            fd = os.open(beside, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # a link (ELOOP), unreadable
+            raise CheckError(f"cannot be read ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise CheckError("is not a regular file")
+            return fh.read(limit + 1)
+    url = parts._replace(path=parts.path + buildrecord.SUFFIX).geturl()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            return bytes(resp.read(limit + 1))
+    except urllib.error.HTTPError as exc:
+        if exc.code in (403, 404):  # S3 answers 403 for a missing key without list permission
+            return None
+        raise CheckError(f"HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise CheckError(str(getattr(exc, "reason", exc))) from None
+
+
+def _with_record(found: Found, wheel_or_url: str, local: Path) -> Found:
+    """`found` with the build record beside the wheel, checked to name this wheel and its provenance; a
+    record that is malformed or names another wheel is not shown, and why is (it is informational)."""
+    where = f"{found.wheel}{buildrecord.SUFFIX}"
+    try:
+        data = _record_bytes(wheel_or_url, local)
+        if data is None:
+            return found
+        record = buildrecord.parse(data, where=where)
+    except CheckError as exc:
+        problem = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+        return dataclasses.replace(found, record_problem=problem)
+    digest = hashlib.sha256()
+    with local.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    if record.sha256 != digest.hexdigest():
+        return dataclasses.replace(found, record_problem=f"{where}: names another wheel (its sha256 differs)")
+    if record.provenance_sha256 not in (None, provenance_sha256(local)):
+        return dataclasses.replace(found, record_problem=f"{where}: names another provenance file")
+    return dataclasses.replace(found, record=record)
+
+
 def inspect(wheel_or_url: str) -> Found:
-    """`factory inspect`: a wheel's provenance and SBOM, from a file or an http(s) URL."""
+    """`factory inspect`: a wheel's provenance and SBOM, from a file or an http(s) URL, and the build
+    record beside it when there is one."""
     with _local(wheel_or_url) as path:
-        return read(path)
+        return _with_record(read(path), wheel_or_url, path)
 
 
 def describe(found: Found) -> list[str]:
@@ -182,7 +253,6 @@ def describe(found: Found) -> list[str]:
     if job["cxx_std"]:
         lines.append(f"C++         {job['cxx_std']}")
     lines += [f"env         {k}={v}" for k, v in sorted(job["env"].items())]
-    lines.append(f"cache       {p['cache']['compile_cache']}")
     lines += [f"requires    {r['filename']} sha256:{r['sha256']}" for r in p["build_requirements"]]
     needs = "; ".join(p["rebuild"]["needs"]) or "nothing else"
     lines.append(f"rebuild     job {p['rebuild']['job']} (needs: {needs})")
@@ -190,6 +260,11 @@ def describe(found: Found) -> list[str]:
     count = len(s.components)
     lines.append(f"sbom        {found.sbom_path}: CycloneDX {s.spec}, {count} components, {s.serial}")
     lines += [f"  {kind:<11} {name} {version}".rstrip() for kind, name, version in s.components]
+    if found.record is not None:
+        lines.append("build record (beside the wheel, informational: not signed)")
+        lines += [f"  {line}" for line in buildrecord.describe(found.record)]
+    elif found.record_problem is not None:
+        lines.append(f"build record not shown: {found.record_problem}")
     return [printable(line) for line in lines]  # the wheel's text, shown on a terminal
 
 
@@ -206,4 +281,6 @@ def to_json(found: Found) -> dict[str, Any]:
             "subject": s.subject,
             "components": [{"type": t, "name": n, "version": v} for t, n, v in s.components],
         },
+        "build_record": buildrecord.compose(found.record) if found.record is not None else None,
+        "build_record_problem": found.record_problem,
     }

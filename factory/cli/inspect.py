@@ -21,8 +21,10 @@ def inspect_command(
     """Print what built a wheel (its provenance) and what its SBOM lists.
 
     From its .dist-info's factory-provenance.json: the source and patches, recipe, builder image,
-    toolchain, torch, build requirements, job and compile cache setting; and the components of its
-    CycloneDX SBOM (sboms/). A wheel without them, or with malformed ones, fails in one line."""
+    toolchain, torch, build requirements and job; and the components of its CycloneDX SBOM (sboms/).
+    A wheel without them, or with malformed ones, fails in one line. The build record beside the wheel
+    (<wheel>.build.json next to the file or URL: compile cache use, image id, times, CI run) is shown
+    when there is one and it names this wheel."""
     found = wheelprov.inspect(wheel)
     if as_json:
         echo_json(wheelprov.to_json(found))

@@ -30,7 +30,7 @@ from publish_helpers import (
     uv_install,
 )
 
-from factory import index
+from factory import buildrecord, index
 from factory.errors import PublishError
 from factory.publish import publish_wheels, published_files
 from factory.stores import S3Store
@@ -325,6 +325,31 @@ def test_a_published_wheel_is_found_on_s3(moto: Moto, tmp_path: Path) -> None:
     assert published_files(store, project="tinyvar", variant_id=VID_NEW) == ()  # no page yet: no such key
     publish_wheels([wheel], to="s3://found/idx", endpoint_url=moto.endpoint)
     assert published_files(store, project="tinyvar", variant_id=VID_NEW) == (wheel.name,)
+
+
+def test_the_build_record_is_written_once_beside_the_wheel_on_s3(moto: Moto, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, label=LABEL_NEW, tag="cp311-cp311-linux_x86_64", payload="record")
+    moto.bucket("records")
+
+    def report(name: str, hits: int) -> Path:
+        job = {"variant_id": VID_NEW, "python": "3.11", "result": "ok", "package": "tinyvar",
+               "wheel": wheel.name, "compiles_cached": hits, "compiles_compiled": 1}  # fmt: skip
+        doc = {"started": 1796601600, "finished": 1796601700, "compile_cache": "s3", "jobs": [job]}
+        (tmp_path / name).write_text(json.dumps(doc))
+        return tmp_path / name
+
+    publish_wheels([wheel], to="s3://records/idx", endpoint_url=moto.endpoint, report=report("a.json", 4))
+    get = moto.getter("records", "idx")
+    key = index.build_record_path(VID_NEW, wheel.name)
+    first = get(key)
+    assert first is not None
+    record = buildrecord.parse(first)
+    assert (record.sha256, record.compile_cache, record.cache_hits) == (sha256_file(wheel), "s3", 4)
+    assert record.provenance_sha256 is None  # this wheel carries none
+    head = moto.client.head_object(Bucket="records", Key=f"idx/{key}")
+    assert head["ContentType"] == "application/json" and "immutable" in head["CacheControl"]
+    publish_wheels([wheel], to="s3://records/idx", endpoint_url=moto.endpoint, report=report("b.json", 0))
+    assert get(key) == first
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], code: int) -> str:

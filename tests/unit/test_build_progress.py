@@ -172,6 +172,7 @@ def test_report_json_records_the_sdist_once_at_the_top() -> None:
     }
     assert all("source" not in job and "sdist" not in job for job in data["jobs"])
     keys = ["run_id", "matrix", "started", "finished", "ok", "source", "jobs", "factory_version"]
+    keys += ["compile_cache", "ci_run_url"]
     assert list(data) == keys
 
 

@@ -4,6 +4,7 @@ are made of (factory.buildfacts), and the files in a wheel (factory.wheelprov, `
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import shutil
@@ -18,7 +19,7 @@ from cyclonedx.model.bom import Bom
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from factory import buildfacts, provenance, sbom, wheelprov
+from factory import buildfacts, buildrecord, provenance, sbom, wheelprov
 from factory.config import load_matrix_file
 from factory.errors import CheckError
 from factory.plan import Job, plan_matrix
@@ -46,7 +47,7 @@ def make_facts(**changes: Any) -> provenance.BuildFacts:
     facts = buildfacts.build_facts(
         mf, job, inputs=inputs, version=f"0.1.0+{job.variant.local_version}", torch_version="2.14.1",
         toolchain={"nvcc": "13.0.88", "cxx": "g++ (Debian 14.2.0-19) 14.2.0"}, toolkit="13.0",
-        compile_cache=None, factory_version="0.1.0",
+        factory_version="0.1.0",
     )  # fmt: skip
     return replace(facts, **changes)
 
@@ -171,7 +172,7 @@ def test_the_rebuild_document_is_a_matrix_file_of_the_same_job(tmp_path: Path) -
     )
     facts = buildfacts.build_facts(
         mf, job, inputs=inputs, version="0.1.0", torch_version="2.14.1", toolchain=None, toolkit=None,
-        compile_cache=None, factory_version="0.1.0",
+        factory_version="0.1.0",
     )  # fmt: skip
     doc = provenance.compose(facts)
     shutil.copytree(FIXTURES / "memext", tmp_path / "memext")
@@ -216,15 +217,6 @@ def test_tree_digest_follows_content_not_times(tmp_path: Path) -> None:
     assert buildfacts.tree_digest(tmp_path) == first
     (tmp_path / "a" / "f.py").write_text("x = 2\n")
     assert buildfacts.tree_digest(tmp_path) != first
-
-
-def test_cache_setting_names_no_path() -> None:
-    from factory.cache import CacheConfig
-
-    assert buildfacts.cache_setting(None) == "off"
-    assert buildfacts.cache_setting(CacheConfig(local=Path("/home/x/.cache"))) == "local"
-    assert buildfacts.cache_setting(CacheConfig(local=Path("/x"), store="s3://b/p")) == "s3"
-    assert buildfacts.cache_setting(CacheConfig(local=Path("/x"), store="/srv/index/_cache")) == "directory"
 
 
 def test_elf_needed_reads_a_real_shared_object() -> None:
@@ -399,6 +391,31 @@ def test_factory_inspect_fetches_a_url(tmp_path: Path, factory_cli: Any) -> None
         code, out = factory_cli(["inspect", f"{base}/{wheel.name}", "--json"])
         assert code == 0, out
         assert json.loads(out)["wheel"] == wheel.name
+        assert json.loads(out)["build_record"] is None
+        record = buildrecord.BuildRecord(
+            filename=wheel.name, sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
+            provenance_sha256=wheelprov.provenance_sha256(wheel), compile_cache="s3", cache_hits=7,
+            compiled=0, image_id=None, factory_version="0.1.0", started=None, finished=None,
+            ci_run_url="https://github.com/a/b/actions/runs/9",
+        )  # fmt: skip
+        beside = tmp_path / f"{wheel.name}{buildrecord.SUFFIX}"
+        beside.write_bytes(buildrecord.dumps(record))
+        code, out = factory_cli(["inspect", f"{base}/{wheel.name}", "--json"])
+        assert code == 0 and json.loads(out)["build_record"]["compile_cache"]["hits"] == 7, out
+        code, out = factory_cli(["inspect", str(wheel)])
+        assert "cache       s3: 7 hits, 0 compiled" in out and "actions/runs/9" in out, out
+        beside.write_bytes(buildrecord.dumps(replace(record, sha256="0" * 64)))
+        code, out = factory_cli(["inspect", f"{base}/{wheel.name}"])
+        assert code == 0 and "build record not shown: " in out and "names another wheel" in out, out
+        beside.write_bytes(b"{not json")
+        code, out = factory_cli(["inspect", str(wheel)])
+        assert code == 0 and "build.json: not valid JSON" in out, out
+        elsewhere = tmp_path / "elsewhere.json"
+        elsewhere.write_bytes(buildrecord.dumps(record))
+        beside.unlink()
+        beside.symlink_to(elsewhere)  # a link is never followed
+        code, out = factory_cli(["inspect", str(wheel)])
+        assert code == 0 and "build record not shown: " in out and "cannot be read" in out, out
         code, out = factory_cli(["inspect", f"{base}/missing-0.1-py3-none-any.whl"])
         assert code == 1 and "HTTP 404" in out and out.strip().count("\n") == 0
         code, out = factory_cli(["inspect", f"{base}/index.html"])

@@ -1,0 +1,217 @@
+"""The build record beside a published wheel (`factory.buildrecord`): its format, hostile input to its
+parser, and publishing writing it once from a build report (a real directory store)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from factory import buildrecord, index, provenance
+from factory.buildrecord import BuildRecord
+from factory.cache import CacheConfig
+from factory.errors import CheckError
+from factory.publish import publish_wheels
+from factory.wheelcheck import record_hash
+
+SHA = "ab" * 32
+RECORD = BuildRecord(
+    filename="demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80-cp311-cp311-linux_x86_64.whl",
+    sha256=SHA,
+    provenance_sha256="cd" * 32,
+    compile_cache="s3",
+    cache_hits=12,
+    compiled=3,
+    image_id="sha256:" + "ef" * 32,
+    factory_version="0.1.0",
+    started="2026-12-07T00:00:00Z",
+    finished="2026-12-07T00:10:00Z",
+    ci_run_url="https://github.com/acme/wheels/actions/runs/123456",
+)
+
+
+def test_round_trip_and_stable_bytes() -> None:
+    data = buildrecord.dumps(RECORD)
+    assert buildrecord.parse(data) == RECORD
+    assert buildrecord.dumps(buildrecord.parse(data)) == data
+    assert data.endswith(b"\n") and data.isascii()
+
+
+def test_unknowns_round_trip_as_null() -> None:
+    bare = dataclasses.replace(
+        RECORD, provenance_sha256=None, compile_cache=None, image_id=None, factory_version=None,
+        started=None, finished=None, ci_run_url=None, cache_hits=0, compiled=0,
+    )  # fmt: skip
+    assert buildrecord.parse(buildrecord.dumps(bare)) == bare
+
+
+def test_cache_setting_names_no_path() -> None:
+    assert buildrecord.cache_setting(None) == "off"
+    assert buildrecord.cache_setting(CacheConfig(local=Path("/home/x/.cache"))) == "local"
+    assert buildrecord.cache_setting(CacheConfig(local=Path("/x"), store="s3://b/p")) == "s3"
+    assert buildrecord.cache_setting(CacheConfig(local=Path("/x"), store="/srv/index/_cache")) == "directory"
+
+
+GH = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "a/b", "GITHUB_RUN_ID": "42"}
+
+
+@pytest.mark.parametrize(
+    ("env", "url"),
+    [
+        ({}, None),
+        (GH, "https://github.com/a/b/actions/runs/42"),
+        ({**GH, "GITHUB_RUN_ID": ""}, None),
+        ({**GH, "GITHUB_SERVER_URL": "https://u:p@ghe.x"}, None),
+        ({**GH, "GITHUB_SERVER_URL": "http://github.com"}, None),
+        ({**GH, "GITHUB_REPOSITORY": "a/../b"}, None),
+        ({**GH, "GITHUB_RUN_ID": "1x"}, None),
+    ],
+)
+def test_ci_run_url_only_from_its_three_variables(env: dict[str, str], url: str | None) -> None:
+    assert buildrecord.ci_run_url({**env, "GITHUB_TOKEN": "secret", "AWS_SECRET_ACCESS_KEY": "s"}) == url
+
+
+def test_from_report_keeps_what_is_well_typed_only() -> None:
+    report = {
+        "started": 1796601600.5, "finished": "later", "factory_version": "0.1.0\x1b[2J",
+        "compile_cache": "/srv/secret/path", "ci_run_url": "https://evil/x",
+    }  # fmt: skip
+    job = {"compiles_cached": -1, "compiles_compiled": True, "image_id": "sha256:" + "0" * 64}
+    record = buildrecord.from_report(report, job, filename="w.whl", sha256=SHA, provenance_sha256=None)
+    assert record.started == "2026-12-07T00:00:00Z" and record.finished is None
+    assert record.factory_version is None and record.compile_cache is None and record.ci_run_url is None
+    assert (record.cache_hits, record.compiled) == (0, 0)
+    assert record.image_id == "sha256:" + "0" * 64
+    buildrecord.parse(buildrecord.dumps(record))
+
+
+def document(**changes: object) -> bytes:
+    doc = json.loads(buildrecord.dumps(RECORD))
+    for path, value in changes.items():
+        target = doc
+        *parents, last = path.split("__")
+        for key in parents:
+            target = target[key]
+        if value is KeyError:
+            del target[last]
+        else:
+            target[last] = value
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"x" * (buildrecord.MAX_BYTES + 1), "over the 64 KiB"),
+        (b"{", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b'{"format": NaN}', "not valid JSON"),
+        (b'{"format": 1, "format": 1}', "duplicate key"),
+        (b"[1]", "must be a JSON object"),
+        (b"[" * 30000 + b"]" * 30000, "not valid JSON"),
+        (document(format=2), "format 2 is not 1"),
+        (document(format=True), "format true is not 1"),
+        (document(wheel__sha256="AB" * 32), "record.wheel.sha256 must be a sha256"),
+        (document(wheel__filename=7), "record.wheel.filename must be printable text"),
+        (document(wheel__filename="a\nb"), "record.wheel.filename must be printable text"),
+        (document(wheel__filename="x" * 600), "at most 512"),
+        (document(compile_cache__hits=-1), "record.compile_cache.hits must be a count"),
+        (document(compile_cache__hits=1.5), "record.compile_cache.hits must be a count"),
+        (document(compile_cache__compiled=False), "record.compile_cache.compiled must be a count"),
+        (document(compile_cache__setting="s3://bucket/key"), "must be one of off, local"),
+        (document(started="yesterday"), "record.started must be a UTC time"),
+        (document(ci_run_url="javascript:alert(1)"), "record.ci_run_url must be a CI run"),
+        (document(image_id=["x"]), "record.image_id must be printable text"),
+        (document(compile_cache=KeyError), "record.compile_cache is missing"),
+        (document(extra="x"), "record.extra is not a field"),
+    ],
+)
+def test_hostile_records_are_refused_in_one_line(data: bytes, why: str) -> None:
+    with pytest.raises(CheckError, match=why) as caught:
+        buildrecord.parse(data, where="w.whl.build.json")
+    assert str(caught.value).startswith("w.whl.build.json: ") and "\n" not in str(caught.value)
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_parse_or_refuse_in_one_line(data: bytes) -> None:
+    try:
+        buildrecord.parse(data)
+    except CheckError as exc:
+        assert "\n" not in str(exc)
+
+
+# --- publishing --------------------------------------------------------------------------------------------
+
+LABEL = "cu13.0.torch2.14.abi1.sm80.90"
+VID = "cu130-torch2.14-abi1-sm80.90"
+VERSION = f"0.1.0+{LABEL}"
+DIST_INFO = f"demo_ext-{VERSION}.dist-info"
+PROVENANCE = b'{"format": 1}\n'  # its bytes are named by sha256; publishing does not parse them
+
+
+def wheel(directory: Path) -> Path:
+    files = {
+        "demo_ext/__init__.py": b"X = 1\n",
+        f"{DIST_INFO}/METADATA": f"Metadata-Version: 2.1\nName: demo-ext\nVersion: {VERSION}\n\n".encode(),
+        f"{DIST_INFO}/{provenance.FILE_NAME}": PROVENANCE,
+    }
+    record = [f"{n},{record_hash(d)},{len(d)}" for n, d in files.items()] + [f"{DIST_INFO}/RECORD,,"]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"demo_ext-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+        zf.writestr(f"{DIST_INFO}/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def report(path: Path, wheel_name: str, *, hits: int, started: float) -> Path:
+    job = {
+        "job_id": "j", "variant_id": VID, "python": "3.11", "result": "ok", "package": "demo-ext",
+        "wheel": wheel_name, "image_id": "sha256:" + "1" * 64, "compiles_cached": hits,
+        "compiles_compiled": 0,
+    }  # fmt: skip
+    doc = {
+        "run_id": "r", "started": started, "finished": started + 60, "factory_version": "0.1.0",
+        "compile_cache": "local", "ci_run_url": None, "jobs": [job],
+    }  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_publish_writes_the_record_once_and_none_without_a_report(tmp_path: Path) -> None:
+    built = wheel(tmp_path / "wh")
+    to = tmp_path / "index"
+    first = report(tmp_path / "r1.json", built.name, hits=5, started=1796601600)
+    publish_wheels([built], to=str(to), report=first)
+    key = to / index.build_record_path(VID, built.name)
+    written = key.read_bytes()
+    record = buildrecord.parse(written)
+    assert record.filename == built.name and record.sha256 == hashlib.sha256(built.read_bytes()).hexdigest()
+    assert record.provenance_sha256 == hashlib.sha256(PROVENANCE).hexdigest()
+    assert (record.compile_cache, record.cache_hits, record.started) == ("local", 5, "2026-12-07T00:00:00Z")
+    # publishing again, from another report of the same wheel, changes nothing
+    again = report(tmp_path / "r2.json", built.name, hits=0, started=1796605200)
+    events: list[tuple[str, str]] = []
+    publish_wheels([built], to=str(to), report=again, progress=lambda e, k: events.append((e, k)))
+    assert key.read_bytes() == written
+    assert ("unchanged", index.build_record_path(VID, built.name)) in events
+    # a wheel published without a report has no record
+    bare = tmp_path / "bare"
+    publish_wheels([built], to=str(bare))
+    assert not (bare / index.build_record_path(VID, built.name)).exists()
+    assert (bare / index.files_path(VID, built.name)).is_file()
+
+
+def test_a_report_of_other_wheels_writes_no_record(tmp_path: Path) -> None:
+    built = wheel(tmp_path / "wh")
+    name = f"demo_ext-0.2.0+{LABEL}-py3-none-any.whl"
+    other = report(tmp_path / "r.json", name, hits=1, started=1796601600)
+    publish_wheels([built], to=str(tmp_path / "index"), report=other)
+    assert not (tmp_path / "index" / index.build_record_path(VID, built.name)).exists()
