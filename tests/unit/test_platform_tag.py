@@ -179,3 +179,19 @@ def test_a_wheel_without_elf_files_is_one_line(tmp_path: Path) -> None:
     assert str(raised.value).startswith(
         f"{LINUX}: auditwheel show failed: This does not look like a platform"
     )
+
+
+def test_auditwheel_gets_no_secret_and_no_loader_setting_of_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from factory import platform_tag
+
+    monkeypatch.setenv("FACTORY_SIGN_KEY", "-----BEGIN PRIVATE KEY-----")
+    monkeypatch.setenv("FACTORY_CACHE_KEY", "secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/planted")
+    monkeypatch.setenv("AUDITWHEEL_PLAT", "linux_x86_64")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    env = platform_tag._environment()
+    assert "secret" not in " ".join(env.values()) and "PRIVATE" not in " ".join(env.values())
+    assert not {"LD_LIBRARY_PATH", "AUDITWHEEL_PLAT", "FACTORY_SIGN_KEY"} & set(env)
+    assert env["LANG"] == "C.UTF-8"
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
