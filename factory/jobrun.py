@@ -232,6 +232,9 @@ class DriverLines:
                 self.ctx.compile_cache.suspect(self.job.id, measured.entry, source)
 
 
+NOT_STARTED = "not started: the build stopped after an earlier failure"
+
+
 class JobRun:
     """Runs one job: prepare, build with OOM retries, accept the wheel. Records everything in `result`."""
 
@@ -363,10 +366,7 @@ class JobRun:
         an interruption too (the main thread owns signal handling), is recorded in the result."""
         result, ctx = self.result, self.ctx
         if ctx.stop.is_set():  # an earlier job failed without --keep-going, or the run is being stopped
-            result.result, result.reason = (
-                "skipped",
-                "not started: the build stopped after an earlier failure",
-            )
+            result.result, result.reason = "skipped", NOT_STARTED
             return
         t0 = time.monotonic()
         result.started = t0
@@ -486,7 +486,7 @@ class JobRun:
             last[:] = [outcome]
             segment = read_from(self.log_path, start)
             record.wall_s = round(time.monotonic() - t0, 1)
-            self.learn(segment)
+            learn(self.mf, segment)
             return record_attempt(record, outcome, segment)
 
         retries = run_attempts(
@@ -534,14 +534,13 @@ class JobRun:
         )
         return None
 
-    def learn(self, segment: str) -> None:
-        """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
-        with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
-            fh.write(segment)
-            fh.flush()
-            jobmemory.record_profiles(
-                package=self.mf.package.name, version=self.mf.package.version, log_path=Path(fh.name)
-            )
+
+def learn(mf: MatrixFile, segment: str) -> None:
+    """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
+    with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
+        fh.write(segment)
+        fh.flush()
+        jobmemory.record_profiles(package=mf.package.name, version=mf.package.version, log_path=Path(fh.name))
 
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:

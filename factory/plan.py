@@ -125,6 +125,17 @@ class Plan:
     resolved: tuple[Resolution, ...] = ()
     notes: tuple[str, ...] = ()
 
+    def to_json(self) -> dict[str, object]:
+        """`factory matrix --json`: the jobs, the dropped rows and, where specifiers were resolved, how."""
+        doc: dict[str, object] = {
+            "jobs": [j.to_json() for j in self.jobs],
+            "dropped": [d.to_json() for d in self.dropped],
+        }
+        if self.resolved or self.notes:
+            doc["resolved"] = [r.to_json() for r in self.resolved]
+            doc["notes"] = list(self.notes)
+        return doc
+
     @property
     def variants(self) -> tuple[Variant, ...]:
         """Distinct variants in job order."""

@@ -196,14 +196,7 @@ def matrix_command(
         typer.echo(_check_line(mf, plan, matrix, fetch=not no_source))
         return
     if as_json:
-        doc: dict[str, object] = {
-            "jobs": [j.to_json() for j in plan.jobs],
-            "dropped": [d.to_json() for d in plan.dropped],
-        }
-        if plan.resolved or plan.notes:
-            doc["resolved"] = [r.to_json() for r in plan.resolved]
-            doc["notes"] = list(plan.notes)
-        echo_json(doc)
+        echo_json(plan.to_json())
         return
     if fmt is Format.json:
         typer.echo("warning: --format json is deprecated: use --json (with the dropped rows too)", err=True)
@@ -228,11 +221,10 @@ def matrix_command(
         )
         typer.echo(github)
         return
-    title = f"{mf.package.name} {mf.package.version} ({matrix})"
     for line in _resolution_lines(plan):
         typer.echo(line)
     console = table_console()
-    console.print(_table(plan, title))
+    console.print(_table(plan, f"{mf.package.name} {mf.package.version} ({matrix})"))
     covered = sum(len(j.covers) for j in plan.jobs)
     console.print(
         f"{len(plan.jobs)} jobs in {len(plan.variants)} variants; {len(plan.dropped)} dropped"
