@@ -1,15 +1,18 @@
-"""Tiny real wheels for the publish/serve tests (no tests here; imported by the test modules beside it)."""
+"""Tiny real wheels for the publish/serve tests, and one real matrix build with its report (no tests here;
+imported by the test modules beside it)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 LABEL_NEW = "cu13.0.torch2.14.abi1.sm80.90"
 LABEL_OLD = "cu12.8.torch2.10.abi1.sm80.90"
@@ -200,3 +203,35 @@ def torch_wheelhouse(matrix: Path, output: Path) -> Path:
 
     mf = load_matrix_file(matrix, trust_paths=True)
     return build.Runner(None, mf, build.BuildSettings(output=output)).wheelhouse_for(plan_matrix(mf).jobs[0])
+
+
+ROOT = Path(__file__).resolve().parents[2]
+FACTORY = [sys.executable, "-m", "factory.cli"]
+
+
+def plan_and_build(matrix: Path, *, index: Path) -> dict[str, Any]:
+    """`factory matrix --json` and `factory build --publish --keep-going` of a matrix file, output beside it:
+    the plan's and the build's processes, the output directory, the report and its jobs by id, the index."""
+    plan = subprocess.run(
+        [*FACTORY, "matrix", "--trust-paths", "-m", str(matrix), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    out = matrix.parent / "wheels"
+    build = [
+        *FACTORY,
+        "build",
+        "--trust-paths",
+        "-m",
+        str(matrix),
+        "--output",
+        str(out),
+        "--publish",
+        "--keep-going",
+    ]
+    proc = subprocess.run(build, capture_output=True, text=True, cwd=ROOT)
+    assert (out / "report.json").is_file(), proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    jobs = {j["job_id"]: j for j in report["jobs"]}
+    return {"plan": plan, "proc": proc, "out": out, "report": report, "jobs": jobs, "index": index}

@@ -82,33 +82,9 @@ def abi3_matrix(tmp: Path, *, index: Path) -> Path:
 def abi3_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("abi3-build")
     matrix = abi3_matrix(tmp, index=tmp / "index")
-    plan = subprocess.run(
-        [*FACTORY, "matrix", "--trust-paths", "-m", str(matrix), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    out = tmp / "wheels"
-    proc = subprocess.run(
-        [
-            *FACTORY,
-            "build",
-            "--trust-paths",
-            "-m",
-            str(matrix),
-            "--output",
-            str(out),
-            "--publish",
-            "--keep-going",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert (out / "report.json").is_file(), proc.stderr[-3000:]
-    report = json.loads((out / "report.json").read_text())
-    jobs = {j["job_id"]: j for j in report["jobs"]}
-    return {"plan": plan, "proc": proc, "out": out, "report": report, "jobs": jobs, "index": tmp / "index"}
+    from publish_helpers import plan_and_build
+
+    return plan_and_build(matrix, index=tmp / "index")
 
 
 def test_one_job_builds_the_variant_with_its_lowest_python(abi3_build: dict[str, Any]) -> None:

@@ -78,33 +78,9 @@ def stable_matrix(tmp: Path, *, index: Path) -> Path:
 def stable_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("stable-build")
     matrix = stable_matrix(tmp, index=tmp / "index")
-    plan = subprocess.run(
-        [*FACTORY, "matrix", "--trust-paths", "-m", str(matrix), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    out = tmp / "wheels"
-    proc = subprocess.run(
-        [
-            *FACTORY,
-            "build",
-            "--trust-paths",
-            "-m",
-            str(matrix),
-            "--output",
-            str(out),
-            "--publish",
-            "--keep-going",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert (out / "report.json").is_file(), proc.stderr[-3000:]
-    report = json.loads((out / "report.json").read_text())
-    jobs = {j["job_id"]: j for j in report["jobs"]}
-    return {"plan": plan, "proc": proc, "out": out, "jobs": jobs, "index": tmp / "index"}
+    from publish_helpers import plan_and_build
+
+    return plan_and_build(matrix, index=tmp / "index")
 
 
 def test_one_job_serves_both_torches_and_is_checked_with_each(stable_build: dict[str, Any]) -> None:
