@@ -6,8 +6,9 @@ records changed". Layout under an index root (all links relative, so the tree wo
     simple/index.html                          the variant indexes
     simple/<variant-id>/index.html|json        PEP 503 root of one variant index (its projects)
     simple/<variant-id>/<project>/index.html|json
-    files/<variant-id>/<wheel>                 and <wheel>.metadata beside it (<wheel>.sig.json when
-                                               signed, <wheel>.build.json when published with a report)
+    files/<variant-id>/<wheel>                 and <wheel>.metadata beside it (<wheel>.provenance.json
+                                               when it carries one, <wheel>.sig.json when signed,
+                                               <wheel>.build.json when published with a report)
     index.html                                 human page: the build matrix and install commands
 """
 
@@ -128,6 +129,15 @@ SIGNATURE_SUFFIX = ".sig.json"
 def signature_path(variant_id: str, filename: str) -> str:
     """The signature file beside a wheel (`factory.signing`'s format): the wheel's URL and this suffix."""
     return f"{files_path(variant_id, filename)}{SIGNATURE_SUFFIX}"
+
+
+PROVENANCE_SUFFIX = ".provenance.json"
+
+
+def provenance_path(variant_id: str, filename: str) -> str:
+    """The wheel's own provenance file (`factory.provenance`), byte for byte, beside it: a client reads it
+    without the wheel, as PEP 658's metadata."""
+    return f"{files_path(variant_id, filename)}{PROVENANCE_SUFFIX}"
 
 
 BUILD_RECORD_SUFFIX = ".build.json"

@@ -1,8 +1,8 @@
 """Publishing wheels into per-variant simple indexes, safe under concurrent and interrupted publishers.
 
-Order of writes: wheel -> <wheel>.metadata (-> <wheel>.sig.json, signing) (-> <wheel>.build.json, with a
-build report) -> project page -> variant root
--> root of variant indexes -> human page, so at every instant a page lists only files that exist, and
+Order of writes: wheel -> <wheel>.metadata (-> <wheel>.provenance.json, the one it carries) (->
+<wheel>.sig.json, signing) (-> <wheel>.build.json, with a build report) -> project page -> variant root ->
+root of variant indexes -> human page, so at every instant a page lists only files that exist, and
 rerunning an interrupted publish completes it.
 
 The pages are those of `site.site_state` of the new files, each merged into the store's by `sync_page`
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
-"""progress(event, key): event is "file", "metadata", "signature", "build-record", "unchanged" (a file's
-key), "page" or "skip" (whether anything of a page was written; its HTML key)."""
+"""progress(event, key): event is "file", "metadata", "provenance", "signature", "build-record", "unchanged"
+(a file's key), "page" or "skip" (whether anything of a page was written; its HTML key)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +64,7 @@ class WheelInfo:
     size: int
     metadata: bytes
     requires_python: str | None
+    provenance: bytes | None = None  # its .dist-info/factory-provenance.json, when it has a valid one
 
     @property
     def metadata_sha256(self) -> str:
@@ -178,6 +179,8 @@ def inspect_wheel(path: Path) -> WheelInfo:
     problems = wheel_archive_problems(path)
     if problems:
         raise PublishError(f"{path}: {problems[0]}; not published")
+    from factory.wheelprov import provenance_bytes
+
     return WheelInfo(
         path=path,
         filename=filename,
@@ -187,6 +190,7 @@ def inspect_wheel(path: Path) -> WheelInfo:
         size=size,
         metadata=metadata,
         requires_python=requires_python,
+        provenance=provenance_bytes(path),
     )
 
 
@@ -520,9 +524,10 @@ def _put_files(
     signer: Signer | None = None,
     records: Mapping[str, bytes] | None = None,
 ) -> list[PublishedFile]:
-    """Each wheel, then its .metadata (and its signature when `signer`, its build record when `records`
-    has one), immutable: a page may only ever point at complete files. A wheel published before, unsigned,
-    gets its signature file now; one signed before keeps the signature it has; so does a build record."""
+    """Each wheel, then its .metadata, its provenance (the in-wheel file's bytes, when it has one), its
+    signature when `signer` and its build record when `records` has one, immutable: a page may only ever
+    point at complete files. A wheel published before, unsigned, gets its signature file now; one signed
+    before keeps the signature it has; so does a build record."""
     results = []
     for variant_id, info in placed:
         key = index.files_path(variant_id, info.filename)
@@ -533,6 +538,13 @@ def _put_files(
             store, meta_key, info.metadata, info.metadata_sha256, content_type="text/plain; charset=utf-8"
         )
         notify("metadata" if wrote_meta else "unchanged", meta_key)
+        if info.provenance is not None:
+            prov_key = index.provenance_path(variant_id, info.filename)
+            prov_sha = hashlib.sha256(info.provenance).hexdigest()
+            wrote_prov = _put_immutable(
+                store, prov_key, info.provenance, prov_sha, content_type="application/json"
+            )
+            notify("provenance" if wrote_prov else "unchanged", prov_key)
         if signer is not None:
             sig_key = index.signature_path(variant_id, info.filename)
             body = signer.sign(info.filename, info.sha256)

@@ -98,15 +98,34 @@ def read(wheel: Path) -> Found:
     return Found(wheel=name, provenance=document, sbom_path=sbom_path, sbom=summary)
 
 
-def provenance_sha256(wheel: Path) -> str | None:
-    """The sha256 of the wheel's provenance file as it is in the archive (what a build record names);
-    None when the wheel has none or it cannot be read (the wheel check says why)."""
+def _raw_provenance(wheel: Path) -> tuple[str, bytes] | None:
     try:
         with zipfile.ZipFile(wheel) as archive:
             path = f"{_dist_info(archive, wheel.name)}/{provenance.FILE_NAME}"
-            return hashlib.sha256(_member(archive, path, provenance.MAX_BYTES, wheel.name)).hexdigest()
+            return path, _member(archive, path, provenance.MAX_BYTES, wheel.name)
     except (CheckError, OSError, zipfile.BadZipFile):
         return None
+
+
+def provenance_bytes(wheel: Path) -> bytes | None:
+    """The wheel's provenance file as it is in the archive, when it is a valid one (published beside the
+    wheel); None when the wheel has none or it cannot be read or parsed (the wheel check says why)."""
+    found = _raw_provenance(wheel)
+    if found is None:
+        return None
+    path, data = found
+    try:
+        provenance.parse(data, where=f"{wheel.name}: {path}")
+    except CheckError:
+        return None
+    return data
+
+
+def provenance_sha256(wheel: Path) -> str | None:
+    """The sha256 of the wheel's provenance file as it is in the archive (what a build record names);
+    None when the wheel has none or it cannot be read (the wheel check says why)."""
+    found = _raw_provenance(wheel)
+    return None if found is None else hashlib.sha256(found[1]).hexdigest()
 
 
 def wheel_problems(wheel: Path, expected: Mapping[str, Any]) -> list[str]:

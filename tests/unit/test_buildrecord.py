@@ -155,11 +155,11 @@ DIST_INFO = f"demo_ext-{VERSION}.dist-info"
 PROVENANCE = b'{"format": 1}\n'  # its bytes are named by sha256; publishing does not parse them
 
 
-def wheel(directory: Path) -> Path:
+def wheel(directory: Path, provenance_file: bytes = PROVENANCE) -> Path:
     files = {
         "demo_ext/__init__.py": b"X = 1\n",
         f"{DIST_INFO}/METADATA": f"Metadata-Version: 2.1\nName: demo-ext\nVersion: {VERSION}\n\n".encode(),
-        f"{DIST_INFO}/{provenance.FILE_NAME}": PROVENANCE,
+        f"{DIST_INFO}/{provenance.FILE_NAME}": provenance_file,
     }
     record = [f"{n},{record_hash(d)},{len(d)}" for n, d in files.items()] + [f"{DIST_INFO}/RECORD,,"]
     directory.mkdir(parents=True, exist_ok=True)
@@ -215,3 +215,23 @@ def test_a_report_of_other_wheels_writes_no_record(tmp_path: Path) -> None:
     other = report(tmp_path / "r.json", name, hits=1, started=1796601600)
     publish_wheels([built], to=str(tmp_path / "index"), report=other)
     assert not (tmp_path / "index" / index.build_record_path(VID, built.name)).exists()
+
+
+def test_a_valid_provenance_is_published_beside_its_wheel_byte_for_byte_once(tmp_path: Path) -> None:
+    from test_provenance import make_facts
+
+    document = provenance.dumps(provenance.compose(make_facts()))
+    built = wheel(tmp_path / "wh", document)
+    to = tmp_path / "index"
+    events: list[tuple[str, str]] = []
+    publish_wheels([built], to=str(to), progress=lambda e, k: events.append((e, k)))
+    key = index.provenance_path(VID, built.name)
+    assert (to / key).read_bytes() == document
+    assert ("provenance", key) in events
+    events.clear()
+    publish_wheels([built], to=str(to), progress=lambda e, k: events.append((e, k)))
+    assert ("unchanged", key) in events
+    # one that does not parse is not put where a client would take it for the wheel's provenance
+    bad = wheel(tmp_path / "bad")
+    publish_wheels([bad], to=str(tmp_path / "other"))
+    assert not (tmp_path / "other" / key).exists()
