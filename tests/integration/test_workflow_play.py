@@ -34,7 +34,7 @@ from ruamel.yaml import YAML
 from test_publish_s3 import Moto, moto  # noqa: F401
 
 from bench import matrices
-from factory import index
+from factory import index, signing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -70,13 +70,21 @@ def workflow_steps() -> dict[str, Step]:
         name: [(s["run"], s.get("env")) for s in job["steps"] if s.get("name") == "Install the factory"]
         for name, job in jobs.items()
     }
-    # every job installs the factory the same way, before its factory step
+    # every job that runs the factory installs it the same way, before its factory step; the attest job,
+    # which alone holds the attestation token, never runs it (tests/unit/test_workflows.py)
+    assert installs.pop("attest") == []
     assert all(found == installs["plan"] and len(found) == 1 for found in installs.values()), installs
     (install,) = (s for s in jobs["plan"]["steps"] if s.get("name") == "Install the factory")
     steps = {"install": Step(job="plan", run=install["run"], env=install.get("env", {}))}
     for name in ("plan", "build", "index"):
-        last = next(s for s in reversed(jobs[name]["steps"]) if "run" in s)
-        steps[name] = Step(job=name, run=last["run"], env=last.get("env", {}))
+        # the factory's step: the one after its install
+        runs = [s for s in jobs[name]["steps"] if "run" in s]
+        factory_step = runs[[s.get("name") for s in runs].index("Install the factory") + 1]
+        steps[name] = Step(job=name, run=factory_step["run"], env=factory_step.get("env", {}))
+    (digests,) = (
+        s for s in jobs["build"]["steps"] if s.get("name", "").startswith("List the published wheels")
+    )
+    steps["digests"] = Step(job="build", run=digests["run"], env=digests.get("env", {}))
     assert jobs["plan"]["steps"][-1]["id"] == "plan"
     return steps
 
@@ -179,12 +187,14 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     )
     secret = "play-" + secrets.token_hex(16)
     cache_key = "play-cache-key-" + secrets.token_hex(16)
+    sign_key, sign_pub = signing.generate_key()
     context: dict[str, dict[str, str]] = {
         "inputs": {**inputs_of(), "matrix": "matrix.yaml", "factory": str(factory_wheel)},
         "secrets": {
             "AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER",
             "AWS_SECRET_ACCESS_KEY": secret,
             "FACTORY_CACHE_KEY": cache_key,
+            "FACTORY_SIGN_KEY": sign_key.decode(),
         },
         "matrix": {},
     }
@@ -229,6 +239,11 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         wheel = runners[job_id].root / "temp" / "wheelhouse" / job["wheel"]
         local[index.canonical_wheel_filename(wheel.name)] = hashlib.sha256(wheel.read_bytes()).hexdigest()
         assert re.search(rf"^published +{job['variant_id']}/\S+\.whl$", outs[job_id], re.M), outs[job_id]
+        # the attest job's subjects: the sha256 of exactly the wheel this runner published
+        context_of_job = {**context, "matrix": {"job_id": job_id}}
+        finish(runners[job_id].start(steps["digests"], context_of_job), timeout=60)
+        subjects = (runners[job_id].root / "temp" / "subjects" / f"{job_id}.sha256").read_text()
+        assert subjects == f"{local[index.canonical_wheel_filename(wheel.name)]}  {wheel.name}\n", subjects
 
     # index: after every build
     indexer = Runner.make(tmp_path / "index", matrix_text, factory=factory)
@@ -259,11 +274,20 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     }
     assert not [k for k in keys if "/." in k or k.startswith(".")], keys  # no temporaries left
 
-    # the secret reached no output and no file a runner kept
+    # each wheel signed on its runner with the workflow's key, the signature beside it
+    public = signing.load_public_key(sign_pub, shown="the play's key")
+    for variant, filename in stored:
+        signature = get(index.signature_path(variant, filename))
+        assert signature is not None, filename
+        signing.check(signature, filename=filename, sha256=local[filename], key=public)
+
+    # the secrets reached no output and no file a runner kept
+    key_body = sign_key.decode().splitlines()[1]
     for out in [*outs.values(), said]:
-        assert secret not in out and cache_key not in out
+        assert secret not in out and cache_key not in out and key_body not in out
     assert files_containing(tmp_path, secret.encode()) == []
     assert files_containing(tmp_path, cache_key.encode()) == []
+    assert files_containing(tmp_path, key_body.encode()) == []
 
     # a second scheduled run plans nothing: the `if:` of build and index leave them out, no runner starts
     again = Runner.make(tmp_path / "plan-again", matrix_text, factory=factory)
