@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from factory import index
+from factory import index, strictjson
 from factory.cache import CacheConfig
 from factory.errors import CheckError
 
@@ -215,31 +215,15 @@ def _problem(document: Any) -> str | None:
     return _value_problem(document, _SHAPE, "record")
 
 
-def _no_constants(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key[:40]!r}")
-        out[key] = value
-    return out
-
-
 def parse(data: bytes, *, where: str = f"<wheel>{SUFFIX}") -> BuildRecord:
     """A record file's content, checked against its format; anything else (too large, not UTF-8 JSON,
     another format, a missing, extra or ill-typed field) is a CheckError of one line naming `where`."""
     if len(data) > MAX_BYTES:
         raise CheckError(f"{where}: over the {MAX_BYTES >> 10} KiB a build record may have")
     try:
-        document = json.loads(
-            data.decode("utf-8"), parse_constant=_no_constants, object_pairs_hook=_unique_keys
-        )
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise CheckError(f"{where}: not valid JSON ({reason})") from None
+        document = strictjson.loads(data)
+    except strictjson.StrictJSONError as exc:
+        raise CheckError(f"{where}: not valid JSON ({exc})") from None
     problem = _problem(document)
     if problem:
         raise CheckError(f"{where}: {problem}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from factory import strictjson
 from factory.errors import CheckError
 
 FORMAT = 1
@@ -236,31 +237,15 @@ def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
     return None
 
 
-def _no_constants(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
 def parse(data: bytes, *, where: str = FILE_NAME) -> dict[str, Any]:
     """A provenance file's document, checked against its format; anything else is a CheckError of one line
     naming `where` (too large, not UTF-8 JSON, another format, a value of the wrong type)."""
     if len(data) > MAX_BYTES:
         raise CheckError(f"{where}: {len(data)} bytes, over the {MAX_BYTES >> 20} MiB provenance may have")
     try:
-        document = json.loads(
-            data.decode("utf-8"), parse_constant=_no_constants, object_pairs_hook=_unique_keys
-        )
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckError(f"{where}: not valid JSON ({reason})") from None
+        document = strictjson.loads(data)
+    except strictjson.StrictJSONError as exc:
+        raise CheckError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(document, dict):
         raise CheckError(f"{where}: must be a JSON object, not {type(document).__name__}")
     fmt = document.get("format")
