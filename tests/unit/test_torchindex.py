@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -177,6 +176,7 @@ class Served:
         self.ranges = True
         self.extra_page: bytes | None = None  # served instead of a page, for hostile pages
         self.drip = False
+        self.released = threading.Event()
         served = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -223,11 +223,10 @@ class Served:
                     self.send_header("Last-Modified", served.last_modified)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                if served.drip:
-                    for i in range(len(body)):
-                        self.wfile.write(body[i : i + 1])
-                        self.wfile.flush()
-                        time.sleep(0.05)
+                if served.drip:  # one byte, then nothing until the test is over: a page that never ends
+                    self.wfile.write(body[:1])
+                    self.wfile.flush()
+                    served.released.wait(timeout=60)
                     return
                 self.wfile.write(body)
 
@@ -252,6 +251,7 @@ def wheels_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(wheels_root: Path) -> Iterator[Served]:
     s = Served(wheels_root)
     yield s
+    s.released.set()
     s.server.shutdown()
     s.server.server_close()
 
