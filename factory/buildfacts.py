@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 import zipfile
@@ -32,6 +33,19 @@ from factory.wheelhouse import wheel_files
 
 _CHUNK = 1 << 20
 MAX_MODULE_BYTES = 4 << 30  # one extension module read for its DT_NEEDED entries
+# What a build container reports (its compilers' version lines) and what its modules name (DT_NEEDED) goes
+# into the wheel's provenance and SBOM only as short printable text, a library only by a soname's characters.
+MAX_REPORTED = 200
+_SONAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}")
+
+
+def reported(value: object) -> str:
+    """A container's report of a tool version: kept when it is printable text of at most MAX_REPORTED
+    characters, else ""."""
+    ok = isinstance(value, str) and value.isprintable() and len(value) <= MAX_REPORTED
+    return value if ok and isinstance(value, str) else ""
+
+
 # the image labels that say what an image is made of, by name; its id is the local docker's, not content
 IDENTITY_LABELS = (images.LABEL_TOOLKIT, images.LABEL_SUITE, images.LABEL_GCC)
 
@@ -276,8 +290,8 @@ def build_facts(
         recipe=recipe,
         image=inputs.image,
         toolkit=toolkit,
-        nvcc=nvcc if isinstance(nvcc, str) else "",
-        cxx=cxx if isinstance(cxx, str) else "",
+        nvcc=reported(nvcc),
+        cxx=reported(cxx),
         build_requirements=inputs.build_requirements,
         factory_version=factory_version,
         rebuild=rebuild,
@@ -300,7 +314,8 @@ def elf_needed(path: Path) -> tuple[str, ...]:
             found: list[str] = []
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
-                    found += [str(getattr(tag, "needed", "")) for tag in section.iter_tags("DT_NEEDED")]
+                    names = (getattr(tag, "needed", "") for tag in section.iter_tags("DT_NEEDED"))
+                    found += [n for n in names if isinstance(n, str) and _SONAME.fullmatch(n)]
             return tuple(dict.fromkeys(found))
     except Exception:  # a hostile or broken module: the wheel check says what is wrong with it
         return ()

