@@ -358,6 +358,12 @@ def elf_header(*, shoff: int) -> bytes:
     return bytes(data)
 
 
+def huge_section_table() -> bytes:
+    data = bytearray(elf_header(shoff=64))
+    struct.pack_into("<HH", data, 0x3A, 2048, 65535)
+    return bytes(data)
+
+
 @pytest.mark.parametrize(
     ("data", "why"),
     [
@@ -366,6 +372,7 @@ def elf_header(*, shoff: int) -> bytes:
         (b"MZ" + bytes(100), "not an ELF file"),
         (b"\x7fELF\x01\x01" + bytes(100), "not a 64-bit little-endian ELF file"),
         (elf_header(shoff=1 << 40), "truncated file"),  # section headers past the end
+        (huge_section_table(), "malformed section headers"),  # 128 MiB of headers: not read at all
     ],
 )
 def test_what_is_no_elf_is_a_problem_not_a_crash(data: bytes, why: str) -> None:

@@ -174,6 +174,7 @@ class Served:
         self.etag = True
         self.last_modified: str | None = None  # served, and If-Modified-Since honoured, when set
         self.ranges = True
+        self.range_lie: str | None = None  # "header", "length" or "offset": a range answer that lies
         self.extra_page: bytes | None = None  # served instead of a page, for hostile pages
         self.drip = False
         self.released = threading.Event()
@@ -212,8 +213,12 @@ class Served:
                     end = len(body) - 1 if first == "" or not last else min(int(last), len(body) - 1)
                     start = max(start, 0)
                     self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
+                    said_start = 0 if served.range_lie == "offset" and start > 0 else start
+                    if served.range_lie != "header":
+                        self.send_header("Content-Range", f"bytes {said_start}-{end}/{len(body)}")
                     body = body[start : end + 1]
+                    if served.range_lie == "length":
+                        body = body[:-64]  # (a longer one is cut at the asked size: no ranges, bounded)
                 else:
                     self.send_response(200)
                 self.send_header("Content-Type", "text/html" if path.suffix == ".html" else "application/zip")
@@ -325,6 +330,28 @@ def test_a_server_without_ranges_gets_a_bounded_full_download(served: Served, tm
     facts = small.facts(g)
     assert facts.cxx_std is None and "larger than" in facts.problems[0]
     assert not list((tmp_path / "other" / "torch-index").glob("wheels/*"))  # a failure is not cached
+
+
+@pytest.mark.parametrize(
+    ("lie", "says"),
+    [
+        ("header", "a range answer without a Content-Range"),
+        ("length", "a range answer of another length than its Content-Range says"),
+        ("offset", "a range answer of another length than its Content-Range says"),
+    ],
+)
+def test_a_range_answer_that_lies_leaves_the_facts_missing(
+    served: Served, tmp_path: Path, lie: str, says: str
+) -> None:
+    served.range_lie = lie
+    index = _index(tmp_path)
+    f = next(
+        f for f in index.files(TorchSource.from_url(served.url + "/simple")) if f.version == Version("2.14.1")
+    )
+    facts = index.facts(f)
+    assert facts.cxx_std is None and facts.build is None
+    assert says in facts.problems[0] and "\n" not in facts.problems[0]
+    assert not list((tmp_path / "torch-index").glob("wheels/*"))  # nothing of it cached
 
 
 def test_a_huge_page_is_refused_with_a_reason(served: Served, tmp_path: Path) -> None:
