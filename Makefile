@@ -57,12 +57,12 @@ demo: install docker images
 preflight: install docker images
 	$(FACTORY) build --matrix matrix.yaml --preflight --keep-going
 
-# What of it a host without a registry can preflight: the CUDA 13 variants with the pypi flavor (nvcc 13.0 as in
-# NVIDIA's image; forky's Python 3.13). The CUDA 12.8 variants ask for sm_100/sm_120, which only a 12.8 toolkit
-# compiles (nvidia/cuda:12.8-devel; Debian's 12.4 stops at sm_90).
-preflight-here: install docker images
-	$(FACTORY) build --matrix matrix.yaml --preflight --keep-going --flavor pypi --only 'cu130-*-py313' \
-	  --output wheelhouse/preflight
+# What of it a host without a registry can preflight (bench/preflight.py records the figures): the CUDA 13
+# variants with the pypi flavor (nvcc 13.0 as in NVIDIA's image; forky's Python 3.13), and torch 2.9/2.10 (CUDA
+# 12.8 builds) with the debian flavor's CUDA 12.4 for sm_80;sm_90 (examples/flash-attn/cu12-debian.yaml). The
+# sm_100/sm_120 of matrix.yaml's CUDA 12.8 variants need a 12.8 toolkit (nvidia/cuda:12.8-devel).
+preflight-here: install docker images debian-image
+	$(PY) -m bench.preflight
 
 bench-memory: install docker images
 	$(PY) -m bench.memory

@@ -425,19 +425,25 @@ def _minutes(seconds: float) -> str:
 
 def preflight(results: Path) -> str:
     data = load(results, "preflight.json")
-    here = data["preflight_here"]
-    peaks = here["container_peak_gib"]
+    rows = []
+    for name, run in data["sets"].items():
+        variants = run["variants"]
+        measured = [v["peak_gib"] for v in variants if v.get("peak_gib") is not None]
+        peaks = measured or run["container_peak_gib"]
+        toolkits = sorted({v["toolkit"] for v in variants})
+        passed = sum(v["result"] == "pass" for v in variants)
+        failed = [f"{v['job']}: {v['line']}" for v in variants if v["result"] != "pass"]
+        rows.append(
+            [
+                f"`{name}` ({run['date']}): {run['what']}",
+                ", ".join(f"torch {v['torch']} {_minutes(v['wall_s'])}" for v in variants)
+                + f"; nvcc {', '.join(toolkits)}; container peaks {min(peaks)}–{max(peaks)} GiB",
+                f"{_minutes(run['wall_s'])}; {passed} of {len(variants)} pass"
+                + "".join(f"; {line}" for line in failed),
+            ]
+        )
     test = data["integration_test"]
-    rows = [
-        [
-            here["what"],
-            ", ".join(_minutes(v["wall_s"]) for v in here["variants"])
-            + f"; container peaks {peaks[0]}–{peaks[1]} GiB",
-            f"{_minutes(here['make_wall_s'])} (the `make` run, image checks included); "
-            f"{sum(v['passed'] for v in here['variants'])} of {len(here['variants'])} pass",
-        ],
-        [test["what"], f"{fixed(test['wall_s'] / 60, 1)} min", ""],
-    ]
+    rows.append([test["what"], f"{fixed(test['wall_s'] / 60, 1)} min", ""])
     return table(["what", "per variant", "in all"], rows)
 
 
