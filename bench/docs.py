@@ -767,6 +767,55 @@ def new_torch(results: Path) -> str:
     return table(["part", f"median of {len(repeats)}", "min-max"], rows)
 
 
+# --- flash-attn, whole (bench/flash_attn_wheel.py) ---
+
+
+def flash_attn_wheel(results: Path) -> str:
+    """One row per shard run of the store the wheel was built from, the final build's, then the sums."""
+    data = load(results, "flash-attn-wheel.json")
+    runs = sorted(data["shards"].items(), key=lambda kv: int(kv[0].split("/")[0]))
+    if data.get("final"):
+        runs.append(("final", data["final"]))
+
+    def row(name: str, r: Json) -> list[object]:
+        return [
+            name,
+            _minutes(r["wall_s"]),
+            f"{r['compiles_compiled']} / {r['compiles_cached']}",
+            f"{fixed(r['cpu_s'], 0)} s",
+            f"{r['attempts']}, {r['oom_kills']}",
+            f"{fixed(r['container_peak_bytes'] / GIB, 1)} GiB" if r["container_peak_bytes"] else "",
+            r["result"],
+        ]
+
+    rows = [row(name, r) for name, r in runs]
+    if runs:
+        done = [r for _, r in runs]
+        rows.append(
+            [
+                "**all**",
+                f"**{fixed(sum(r['wall_s'] for r in done) / 3600, 2)} h**",
+                f"{sum(r['compiles_compiled'] for r in done)} compiled",
+                f"**{fixed(sum(r['cpu_s'] for r in done) / 3600, 2)} CPU h**",
+                f"{sum(r['attempts'] for r in done)}, {sum(r['oom_kills'] for r in done)}",
+                f"{fixed(max(r['container_peak_bytes'] for r in done) / GIB, 1)} GiB",
+                "",
+            ]
+        )
+    return table(
+        [
+            "run",
+            "wall",
+            "compiled / cached",
+            "compile CPU",
+            "attempts, OOM kills",
+            "container peak",
+            "result",
+        ],
+        rows,
+    )
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "flash-attn-courses": flash_attn_courses,
     "memory-model": memory_model,
@@ -788,6 +837,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "cache-trust-overhead": cache_trust_overhead,
     "cache-model": cache_model,
     "new-torch": new_torch,
+    "flash-attn-wheel": flash_attn_wheel,
 }
 
 
