@@ -120,10 +120,22 @@ def factory_build(matrix: Path, args: list[str]) -> tuple[int, float]:
     return proc.returncode, time.monotonic() - t0
 
 
-def install_from_index(index: Path, check_requirements: list[str]) -> dict[str, Any]:
+def runtime_requirements(index: Path, variant: str, wheel: str) -> list[str]:
+    """The published wheel's Requires-Dist (its PEP 658 metadata file on the index) other than torch."""
+    from email.parser import Parser
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    metadata = Parser().parsestr((index / "files" / variant / f"{wheel}.metadata").read_text())
+    reqs = [Requirement(r) for r in metadata.get_all("Requires-Dist") or []]
+    return [str(r) for r in reqs if canonicalize_name(r.name) != "torch" and r.marker is None]
+
+
+def install_from_index(index: Path, wheel: str) -> dict[str, Any]:
     """pip in a fresh Python 3.13 venv (the forky base: this host's Python is 3.11) installs flash-attn from
-    the published index, torch and flash-attn's other runtime requirements (einops) from the wheelhouses the
-    build and its install check used, with no network."""
+    the published variant index as a consumer would (`--index-url .../simple/<variant>/`), with no network:
+    torch from the build's wheelhouse, flash-attn's other requirements (einops) downloaded on the host."""
     from factory.config import load_matrix_file
     from factory.jobspec import requirements
     from factory.plan import plan_matrix
@@ -131,16 +143,16 @@ def install_from_index(index: Path, check_requirements: list[str]) -> dict[str, 
 
     mf = load_matrix_file(MATRIX)
     (job,) = plan_matrix(mf).jobs
+    variant = job.variant.id
     wheelhouses = factory_home() / "wheelhouses"
     build = download_wheelhouse(requirements(mf, job), wheelhouses, python="3.13")
-    check = (
-        download_wheelhouse(check_requirements, wheelhouses, python="3.13") if check_requirements else build
-    )
-    variant = job.variant.id
+    others = runtime_requirements(index, variant, wheel)
+    deps = download_wheelhouse(others, wheelhouses, python="3.13") if others else build
     script = (
         "set -e; python3.13 -m venv /tmp/venv; "
-        "/tmp/venv/bin/pip install -q --disable-pip-version-check --no-index "
-        f"--find-links /wheelhouse --find-links /check --find-links /index/{variant}/files flash-attn; "
+        "/tmp/venv/bin/pip install -q --disable-pip-version-check "
+        f"--index-url file:///index/simple/{variant}/ "
+        "--find-links /wheelhouse --find-links /deps flash-attn; "
         "cd /tmp; /tmp/venv/bin/python -I -c "
         '"import importlib.metadata as m, torch, flash_attn, flash_attn_2_cuda; '
         "from flash_attn import flash_attn_func; "
@@ -149,13 +161,18 @@ def install_from_index(index: Path, check_requirements: list[str]) -> dict[str, 
     proc = subprocess.run(
         [
             "docker", "run", "--rm", "--network", "none",
-            "-v", f"{build}:/wheelhouse:ro", "-v", f"{check}:/check:ro", "-v", f"{index}:/index:ro",
+            "-v", f"{build}:/wheelhouse:ro", "-v", f"{deps}:/deps:ro", "-v", f"{index}:/index:ro",
             "factory-base:forky", "sh", "-c", script,
         ],
         capture_output=True,
         text=True,
     )  # fmt: skip
-    return {"rc": proc.returncode, "stdout": proc.stdout.strip()[-2000:], "stderr": proc.stderr[-2000:]}
+    return {
+        "rc": proc.returncode,
+        "requirements": others,
+        "stdout": proc.stdout.strip()[-2000:],
+        "stderr": proc.stderr[-2000:],
+    }
 
 
 def main() -> int:
@@ -203,16 +220,13 @@ def main() -> int:
         # The wheel is built (and published) once per store; a failed install alone is tried again.
         out = opts.work / "final"
         rc, wall = factory_build(matrix, ["--cache", str(store), "--output", str(out), "--publish", *cpus])
-        report = json.loads((out / "report.json").read_text())
-        (job,) = [j for j in report["jobs"] if j["job_id"] == JOB]
         final = {
             **summarize(out / "report.json", wall, rc),
-            "check_requirements": job.get("check_requirements", []),
             "store": current,
             "finished": time.time(),
         }
     if final["result"] == "ok" and final["wheel"]:
-        final["install"] = install_from_index(index, final["check_requirements"])
+        final["install"] = install_from_index(index, final["wheel"])
     results["final"] = final
     save_results(results)
     print(json.dumps({k: v for k, v in final.items() if k != "compiles"}, indent=2))
