@@ -330,12 +330,17 @@ def csv_text(collected: Sequence[Collected]) -> str:
     return out.getvalue()
 
 
+MERGED_LINE = "# Rows with a `source` were measured by the factory's own builds"
+
+
 def merged_csv(existing: str, collected: Sequence[Collected]) -> str:
     """`existing` (a compiles CSV, factory/data/flash-attn-compiles.csv) with the factory's measured rows in
     place of every row of the same file, arch set and nvcc threads; the rows of files no build measured yet
     stay, so a partial build (some shards of a wheel) never drops the worst file's figure from the estimates.
     Comment lines stay on top, with one more that says what was merged."""
-    comments = [line for line in existing.splitlines() if line.startswith("#")]
+    comments = [
+        line for line in existing.splitlines() if line.startswith("#") and not line.startswith(MERGED_LINE)
+    ]
     old = list(csv.DictReader(line for line in existing.splitlines() if not line.startswith("#")))
     new = [row for c in collected for row in csv_rows(c)]
 
@@ -349,7 +354,7 @@ def merged_csv(existing: str, collected: Sequence[Collected]) -> str:
     for line in comments:
         out.write(line + "\n")
     out.write(
-        f"# Rows with a `source` were measured by the factory's own builds of {names} (python -m "
+        f"{MERGED_LINE} of {names} (python -m "
         f"bench.compiles_export --into): {len(new)} of {len(new) + len(kept)}; the others are the earlier "
         "hand-run measurements of files no build has measured yet.\n"
     )

@@ -1,5 +1,8 @@
-"""What was measured of real compiles (factory/data/flash-attn-compiles.csv) and the figures derived from it:
-the built-in flash-attn recipe's per-file estimates and the benchmark model read the same rows."""
+"""What was measured of real compiles (factory/data/flash-attn-compiles.csv: the factory's own compiles of a
+whole flash-attn wheel, merged in by `python -m bench.compiles_export --into`, and hand-run rows of what no
+build measured) and the figures derived from it: the built-in flash-attn recipe's per-file estimates. The
+benchmark model derives the same figures, by these functions, from the hand-run rows its courses belong to
+(bench/data/flash-attn-hand-compiles.csv)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,16 @@ from functools import cache
 
 from factory.resources import read_data
 
+Rows = Sequence[dict[str, str]]
 
-def measured_compile_gib(package: str = "flash-attn", *, arch_count: int = 1) -> float:
+
+def measured_compile_gib(
+    package: str = "flash-attn", *, arch_count: int = 1, rows: Rows | None = None
+) -> float:
     """The worst measured single-thread peak of one kernel file for `arch_count` archs (factory/data CSV)."""
     peaks = [
         float(r["peak_gib"]) / max(1, len(r["gencodes"].split("+")))
-        for r in compile_rows()
+        for r in (compile_rows() if rows is None else rows)
         if r.get("peak_gib") and package == "flash-attn"
     ]
     return round(max(peaks) * arch_count, 2) if peaks else 4.0 * arch_count
@@ -33,9 +40,6 @@ def compile_rows() -> tuple[dict[str, str], ...]:
 def parse_rows(text: str) -> tuple[dict[str, str], ...]:
     """Rows of a compiles CSV (the shipped one, or one `bench.compiles_export` wrote), comments left out."""
     return tuple(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
-
-
-Rows = Sequence[dict[str, str]]
 
 
 def _is_2_8_3(version: str) -> bool:

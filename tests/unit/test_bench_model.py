@@ -16,7 +16,6 @@ if str(ROOT) not in sys.path:
 from bench import compile_course as C  # noqa: E402
 from bench import model as M  # noqa: E402
 from bench import offline as O  # noqa: E402
-from factory.measured import flash_attn_file_estimates  # noqa: E402
 from factory.memory import simulate as S  # noqa: E402
 from factory.memory.profiles import Measurement  # noqa: E402
 from factory.memory.simulate import Task  # noqa: E402
@@ -36,9 +35,10 @@ def test_every_kind_of_kernel_file_was_measured() -> None:
 
 
 def test_the_recipe_data_holds_each_course_s_after_peak_fraction() -> None:
-    from factory.measured import compile_rows
+    from factory.measured import parse_rows
 
-    rows = {r["note"].rpartition("course: ")[2]: r for r in compile_rows() if "course: " in r["note"]}
+    hand = parse_rows(M.HAND_CSV.read_text())
+    rows = {r["note"].rpartition("course: ")[2]: r for r in hand if "course: " in r["note"]}
     for path in sorted(M.COURSES.glob("*.json")):
         data = json.loads(path.read_text())
         after = C.after_peak([int(m) for _, _, m in data["samples"]])
@@ -81,7 +81,7 @@ def test_four_archs_at_four_threads_hold_four_cicc_at_once() -> None:
 
 def test_the_recipe_table_covers_the_model_files() -> None:
     """The first build is graded on the recipe's table: at least each file's modelled per-arch peak."""
-    table = dict(flash_attn_file_estimates())
+    table = dict(M.hand_recipe().compile_gib_by_file)
     for name in M.kernel_files():
         kind, hdim = M.file_kind(name)
         prefix = {"fwd": "flash_fwd_hdim", "bwd": "flash_bwd_hdim", "split": "flash_fwd_split_hdim"}[kind]

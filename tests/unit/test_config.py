@@ -112,7 +112,9 @@ def test_recipe_env_for_flash_attn() -> None:
 
 
 def test_flash_attn_compile_estimate_comes_from_the_measurements() -> None:
-    assert BUILTIN_RECIPES["flash-attn"].compile_gib_per_arch == pytest.approx(6.64)
+    from factory.measured import measured_compile_gib
+
+    assert BUILTIN_RECIPES["flash-attn"].compile_gib_per_arch == measured_compile_gib() > 6
 
 
 def test_sources(tmp_path: Path) -> None:

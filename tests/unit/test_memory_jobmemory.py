@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from factory import measured
 from factory.container import admission, predictor, protocol
 from factory.container.protocol import ProfileEntry
 from factory.memory import jobmemory, profiles
@@ -48,8 +49,26 @@ def test_a_raised_plan_raises_the_per_file_table(tmp_path: Path) -> None:
     assert json.loads(env["FACTORY_EST_BY_FILE"]) == [["a*", 3 * GIB]]
 
 
+# The hand-run measurements the recipe shipped before the factory measured a whole wheel: fixed rows for the
+# derivation rules (the shipped CSV changes whenever the factory measures more).
+HAND_ROWS = measured.parse_rows(
+    (Path(__file__).resolve().parents[2] / "bench" / "data" / "flash-attn-hand-compiles.csv").read_text()
+)
+
+
+def test_the_recipe_s_tables_are_derived_from_the_shipped_measurements() -> None:
+    assert FLASH_ATTN.compile_gib_by_file == measured.flash_attn_file_estimates()
+    assert FLASH_ATTN.compile_seconds_by_file == measured.flash_attn_file_seconds()
+    assert FLASH_ATTN.compile_after_peak == measured.measured_after_peak()
+    assert FLASH_ATTN.compile_gib_per_arch == measured.measured_compile_gib()
+    # the shipped CSV holds the factory's own measurements of a whole sm_80 wheel: one row per kernel file
+    factory_rows = {r["tu"] for r in measured.compile_rows() if r.get("source", "").startswith("run/")}
+    assert len(factory_rows) == 72
+    assert max(FLASH_ATTN.compile_gib_by_file, key=lambda kv: kv[1])[0] == "flash_bwd_hdim256_*"
+
+
 def test_flash_attn_recipe_table_from_the_measured_compiles() -> None:
-    table = dict(FLASH_ATTN.compile_gib_by_file)
+    table = dict(measured.flash_attn_file_estimates(HAND_ROWS))
     assert len(table) == 3 * 6  # forward, backward and split-KV forward files at every head dimension
     # a measured file gets its own figure with a few percent on top: forward hdim64 3.68 GiB (twice), backward
     # hdim256 6.64 GiB (the worst of its rows)
@@ -61,10 +80,11 @@ def test_flash_attn_recipe_table_from_the_measured_compiles() -> None:
     split = [table[f"flash_fwd_split_hdim{h}_*"] for h in (32, 64, 96)]
     assert split == [max(table["flash_fwd_split_hdim128_*"], table["flash_fwd_split_hdim256_*"])] * 3
     assert max(table.values()) == table["flash_bwd_hdim256_*"]
-    assert FLASH_ATTN.compile_gib_per_arch == 6.64  # the fallback for any other file
+    assert measured.measured_compile_gib(rows=HAND_ROWS) == 6.64  # the fallback for any other file
     by_file = jobmemory.file_estimate_bytes(FLASH_ATTN)
+    shipped = dict(FLASH_ATTN.compile_gib_by_file)
     assert admission.file_per_arch_bytes("/x/flash_fwd_hdim64_fp16_causal_sm80.cu", by_file, 0) == (
-        math.ceil(round(table["flash_fwd_hdim64_*"] * GIB, 3))
+        math.ceil(round(shipped["flash_fwd_hdim64_*"] * GIB, 3))
     )
     assert admission.file_per_arch_bytes("/x/flash_api.cpp", by_file, 1) == 1
 
@@ -89,7 +109,7 @@ def test_wrapper_env_carries_the_recipe_s_seconds_by_file(tmp_path: Path) -> Non
 
 
 def test_flash_attn_seconds_by_file_from_the_measured_courses() -> None:
-    table = dict(FLASH_ATTN.compile_seconds_by_file)
+    table = dict(measured.flash_attn_file_seconds(HAND_ROWS))
     # a measured file: its own CPU seconds (backward hdim256: 372 s of CPU, not 986 s of a shared run's wall)
     assert table["flash_bwd_hdim256_*"] == 372.0
     # between two measured head dimensions, linear (forward 64: 233 s, 128: 333 s); beyond them, the nearest
@@ -100,13 +120,11 @@ def test_flash_attn_seconds_by_file_from_the_measured_courses() -> None:
 
 
 def test_flash_attn_after_peak_fraction_from_the_measured_courses() -> None:
-    from factory.measured import compile_rows
-
-    seen = [float(r["after_peak"]) for r in compile_rows() if r["after_peak"]]
+    seen = [float(r["after_peak"]) for r in HAND_ROWS if r["after_peak"]]
     assert len(seen) == 10  # one per measured course
     # the worst course (backward hdim256 held 64% of its peak after falling to 3/4 of it), with its margin
     assert max(seen) == 0.638
-    assert FLASH_ATTN.compile_after_peak == 0.71
+    assert measured.measured_after_peak(HAND_ROWS) == 0.71
 
 
 def flash_attn_sized_profile(home: Path) -> profiles.Profile:
