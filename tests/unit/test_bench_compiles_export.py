@@ -281,3 +281,11 @@ def test_measured_rows_replace_the_hand_rows_of_their_files_only(home: Path) -> 
     # and factory.measured reads the merge: the unmeasured file's figure survives
     table = dict(measured.flash_attn_file_estimates(measured.parse_rows(text)))
     assert table["flash_bwd_hdim32_*"] == 4.6 and table["flash_bwd_hdim256_*"] == 6.8
+
+
+def test_merging_again_replaces_the_merge_line_instead_of_adding_one(home: Path) -> None:
+    collected = [X.collect(home, "flash-attn", "2.8.3")]
+    once = X.merged_csv(HAND, collected)
+    twice = X.merged_csv(once, collected)
+    assert twice == once
+    assert sum(line.startswith(X.MERGED_LINE) for line in twice.splitlines()) == 1
