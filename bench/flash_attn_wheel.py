@@ -121,15 +121,14 @@ def factory_build(matrix: Path, args: list[str]) -> tuple[int, float]:
 
 
 def runtime_requirements(index: Path, variant: str, wheel: str) -> list[str]:
-    """The published wheel's Requires-Dist (its PEP 658 metadata file on the index) other than torch."""
-    from email.parser import Parser
+    """The published wheel's Requires-Dist (its PEP 658 metadata file on the index) for Python 3.13, as the
+    factory's install check takes them (markers evaluated, torch and flash-attn itself left out)."""
+    from packaging.metadata import parse_email
 
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
+    from factory.runtimereqs import for_job
 
-    metadata = Parser().parsestr((index / "files" / variant / f"{wheel}.metadata").read_text())
-    reqs = [Requirement(r) for r in metadata.get_all("Requires-Dist") or []]
-    return [str(r) for r in reqs if canonicalize_name(r.name) != "torch" and r.marker is None]
+    raw, _ = parse_email((index / "files" / variant / f"{wheel}.metadata").read_text())
+    return list(for_job(raw.get("requires_dist", []), package="flash-attn", python="3.13").requirements)
 
 
 def install_from_index(index: Path, wheel: str) -> dict[str, Any]:

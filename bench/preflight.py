@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from factory.variants import VariantKey
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "preflight.json"
 FACTORY = [sys.executable, "-m", "factory.cli"]
@@ -58,7 +60,7 @@ def summarize(name: str, report_path: Path, wall_s: float) -> dict[str, Any]:
         variants.append(
             {
                 "job": job["job_id"],
-                "torch": job["job_id"].split("-")[1].removeprefix("torch"),
+                "torch": VariantKey.parse_id(job["variant_id"]).torch,
                 "result": pre.get("result", job["result"]),
                 "line": pre["line"] if pre else job.get("reason"),
                 "device": pre.get("device"),

@@ -42,8 +42,9 @@ _SONAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}")
 def reported(value: object) -> str:
     """A container's report of a tool version: kept when it is printable text of at most MAX_REPORTED
     characters, else ""."""
-    ok = isinstance(value, str) and value.isprintable() and len(value) <= MAX_REPORTED
-    return value if ok and isinstance(value, str) else ""
+    if isinstance(value, str) and value.isprintable() and len(value) <= MAX_REPORTED:
+        return value
+    return ""
 
 
 # the image labels that say what an image is made of, by name; its id is the local docker's, not content
