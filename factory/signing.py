@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from packaging.utils import InvalidWheelFilename
 
+from factory import strictjson
 from factory.errors import ConfigError, FactoryError
 from factory.index import canonical_wheel_filename
 from factory.urls import printable
@@ -99,9 +100,9 @@ def parse_signature(data: bytes) -> Signature:
     if len(data) > MAX_SIGNATURE_BYTES:
         raise SignatureError(f"not a signature file: larger than {MAX_SIGNATURE_BYTES} bytes")
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise SignatureError("not a signature file: not JSON") from None
+        doc = strictjson.loads(data)  # a key given twice is refused, not decided by the last one
+    except strictjson.StrictJSONError as exc:
+        raise SignatureError(f"not a signature file: not JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SignatureError(f'not a signature file: no "format": "{FORMAT}"')
     if doc.get("version") != VERSION or type(doc.get("version")) is not int:

@@ -190,6 +190,27 @@ def test_malformed_fields_refused(field: str, value: object, why: str) -> None:
         parse_signature(json.dumps(doc).encode())
 
 
+@pytest.mark.parametrize("field", ["sha256", "filename", "signature", "format"])
+def test_a_key_given_twice_is_refused(field: str) -> None:
+    """json.loads would let the last of two keys win: a reader seeing the first would check other claims
+    than the ones the signature was checked against."""
+    good = new_signer().sign(NAME, SHA)
+    doc = json.loads(good)
+    twice = good.rstrip(b"\n}") + b"," + json.dumps({field: doc[field]})[1:].encode()
+    assert json.loads(twice) == doc  # the same document to a lenient reader
+    with pytest.raises(SignatureError, match=f"duplicate key '{field}'") as err:
+        parse_signature(twice)
+    assert "\n" not in str(err.value)
+    assert parse_signature(good).sha256 == SHA
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity"])
+def test_json_constants_are_refused(constant: bytes) -> None:
+    good = new_signer().sign(NAME, SHA)
+    with pytest.raises(SignatureError, match="not JSON"):
+        parse_signature(good.replace(b'"version":1', b'"version":' + constant))
+
+
 @given(st.binary(max_size=600))
 def test_any_bytes_parse_or_refuse_in_one_line(data: bytes) -> None:
     try:
