@@ -17,8 +17,11 @@ whatever an index sends is validated before use: a page, a metadata file or a wh
 missing, named in the reasons, never a traceback.
 
 Pages are cached under $FACTORY_HOME/torch-index keyed by their URL, revalidated with their ETag or
-Last-Modified (a page without either is reused for PAGE_TTL_S); what a wheel says is cached by the sha256
-the index gives for it, forever (a local file by its path, size and mtime).
+Last-Modified (a page without either is reused for PAGE_TTL_S); what a wheel says is cached forever, keyed by
+what was read: a remote wheel by its URL and the sha256 its index gives for it (a wheel downloaded whole must
+hash to it), a local file by its path, size and mtime. Never by a sha256 alone: an index that claims another
+index's hash for its own wheel would have that index's torch read as its own (a lying index's CUDA 12.1 /
+C++14 build named as an honest index's 2.14).
 """
 
 from __future__ import annotations
@@ -569,17 +572,20 @@ class TorchIndex:
     # --- wheels
 
     def _facts_key(self, f: TorchFile) -> str | None:
-        if f.digest is not None and f.digest[0] == "sha256" and re.fullmatch(r"[0-9a-f]{64}", f.digest[1]):
-            return f.digest[1]
+        """The cache entry of what `f` says, named by what is read (see the module's docstring); None where
+        nothing names the bytes (a remote wheel without a sha256: read in each run)."""
         local = _local_path(f.url)
         if local is not None:
             with contextlib.suppress(OSError):
                 st = local.stat()
-                return hashlib.sha256(f"{local}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
-        return None
+                read = f"local\0{os.path.abspath(local)}\0{st.st_size}\0{st.st_mtime_ns}"
+                return hashlib.sha256(read.encode()).hexdigest()
+            return None
+        claimed = _claimed_sha256(f)
+        return None if claimed is None else hashlib.sha256(f"url\0{f.url}\0{claimed}".encode()).hexdigest()
 
     def facts(self, f: TorchFile) -> WheelFacts:
-        """What `f`'s metadata and files say, from the cache when its sha256 was read before."""
+        """What `f`'s metadata and files say, from the cache when the same file was read before."""
         key = self._facts_key(f) or f.url
         if key in self._facts:
             return self._facts[key]
@@ -660,14 +666,33 @@ class TorchIndex:
         tmp = Path(tempfile.mkdtemp(dir=self.cache, prefix=leftovers.partial_prefix()))
         try:
             target = tmp / "wheel.zip"
+            digest = hashlib.sha256()
             with target.open("wb") as out:
+
+                def write(block: bytes) -> None:
+                    digest.update(block)
+                    out.write(block)
+
                 self.http.get(
-                    url, out.write, limit=self.limits.download_bytes, seconds=self.limits.download_seconds
+                    url, write, limit=self.limits.download_bytes, seconds=self.limits.download_seconds
+                )
+            claimed = _claimed_sha256(f)
+            if claimed is not None and digest.hexdigest() != claimed:
+                # its facts would be cached under the hash its index gives: they must be those bytes' facts
+                raise IndexPageError(
+                    f"its bytes hash to {digest.hexdigest()[:16]}…, its index says {claimed[:16]}…"
                 )
             with zipfile.ZipFile(target) as zf:
                 return facts_of_zip(zf)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _claimed_sha256(f: TorchFile) -> str | None:
+    """The sha256 `f`'s index gives for it, when it gives one that is one."""
+    if f.digest is not None and f.digest[0] == "sha256" and re.fullmatch(r"[0-9a-f]{64}", f.digest[1]):
+        return f.digest[1]
+    return None
 
 
 def _local_path(url: str) -> Path | None:

@@ -52,9 +52,11 @@ def test_real_metadata_and_header_by_range_requests(real_file: tuple[TorchIndex,
     assert remote.fetched < 16 * 2**20 and remote.requests <= 10
 
 
-def test_real_facts_are_cached_by_sha256(real_file: tuple[TorchIndex, TorchFile], tmp_path: Path) -> None:
+def test_real_facts_are_cached_by_url_and_sha256(
+    real_file: tuple[TorchIndex, TorchFile], tmp_path: Path
+) -> None:
     index, f = real_file
     facts = index.facts(f)
     assert (facts.build, facts.cxx_std) == (("cuda", "13.0"), "20")
     assert f.digest is not None
-    assert (index.cache / "wheels" / f"{f.digest[1]}.json").is_file()
+    assert (index.cache / "wheels" / f"{index._facts_key(f)}.json").is_file()

@@ -303,7 +303,7 @@ def test_page_without_validators_is_reused_within_the_ttl(served: Served, tmp_pa
     assert served.count("/torch/") == 2
 
 
-def test_wheel_facts_by_range_requests_then_from_the_cache_by_sha256(served: Served, tmp_path: Path) -> None:
+def test_wheel_facts_by_range_requests_then_from_the_cache(served: Served, tmp_path: Path) -> None:
     source = TorchSource.from_url(served.url + "/simple")
     index = _index(tmp_path)
     f = next(f for f in index.files(source) if f.version == Version("2.14.1"))
@@ -313,7 +313,8 @@ def test_wheel_facts_by_range_requests_then_from_the_cache_by_sha256(served: Ser
     wheel_requests = [h for path, h in served.requests if path.endswith(".whl")]
     assert wheel_requests and all("range" in h for h in wheel_requests)
     assert len(wheel_requests) < 6 and size > 2_000_000  # each asks for at most 256 KiB
-    assert (tmp_path / "torch-index" / "wheels" / f"{f.digest[1]}.json").is_file()  # type: ignore[index]
+    [entry] = (tmp_path / "torch-index" / "wheels").iterdir()  # named by the URL and hash, not the hash alone
+    assert entry.name != f"{f.digest[1]}.json"  # type: ignore[index]
     before = served.count(".whl")
     assert _index(tmp_path).facts(f) == facts  # another run: no request for the wheel at all
     assert served.count(".whl") == before
@@ -330,6 +331,44 @@ def test_a_server_without_ranges_gets_a_bounded_full_download(served: Served, tm
     facts = small.facts(g)
     assert facts.cxx_std is None and "larger than" in facts.problems[0]
     assert not list((tmp_path / "other" / "torch-index").glob("wheels/*"))  # a failure is not cached
+
+
+def _liar(root: Path, honest: Served) -> Served:
+    """An index whose torch 2.14.1 is a CUDA 12.8 / C++17 build, its page giving the sha256 of `honest`'s."""
+    simple = make_index(root, [TorchWheel("2.14.1", "12.8", cxx_std="17", pythons=("3.11",))], metadata=False)
+    page = simple / "torch" / "index.html"
+    name = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    own = hashlib.sha256((simple / "torch" / name).read_bytes()).hexdigest()
+    honest_sha = hashlib.sha256((honest.root / "simple" / "torch" / name).read_bytes()).hexdigest()
+    page.write_text(page.read_text().replace(own, honest_sha))
+    return Served(root)
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_an_index_claiming_another_indexs_hash_cannot_poison_its_facts(
+    served: Served, tmp_path: Path, ranges: bool
+) -> None:
+    liar = _liar(tmp_path / "liar", served)
+    liar.ranges = served.ranges = ranges
+    try:
+        lying = _index(tmp_path / "home")
+        g = next(x for x in lying.files(TorchSource.from_url(liar.url + "/simple")) if x.pythons == ("3.11",))
+        said = lying.facts(g)
+        if ranges:  # read in part, it cannot be told from its claim: its facts are its own URL's
+            assert (said.build, said.cxx_std) == (("cuda", "12.8"), "17")
+        else:  # read whole, its bytes are not the ones its index names: nothing is cached
+            assert said.build is None and "its bytes hash to" in said.problems[0]
+        honest = _index(tmp_path / "home")  # a later run, the same cache
+        f = next(
+            x for x in honest.files(TorchSource.from_url(served.url + "/simple")) if x.filename == g.filename
+        )
+        assert f.digest == g.digest  # the same claim
+        facts = honest.facts(f)
+        assert (facts.build, facts.cxx_std) == (("cuda", "13.0"), "20")
+        assert served.count(".whl") > 0  # read from the honest index itself
+    finally:
+        liar.server.shutdown()
+        liar.server.server_close()
 
 
 @pytest.mark.parametrize(
