@@ -6,6 +6,7 @@ apply; build containers then install from the wheelhouse with their network off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -256,18 +258,71 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _links_in_wheelhouses(root: Path, pool: Path) -> Counter[tuple[int, int]]:
+    """How many names each file (device, inode) has in the wheelhouses under `root` (the pool's parent,
+    finished or being made): the links this factory makes. A pool file with more names than these and its
+    own is linked from somewhere else too, as a host file someone linked into the pool would be."""
+    counts: Counter[tuple[int, int]] = Counter()
+    with os.scandir(root) as houses:
+        for house in houses:
+            if house.name == pool.name or not house.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError), os.scandir(house.path) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".whl") and entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        counts[(st.st_dev, st.st_ino)] += 1
+    return counts
+
+
+def _twin_problem(staged: Path, *, sha256: str, size: int, known: Counter[tuple[int, int]]) -> str | None:
+    """Why the pool's file, linked as `staged` (a name only this process uses, so what is checked is what is
+    then put in place), may not stand for a wheel of this sha256 and size; None when it may."""
+    st = staged.lstat()
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_size != size:
+        return "another size"
+    if st.st_nlink > known[(st.st_dev, st.st_ino)] + 2:  # + the pool's name and `staged`
+        return "linked from outside the wheelhouses"
+    if _sha256(staged) != sha256:
+        return "other bytes"
+    return None
+
+
+def _replace_twin(wheel: Path, twin: Path) -> None:
+    """Make `wheel` the pool's file for its sha256 in place of a file that may not be (see `_twin_problem`):
+    the wheels pooled later share the downloaded bytes, not the planted ones."""
+    fresh = twin.with_name(f".{twin.name}.{os.getpid()}")
+    try:
+        fresh.unlink(missing_ok=True)
+        os.link(wheel, fresh)
+        os.replace(fresh, twin)
+    except OSError:
+        fresh.unlink(missing_ok=True)  # (a directory in its place stays; the wheel keeps its own copy)
+
+
 def pool_wheels(directory: Path, pool: Path) -> int:
     """Make each wheel in `directory` one file with its identical twin in `pool` (a hard link named by the
     wheel's sha256), adding the ones the pool lacks; returns the bytes the twins save. Where hard links do not
-    work (another filesystem) the wheels stay as they are."""
+    work (another filesystem) the wheels stay as they are.
+
+    A pool file is taken for a wheel only when it is a regular file of the wheel's bytes (hashed, never
+    trusted by its name and size) that no name outside the wheelhouses links to (a host file linked into the
+    pool would become a wheel every build container reads, and change with it); any other file under the
+    wheel's name is replaced by the wheel."""
     pool.mkdir(mode=0o700, exist_ok=True)
+    if not stat.S_ISDIR(pool.lstat().st_mode):
+        return 0  # a link in the pool's place: the host links nothing into where it points
+    known = _links_in_wheelhouses(pool.parent, pool)
     saved = 0
     for wheel in wheel_files(directory):
         info = wheel.lstat()
         if not stat.S_ISREG(info.st_mode):
             continue  # the host links only files it downloaded, never a link that came with them
         size = info.st_size
-        twin = pool / _sha256(wheel)
+        sha256 = _sha256(wheel)
+        twin = pool / sha256
         try:
             os.link(wheel, twin)
             continue  # the first of its kind: the pool now holds it
@@ -275,15 +330,28 @@ def pool_wheels(directory: Path, pool: Path) -> int:
             pass
         except OSError:
             return saved
-        found = twin.lstat()
-        if not stat.S_ISREG(found.st_mode) or found.st_size != size or found.st_ino == wheel.lstat().st_ino:
-            continue
         staged = wheel.with_name(f".{wheel.name}.pool")
         try:
-            os.link(twin, staged)
+            os.link(twin, staged, follow_symlinks=False)  # a link planted as the twin stays a link
         except FileNotFoundError:
             continue  # pruned by another download just now: this wheelhouse keeps its own copy
+        except OSError:
+            _replace_twin(wheel, twin)  # a directory, or what cannot be linked
+            continue
+        problem: str | None
+        try:
+            found = staged.lstat()
+            same = (found.st_dev, found.st_ino) == (info.st_dev, info.st_ino)  # pooled already
+            problem = None if same else _twin_problem(staged, sha256=sha256, size=size, known=known)
+        except OSError:
+            same, problem = False, "unreadable"
+        if same or problem is not None:
+            staged.unlink(missing_ok=True)
+            if problem is not None:
+                _replace_twin(wheel, twin)
+            continue
         os.replace(staged, wheel)
+        known[(found.st_dev, found.st_ino)] += 1
         saved += size
     prune_pool(pool)
     return saved

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,56 @@ def test_pool_never_links_to_a_planted_symlink(tmp_path: Path) -> None:
     assert wheelhouse.pool_wheels(a, pool) == 0
     assert not (a / CUDA_WHEEL).is_symlink()
     assert (a / CUDA_WHEEL).stat().st_ino != secret.stat().st_ino
+
+
+@pytest.mark.parametrize("planted", ["other bytes", "a host file linked in", "a fifo", "a directory"])
+def test_a_file_planted_under_a_wheels_hash_is_never_linked_and_is_replaced(
+    tmp_path: Path, planted: str
+) -> None:
+    pool = tmp_path / wheelhouse.POOL
+    pool.mkdir()
+    data = b"cuda" * 100
+    host = tmp_path / "host-file"
+    a = _house(tmp_path, "a", {CUDA_WHEEL: data})
+    twin = pool / hashlib.sha256(data).hexdigest()
+    if planted == "other bytes":  # the same size: only its hash tells
+        twin.write_bytes(b"evil" * 100)
+    elif planted == "a host file linked in":  # the wheel's bytes, but a file that changes with the host's
+        host.write_bytes(data)
+        os.link(host, twin)
+    elif planted == "a fifo":
+        os.mkfifo(twin)
+    else:
+        twin.mkdir()
+    assert wheelhouse.pool_wheels(a, pool) == 0
+    assert (a / CUDA_WHEEL).read_bytes() == data
+    if host.exists():
+        assert (a / CUDA_WHEEL).stat().st_ino != host.stat().st_ino
+        assert host.stat().st_nlink == 1 and host.read_bytes() == data  # the host's file left as it was
+    assert not [p for p in a.iterdir() if p.name.startswith(".")]  # no staged link left
+    if planted != "a directory":  # the pool now holds the downloaded bytes, for the next wheelhouse
+        assert twin.stat().st_ino == (a / CUDA_WHEEL).stat().st_ino
+        b = _house(tmp_path, "b", {CUDA_WHEEL: data})
+        assert wheelhouse.pool_wheels(b, pool) == len(data)
+        assert (b / CUDA_WHEEL).stat().st_ino == (a / CUDA_WHEEL).stat().st_ino
+
+
+def test_the_pool_keeps_sharing_across_many_wheelhouses(tmp_path: Path) -> None:
+    """Its file's links are the wheelhouses': counted, they never read as a link from outside."""
+    pool = tmp_path / wheelhouse.POOL
+    houses = [_house(tmp_path, name, {CUDA_WHEEL: b"cuda" * 100, T311: b"311"}) for name in "abcd"]
+    assert [wheelhouse.pool_wheels(h, pool) for h in houses] == [0, 403, 403, 403]
+    assert len({(h / CUDA_WHEEL).stat().st_ino for h in houses}) == 1
+    assert (houses[0] / CUDA_WHEEL).stat().st_nlink == 5
+
+
+def test_a_link_in_the_pools_place_is_never_written_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / wheelhouse.POOL).symlink_to(elsewhere)
+    a = _house(tmp_path, "a", {CUDA_WHEEL: b"cuda"})
+    assert wheelhouse.pool_wheels(a, tmp_path / wheelhouse.POOL) == 0
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_prune_pool_drops_what_no_wheelhouse_links(tmp_path: Path) -> None:
