@@ -3,22 +3,25 @@ allows them, the rest listed as dropped with the reason.
 
 A request's values are already the grammar of `factory.variantrequest`; here they are judged as a matrix
 combination would be (`CompatData.judge`, the flavor's toolkit), and a request the data knows nothing about
-is dropped rather than built unverified: a stranger's request does not make the factory try the unknown.
+is dropped rather than built unverified: a stranger's request does not make the factory try the unknown,
+nor build what the matrix's `exclude` takes out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from factory.config import MatrixFile
 from factory.errors import ConfigError
 from factory.plan import DroppedJob, Job, Plan, job_toolkit, limited_api_plan, toolkit_arch_problem
 from factory.urls import printable
+from factory.validate import is_specifier, parse_specifier
 from factory.variantrequest import VariantRequest
-from factory.variants import Arch, Variant, parse_arch_set
+from factory.variants import Arch, Variant, parse_arch_set, torch_minor
 
 
 def requested_archs(mf: MatrixFile, archs: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -37,6 +40,38 @@ def requested_archs(mf: MatrixFile, archs: tuple[str, ...]) -> tuple[str, ...] |
     return archs
 
 
+def _matches(axis: str, pattern: object, value: object) -> bool:
+    """Whether a request's `value` for `axis` is what an exclude entry's `pattern` names: equal, a torch
+    release of the minor it names ("2.14" excludes "2.14.1"), a version its specifier allows, the same arch
+    set however written."""
+    if value is None:
+        return False
+    if axis in ("torch", "python") and is_specifier(pattern):
+        try:
+            return Version(str(value)) in parse_specifier(str(pattern))
+        except (ValueError, InvalidVersion):
+            return False
+    if axis == "torch" and torch_minor(str(value)) == pattern:
+        return True
+    if axis == "arch":
+        try:
+            return parse_arch_set(str(pattern)) == parse_arch_set(str(value))
+        except ValueError:
+            return False
+    return value == pattern
+
+
+def excluded_by(mf: MatrixFile, values: Mapping[str, object]) -> str | None:
+    """Why the matrix's `exclude` rules out a requested job of `values` (the axes), naming the entry; None
+    when no entry matches. A stranger's request never adds what the matrix's author took out."""
+    for i, entry in enumerate(mf.matrix.exclude):
+        if all(_matches(axis, pattern, values.get(axis)) for axis, pattern in entry.values.items()):
+            where = f" (line {entry.line})" if entry.line is not None else ""
+            shown = ", ".join(f"{axis}: {pattern}" for axis, pattern in entry.values.items())
+            return f"the matrix excludes it: matrix.exclude[{i}]{where} {{{shown}}}"
+    return None
+
+
 def _dropped(name: str, values: dict[str, object], reason: str) -> DroppedJob:
     return DroppedJob(values=MappingProxyType(values), reason=f"request {name[:12]}: {reason}")
 
@@ -44,7 +79,7 @@ def _dropped(name: str, values: dict[str, object], reason: str) -> DroppedJob:
 def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, VariantRequest | str]]) -> Plan:
     """`plan` with a job for each request that compatibility allows and the plan lacks, each noted as
     requested; every other request a dropped row saying why (unreadable, another package, ruled out,
-    unknown to the data, planned already)."""
+    excluded by the matrix, unknown to the data, planned already)."""
     planned = {j.id: j for j in plan.jobs}
     added: list[Job] = []
     dropped: list[DroppedJob] = []
@@ -72,6 +107,10 @@ def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, Varia
             dropped.append(_dropped(name, values, "names no GPU and the matrix no arch set"))
             continue
         values["arch"] = ";".join(archs)
+        excluded = excluded_by(mf, values)
+        if excluded is not None:
+            dropped.append(_dropped(name, values, excluded))
+            continue
         verdict = mf.compat.judge(
             cuda=request.cuda,
             torch=request.torch,
@@ -104,6 +143,10 @@ def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, Varia
             if refused is not None:
                 dropped.append(_dropped(name, values, refused))
                 continue
+        excluded = excluded_by(mf, {**values, "arch": ";".join(verdict.archs)})  # the set it would build
+        if excluded is not None:
+            dropped.append(_dropped(name, values, excluded))
+            continue
         job = Job(
             variant=Variant(
                 package=mf.package.name,

@@ -18,6 +18,7 @@ the matrix builds).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -41,6 +42,7 @@ MAX_ARCHS = 16
 MAX_PACKAGE = 100
 DIRECTORY = "_requests"  # under an index's root; `factory serve` never serves it
 MAX_STORED = 1000  # requests an index keeps at most: past that, new ones are refused (507)
+MAX_READ = 2 * MAX_STORED  # entries of a _requests/ directory `factory matrix --requests` reads at most
 KEYS = frozenset({"format", "package", "python", "cuda", "torch", "cxx11_abi", "archs"})
 REQUIRED = frozenset({"format", "python", "cuda", "torch"})
 
@@ -307,11 +309,22 @@ def requests_directory(source: str) -> Path:
     return path
 
 
-def read_requests(directory: Path) -> list[tuple[str, VariantRequest | str]]:
+def _more_entries_than(directory: Path, limit: int) -> bool:
+    """Whether `directory` holds more than `limit` entries (counted as they stream: at most limit + 1)."""
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        return any(i >= limit for i, _ in enumerate(entries))
+    return False
+
+
+def read_requests(
+    directory: Path, *, warn: Callable[[str], None], max_entries: int = MAX_READ
+) -> list[tuple[str, VariantRequest | str]]:
     """Every request file of a _requests/ directory (links, FIFOs and other files passed over, each read
-    bounded): (name, the request) or (name, why it is refused)."""
+    bounded): (name, the request) or (name, why it is refused). Past `max_entries` entries (more than an index
+    keeps: someone put them there) the first ones by name are read and `warn` says, in one line, that the
+    rest are not."""
     out: list[tuple[str, VariantRequest | str]] = []
-    for found in safefs.walk(directory, max_depth=0, max_entries=MAX_STORED * 2):
+    for found in safefs.walk(directory, max_depth=0, max_entries=max_entries):
         name = found.relative.name
         if name.startswith("."):  # a writer's temporary
             continue
@@ -322,4 +335,9 @@ def read_requests(directory: Path) -> list[tuple[str, VariantRequest | str]]:
             out.append((name, str(exc)))
         except OSError as exc:
             out.append((name, f"unreadable ({exc.strerror or exc})"))
+    if _more_entries_than(directory, max_entries):
+        warn(
+            f"{directory}: more than {max_entries} entries (an index keeps at most {MAX_STORED} requests); "
+            f"only the first {max_entries} by name were read"
+        )
     return out

@@ -189,7 +189,10 @@ def matrix_command(
         from factory.requestplan import add_requests
         from factory.variantrequest import read_requests, requests_directory
 
-        plan = add_requests(mf, plan, read_requests(requests_directory(requests)))
+        said = read_requests(
+            requests_directory(requests), warn=lambda line: typer.echo(f"warning: {line}", err=True)
+        )
+        plan = add_requests(mf, plan, said)
     if shards is not None and (fmt is not Format.github or not 1 <= shards <= sharding.MAX_SHARDS):
         raise ConfigError(f"--shards {shards}: needs --format github and 1 to {sharding.MAX_SHARDS} shards")
     if check:

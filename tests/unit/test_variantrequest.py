@@ -182,7 +182,9 @@ def test_read_requests_refuses_what_it_did_not_write(tmp_path: Path) -> None:
     (directory / ("2" * 64 + ".json")).symlink_to("/etc/passwd")
     os.mkfifo(directory / ("3" * 64 + ".json"))
     (directory / ".tmp-x").write_text("partial")
-    found = dict(read_requests(directory))
+    warned: list[str] = []
+    found = dict(read_requests(directory, warn=warned.append))
+    assert warned == []
     assert found[request.file_name] == request
     assert "not the sha256" in str(found["1" * 64 + ".json"])
     assert "file name" in str(found["evil.json"])
@@ -191,6 +193,42 @@ def test_read_requests_refuses_what_it_did_not_write(tmp_path: Path) -> None:
         "1" * 64 + ".json",
         "evil.json",
     }  # link, FIFO, temporary passed over
+
+
+def test_past_its_bound_the_directory_is_said_to_be_read_in_part(tmp_path: Path) -> None:
+    request = parse(body(package="demo-ext", python="3.12"))
+    store_request(tmp_path, request)
+    directory = tmp_path / "_requests"
+    for i in range(4):  # names that sort before any request's but the all-zero one
+        (directory / f"{i:064x}.json").write_bytes(b"{}")
+    warned: list[str] = []
+    assert len(read_requests(directory, warn=warned.append, max_entries=5)) == 5
+    assert warned == []  # five entries: all read
+    (directory / ("f" * 64 + ".json")).write_bytes(b"{}")
+    warned.clear()
+    read = read_requests(directory, warn=warned.append, max_entries=5)
+    assert len(read) == 5 and ("f" * 64 + ".json") not in dict(read)
+    assert warned == [
+        f"{directory}: more than 5 entries (an index keeps at most 1000 requests); only the first 5 by name "
+        "were read"
+    ]
+
+
+def test_cli_matrix_requests_says_when_the_directory_is_past_its_bound(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from factory.cli import app
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(textwrap.dedent(MATRIX))
+    directory = tmp_path / "_requests"
+    directory.mkdir()
+    for i in range(2001):
+        (directory / f"{i:064x}.json").write_bytes(b"{}")
+    result = CliRunner().invoke(app, ["matrix", "-m", str(path), "--requests", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {directory}: more than 2000 entries" in result.output
+    assert "2000 dropped" in result.output  # each refused file a row, the one past the bound none
 
 
 def test_requests_directory(tmp_path: Path) -> None:
@@ -264,6 +302,46 @@ def test_matrix_requests_adds_what_compat_allows_and_drops_the_rest(tmp_path: Pa
             "refused: not JSON",
         ]
     )
+
+
+def test_a_request_the_matrixs_exclude_takes_out_is_dropped_naming_the_entry(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    excludes = (
+        "  exclude:\n"
+        '    - {python: "3.12"}\n'
+        '    - {torch: "2.14", python: "3.10", cxx11_abi: false}\n'
+        '    - {python: ">=3.13", cuda: "13.0"}\n'
+    )
+    arch = '  arch: ["8.0;9.0;10.0;12.0"]\n'
+    path.write_text(
+        textwrap.dedent(MATRIX)
+        .replace('python: ["3.11"]', 'python: ["3.11", "3.12"]')
+        .replace(arch, arch + excludes)
+    )
+    mf = load_matrix_file(path)
+    plan = plan_matrix(mf)
+    assert [j.python for j in plan.jobs] == ["3.11"]
+
+    def req(**kw: object) -> tuple[str, VariantRequest | str]:
+        r = parse(body(package="demo-ext", **kw))
+        return r.file_name, r
+
+    out = add_requests(
+        mf,
+        plan,
+        [
+            req(python="3.12", archs=["8.6"]),
+            req(python="3.12", torch="2.14.1", archs=["9.0"]),
+            req(python="3.10", cxx11_abi=False),
+            req(python="3.10"),  # the C++11 ABI it asks for is not excluded
+        ],
+    )
+    assert [j.python for j in out.jobs] == ["3.11", "3.10"]
+    reasons = sorted(d.reason.split(": ", 1)[1] for d in out.dropped)
+    assert len(reasons) == 3
+    assert all(r.startswith("the matrix excludes it: matrix.exclude[") for r in reasons)
+    assert any("matrix.exclude[0] (line " in r and "{python: 3.12}" in r for r in reasons)
+    assert any("{torch: 2.14, python: 3.10, cxx11_abi: False}" in r for r in reasons)
 
 
 def test_cli_matrix_requests_table_and_a_missing_directory(tmp_path: Path) -> None:
