@@ -176,7 +176,9 @@ def build_matrix(
         planned = plan_reuse(store, mf, jobs, log)
     sync_profile(store, mf, log, pull=True)
     with tempfile.TemporaryDirectory(prefix="factory-reuse-") as fetched:
-        report = build(jobs, fetch_all(store, planned, Path(fetched), log))
+        # a file publishing signs afresh is taken only when its signature checks with the same key
+        key = signer.public_key() if signer is not None else None
+        report = build(jobs, fetch_all(store, planned, Path(fetched), log, key=key))
     wheels = [output / r.wheel for r in report.jobs if r.wheel]
     if not wheels:
         return RunOutcome(report=report)

@@ -8,6 +8,14 @@ and from where, `fetch` copies it, bounded and checked against the sha256 its pa
 (`Acceptance.accept_reused`: the wheel check, its provenance, install and import with each torch whose page
 lacks it) and publishing lists the same bytes on the pages that lack them; the pages that list it stay as
 they are.
+
+A store writer can swap the file and rewrite its page to match: the page's sha256 then vouches for nothing.
+When the run signs what it publishes, the file is taken only with its signature (`<wheel>.sig.json` beside
+it on its page) checking with the signing key's public half, since publishing signs it afresh for the new
+pages; its provenance must be the job's too (`accept_reused`). A file that fails either fails the job, with
+the reason, and nothing is published: building it instead would make other bytes under the filename the
+older pages list (publishing refuses them), and a swapped file is for a person to look at, not to paper over.
+Without signing, the page's sha256 and the provenance are all there is to check.
 """
 
 from __future__ import annotations
@@ -23,13 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from factory import index, leftovers, provenance, wheelcheck, wheelprov
+from factory import index, leftovers, provenance, signing, wheelcheck, wheelprov
 from factory.errors import CheckError
 from factory.index import FileRecord
 from factory.publish import published_wheel
 from factory.variants import VariantKey
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from factory.acceptance import Acceptance
     from factory.config import MatrixFile
     from factory.jobrun import JobInputs
@@ -179,9 +189,42 @@ def plan_reuse(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> d
     return out
 
 
-def fetch(store: Store, reuse: Reuse, directory: Path, *, max_bytes: int = MAX_WHEEL_BYTES) -> Path:
+def signature_problem(store: Store, reuse: Reuse, *, sha256: str, key: Ed25519PublicKey) -> str | None:
+    """Why the signature beside the published file does not vouch, with `key`, for the wheel `reuse` names
+    with these bytes (`sha256`, as read): missing, too large, malformed, another key's, another wheel's;
+    None when it does."""
+    sig_key = index.signature_path(reuse.source, reuse.filename)
+    opened = store.open(sig_key)
+    if opened is None:
+        return (
+            f"{sig_key} is not in {store.description}: published unsigned, and this run signs what it "
+            "publishes; a wheel no key vouches for is not signed afresh"
+        )
+    fh, _size = opened
+    data = b""
+    with fh:  # one byte past the bound tells a file that is not a signature (refused by its size)
+        while len(data) <= signing.MAX_SIGNATURE_BYTES and (
+            chunk := fh.read(signing.MAX_SIGNATURE_BYTES + 1 - len(data))
+        ):
+            data += chunk
+    try:
+        signing.check(data, filename=reuse.filename, sha256=sha256, key=key)
+    except signing.SignatureError as exc:
+        return f"{sig_key}: {exc}"
+    return None
+
+
+def fetch(
+    store: Store,
+    reuse: Reuse,
+    directory: Path,
+    *,
+    key: Ed25519PublicKey | None = None,
+    max_bytes: int = MAX_WHEEL_BYTES,
+) -> Path:
     """Copy the published file into `directory`: at most the size its page lists (never over `max_bytes`),
-    its sha256 the page's; ReuseError otherwise, and nothing is left behind."""
+    its sha256 the page's and, with `key` (the run signs what it publishes), its signature checking with
+    it (`signature_problem`); ReuseError otherwise, and nothing is left behind."""
     if reuse.problem is not None:
         raise ReuseError(reuse.problem)
     try:
@@ -190,31 +233,35 @@ def fetch(store: Store, reuse: Reuse, directory: Path, *, max_bytes: int = MAX_W
         canonical = ""
     if canonical != reuse.filename or not _PLAIN_NAME.fullmatch(canonical):
         raise ReuseError(f"{reuse.source} lists {reuse.filename!r}, not a wheel filename this factory writes")
-    key = index.files_path(reuse.source, reuse.filename)
-    opened = store.open(key)
+    stored = index.files_path(reuse.source, reuse.filename)
+    opened = store.open(stored)
     if opened is None:
-        raise ReuseError(f"{reuse.source} lists {reuse.filename}, and {key} is not in {store.description}")
+        raise ReuseError(f"{reuse.source} lists {reuse.filename}, and {stored} is not in {store.description}")
     fh, size = opened
     target = directory / reuse.filename
     limit = min(reuse.size, max_bytes)
     try:
         if size != reuse.size:
-            raise ReuseError(f"{key} is {size} bytes, its page lists {reuse.size}")
+            raise ReuseError(f"{stored} is {size} bytes, its page lists {reuse.size}")
         digest = hashlib.sha256()
         read = 0
         with fh, target.open("xb") as out:
             while chunk := fh.read(min(_CHUNK, limit + 1 - read)):
                 read += len(chunk)
                 if read > limit:
-                    raise ReuseError(f"{key} holds more than the {reuse.size} bytes its page lists")
+                    raise ReuseError(f"{stored} holds more than the {reuse.size} bytes its page lists")
                 digest.update(chunk)
                 out.write(chunk)
         if read != reuse.size:
-            raise ReuseError(f"{key} is {read} bytes, its page lists {reuse.size}")
+            raise ReuseError(f"{stored} is {read} bytes, its page lists {reuse.size}")
         if digest.hexdigest() != reuse.sha256:
             raise ReuseError(
-                f"{key} has sha256 {digest.hexdigest()}, its page lists {reuse.sha256}; not reused"
+                f"{stored} has sha256 {digest.hexdigest()}, its page lists {reuse.sha256}; not reused"
             )
+        if key is not None:
+            unsigned = signature_problem(store, reuse, sha256=digest.hexdigest(), key=key)
+            if unsigned is not None:
+                raise ReuseError(f"{unsigned}; not reused")
     except BaseException:
         target.unlink(missing_ok=True)
         fh.close()
@@ -222,14 +269,22 @@ def fetch(store: Store, reuse: Reuse, directory: Path, *, max_bytes: int = MAX_W
     return target
 
 
-def fetch_all(store: Store, planned: Mapping[str, Reuse], directory: Path, log: Log) -> dict[str, Reuse]:
-    """Every planned reuse with its fetched wheel, or the `problem` that fails its job."""
+def fetch_all(
+    store: Store,
+    planned: Mapping[str, Reuse],
+    directory: Path,
+    log: Log,
+    *,
+    key: Ed25519PublicKey | None = None,
+) -> dict[str, Reuse]:
+    """Every planned reuse with its fetched wheel (its signature checked with `key` when given: `fetch`), or
+    the `problem` that fails its job."""
     out: dict[str, Reuse] = {}
     for job_id, reuse in planned.items():
         where = directory / job_id
         try:
             where.mkdir(parents=True)
-            out[job_id] = replace(reuse, wheel=fetch(store, reuse, where))
+            out[job_id] = replace(reuse, wheel=fetch(store, reuse, where, key=key))
         except (ReuseError, OSError) as exc:
             problem = str(exc) if isinstance(exc, ReuseError) else f"{reuse.filename}: {exc}"
             log(f"{job_id}: the published wheel cannot be reused: {problem}")
@@ -284,7 +339,9 @@ def reused_provenance(acceptance: Acceptance, wheel: Path, *, inputs: JobInputs)
         return [str(exc).removeprefix(f"{wheel.name}: ")]
     torch = reused_torch(found.provenance) or acceptance.job.variant.torch
     facts = acceptance.facts(wheel, torch=torch, inputs=inputs, toolchain=None)
-    return [] if facts is None else provenance_problems(found.provenance, provenance.compose(facts))
+    if facts is None:  # nothing to compare it with: not taken on its word
+        return ["provenance: the job's inputs came without their facts, so the wheel's cannot be checked"]
+    return provenance_problems(found.provenance, provenance.compose(facts))
 
 
 def accept_reused(
@@ -328,7 +385,7 @@ def accept_reused(
         host_only=acceptance.host_only(wheel),
         stable_abi=job.variant.stable_abi,
     )
-    if not problems and inputs.facts is not None:
+    if not problems:
         problems += reused_provenance(acceptance, wheel, inputs=inputs)
     if problems:
         result.result = "failed"

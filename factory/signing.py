@@ -234,6 +234,10 @@ class Signer:
     source: str  # where it came from, as it may be shown ("--sign-key PATH", "$FACTORY_SIGN_KEY")
     _key: Ed25519PrivateKey = field(repr=False)
 
+    def public_key(self) -> Ed25519PublicKey:
+        """The key that checks what this signer signs (a file this run re-signs must check with it first)."""
+        return self._key.public_key()
+
     def sign(self, filename: str, sha256: str) -> bytes:
         """The signature file for the wheel `filename` (canonical spelling) whose bytes hash to `sha256`."""
         raw = self._key.sign(payload(filename, sha256))

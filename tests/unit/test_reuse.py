@@ -12,10 +12,12 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import index
+from factory import index, wheelprov
 from factory.config import load_matrix_file
 from factory.index import FileRecord
 from factory.pipeline import build_matrix
@@ -31,9 +33,11 @@ from factory.reuse import (
     label_problem,
     plan_reuse,
     provenance_problems,
+    reused_provenance,
 )
+from factory.signing import Signer, make_signer
 from factory.stores import LocalStore
-from factory.wheelcheck import record_hash
+from factory.wheelcheck import pin_torch_requirement, record_hash
 
 OLD, NEW = "cu130-torch2.12-abi1-sm80", "cu130-torch2.14-abi1-sm80"
 WHEEL = "demo_stable-1.0+cu13.0.stable2.12.abi1.sm80-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -214,11 +218,122 @@ def test_a_missing_or_linked_file_is_refused(tmp_path: Path) -> None:
         fetch(store, reuse, tmp_path)
 
 
+def new_signer() -> Signer:
+    return make_signer(Ed25519PrivateKey.generate(), source="test")
+
+
+def sign_stored(tmp_path: Path, signer: Signer, data: bytes = BYTES) -> Path:
+    """The signature file publishing writes beside the stored wheel, of `data`."""
+    path = tmp_path / "index" / index.signature_path(OLD, WHEEL)
+    path.write_bytes(signer.sign(WHEEL, hashlib.sha256(data).hexdigest()))
+    return path
+
+
+def test_signing_on_the_file_is_taken_only_with_a_signature_of_the_signing_key(tmp_path: Path) -> None:
+    stable_job(tmp_path)
+    store = store_with(tmp_path)
+    reuse = planned(tmp_path, store)
+    signer = new_signer()
+    sign_stored(tmp_path, signer)
+    out = tmp_path / "fetched"
+    out.mkdir()
+    assert fetch(store, reuse, out, key=signer.public_key()).read_bytes() == BYTES
+
+
+def test_a_swapped_file_with_its_page_rewritten_to_match_is_refused_by_its_signature(tmp_path: Path) -> None:
+    """A store writer replaced the wheel and its page's record: the page's hash vouches for the new bytes,
+    the signature publishing wrote for the old ones does not."""
+    stable_job(tmp_path)
+    signer = new_signer()
+    store = store_with(tmp_path, OTHER, listed=record(sha256=hashlib.sha256(OTHER).hexdigest()))
+    sign_stored(tmp_path, signer, BYTES)  # what was published, and signed
+    reuse = planned(tmp_path, store)
+    out = tmp_path / "fetched"
+    out.mkdir()
+    fetch(store, reuse, out)  # the page's word alone: taken (signing off, nothing else to check here)
+    (out / WHEEL).unlink()
+    sig = index.signature_path(OLD, WHEEL)
+    with pytest.raises(ReuseError) as caught:
+        fetch(store, reuse, out, key=signer.public_key())
+    assert str(caught.value) == (
+        f"{sig}: the wheel's sha256 is {hashlib.sha256(OTHER).hexdigest()}, the signed one {SHA}: it changed "
+        "after it was signed; not reused"
+    )
+    assert list(out.iterdir()) == []
+    said: list[str] = []
+    [failed] = fetch_all(
+        store, {reuse.job_id: reuse}, tmp_path / "all", said.append, key=signer.public_key()
+    ).values()
+    assert failed.wheel is None and failed.problem == str(caught.value)
+    assert said == [f"{reuse.job_id}: the published wheel cannot be reused: {failed.problem}"]
+
+
+@pytest.mark.parametrize("case", ["unsigned", "another key", "a key given twice", "not a signature", "huge"])
+def test_a_signature_that_does_not_vouch_with_the_signing_key_is_refused(tmp_path: Path, case: str) -> None:
+    stable_job(tmp_path)
+    store = store_with(tmp_path)
+    reuse = planned(tmp_path, store)
+    signer = new_signer()
+    sig = sign_stored(tmp_path, new_signer() if case == "another key" else signer)
+    if case == "unsigned":
+        sig.unlink()
+    elif case == "a key given twice":  # a lenient reader would take the second sha256
+        sig.write_bytes(sig.read_bytes().rstrip(b"\n}") + b',"sha256":"' + b"0" * 64 + b'"}')
+    elif case == "not a signature":
+        sig.write_bytes(b"{}")
+    elif case == "huge":
+        sig.write_bytes(b" " * (1 << 20))
+    says = {
+        "unsigned": "is not in",
+        "another key": "signed by key",
+        "a key given twice": "duplicate key 'sha256'",
+        "not a signature": "not a signature file",
+        "huge": "larger than",
+    }[case]
+    with pytest.raises(ReuseError, match=says) as caught:
+        fetch(store, reuse, tmp_path, key=signer.public_key())
+    assert str(caught.value).startswith(
+        index.signature_path(OLD, WHEEL) + (" " if case == "unsigned" else ": ")
+    )
+    assert "\n" not in str(caught.value) and not (tmp_path / WHEEL).exists()
+
+
 def test_a_problem_found_by_the_decision_fails_the_fetch(tmp_path: Path) -> None:
     reuse = decide(stable_job(tmp_path), project="demo-stable", pages={OLD: [record(size=1 << 40)]})
     assert reuse is not None
     with pytest.raises(ReuseError, match="not a size a wheel may have"):
         fetch(LocalStore(tmp_path), reuse, tmp_path)
+
+
+def test_a_reused_wheels_provenance_is_compared_with_the_jobs_never_skipped(tmp_path: Path) -> None:
+    from tests.unit.test_provenance import NEEDED, make_facts, write_wheel
+
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
+    pin_torch_requirement(wheel, "2.14.1", extra=wheelprov.files(make_facts(), NEEDED))
+    made: list[Any] = []
+
+    class Job:
+        class variant:
+            torch = "2.14"
+
+    class Stub:
+        job = Job
+
+        def facts(self, wheel: Path, *, torch: str, inputs: object, toolchain: object) -> Any:
+            assert torch == "2.14.1"  # the torch the provenance says it was built with
+            return made[-1]
+
+    acceptance = cast(Any, Stub())
+    made.append(make_facts())
+    assert reused_provenance(acceptance, wheel, inputs=cast(Any, None)) == []
+    made.append(make_facts(job_id="another-job"))
+    assert reused_provenance(acceptance, wheel, inputs=cast(Any, None)) == [
+        f"provenance: job.id is {make_facts().job_id!r}, the job's is 'another-job'"
+    ]
+    made.append(None)  # the job's inputs without their facts: nothing to compare with, so not taken
+    assert reused_provenance(acceptance, wheel, inputs=cast(Any, None)) == [
+        "provenance: the job's inputs came without their facts, so the wheel's cannot be checked"
+    ]
 
 
 def test_provenance_of_another_source_or_job_is_named() -> None:
@@ -301,3 +416,66 @@ def test_a_publishing_run_hands_the_build_the_fetched_file_and_lists_it_on_the_n
     [listed] = index.records_from_project_json((store / new_page.state_key).read_bytes())
     assert (listed.filename, listed.sha256) == (WHEEL, hashlib.sha256(wheel.read_bytes()).hexdigest())
     assert ((store / old_page.state_key).read_bytes(), (store / old_page.html_key).read_bytes()) == before
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_a_signing_run_reuses_only_a_file_its_key_signed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swapped: bool
+) -> None:
+    """Published signed for torch 2.12; torch 2.14 joins. A store writer swapped the file and rewrote its
+    page to match: the run that would sign it afresh for 2.14's page refuses it instead, and 2.14's page gets
+    nothing. Untouched, it is reused and signed for 2.14's page."""
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    store = tmp_path / "index"
+    job = stable_job(tmp_path, publish=f"publish: {{to: {store}}}\n")
+    mf = load_matrix_file(tmp_path / "m.yaml")
+    first = tmp_path / "first"
+    first.mkdir()
+    wheel = stable_wheel(first)
+    entry = {"job_id": job.id, "variant_id": job.variant.id, "python": "3.11", "result": "ok"}
+    (first / "report.json").write_text(json.dumps([{**entry, "wheel": wheel.name, "torches": ["2.12"]}]))
+    signer = new_signer()
+    publish_wheels([wheel], to=str(store), report=first / "report.json", signer=signer)
+    if swapped:
+        stored = store / index.files_path(OLD, WHEEL)
+        stored.chmod(0o644)
+        stored.write_bytes(OTHER)
+        page = store / index.project_page(OLD, "demo-stable").state_key
+        [listed] = index.records_from_project_json(page.read_bytes())
+        page.write_text(
+            index.project_json(
+                "demo-stable",
+                [replace(listed, sha256=hashlib.sha256(OTHER).hexdigest(), size=len(OTHER))],
+                variant_id=OLD,
+            )
+        )
+    out = tmp_path / "out"
+    given: list[Reuse] = []
+
+    def build(jobs: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
+        given.append(reuse[job.id])
+        out.mkdir()
+        fetched = reuse[job.id].wheel
+        if fetched is None:  # as `accept_reused` fails it
+            result = JobResult(**{**entry, "result": "failed"}, reason=reuse[job.id].problem, reused_from=OLD)
+        else:
+            shutil.copyfile(fetched, out / WHEEL)
+            result = JobResult(**entry, wheel=WHEEL, torches=["2.12", "2.14"], reused_from=OLD)
+        report = BuildReport(run_id="r", matrix=str(mf.path), started=0.0, jobs=[result])
+        write_report(report, out / "report.json")
+        return report
+
+    said: list[str] = []
+    outcome = build_matrix(mf, [job], build=build, output=out, publish=True, signer=signer, log=said.append)
+    [reuse] = given
+    new_sig = store / index.signature_path(NEW, WHEEL)
+    if not swapped:
+        assert outcome.ok and reuse.problem is None and outcome.published is not None
+        assert new_sig.is_file()  # signed afresh for 2.14's page, as it was checked
+        return
+    assert reuse.wheel is None and reuse.problem is not None
+    assert reuse.problem.startswith(f"{index.signature_path(OLD, WHEEL)}: the wheel's sha256 is ")
+    assert reuse.problem.endswith("it changed after it was signed; not reused")
+    assert f"{job.id}: the published wheel cannot be reused: {reuse.problem}" in said
+    assert not outcome.ok and outcome.published is None
+    assert not (store / "files" / NEW).exists() and not new_sig.exists()
