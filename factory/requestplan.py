@@ -67,7 +67,10 @@ def excluded_by(mf: MatrixFile, values: Mapping[str, object]) -> str | None:
     for i, entry in enumerate(mf.matrix.exclude):
         if all(_matches(axis, pattern, values.get(axis)) for axis, pattern in entry.values.items()):
             where = f" (line {entry.line})" if entry.line is not None else ""
-            shown = ", ".join(f"{axis}: {pattern}" for axis, pattern in entry.values.items())
+            shown = ", ".join(
+                f"{axis}: {str(pattern).lower() if isinstance(pattern, bool) else pattern}"
+                for axis, pattern in entry.values.items()
+            )  # as the matrix file spells them
             return f"the matrix excludes it: matrix.exclude[{i}]{where} {{{shown}}}"
     return None
 

@@ -341,7 +341,7 @@ def test_a_request_the_matrixs_exclude_takes_out_is_dropped_naming_the_entry(tmp
     assert len(reasons) == 3
     assert all(r.startswith("the matrix excludes it: matrix.exclude[") for r in reasons)
     assert any("matrix.exclude[0] (line " in r and "{python: 3.12}" in r for r in reasons)
-    assert any("{torch: 2.14, python: 3.10, cxx11_abi: False}" in r for r in reasons)
+    assert any("{torch: 2.14, python: 3.10, cxx11_abi: false}" in r for r in reasons)
 
 
 def test_cli_matrix_requests_table_and_a_missing_directory(tmp_path: Path) -> None:
