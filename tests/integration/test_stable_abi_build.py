@@ -5,7 +5,8 @@ registered with STABLE_TORCH_LIBRARY, every torch call through the C shim) built
 (CUDA 13.0 builds), and is published on both torch variants' pages, where pip finds it. The same module
 calling one libtorch C++ function (at::get_num_threads, sm_86 job) is refused in one line naming the symbol.
 The same wheel published for torch 2.12 alone is then reused for 2.14 with no compile (one install check),
-and refused, nothing published, when the stored file is not what its page lists.
+and refused, nothing published, when the stored file is not what its page lists, or (publishing signed) when
+a store writer swapped it and rewrote its page to match: its signature no longer vouches for it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import pytest
 
 from factory import index as index_mod
 from factory.publish import publish_wheels
+from factory.signing import Signer, load_private_key, make_signer, write_key_pair
 from factory.wheelhouse import compatible_platforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -146,23 +149,28 @@ def test_a_module_using_a_libtorch_cxx_function_is_refused_naming_it(stable_buil
     assert not (stable_build["index"] / "files" / "cu130-torch2.14-abi1-sm86").exists()
 
 
-def reuse_index(stable_build: dict[str, Any], tmp: Path, *, torches: list[str]) -> tuple[Path, Path, Path]:
+def reuse_index(
+    stable_build: dict[str, Any], tmp: Path, *, torches: list[str], signer: Signer | None = None
+) -> tuple[Path, Path, Path]:
     """A second index where the fixture's wheel was published for `torches` alone (the matrix then
-    covered no more), and the matrix publishing there: (matrix, index, published wheel)."""
+    covered no more; signed with `signer`), and the matrix publishing there: (matrix, index, published
+    wheel)."""
     job = stable_build["jobs"][GOOD]
     wheel = stable_build["out"] / job["wheel"]
     report = tmp / "first" / "report.json"
     report.parent.mkdir()
     report.write_text(json.dumps({"jobs": [{**job, "torches": torches}]}))
     index = tmp / "index"
-    publish_wheels([wheel], to=str(index), report=report)
+    publish_wheels([wheel], to=str(index), report=report, signer=signer)
     return stable_matrix(tmp, index=index), index, wheel
 
 
-def build_only_good(matrix: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def build_only_good(
+    matrix: Path, out: Path, *options: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     proc = subprocess.run(
         [*FACTORY, "build", "--trust-paths", "-m", str(matrix), "--only", GOOD, "--output", str(out),
-         "--publish"],
+         "--publish", *options],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
@@ -224,4 +232,38 @@ def test_a_published_file_that_is_not_what_its_page_lists_fails_the_job_and_noth
     assert (job["result"], job["wheel"], job["attempts"], job["reused_from"]) == ("failed", None, [], old)
     reason = f"the published wheel cannot be reused: files/{old}/{wheel.name} has sha256"
     assert job["reason"].startswith(reason), job["reason"]
+    assert not (index / "files" / new).exists()
+
+
+def test_a_swapped_file_whose_page_was_rewritten_is_not_signed_afresh(
+    stable_build: dict[str, Any], tmp_path: Path
+) -> None:
+    """Published signed for torch 2.12; a store writer replaces the file and rewrites 2.12's page to list the
+    new bytes. The signing run for 2.14 would sign them afresh for 2.14's page: it checks the signature beside
+    the file with its own key first, fails the job, compiles nothing and publishes nothing."""
+    old, new = PAGES
+    key_path = tmp_path / "sign-key"
+    write_key_pair(key_path)
+    signer = make_signer(load_private_key(key_path.read_bytes(), shown="key"), source="test")
+    matrix, index, wheel = reuse_index(stable_build, tmp_path, torches=["2.12"], signer=signer)
+    stored = index / index_mod.files_path(old, wheel.name)
+    swapped = bytearray(stored.read_bytes())
+    swapped[-1] ^= 1
+    stored.chmod(0o644)
+    stored.write_bytes(bytes(swapped))
+    sha = hashlib.sha256(swapped).hexdigest()
+    page = index / index_mod.project_page(old, "factory-stableext").state_key
+    [listed] = index_mod.records_from_project_json(page.read_bytes())
+    page.write_text(
+        index_mod.project_json("factory-stableext", [replace(listed, sha256=sha)], variant_id=old)
+    )
+
+    proc, job = build_only_good(matrix, tmp_path / "wheels", "--sign-key", str(key_path))
+    assert proc.returncode == 1
+    assert (job["result"], job["wheel"], job["attempts"], job["reused_from"]) == ("failed", None, [], old)
+    signature = index_mod.signature_path(old, wheel.name)
+    assert job["reason"] == (
+        f"the published wheel cannot be reused: {signature}: the wheel's sha256 is {sha}, the signed one "
+        f"{listed.sha256}: it changed after it was signed; not reused"
+    )
     assert not (index / "files" / new).exists()
