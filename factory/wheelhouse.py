@@ -312,8 +312,9 @@ def pool_wheels(directory: Path, pool: Path) -> int:
     pool would become a wheel every build container reads, and change with it); any other file under the
     wheel's name is replaced by the wheel."""
     pool.mkdir(mode=0o700, exist_ok=True)
-    if not stat.S_ISDIR(pool.lstat().st_mode):
-        return 0  # a link in the pool's place: the host links nothing into where it points
+    found_pool = pool.lstat()
+    if not stat.S_ISDIR(found_pool.st_mode) or found_pool.st_uid != os.geteuid():
+        return 0  # a link in its place, or another user's directory: the host links nothing into it
     known = _links_in_wheelhouses(pool.parent, pool)
     saved = 0
     for wheel in wheel_files(directory):
@@ -331,6 +332,7 @@ def pool_wheels(directory: Path, pool: Path) -> int:
         except OSError:
             return saved
         staged = wheel.with_name(f".{wheel.name}.pool")
+        staged.unlink(missing_ok=True)  # left by an interrupted run
         try:
             os.link(twin, staged, follow_symlinks=False)  # a link planted as the twin stays a link
         except FileNotFoundError:
