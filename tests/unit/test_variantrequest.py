@@ -199,7 +199,7 @@ def test_past_its_bound_the_directory_is_said_to_be_read_in_part(tmp_path: Path)
     request = parse(body(package="demo-ext", python="3.12"))
     store_request(tmp_path, request)
     directory = tmp_path / "_requests"
-    for i in range(4):  # names that sort before any request's but the all-zero one
+    for i in range(4):  # names that sort before the request's
         (directory / f"{i:064x}.json").write_bytes(b"{}")
     warned: list[str] = []
     assert len(read_requests(directory, warn=warned.append, max_entries=5)) == 5
@@ -208,6 +208,7 @@ def test_past_its_bound_the_directory_is_said_to_be_read_in_part(tmp_path: Path)
     warned.clear()
     read = read_requests(directory, warn=warned.append, max_entries=5)
     assert len(read) == 5 and ("f" * 64 + ".json") not in dict(read)
+    assert dict(read)[request.file_name] == request
     assert warned == [
         f"{directory}: more than 5 entries (an index keeps at most 1000 requests); only the first 5 by name "
         "were read"
