@@ -693,6 +693,28 @@ _HUMAN_SCRIPT = (
 )
 
 
+def _install_cell(project: str, variant_id: str, built: Sequence[str]) -> str:
+    """The pip and uv commands of a variant's row: its project pinned to the newest release built (the
+    wheel filenames of its built cells) from the variant index alone (`installcmd.variant_install`); none
+    where nothing is built."""
+    # installcmd reads project pages with this module's parser: imported here, where a page is rendered
+    from factory import installcmd
+
+    version = installcmd.newest_release(built)
+    variant_index = f"simple/{variant_id}/"
+    install = None
+    if version is not None:
+        install = installcmd.variant_install(
+            project, version=version, variant_id=variant_id, variant_index=variant_index
+        )
+    if install is None:
+        return ""
+    return "<br>".join(
+        f'<code data-index="{html.escape(variant_index)}">{html.escape(command)}</code>'
+        for command in installcmd.commands(install)
+    )
+
+
 def human_page(cells: Iterable[MatrixCell]) -> str:
     """index.html at the index root: per project, a grid of variants x Pythons and install commands."""
     by_project: dict[str, list[MatrixCell]] = {}
@@ -717,13 +739,9 @@ def human_page(cells: Iterable[MatrixCell]) -> str:
                 status = got.status if got else "not built"
                 title = f' title="{html.escape(got.detail)}"' if got and got.detail else ""
                 tds.append(f'<td class="{status.replace(" ", "-")}"{title}>{status}</td>')
-            built = any(c.status == "built" for c in pcells if c.variant_id == vid)
-            index = f"simple/{vid}/"
-            if built:
-                cmd = f"pip install --index-url {index} --extra-index-url https://pypi.org/simple {project}"
-                install = f'<code data-index="{html.escape(index)}">{html.escape(cmd)}</code>'
-            else:
-                install = ""
+            install = _install_cell(
+                project, vid, [c.detail for c in pcells if c.variant_id == vid and c.status == "built"]
+            )
             body.append(f"  <tr><td>{html.escape(vid)}</td>{''.join(tds)}<td>{install}</td></tr>")
         body.append("</table>")
     lines = [
@@ -737,7 +755,7 @@ def human_page(cells: Iterable[MatrixCell]) -> str:
         "  <body>",
         "    <h1>Wheel index</h1>",
         '    <p>One index per variant: <a href="simple/">simple/</a>. '
-        "Run <code>factory which --index URL/simple/</code> on the target machine to pick one.</p>",
+        "Run <code>factory which --index-url URL/simple/</code> on the target machine to pick one.</p>",
         *(f"    {line}" for line in body),
         f"    <script>{_HUMAN_SCRIPT}</script>",
         "  </body>",

@@ -10,21 +10,18 @@ own pages that stay on its schemes are followed, each signature at the one URL i
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from factory.errors import ConfigError, FactoryError
 from factory.index import SIGNATURE_SUFFIX, parse_anchors
+from factory.installcmd import Host, choose
 from factory.signing import MAX_SIGNATURE_BYTES, SignatureError, check
-from factory.tags import python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
 
 # The biggest wheel hashed: a CUDA extension's fat wheel is a few hundred MB; far more is not a wheel we made.
@@ -34,12 +31,14 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True, kw_only=True)
 class Verified:
-    """A wheel whose signature held: where it is (as it may be shown), its name, hash and signing key."""
+    """A wheel whose signature held: where it is (as it may be shown), its name, hash and signing key; for
+    one on an index, its URL as an installer is to fetch it (credentials kept)."""
 
     wheel: str
     filename: str
     sha256: str
     key_id: str
+    url: str | None = None
 
 
 def _read_bounded(stream: IO[bytes], *, limit: int) -> bytes:
@@ -148,46 +147,13 @@ def verify_signature(source: str, *, key: Ed25519PublicKey, signature: str | Non
 # ---------------------------------------------------------------------------------------------- which
 
 
-def _runs_on(tags: Iterable[Tag], python: str) -> bool:
-    """Could CPython `python` ("3.11") install a wheel of these tags (interpreter and ABI only)?"""
-    mine = python_tag(python)
-    major, minor = (int(p) for p in python.split(".")[:2])
-    for tag in tags:
-        if tag.interpreter == mine or tag.interpreter in (f"py{major}", f"py{major}{minor}"):
-            return True
-        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}"):
-            try:
-                if int(tag.interpreter[3:]) <= minor:
-                    return True
-            except ValueError:
-                continue
-    return False
-
-
-def chosen_wheels(page: str, *, base: str, python: str) -> list[tuple[str, str]]:
-    """(filename, URL) of the wheels an installer picks from a project page for CPython `python`: those
-    of the newest version that has one for it. Only links on the page's schemes count."""
-    found: list[tuple[Version, str, str]] = []
-    for anchor in parse_anchors(page):
-        url = urljoin(base, anchor.href)
-        if urlsplit(url).scheme not in INDEX_SCHEMES or not url.isprintable():
-            continue
-        try:
-            _name, version, _build, tags = parse_wheel_filename(anchor.text)
-        except InvalidWheelFilename:
-            continue
-        if _runs_on(tags, python):
-            found.append((version, anchor.text, url))
-    if not found:
-        return []
-    newest = max(v for v, _f, _u in found)
-    return sorted((f, u) for v, f, u in found if v == newest)
-
-
-def verify_project(variant_url: str, project: str, *, python: str, key: Ed25519PublicKey) -> list[Verified]:
-    """`factory which --verify-key`: verify the wheels of `project` in the variant index at `variant_url`
-    that an installer would pick for `python`; SignatureError for the first that fails, or when there are
-    none."""
+def verify_project(variant_url: str, project: str, *, host: Host, key: Ed25519PublicKey) -> Verified:
+    """`factory which --verify-key`: verify the wheel of `project` in the variant index at `variant_url`
+    that an installer would take on `host` (`installcmd.choose`: the newest compatible wheel, yanked files,
+    files whose Requires-Python excludes the host and sdists left out). Its bytes must hash to what the
+    page says and its signature hold with `key`; SignatureError when they do not, when it is unsigned, or
+    when there is none. The command printed for it (`installcmd`) pins these bytes by URL and sha256, so
+    that no other file, of this page or of another index, can be installed in its place."""
     from factory.which import fetch_page
 
     wanted = canonicalize_name(project)
@@ -200,9 +166,11 @@ def verify_project(variant_url: str, project: str, *, python: str, key: Ed25519P
         raise SignatureError(
             f"{project}: not listed in {without_credentials(variant_url)}; nothing to verify"
         )
-    wheels = chosen_wheels(fetch_page(page_url), base=page_url, python=python)
-    if not wheels:
+    wheel = choose(fetch_page(page_url), page_url=page_url, project=project, host=host)
+    if wheel is None:
         raise SignatureError(
-            f"{project}: no wheel for Python {python} on {without_credentials(page_url)}; nothing to verify"
+            f"{project}: no wheel an installer would take for Python {host.python} on "
+            f"{without_credentials(page_url)}; nothing to verify"
         )
-    return [verify_url(url, key=key) for _filename, url in wheels]
+    verified = verify_url(wheel.pinned_url, key=key)
+    return replace(verified, url=wheel.url)

@@ -6,17 +6,17 @@ Detection (`detect_environment`) runs a probe in the target interpreter; matchin
 
 Without torch, the host's NVIDIA driver decides (`factory.driver`): the newest torch whose variant the driver
 runs, whose archs cover every GPU and which has a wheel for this Python, installed together with that torch
-from the index of its CUDA build in one command (`install_with_torch`). When nothing fits, what is missing
-becomes a build request (`factory.variantrequest`), printed as matrix lines and, with --request, sent to the
-index's server.
+from the index of its CUDA build in one command. The commands install exactly the wheel chosen here, by URL
+and sha256 (`factory.installcmd` composes them). When nothing fits, what is missing becomes a build request
+(`factory.variantrequest`), printed as matrix lines and, with --request, sent to the index's server.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -30,19 +30,20 @@ from typing import IO, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
-from factory import variantrequest
+from factory import installcmd, variantrequest
 from factory.compat import CompatData
 from factory.driver import detect_driver
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
+from factory.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
 from factory.options import PYTORCH_INDEX
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
 from factory.variantrequest import VariantRequest
 from factory.variants import Arch, VariantKey, torch_minor, version_tuple
 
-EXTRA_INDEX = "https://pypi.org/simple"
 # PEP 508 project names: anything else an index page lists is not printed into a command.
 _PROJECT = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 
@@ -275,33 +276,19 @@ def has_wheel_for(filenames: Iterable[str], python: str) -> bool:
     return False
 
 
-def torch_requirement(key: VariantKey, compat: CompatData) -> tuple[str, str | None]:
-    """(requirement, index URL) of the torch a variant is built for: its exact release ("torch==2.14.1"), or
-    every patch of its minor ("torch==2.14.*") when the variant names only that; from PyTorch's index of the
-    variant's CUDA, or None (the default index: PyPI) when that CUDA is the release's default build there."""
-    requirement = f"torch=={key.torch}" if len(_release(key.torch)) > 2 else f"torch=={key.torch}.*"
+def torch_requirement(key: VariantKey, compat: CompatData, *, installed: str | None = None) -> Torch:
+    """The torch a variant is built for: the release `installed` here when there is one (so that no
+    resolver swaps it under the wheel), else the variant's exact release ("torch==2.14.1") or every patch
+    of its minor ("torch==2.14.*"); from PyTorch's index of the variant's CUDA, or None (the default index:
+    PyPI) when that CUDA is the release's default build there."""
+    requirement = installcmd.torch_pin(key.torch)
+    if installed is not None:
+        with contextlib.suppress(InvalidVersion):  # no version: the variant's pin stands
+            requirement = f"torch=={Version(installed)}"
     entry = compat.torch_entry(key.torch)
     if entry is not None and entry.get("default_cuda") == key.cuda:
-        return requirement, None
-    return requirement, PYTORCH_INDEX.format(tag=key.cuda.replace(".", ""))
-
-
-def install_with_torch(index_url: str, project: str, *, torch: str, torch_index: str | None) -> str:
-    """One pip command installing torch (`torch_requirement`) and `project` from its variant index, each
-    argument shell-quoted. pip takes the best match over all the indexes given, so the variant's wheel (its
-    local version label sorts above a plain release on PyPI) and the CUDA build of torch (likewise) win."""
-    args = ["pip", "install", "--index-url", index_url]
-    if torch_index is not None:
-        args += ["--extra-index-url", torch_index]
-    args += ["--extra-index-url", EXTRA_INDEX, torch, project]
-    return shlex.join(args)
-
-
-def install_commands(index_url: str, project: str) -> tuple[str, str]:
-    """The exact pip and uv commands for one variant index (other dependencies from PyPI), shell-quoted."""
-    url, name = shlex.quote(index_url), shlex.quote(project)
-    args = f"install --index-url {url} --extra-index-url {EXTRA_INDEX} {name}"
-    return f"pip {args}", f"uv pip {args}"
+        return Torch(requirement=requirement)
+    return Torch(requirement=requirement, index=PYTORCH_INDEX.format(tag=key.cuda.replace(".", "")))
 
 
 _PROBE = r"""
@@ -503,11 +490,16 @@ class WhichResult:
     choice: Choice
     variant_url: str | None
     projects: tuple[str, ...]
-    # per project: (pip, uv) where torch is installed; without torch, the one pip command with torch
-    commands: tuple[tuple[str, ...], ...]
+    # per project: what its commands install (the wheel chosen here, torch pinned)
+    installs: tuple[Install, ...] = ()
     # when no variant fits: the build request that would make one (None: nothing to request, see `missing`)
     request: VariantRequest | None = None
     missing: str | None = None
+
+    @property
+    def commands(self) -> tuple[tuple[str, str], ...]:
+        """Per project, its pip and uv commands."""
+        return tuple(installcmd.commands(install) for install in self.installs)
 
 
 def _index_links(page: str, base: str) -> dict[str, str]:
@@ -521,12 +513,18 @@ def _index_links(page: str, base: str) -> dict[str, str]:
     return links
 
 
+def host_of(env: Environment) -> Host:
+    """What of an environment decides which wheel an installer takes."""
+    return Host(python=env.python, glibc=env.glibc)
+
+
 def _variant_projects(
     env: Environment, variant_url: str, project: str | None, *, strict: bool
-) -> tuple[list[str], list[str]]:
-    """(the projects of a variant index this host can install, notes on those left out). `strict` (torch
-    installed: the variant is the one): a missing or unfit `project` is an error; otherwise (a candidate
-    without torch) it is a note, and a project needs a wheel for this Python too."""
+) -> tuple[list[tuple[str, Wheel]], list[str]]:
+    """(the projects of a variant index this host can install, each with the wheel pip would take for it
+    (`installcmd.choose`), notes on those left out). `strict` (torch installed: the variant is the one): a
+    missing or unfit `project` is an error; otherwise (a candidate without torch) it is a note, and a
+    project needs a wheel for this Python too."""
     links = _index_links(fetch_page(variant_url), variant_url)
     pages = {canonicalize_name(p): url for p, url in links.items() if _PROJECT.fullmatch(p)}
     listed = tuple(p for p in links if _PROJECT.fullmatch(p))
@@ -541,27 +539,38 @@ def _variant_projects(
                 f"{', '.join(listed) or 'nothing'})"
             )
         projects = (project,)
-    if env.glibc is None and strict:
-        return list(projects), []
     notes: list[str] = []
     fitting = []
     for name in projects:
-        filenames = [a.text for a in parse_anchors(fetch_page(pages[canonicalize_name(name)]))]
+        page_url = pages[canonicalize_name(name)]
+        page = fetch_page(page_url)
+        filenames = [a.text for a in parse_anchors(page)]
         if not strict and not has_wheel_for(filenames, env.python):
             notes.append(f"{name} in {without_credentials(variant_url)} has no wheel for Python {env.python}")
             continue
         misfit = glibc_misfit(filenames, python=env.python, glibc=env.glibc) if env.glibc else None
         if misfit is None:
-            fitting.append(name)
-        elif project is not None and strict:
+            wheel = installcmd.choose(page, page_url=page_url, project=name, host=host_of(env))
+            if wheel is not None:
+                fitting.append((name, wheel))
+                continue
+            misfit = (
+                f"no wheel an installer would take for Python {env.python} (yanked, its Requires-Python "
+                "excludes it, another platform, or its link has no sha256)"
+            )
+        if project is not None and strict:
             raise FactoryError(f"{name} in {without_credentials(variant_url)}: {misfit}")
-        else:
-            notes.append(f"{name} left out: {misfit}")
+        notes.append(f"{name} left out: {misfit}")
     return fitting, notes
 
 
 def _without_torch(
-    env: Environment, variants: dict[str, str], project: str | None, compat: CompatData
+    env: Environment,
+    variants: dict[str, str],
+    project: str | None,
+    compat: CompatData,
+    *,
+    default_index: str,
 ) -> WhichResult:
     """The best variant a host without torch can install (`rank_without_torch`, then a wheel for its Python
     in it), with the one command that installs torch and the project."""
@@ -573,14 +582,18 @@ def _without_torch(
         if not fitting:
             why += left_out or [f"{without_credentials(url)} lists no project"]
             continue
-        key = VariantKey.parse_id(vid)
-        torch, torch_index = torch_requirement(key, compat)
-        commands = tuple(
-            (install_with_torch(url, name, torch=torch, torch_index=torch_index),) for name in fitting
+        torch = torch_requirement(VariantKey.parse_id(vid), compat)
+        installs = tuple(
+            Install(project=name, torch=torch, wheel=wheel, default_index=default_index)
+            for name, wheel in fitting
         )
         choice = Choice(match=vid, notes=(*notes, *left_out), nearest=None, reasons=())
         return WhichResult(
-            env=env, choice=choice, variant_url=url, projects=tuple(fitting), commands=commands
+            env=env,
+            choice=choice,
+            variant_url=url,
+            projects=tuple(name for name, _wheel in fitting),
+            installs=installs,
         )
     choice = (
         choose_variant(env, variants)
@@ -653,36 +666,46 @@ def missing_request(
 def _unmatched(env: Environment, choice: Choice, project: str | None, compat: CompatData) -> WhichResult:
     request, missing = missing_request(env, project, compat)
     return WhichResult(
-        env=env, choice=choice, variant_url=None, projects=(), commands=(), request=request, missing=missing
+        env=env, choice=choice, variant_url=None, projects=(), request=request, missing=missing
     )
 
 
 def which(
-    index: str, *, env: Environment, project: str | None = None, compat: CompatData | None = None
+    index: str,
+    *,
+    env: Environment,
+    project: str | None = None,
+    compat: CompatData | None = None,
+    default_index: str = DEFAULT_INDEX,
 ) -> WhichResult:
-    """Read the index's list of variant indexes and pick the one for `env`.
+    """Read the index's list of variant indexes and pick the one for `env`, and in it the wheel of each
+    project an installer would take (`installcmd.choose`); the commands install exactly that file, torch
+    pinned beside it and the dependencies from `default_index`.
 
     The index is not trusted: only anchors whose text is a variant id (the grammar of `factory.variants`)
-    and, inside the variant index, a PEP 508 project name are considered, so nothing else it says reaches
-    the printed commands."""
+    and, inside the variant index, a PEP 508 project name are considered, and of a project page only
+    links to wheel files with a sha256, so nothing else it says reaches the printed commands."""
     compat = compat or CompatData.load()
     root = normalize_index_url(index)
     links = _index_links(fetch_page(root), root)
     variants = {vid: url for vid, url in links.items() if parse_variant_id(vid) is not None}
     if env.torch is None and env.driver_cuda is not None:
-        return _without_torch(env, variants, project, compat)
+        return _without_torch(env, variants, project, compat, default_index=default_index)
     choice = choose_variant(env, variants)
     if choice.match is None:
         return _unmatched(env, choice, project, compat)
     variant_url = variants[choice.match]
-    projects, notes = _variant_projects(env, variant_url, project, strict=True)
-    commands = tuple(install_commands(variant_url, p) for p in projects)
+    fitting, notes = _variant_projects(env, variant_url, project, strict=True)
+    torch = torch_requirement(VariantKey.parse_id(choice.match), compat, installed=env.torch)
     return WhichResult(
         env=env,
         choice=replace(choice, notes=(*choice.notes, *notes)),
         variant_url=variant_url,
-        projects=tuple(projects),
-        commands=commands,
+        projects=tuple(name for name, _wheel in fitting),
+        installs=tuple(
+            Install(project=name, torch=torch, wheel=wheel, default_index=default_index)
+            for name, wheel in fitting
+        ),
     )
 
 
@@ -773,20 +796,22 @@ def advise(
     say: Callable[[str], None],
     request: bool = False,
     verify_key: Path | None = None,
+    default_index: str = DEFAULT_INDEX,
 ) -> None:
     """`factory which`: probe `python` (default: this interpreter), then `say` what it is and the pip and uv
-    commands for the variant index of `index` that fits it (`which`, `result_lines`). When none fits: what
-    is missing and the matrix lines that would build it, and with `request`, the request sent. With
-    `verify_key`, the commands only once the wheels they install are signed with it
-    (`verify.verify_project`)."""
+    commands for the variant index of `index` that fits it (`which`, `result_lines`), dependencies from
+    `default_index`. When none fits: what is missing and the matrix lines that would build it, and with
+    `request`, the request sent. With `verify_key`, the commands only once the wheels they install are
+    signed with it (`verify.verify_project`), and for exactly the bytes verified."""
     from factory.signing import public_key_file
     from factory.verify import verify_project
 
     normalize_index_url(index)  # a bad --index-url fails before this host is probed
+    checked_url(default_index, schemes=INDEX_SCHEMES, what="--default-index")
     key = public_key_file(verify_key, what="--verify-key") if verify_key is not None else None
     env = detect_environment(python)
     say(describe_environment(env))
-    result = which(index, env=env, project=project)
+    result = which(index, env=env, project=project, default_index=default_index)
     if result.choice.match is None:
         for line in missing_lines(result):
             say(line)
@@ -795,12 +820,17 @@ def advise(
                 raise FactoryError(f"nothing to request: {result.missing}")
             say(submit_request(index, result.request))
             return
-    lines = result_lines(result)
     signed: list[str] = []
     if key is not None and result.variant_url is not None:
-        for name in result.projects:
-            verified = verify_project(result.variant_url, name, python=env.python, key=key)
-            signed += [f"signed: {v.filename} (key {v.key_id})" for v in verified]
+        installs = []
+        for install in result.installs:
+            v = verify_project(result.variant_url, install.project, host=host_of(env), key=key)
+            assert v.url is not None
+            signed.append(f"signed: {v.filename} (key {v.key_id})")
+            # the command installs the bytes just verified, whatever the page says by now
+            installs.append(replace(install, wheel=Wheel(filename=v.filename, url=v.url, sha256=v.sha256)))
+        result = replace(result, installs=tuple(installs))
+    lines = result_lines(result)
     first_command = len(lines) - sum(len(commands) for commands in result.commands)
     for line in [*lines[:first_command], *signed, *lines[first_command:]]:
         say(line)

@@ -141,11 +141,21 @@ def which(
             help="Print the commands only if the wheels they install are signed with this public key.",
         ),
     ] = None,
+    default_index: Annotated[
+        str | None,
+        typer.Option(
+            "--default-index",
+            metavar="URL",
+            help="Index the commands take torch's and the project's dependencies from (default: PyPI); "
+            "never the project itself.",
+        ),
+    ] = None,
 ) -> None:
     """Print the pip/uv command for the variant index that fits this host (torch, CUDA, ABI, GPUs; without
     torch: its driver), or what is missing and the matrix lines that would build it."""
     import os
 
+    from factory.installcmd import DEFAULT_INDEX
     from factory.which import advise
 
     if index is None:
@@ -154,4 +164,12 @@ def which(
         if not Path("index/simple").is_dir():
             raise ConfigError("give --index-url URL (or set FACTORY_INDEX_URL)")
         index = "index"
-    advise(index, python=python, project=project, say=typer.echo, request=request, verify_key=verify_key)
+    advise(
+        index,
+        python=python,
+        project=project,
+        say=typer.echo,
+        request=request,
+        verify_key=verify_key,
+        default_index=default_index or DEFAULT_INDEX,
+    )

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 LABEL_NEW = "cu13.0.torch2.14.abi1.sm80.90"
 LABEL_OLD = "cu12.8.torch2.10.abi1.sm80.90"
@@ -35,9 +40,10 @@ def make_wheel(
     payload: str = "",
     tag: str = "py3-none-any",
 ) -> Path:
-    """A pure-Python wheel whose module records its variant label: the installed file shows which won."""
+    """A pure-Python wheel whose module records its variant label: the installed file shows which won. An
+    empty `label` makes a plain release (what PyPI could hold: an impostor, a stand-in torch)."""
     module = name.replace("-", "_")
-    full = f"{version}+{label}"
+    full = f"{version}+{label}" if label else version
     dist_info = f"{module}-{full}.dist-info"
     files = {
         f"{module}/__init__.py": f'LABEL = "{label}"\nPAYLOAD = "{payload}"\n'.encode(),
@@ -57,6 +63,49 @@ def make_wheel(
         for n, d in files.items():
             zf.writestr(zipfile.ZipInfo(n, date_time=(2024, 1, 1, 0, 0, 0)), d)
     return path
+
+
+def make_sdist(directory: Path, *, name: str, version: str, marker: Path) -> Path:
+    """An sdist whose build writes `marker` and fails: its in-tree backend needs nothing installed, so any
+    attempt to build it (even for its metadata) leaves the marker behind."""
+    base = f"{name}-{version}"
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+        "backend.py": f"import pathlib\npathlib.Path({str(marker)!r}).write_text('built')\n"
+        "raise SystemExit('this sdist was built')\n",
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{base}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{member}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def file_link(path: Path, href: str, attrs: str = "") -> str:
+    """A PEP 503 anchor to `path` at `href`, with its sha256."""
+    return f'<a href="{href}#sha256={sha256_file(path)}"{attrs}>{html.escape(path.name)}</a><br>\n'
+
+
+def static_index(root: Path, projects: dict[str, list[Path]]) -> str:
+    """A plain PEP 503 index in a directory (what PyPI or a mirror serves): each project's files under
+    files/, linked from simple/<project>/ with their sha256; its simple/ URL."""
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    for project, paths in projects.items():
+        page = root / "simple" / project
+        page.mkdir(parents=True, exist_ok=True)
+        links = []
+        for path in paths:
+            shutil.copyfile(path, root / "files" / path.name)
+            links.append(file_link(path, f"../../files/{quote(path.name)}"))
+        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{''.join(links)}</body></html>\n")
+    anchors = "".join(f'<a href="{p}/">{p}</a>\n' for p in projects)
+    (root / "simple" / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{anchors}</body></html>\n")
+    return (root / "simple").resolve().as_uri() + "/"
 
 
 def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str) -> dict[str, set[str]]:

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from packaging.utils import parse_wheel_filename
@@ -245,11 +246,14 @@ def test_which_prints_the_matching_install_commands(
     torch = torch_wheel_version[1].split("+")[0]
     assert lines[0] == f"python {PYTHON}, torch {torch}, CUDA 13.0, cxx11 ABI 1, GPUs none (from none)"
     assert f"variant: {VID_NEW}" in lines
-    variant_url = f"{served.url}simple/{VID_NEW}/"
-    assert f"pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
-    assert (
-        f"uv pip install --index-url {variant_url} --extra-index-url https://pypi.org/simple tinyvar" in lines
-    )
+    # the wheel by URL and hash, torch pinned to the release installed (factory.installcmd; installed by
+    # these commands in tests/integration/test_safe_commands.py)
+    wheel = served.wheels[VID_NEW]
+    pinned = f"tinyvar @ {served.url}files/{VID_NEW}/{quote(wheel.name)}#sha256={sha256_file(wheel)}"
+    pip = "pip install --only-binary tinyvar --index-url https://pypi.org/simple"
+    assert shlex.join([*shlex.split(pip), f"torch=={torch}", pinned]) in lines
+    uv = "uv pip install --only-binary tinyvar --index-strategy first-index --default-index"
+    assert shlex.join([*shlex.split(uv), "https://pypi.org/simple", f"torch=={torch}", pinned]) in lines
 
 
 def test_which_says_none_matches_and_names_the_nearest(
@@ -336,9 +340,11 @@ def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_p
     assert lines[0] == "python 3.11, torch 2.10.0, CUDA 12.10, cxx11 ABI 1, GPUs 10.3 (from torch)"
     assert f"variant: {vid}" in lines and not any(line.startswith("note:") for line in lines)
     (pip_line,) = [line for line in lines if line.startswith("pip install ")]
-    index_url = shlex.split(pip_line)[3]
-    assert index_url == (tmp_path / "idx" / "simple" / vid).resolve().as_uri() + "/"
+    requirement = shlex.split(pip_line)[-1]
+    files = (tmp_path / "idx" / "files" / vid).resolve().as_uri()
+    assert requirement.startswith(f"tinyvar @ {files}/tinyvar-0.1.0%2B{label}-py3-none-any.whl#sha256=")
     venv = fresh_venv(tmp_path / "venv", tool="pip")
-    proc = pip_install(venv, index_url, "tinyvar")
+    index_url = (tmp_path / "idx" / "simple" / vid).resolve().as_uri() + "/"
+    proc = pip_install(venv, index_url, requirement)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert installed_label(venv) == label

@@ -5,8 +5,10 @@ refusal: a changed byte, a swapped signature, a wrong key, an unsigned wheel."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -233,7 +235,11 @@ def test_which_prints_commands_only_for_signed_wheels(
     assert ok.returncode == 0, ok.stderr
     lines = ok.stdout.splitlines()
     assert f"signed: {wheels['tinyvar'].name} (key " in "\n".join(lines)
-    assert lines[-2].startswith("pip install --index-url ") and lines[-1].startswith("uv pip install ")
+    assert lines[-2].startswith("pip install ") and lines[-1].startswith("uv pip install ")
+    # both install exactly the bytes verified (tests/integration/test_safe_commands.py runs them)
+    sha = hashlib.sha256(wheels["tinyvar"].read_bytes()).hexdigest()
+    pinned = f"tinyvar @ {file_url(served, wheels['tinyvar'].name)}#sha256={sha}"
+    assert shlex.split(lines[-2])[-1] == pinned and shlex.split(lines[-1])[-1] == pinned
     refused(
         run_which(served, tmp_path, "--verify-key", str(keys["wrong"]), "tinyvar"), "not by the key given"
     )

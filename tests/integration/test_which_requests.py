@@ -4,6 +4,7 @@ added to a plan by `factory matrix --requests`."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from packaging.utils import parse_wheel_filename
@@ -130,16 +132,19 @@ def test_without_torch_one_command_installs_torch_and_the_extension(
     )
     assert lines[1] == f"variant: {VID_NEW}"  # the newest torch the driver runs, covering the GPU
     (command,) = [line for line in lines if line.startswith("pip ")]
-    # torch 2.14's default build is the CUDA 13.0 one: from the default index, beside the variant's
+    # torch 2.14's default build is the CUDA 13.0 one: from the default index; the variant's wheel by URL
+    # and hash (factory.installcmd)
+    (wheel,) = (served.root / "files" / VID_NEW).glob("*.whl")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert shlex.split(command) == [
         "pip",
         "install",
+        "--only-binary",
+        "tinyvar",
         "--index-url",
-        f"{served.url}simple/{VID_NEW}/",
-        "--extra-index-url",
         "https://pypi.org/simple",
         "torch==2.14.*",
-        "tinyvar",
+        f"tinyvar @ {served.url}files/{VID_NEW}/{quote(wheel.name)}#sha256={sha}",
     ]
     # Real pip resolves that command to the torch 2.14 build and the variant's wheel: PyPI stands in as the
     # demo build's wheelhouse of real torch (no network), nothing else of the command changes.
@@ -164,7 +169,7 @@ def test_without_torch_one_command_installs_torch_and_the_extension(
     proc = which(served.url, bare_python, tmp_path, cuda="12.8", caps="9.0")
     assert proc.returncode == 0, proc.stderr
     assert "variant: cu128-torch2.10-abi1-sm80.90" in proc.stdout.splitlines()
-    assert "'torch==2.10.*' tinyvar" in proc.stdout
+    assert "'torch==2.10.*' 'tinyvar @ " in proc.stdout
 
 
 def test_a_host_no_variant_fits_gets_matrix_lines_and_its_request_is_stored(

@@ -207,8 +207,30 @@ def test_human_page_grid_and_install_commands() -> None:
     assert page.count('class="built"') == 1
     assert page.count('class="failed"') == 2
     assert page.count('class="not-built"') == 1  # cu128 x 3.11: in the grid, never built
+    # the project pinned to the release built, from its variant index alone; torch pinned beside it
+    version = FN.split("-")[1]
     assert (
-        f"pip install --index-url simple/{VID}/ --extra-index-url https://pypi.org/simple flash-attn" in page
+        f"pip install --only-binary flash-attn --index-url simple/{VID}/ --extra-index-url "
+        "https://download.pytorch.org/whl/cu130 --extra-index-url https://pypi.org/simple "
+        f"&#x27;torch==2.14.*&#x27; flash-attn=={version}</code>" in page
+    )
+    assert (
+        f"uv pip install --only-binary flash-attn --index-strategy first-index --index simple/{VID}/ "
+        "--index https://download.pytorch.org/whl/cu130 --default-index https://pypi.org/simple "
+        f"&#x27;torch==2.14.*&#x27; flash-attn=={version}</code>" in page
     )
     # a variant with nothing built gets no install command
-    assert "--index-url simple/cu128-torch2.10-abi1-sm80/" not in page
+    assert "simple/cu128-torch2.10-abi1-sm80/" not in page
+    # the newest release built of a variant is the one pinned; a detail that is no wheel name pins nothing
+    newer = MatrixCell(
+        project="flash-attn",
+        variant_id=VID,
+        python="3.12",
+        status="built",
+        detail=FN.replace("2.8.3", "2.8.4"),
+    )
+    assert f"flash-attn=={version.replace('2.8.3', '2.8.4')}</code>" in index.human_page([*cells, newer])
+    junk = index.human_page(
+        [MatrixCell(project="x", variant_id=VID, python="3.11", status="built", detail="$(x)")]
+    )
+    assert "<code data-index" not in junk

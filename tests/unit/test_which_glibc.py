@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-from factory import index
+from factory import index, installcmd
 from factory.errors import FactoryError
-from factory.which import Environment, glibc_misfit, install_commands, which
+from factory.which import Environment, glibc_misfit, which
 
 VARIANT = "cu130-torch2.14-abi1-sm80.90"
 LABEL = "cu13.0.torch2.14.abi1.sm80.90"
@@ -85,9 +86,14 @@ def test_which_leaves_out_projects_this_glibc_cannot_install(tmp_path: Path) -> 
             "old-ext": [wheel("old_ext", "manylinux_2_17_x86_64.manylinux2014_x86_64")],
         },
     )
-    url = f"{tmp_path.resolve().as_uri()}/simple/{VARIANT}/"
+    old = wheel("old_ext", "manylinux_2_17_x86_64.manylinux2014_x86_64")
+    url = f"{tmp_path.resolve().as_uri()}/files/{VARIANT}/{quote(old)}"
     result = which(str(root), env=env("2.31"))
-    assert result.commands == (install_commands(url, "old-ext"),)
+    chosen = installcmd.Wheel(filename=old, url=url, sha256="0" * 64)
+    torch = installcmd.Torch(requirement="torch==2.14.1")
+    assert result.commands == (
+        installcmd.commands(installcmd.Install(project="old-ext", torch=torch, wheel=chosen)),
+    )
     assert result.choice.notes == (
         "new-ext left out: its wheels for Python 3.11 need glibc 2.34 or newer (manylinux_2_34_x86_64); "
         "this host has glibc 2.31",
@@ -96,5 +102,5 @@ def test_which_leaves_out_projects_this_glibc_cannot_install(tmp_path: Path) -> 
         which(str(root), env=env("2.31"), project="new-ext")
     both = which(str(root), env=env("2.36"))
     assert both.projects == ("new-ext", "old-ext") and both.choice.notes == ()
-    # Without a known glibc (not probed), project pages are not read at all.
+    # Without a known glibc (not probed), every manylinux wheel is taken.
     assert which(str(root), env=env(None)).projects == ("new-ext", "old-ext")
