@@ -99,10 +99,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 
 
 def which(
-    world: World, python: Path, *args: str, index: Path | None = None
+    world: World, python: Path, *args: str, index: Path | None = None, default_index: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """`factory which` of this checkout, the default index the stand-in PyPI, with a stand-in nvidia-smi
-    alone on PATH (driver CUDA 13.0, a 9.0 GPU: VID_NEW fits a host without torch)."""
+    """`factory which` of this checkout, the default index the stand-in PyPI (unless `default_index` is
+    false: for what prints no command), with a stand-in nvidia-smi alone on PATH (driver CUDA 13.0, a 9.0
+    GPU: VID_NEW fits a host without torch)."""
     tools = world.tmp / "tools"
     if not tools.is_dir():
         tools.mkdir()
@@ -117,8 +118,7 @@ def which(
         str(index or world.index),
         "--python",
         str(python),
-        "--default-index",
-        world.pypi,
+        *(["--default-index", world.pypi] if default_index else []),
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
@@ -263,7 +263,11 @@ def test_a_yanked_signed_wheel_does_not_vouch_for_the_unsigned_one_pip_takes(
     anchor = f">{newer.name}</a>"
     assert text.count(anchor) == 1
     page.write_text(text.replace(anchor, f' data-yanked="withdrawn"{anchor}'))
-    refused_unsigned(which(world, world.stub, "--verify-key", str(world.public), "tinyvar", index=index))
+    refused_unsigned(
+        which(
+            world, world.stub, "--verify-key", str(world.public), "tinyvar", index=index, default_index=False
+        )
+    )
 
 
 def test_a_signed_wheel_this_python_cannot_take_does_not_vouch_for_the_unsigned_one(
@@ -272,7 +276,18 @@ def test_a_signed_wheel_this_python_cannot_take_does_not_vouch_for_the_unsigned_
     newer = make_wheel(tmp_path / "new", version="0.2.0", label=LABEL_NEW, requires_python=">=3.99")
     index = signed_and_unsigned(world, tmp_path / "idx", newer)
     assert 'data-requires-python="&gt;=3.99"' in project_page(index).read_text()
-    refused_unsigned(which(world, world.stub, "--verify-key", str(world.public), "tinyvar", index=index))
+    refused_unsigned(
+        which(
+            world, world.stub, "--verify-key", str(world.public), "tinyvar", index=index, default_index=False
+        )
+    )
+
+
+def with_stand_in_pypi(world: World, command: str) -> str:
+    """A command printed for PyPI, with the stand-in in its place (as the human page's test does): so
+    that these tests print what a consumer gets by default, and fail for what they test on the main
+    this started from, whose `factory which` has no --default-index."""
+    return command.replace("https://pypi.org/simple", world.pypi)
 
 
 def test_an_unsigned_sdist_of_a_higher_version_on_the_same_page_is_never_built(
@@ -285,15 +300,18 @@ def test_an_unsigned_sdist_of_a_higher_version_on_the_same_page_is_never_built(
     page.write_text(
         page.read_text().replace("</body>", file_link(sdist, f"../../../files/{VID_NEW}/{sdist.name}"))
     )
-    for tool, command in printed(
-        which(world, world.stub, "--verify-key", str(world.public), "tinyvar", index=index)
-    ).items():
-        assert_ours(world, run_printed(world, command, tool, tmp_path / tool))
+    proc = which(
+        world, world.stub, "--verify-key", str(world.public), "tinyvar", index=index, default_index=False
+    )
+    for tool, command in printed(proc).items():
+        assert_ours(world, run_printed(world, with_stand_in_pypi(world, command), tool, tmp_path / tool))
 
 
 def test_a_higher_release_on_the_default_index_is_never_taken(world: World, tmp_path: Path) -> None:
     # the stand-in PyPI offers tinyvar 0.3.0, a wheel, which pip and uv would take by name
-    command = printed_by_which(world, torch=True, key=True)["pip"]
+    proc = which(world, world.stub, "--verify-key", str(world.public), "tinyvar", default_index=False)
+    assert f"signed: {world.ours.name} (key " in proc.stdout, proc.stdout + proc.stderr
+    command = with_stand_in_pypi(world, printed(proc)["pip"])
     assert_ours(world, run_printed(world, command, "pip", tmp_path))
 
 
