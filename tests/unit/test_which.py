@@ -363,3 +363,14 @@ def test_what_factory_which_says_of_a_result(tmp_path: Path) -> None:
     assert lines == ["variant: " + NEW, *pinned_commands(root)]
     with pytest.raises(FactoryError, match=f"^no variant index matches this host; nearest: {NEW} "):
         result_lines(which(str(tmp_path), env=env(torch="2.9.0")))
+
+
+def test_a_bad_default_index_is_one_line_before_the_host_is_probed(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    local_index(tmp_path / "index")
+    args = ["which", "--index-url", str(tmp_path / "index"), "--python", "/nonexistent/python"]
+    got, output = factory_cli([*args, "--default-index", "ftp://mirror.example/simple"])
+    assert got == 2 and "Traceback" not in output, output
+    (line,) = output.strip().splitlines()
+    assert line.startswith("error: ") and "--default-index" in line and "/nonexistent/python" not in line
