@@ -149,6 +149,23 @@ def test_an_honest_wheel_is_planned_with_its_patch_from_the_users_matrix(
     assert planned.mf.package.source.path.resolve() == DEMO_SRC.resolve()
 
 
+def test_the_source_and_patch_come_from_the_users_matrix_or_the_work_directory(
+    tmp_path: Path, patched: Path, spy: Spy
+) -> None:
+    wheel = wheel_of(tmp_path / "w" / WHEEL, facts_of(patched))
+    verify(wheel, matrix=patched)  # no --source: the matrix's own directory of the same name
+    assert spy.planned[-1].mf.package.source.path.resolve() == (patched.parent / "demo-ext").resolve()
+    work = tmp_path / "work"
+    (work / "patches").mkdir(parents=True)
+    (work / "patches" / "fix.patch").write_bytes(PATCH)  # put there by hand: its sha256 is the recorded one
+    verify(wheel, source=DEMO_SRC, workdir=work)
+    assert spy.planned[-1].mf.recipe.patches == (work / "patches" / "fix.patch",)
+    (work / "patches" / "fix.patch").write_bytes(b"another patch\n")
+    with pytest.raises(ConfigError, match=r"fix\.patch \(sha256 [0-9a-f]{64}\)"):
+        verify(wheel, source=DEMO_SRC, workdir=work)
+    assert len(spy.planned) == 2
+
+
 def test_a_missing_patch_names_the_file_and_its_sha256(tmp_path: Path, patched: Path, spy: Spy) -> None:
     wheel = wheel_of(tmp_path / "w" / WHEEL, facts_of(patched))
     digest = hashlib.sha256(PATCH).hexdigest()
@@ -549,7 +566,11 @@ def test_inspect_follows_no_redirect_a_server_hands_back(
     class Redirecting(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             asked.append(self.path)
-            if self.path.endswith(".whl"):
+            if self.path.startswith("/moved/"):
+                self.send_response(301)
+                self.send_header("Location", f"/{WHEEL}")
+                self.end_headers()
+            elif self.path.endswith(".whl"):
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -573,6 +594,7 @@ def test_inspect_follows_no_redirect_a_server_hands_back(
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
         code, out = factory_cli(["inspect", f"{base}/{WHEEL}"])
+        moved_code, moved = factory_cli(["inspect", f"{base}/moved/{WHEEL}"])
     finally:
         server.shutdown()
         server.server_close()
@@ -580,6 +602,9 @@ def test_inspect_follows_no_redirect_a_server_hands_back(
     assert code == 0, out
     assert "/elsewhere/record.json" not in asked, asked
     assert "build record not shown" in out and "redirect" in out, out
+    assert moved_code == 1 and moved.strip().count("\n") == 0, moved
+    assert "HTTP 301: a redirect to" in moved and "not followed" in moved, moved
+    assert asked.count(f"/{WHEEL}") == 1  # the wheel's URL, asked for once: never by the redirect
 
 
 def test_inspect_of_garbage_is_one_line(tmp_path: Path, factory_cli: Any) -> None:
