@@ -62,6 +62,7 @@ from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits, PackageSpec, Recipe
 from factory.units import format_size
 from factory.urls import urls_without_credentials, without_credentials
+from factory.validate import GIT_TRANSPORTS, git_transport, git_url_problem, shown_name
 
 if TYPE_CHECKING:
     from factory.config import MatrixFile
@@ -596,12 +597,13 @@ def find_sdist(
         # a .tar.gz is what `python -m build --sdist` makes; a .zip only where nothing else is offered
         return next((f for f in sdists if f.filename.endswith(".tar.gz")), sdists[0])
     where = ", ".join(asked) if asked else "no index (pip's no-index is set and find-links is empty)"
+    what = f"{shown_name(name)} {shown_name(version)}"
     if wanted in versions:
-        message = f"{name} {version} has no sdist on {where} (only wheels)"
+        message = f"{what} has no sdist on {where} (only wheels)"
     elif versions:
-        message = f"{name} {version}: no such version on {where} (versions: {_versions_shown(versions)})"
+        message = f"{what}: no such version on {where} (versions: {_versions_shown(versions)})"
     else:
-        message = f"{name} {version}: no such project on {where}"
+        message = f"{what}: no such project on {where}"
     if unreadable:
         raise BuildError(f"{message}; could not read {'; '.join(unreadable)}")
     raise ConfigError(message, file=matrix_file or None)
@@ -883,6 +885,18 @@ def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
                 )
 
 
+def git_env(url: str) -> dict[str, str]:
+    """The environment git clones `url` in: its transport checked first (`validate.git_url_problem`: a
+    ConfigError, exit 2, before git runs), then GIT_ALLOW_PROTOCOL to the remote transports, and `file`
+    only when `url` is itself local, so that no submodule the repository names runs a remote helper
+    (`ext::`) or reads this host's repositories."""
+    problem = git_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"git source {problem}")
+    allowed = [t for t in GIT_TRANSPORTS if t != "file" or git_transport(url) == "file"]
+    return {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(allowed)}
+
+
 def prepare_source(
     *,
     kind: str,
@@ -908,6 +922,7 @@ def prepare_source(
     What a killed run left half-made in `cache` is removed first (`remove_stale_partials`).
     """
     limits = limits or FetchLimits()
+    env = git_env(url or "") if kind == "git" else None  # a transport the factory refuses, before anything
     remove_stale_partials(cache)
     patch_hashes = [hashlib.sha256(p.read_bytes()).hexdigest() for p in patches]
     archive: Path | None = None
@@ -967,7 +982,7 @@ def prepare_source(
                 ["git", "-C", str(tree), "checkout", "--quiet", ref or "HEAD"],
                 ["git", "-C", str(tree), "submodule", "update", "--init", "--recursive", "--quiet"],
             ):
-                proc = subprocess.run(step, capture_output=True, text=True)
+                proc = subprocess.run(step, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     # git repeats the URL, token and all, in its own messages
                     said = urls_without_credentials(" ".join(proc.stderr.strip().splitlines()[-1:]))

@@ -141,6 +141,37 @@ def wheel_problems(wheel: Path, expected: Mapping[str, Any]) -> list[str]:
 # --- factory inspect ----------------------------------------------------------------------------------------
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is a URL the server hands back, which the host did not compose: it is not followed (an
+    HTTPError of its 3xx code, which says where it pointed)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
+# http(s) only, each URL the one asked for: the wheel's, and the build record's composed from it
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (
+    urllib.request.ProxyHandler,  # the environment's proxies, as urlopen has them
+    urllib.request.HTTPHandler,
+    urllib.request.HTTPSHandler,
+    urllib.request.HTTPDefaultErrorHandler,
+    urllib.request.HTTPErrorProcessor,
+    _NoRedirect,
+):
+    _OPENER.add_handler(_handler())
+
+
+def _http_error(exc: urllib.error.HTTPError) -> str:
+    """An HTTP error as one line; a redirect names where it pointed, which is not followed."""
+    if 300 <= exc.code < 400:
+        location = exc.headers.get("Location", "") if exc.headers else ""
+        return (
+            f"HTTP {exc.code}: a redirect to {printable(without_credentials(location))[:200]}, not followed"
+        )
+    return f"HTTP {exc.code}"
+
+
 @contextmanager
 def _local(wheel_or_url: str) -> Iterator[Path]:
     """The wheel as a local file: a path as it is, an http(s) URL downloaded (bounded in size and time)
@@ -160,7 +191,7 @@ def _local(wheel_or_url: str) -> Iterator[Path]:
         target = Path(tmp) / name
         try:
             with (
-                urllib.request.urlopen(wheel_or_url, timeout=60) as resp,
+                _OPENER.open(wheel_or_url, timeout=60) as resp,
                 target.open("wb") as out,
             ):
                 length = resp.headers.get("Content-Length")
@@ -173,7 +204,7 @@ def _local(wheel_or_url: str) -> Iterator[Path]:
                         raise FactoryError(f"{shown}: over the {MAX_DOWNLOAD >> 30} GiB limit")
                     out.write(block)
         except urllib.error.HTTPError as exc:
-            raise FactoryError(f"{shown}: HTTP {exc.code}") from None
+            raise FactoryError(f"{shown}: {_http_error(exc)}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise FactoryError(f"{shown}: {getattr(exc, 'reason', exc)}") from None
         yield target
@@ -198,12 +229,12 @@ def _record_bytes(wheel_or_url: str, local: Path) -> bytes | None:
             return fh.read(limit + 1)
     url = parts._replace(path=parts.path + buildrecord.SUFFIX).geturl()
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp:
+        with _OPENER.open(url, timeout=60) as resp:
             return bytes(resp.read(limit + 1))
     except urllib.error.HTTPError as exc:
         if exc.code in (403, 404):  # S3 answers 403 for a missing key without list permission
             return None
-        raise CheckError(f"HTTP {exc.code}") from None
+        raise CheckError(_http_error(exc)) from None
     except (urllib.error.URLError, OSError) as exc:
         raise CheckError(str(getattr(exc, "reason", exc))) from None
 

@@ -185,6 +185,38 @@ def test_the_rebuild_document_is_a_matrix_file_of_the_same_job(tmp_path: Path) -
     assert any("memext" in need for need in doc["rebuild"]["needs"])
 
 
+def test_the_rebuild_documents_recipe_keys_are_the_recipes_fields() -> None:
+    """The strict reader of a wheel's rebuild document (`provenance.rebuild_matrix_problem`) knows each
+    field `buildfacts.recipe_document` writes: a field added to Recipe must be added there too."""
+    from dataclasses import fields
+
+    from factory.options import Recipe
+
+    written = {f.name for f in fields(Recipe)} - {"package", "versions"}
+    assert {k.removesuffix("?") for k in provenance._RECIPE_DOCUMENT} == written
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda m: m["build"].__setitem__("offline", False), "rebuild.matrix.build.offline is not a key"),
+        (lambda m: m.__setitem__("publish", {}), "rebuild.matrix.publish is not a key"),
+        (lambda m: m["recipe"].__setitem__("base", "x"), "rebuild.matrix.recipe.base is not a key"),
+        (lambda m: m["recipe"].__setitem__("compile_gib_per_arch", True), "must be a number"),
+        (lambda m: m["package"].__setitem__("source", {"git": "https://h/r", "path": "x"}), "source.path"),
+        (lambda m: m["package"].__setitem__("source", "git"), "must be pypi"),
+        (lambda m: m["matrix"]["include"].append({"cuda": "13.0", "env": {}, "x" * 99: 1}), "x" * 39 + "…"),
+    ],
+)
+def test_a_rebuild_document_with_what_the_factory_does_not_write_is_refused(change: Any, says: str) -> None:
+    doc = provenance.compose(make_facts(env={"A": "1"}))
+    doc["rebuild"]["matrix"]["matrix"].setdefault("include", [])
+    change(doc["rebuild"]["matrix"])
+    with pytest.raises(CheckError, match=r"^w: provenance") as info:
+        provenance.parse(provenance.dumps(doc), where="w")
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
 def test_a_builtin_recipe_is_named_not_spelled_out() -> None:
     mf, _job = memext_job()
     from factory.recipes import FLASH_ATTN
