@@ -91,6 +91,71 @@ def compile_progress(log_text: str) -> CompileProgress | None:
     return progress if progress.runs else None
 
 
+# --- a build that should carry device code and runs no nvcc -------------------------------------------------
+
+# After this many host compiles with no nvcc among them, or two whole ninja runs (extensions) of host compiles
+# alone, a job that must carry device code says so. A CUDA extension's first ninja run compiles its .cu
+# files beside its .cpp ones; a package that left its CUDA code out (PyG without FORCE_CUDA and no visible
+# GPU) compiles nothing but .cpp files for as long as it takes; the wheel check refuses it only at the end.
+HOST_ONLY_AFTER = 16
+HOST_ONLY_RUNS = 2
+
+
+def _is_nvcc(command: str) -> bool:
+    """Whether ninja's command (torch's build.ninja names nvcc, or the factory's nvcc launcher, by path) runs
+    nvcc."""
+    words = command.split(None, 1)
+    return bool(words) and words[0].rsplit("/", 1)[-1] == "nvcc"
+
+
+@dataclass
+class DeviceWatch:
+    """Whether the first compiles of a build are all host compiles and nvcc has not run once: ninja's status
+    lines name each edge's command (torch runs `ninja -v`), the nvcc wrapper's measurements each compile of
+    its own. `feed` returns the one warning, once."""
+
+    after: int = HOST_ONLY_AFTER
+    runs_after: int = HOST_ONLY_RUNS
+    host: int = 0
+    nvcc: int = 0
+    host_runs: int = 0  # ninja runs that reached their total with host compiles alone
+    warned: bool = False
+    _run_host: int = 0
+    _run_nvcc: int = 0
+
+    def feed(self, line: str) -> str | None:
+        if protocol.MEASUREMENT_MARK in line:
+            measured = protocol.parse_measurement(line)
+            if measured is not None and measured.tool == "nvcc":
+                self.nvcc += 1
+            return None
+        match = NINJA_STATUS.match(line)
+        if match is None:
+            return None
+        done, total = int(match.group(1)), int(match.group(2))
+        if _is_nvcc(line[match.end() :].strip()):
+            self.nvcc += 1
+            self._run_nvcc += 1
+        else:
+            self.host += 1
+            self._run_host += 1
+        if done >= total:  # this ninja run (one extension) is at its end
+            if self._run_host and not self._run_nvcc:
+                self.host_runs += 1
+            self._run_host = self._run_nvcc = 0
+        if self.warned or self.nvcc:
+            return None
+        if self.host >= self.after or self.host_runs >= self.runs_after:
+            self.warned = True
+            return (
+                f"no nvcc yet after {self.host} host compile(s): this build may be making CPU-only "
+                "extensions "
+                "(does the package compile CUDA code only with an env switch such as FORCE_CUDA=1, or when a "
+                "GPU is visible? set it in recipe.env); the wheel check refuses a wheel without device code"
+            )
+        return None
+
+
 # --- which modules carry kernels ----------------------------------------------------------------------------
 
 HOST = "host"  # linked from objects no nvcc call wrote: no kernels
