@@ -91,6 +91,57 @@ def compile_progress(log_text: str) -> CompileProgress | None:
     return progress if progress.runs else None
 
 
+# --- how far the CUDA compiles are, by the profile's or the recipe's times ---------------------------------
+
+BASIS_WORDS = {"profile": "by the profile's times", "recipe": "by the recipe's times", "count": "by count"}
+
+
+@dataclass
+class DeviceEstimate:
+    """The source's CUDA files, known before the build starts (`shard.compile_units`), weighted by the
+    learned profile's or the recipe's times (`shard.unit_weights`, else one each), and those the build's nvcc
+    compiles have finished, from their measurement lines (a cache hit too): the share of the device work done,
+    and from the time it took, the time left. Files are told by their base name, as compile keys name them."""
+
+    weights: Mapping[str, float]
+    basis: str = "count"
+    done: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, by_unit: Mapping[str, float], basis: str) -> DeviceEstimate:
+        weights: dict[str, float] = {}
+        for unit, weight in by_unit.items():
+            name = unit.rsplit("/", 1)[-1]
+            weights[name] = weights.get(name, 0.0) + max(0.0, float(weight))
+        return cls(weights=weights, basis=basis)
+
+    def feed(self, line: str) -> bool:
+        """Read one line; whether a file of the source finished its first compile."""
+        if protocol.MEASUREMENT_MARK not in line:
+            return False
+        measured = protocol.parse_measurement(line)
+        if measured is None or measured.tool != "nvcc" or measured.rc != 0:
+            return False
+        key = protocol.parse_compile_key(measured.key)
+        name = key[0] if key is not None else ""
+        if name not in self.weights or name in self.done:
+            return False
+        self.done.add(name)
+        return True
+
+    @property
+    def fraction(self) -> float:
+        total = sum(self.weights.values())
+        return sum(self.weights[n] for n in self.done) / total if total > 0 else 0.0
+
+    def left_s(self, elapsed_s: float) -> float | None:
+        """The time left at the pace of the share done so far; None before any."""
+        share = self.fraction
+        if share <= 0 or elapsed_s <= 0:
+            return None
+        return elapsed_s * (1 - share) / share
+
+
 # --- a build that should carry device code and runs no nvcc -------------------------------------------------
 
 # After this many host compiles with no nvcc among them, or two whole ninja runs (extensions) of host compiles

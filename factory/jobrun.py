@@ -197,11 +197,14 @@ class DriverLines:
         self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
         self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
         self.watch = buildlog.DeviceWatch()  # whether nvcc runs at all (every job must carry device code)
+        self.estimate: buildlog.DeviceEstimate | None = None  # the source's CUDA files, once it is known
 
     def feed(self, line: str) -> Mapping[str, Any] | None:
         """Take one line in; the fields of a driver's mark, None for any other line."""
         result = self.result
         self.trace.feed(line)
+        if self.estimate is not None and self.estimate.feed(line):
+            result.device_done, result.device_share = len(self.estimate.done), self.estimate.fraction
         warning = self.watch.feed(line)
         if warning is not None:
             result.warnings.append(warning)
@@ -313,6 +316,20 @@ class JobRun:
             source_date_epoch=self.source_date_epoch,
         )
 
+    def plan_estimate(self, source: Path) -> None:
+        """The source's CUDA files and their weights (the learned profile's times, else the recipe's, else
+        one each), against which the progress shows the device work done and the time left."""
+        units = sharding.compile_units(source)
+        if not units:
+            return
+        learned = profiles.load_profile(profiles.profile_path(self.mf.package.name, self.mf.package.version))
+        weights = sharding.unit_weights(
+            units, entries=learned.entries, seconds_by_file=self.mf.recipe.compile_seconds_by_file
+        )
+        self.lines.estimate = buildlog.DeviceEstimate.of(weights.by_unit, weights.basis)
+        self.result.device_total = len(self.lines.estimate.weights)
+        self.result.device_basis = buildlog.BASIS_WORDS[weights.basis]
+
     def plan_shard(self, source: Path) -> None:
         assert self.ctx.shard is not None
         self.shard_sources, line = shard_plan(self.mf, self.ctx.shard, source)
@@ -420,6 +437,8 @@ class JobRun:
                     self.acceptance, reused, image=image, mounts=mounts, prepare=prepare, inputs=inputs
                 )
                 return
+            if ctx.shard is None and not ctx.preflight:
+                self.plan_estimate(inputs.source)
             if ctx.shard is not None:
                 self.plan_shard(inputs.source)
             if ctx.preflight:

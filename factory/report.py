@@ -106,6 +106,12 @@ class JobResult:
     # and when the attempt's compiles started (monotonic): the estimate of the time left
     compiles_expected: int = field(default=0, repr=False)
     compiles_since: float | None = field(default=None, repr=False)
+    # the source's CUDA files whose compile finished, of those it has, and the device work's share done by
+    # the profile's or the recipe's times (`buildlog.DeviceEstimate`), with the words of that basis
+    device_done: int = field(default=0, repr=False)
+    device_total: int = field(default=0, repr=False)
+    device_share: float = field(default=0.0, repr=False)
+    device_basis: str = field(default="", repr=False)
     # what the job does now when its phase alone does not say (the wheelhouse's downloads)
     activity: str = field(default="", repr=False)
 
@@ -136,6 +142,10 @@ LIVE_FIELDS = (
     "compiles_run_total",
     "compiles_expected",
     "compiles_since",
+    "device_done",
+    "device_total",
+    "device_share",
+    "device_basis",
     "activity",
 )
 

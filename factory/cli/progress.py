@@ -38,34 +38,41 @@ def format_duration(seconds: float) -> str:
 
 
 def compiles_left(r: JobResult, now: float) -> str:
-    """ "~4m left": the expected compiles not done yet at the pace of those done, when both are known."""
-    if not (r.compiles_expected and r.compiles_since is not None and r.compiles_done):
-        return ""
+    """The time left: by the share of the source's CUDA files compiled, weighted by the profile's or the
+    recipe's times ("; CUDA files 12/40, ~14m10s left by the profile's times"); else by the expected compiles
+    not done yet at the pace of those done (", ~4m00s left")."""
+    elapsed = now - r.compiles_since if r.compiles_since is not None else 0.0
+    if r.device_total:
+        shown = f"; CUDA files {r.device_done}/{r.device_total}"
+        if 0 < r.device_share < 1 and elapsed > 0:
+            left = elapsed * (1 - r.device_share) / r.device_share
+            shown += f", ~{format_duration(left)} left {r.device_basis}"
+        return shown
+    if not (r.compiles_expected >= r.compiles_total and r.compiles_done and elapsed > 0):
+        return ""  # no earlier count, or this build outgrew it
     left = max(0, r.compiles_expected - r.compiles_done)
-    if not left:
-        return ""
-    pace = max(0.0, now - r.compiles_since) / r.compiles_done
-    return f", ~{format_duration(pace * left)} left"
+    return f", ~{format_duration(elapsed / r.compiles_done * left)} left" if left else ""
 
 
 def compiles(r: JobResult, now: float | None = None) -> str:
     """How far the compiles are, over every extension's ninja run (torch runs one per extension, each
     with its own `[k/N]`, so the whole build's total is not known until its last extension starts): "37/120"
-    against the total an earlier complete build of the package counted (`compiles_expected`, with the time
-    left at this build's pace when `now` is given); else while the build runs, the compiles done and the
-    running extension's own count ("37 done; extension 3: 5/12"), never a fraction of a total that is
-    only the part known so far; "12/15" once the build is over."""
+    against the total an earlier complete build of the package counted (`compiles_expected`); else while the
+    build runs, the compiles done and the running extension's own count ("37 done; extension 3: 5/12"),
+    never a fraction of a total that is only the part known so far; "12/15" once the build is over. With
+    `now`, while the build runs, the time left (`compiles_left`)."""
     if not r.compiles_total:
         return "-"
     if r.phase != "build":
         return f"{r.compiles_done}/{r.compiles_total}"
     if r.compiles_expected >= r.compiles_total:
-        left = compiles_left(r, now) if now is not None else ""
-        return f"{r.compiles_done}/{r.compiles_expected} (expected, from an earlier build{left})"
-    if r.compiles_runs > 1:
+        count = f"{r.compiles_done}/{r.compiles_expected} (expected, from an earlier build)"
+    elif r.compiles_runs > 1:
         run = f"{r.compiles_run_done}/{r.compiles_run_total}"
-        return f"{r.compiles_done} done; extension {r.compiles_runs}: {run}"
-    return f"{r.compiles_done}/{r.compiles_total} (extension 1)"
+        count = f"{r.compiles_done} done; extension {r.compiles_runs}: {run}"
+    else:
+        count = f"{r.compiles_done}/{r.compiles_total} (extension 1)"
+    return count + (compiles_left(r, now) if now is not None else "")
 
 
 def warning_flag(r: JobResult) -> str:

@@ -232,7 +232,7 @@ def test_compiles_against_the_total_an_earlier_build_counted_with_the_time_left(
     r.compiles_expected, r.compiles_since = 40, 100.0
     assert progress.compiles(r) == "10/40 (expected, from an earlier build)"
     # 10 compiles in 200 s: 30 more at that pace
-    assert progress.compiles(r, now=300.0) == "10/40 (expected, from an earlier build, ~10m00s left)"
+    assert progress.compiles(r, now=300.0) == "10/40 (expected, from an earlier build), ~10m00s left"
     # a build that outgrew the earlier count says what it knows
     r.compiles_total, r.compiles_run_done, r.compiles_run_total = 41, 1, 5
     assert progress.compiles(r, now=300.0) == "10 done; extension 3: 1/5"
@@ -285,3 +285,17 @@ def test_a_wheel_that_failed_its_check_is_named_in_the_summary_and_the_failure()
     assert f"  wheel kept: {r.kept_wheel}\n" in text
     assert text.count(r.reason) == 1
     assert report_with(r).to_json()["jobs"][0]["kept_wheel"] == r.kept_wheel
+
+
+def test_the_time_left_by_the_share_of_the_sources_cuda_work_done() -> None:
+    """The source's CUDA files are known before the build: their count from the start, and the time left by
+    the share of their weight (the profile's or the recipe's times) compiled so far."""
+    r = running(started=0.0)
+    r.compiles_done, r.compiles_total, r.compiles_runs, r.compiles_since = 6, 20, 1, 100.0
+    r.device_total, r.device_basis = 8, "by the profile's times"
+    assert progress.compiles(r, now=100.0) == "6/20 (extension 1); CUDA files 0/8"
+    r.device_done, r.device_share = 2, 0.25  # a quarter of the device work in 5 minutes
+    assert progress.compiles(r, now=400.0) == (
+        "6/20 (extension 1); CUDA files 2/8, ~15m00s left by the profile's times"
+    )
+    assert "CUDA files 2/8" in progress.progress_line(r, now=400.0)

@@ -119,3 +119,23 @@ def test_a_job_of_host_compiles_alone_says_so_in_its_result_and_log(demo: build.
     assert report.BuildReport(run_id="r", matrix="m", started=0.0, jobs=[result]).to_json()["jobs"][0][
         "warnings"
     ] == [warning]
+
+
+def test_a_jobs_cuda_files_are_counted_from_its_source_before_the_build(
+    demo: build.Runner, tmp_path: Path
+) -> None:
+    from factory.container import protocol
+
+    job = first_job(demo)
+    result = report.JobResult(job_id=job.id, variant_id=job.variant.id, python=job.python)
+    run = jobrun.JobRun(demo.context, job, result)
+    source = tmp_path / "src"
+    (source / "csrc").mkdir(parents=True)
+    for name in ("a.cu", "b.cu", "host.cpp"):
+        (source / "csrc" / name).write_text("")
+    run.plan_estimate(source)
+    assert (result.device_total, result.device_done) == (2, 0)
+    assert result.device_basis == "by count"  # no profile, and the demo recipe names no times
+    line = protocol.measurement_line({"key": "a.cu|compute_80|1", "peak_bytes": 1, "wall_s": 1.0})
+    run.lines.feed(line)
+    assert (result.device_done, result.device_share) == (1, 0.5)

@@ -209,3 +209,24 @@ def test_a_measured_nvcc_compile_counts_as_device_code() -> None:
     mark = protocol.measurement_line({"key": "k.cu|compute_80|1", "peak_bytes": 1, "wall_s": 1.0, "rc": 0})
     assert fed(watch, [mark, "[1/3] c++ a.cpp", "[2/3] c++ b.cpp", "[3/3] c++ c.cpp"]) == []
     assert watch.nvcc == 1
+
+
+def test_the_device_estimate_weighs_each_cuda_file_by_its_time() -> None:
+    estimate = buildlog.DeviceEstimate.of(
+        {"csrc/cuda/heavy.cu": 300.0, "csrc/cuda/light.cu": 100.0}, "recipe"
+    )
+    assert estimate.fraction == 0.0 and estimate.left_s(60.0) is None
+
+    def measured(name: str, **fields: object) -> str:
+        return protocol.measurement_line(
+            {"key": f"{name}|compute_80|1", "peak_bytes": 1, "wall_s": 1.0, **fields}
+        )
+
+    assert estimate.feed(measured("light.cu"))
+    assert not estimate.feed(measured("light.cu"))  # the same file again (another arch set): counted once
+    assert not estimate.feed(measured("other.cu"))  # not one of the source's files
+    assert not estimate.feed(measured("heavy.cu", rc=1))  # a failed compile finished nothing
+    assert not estimate.feed(measured("heavy.cu", tool="cxx"))
+    assert estimate.fraction == 0.25 and estimate.left_s(60.0) == 180.0
+    assert estimate.feed(measured("heavy.cu", cache="hit"))  # served by the cache: done too
+    assert estimate.fraction == 1.0 and estimate.left_s(60.0) == 0.0
