@@ -65,7 +65,9 @@ def failure_of(wheel: Path, jobs: Sequence[Mapping[str, object]] = ()) -> str | 
     says the wheel failed), else a job of the build report that kept it under check-failed/; None when
     neither says so."""
     record = beside(wheel)
-    if record.is_file() or record.is_symlink():
+    if record.is_symlink():  # never followed; its being there says enough
+        return f"its failure record {record.name} is there (a link, not read)"
+    if record.is_file():
         try:
             with record.open("rb") as fh:
                 found = parse(fh.read(MAX_RECORD + 1))
@@ -85,8 +87,11 @@ MAX_REPORT = 16 << 20
 
 def _reported(wheel: Path) -> Mapping[str, object] | None:
     """The job of the build report beside the wheel (its output directory's report.json) that made it."""
+    report = wheel.parent / REPORT
+    if report.is_symlink() or not report.is_file():
+        return None
     try:
-        with (wheel.parent / REPORT).open("rb") as fh:
+        with report.open("rb") as fh:
             doc = strictjson.loads(fh.read(MAX_REPORT))
     except (OSError, ValueError):
         return None

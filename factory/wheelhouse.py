@@ -342,9 +342,10 @@ def _earlier_downloads(
             continue
         if not isinstance(made, dict) or any(made.get(k, _MISSING) != like[k] for k in same):
             continue
-        for wheel in wheel_files(house):
-            if not wheel.is_symlink():
-                names.setdefault(wheel.name, wheel)
+        with contextlib.suppress(OSError):  # removed meanwhile (`factory clean`, another download's prune)
+            for wheel in wheel_files(house):
+                if not wheel.is_symlink():
+                    names.setdefault(wheel.name, wheel)
     if not names:
         yield None
         return

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_publish_inputs import LABEL, wheel
@@ -91,3 +92,27 @@ def test_publish_help_names_the_force_flag() -> None:
         [sys.executable, "-m", "factory.cli", "publish", "--help"], capture_output=True, text=True, cwd=ROOT
     )
     assert out.returncode == 0 and "--force-failed" in out.stdout
+
+
+def test_factory_inspect_shows_the_checks_result(tmp_path: Path, factory_cli: Any) -> None:
+    from test_provenance import NEEDED, make_facts, write_wheel
+
+    from factory import wheelprov
+    from factory.wheelcheck import pin_torch_requirement
+
+    failed = tmp_path / "check-failed"
+    failed.mkdir()
+    built = write_wheel(failed / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
+    pin_torch_requirement(built, "2.14.1", extra=wheelprov.files(make_facts(), NEEDED))
+    code, out = factory_cli(["inspect", str(built)])
+    assert code == 0 and "check       unknown (no failure record" in out, out
+    checkrecord.write_beside(built, job="j1", reason=WHY)
+    code, out = factory_cli(["inspect", str(built)])
+    assert code == 0 and f"check       FAILED: job j1: {WHY}; `factory publish` refuses it" in out, out
+    code, out = factory_cli(["inspect", str(built), "--json"])
+    assert json.loads(out)["check"] == {"result": "failed", "detail": f"job j1: {WHY}"}
+    # a link planted where the record goes is never followed, and still says the wheel failed
+    record = checkrecord.beside(built)
+    record.unlink()
+    record.symlink_to(tmp_path / "elsewhere.json")
+    assert checkrecord.result_of(built)[0] == "failed"
