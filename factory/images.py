@@ -743,7 +743,8 @@ def pull_image(
     try:
         engine.pull_image(client, repository, tag=tag)
     except DockerError as exc:
-        raise ImageError(f"cannot pull {ref}: no registry reachable ({exc}); {hint}") from None
+        # what to do first, then docker's own words (a long line of a DNS or TLS failure)
+        raise ImageError(f"cannot pull {ref}: no registry reachable; {hint} (docker: {exc})") from None
 
 
 def flavor_without_registry(cuda: str | None) -> str:
