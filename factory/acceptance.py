@@ -19,6 +19,7 @@ from packaging.utils import parse_wheel_filename
 from factory import (
     buildfacts,
     buildlog,
+    checkrecord,
     jobspec,
     leftovers,
     platform_tag,
@@ -282,3 +283,9 @@ class Acceptance:
             return
         self.result.kept_wheel = str(kept)
         self.run.note(f"the wheel that failed its check is kept: {kept}")
+        try:  # beside it, so that `factory publish` refuses it wherever it is copied with its record
+            checkrecord.write_beside(
+                kept, job=self.job.id, reason=self.result.reason or "its checks did not finish"
+            )
+        except OSError as exc:
+            self.run.note(f"the wheel's failure record could not be written: {exc}")

@@ -39,7 +39,7 @@ from factory.options import (
     Source,
     frozen_mapping,
 )
-from factory.recipes import BUILTIN_RECIPES, default_recipe_for
+from factory.recipes import BUILTIN_RECIPES, TORCH_EXT, default_recipe_for
 from factory.stable_abi import parse_stable_abi
 from factory.units import format_size, parse_size
 from factory.urls import INDEX_SCHEMES
@@ -299,7 +299,8 @@ def _source(check: Checker, node: Mapping[str, Any]) -> Source:
 
 
 def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compat: CompatData) -> Recipe:
-    """recipe: a built-in name, or a mapping that names its own and may start from a built-in `base`."""
+    """recipe: a built-in name, or a mapping that names its own and starts from a built-in `base` (by
+    default `torch-ext`)."""
     if "recipe" not in root:
         return default_recipe_for(package)
     value = root["recipe"]
@@ -337,7 +338,10 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
     if "name" not in value:
         raise check.fail("recipe: missing required key 'name'", root, "recipe", at_key=True)
     name = check.string(value, "name", "recipe.name")
-    base = Recipe(name=name)
+    # Without `base:`, the generic torch extension's keys (FORCE_CUDA=1 among them), as docs/MATRIX.md says:
+    # a package that compiles its CUDA code only under FORCE_CUDA when no GPU is visible would otherwise
+    # build host code alone for as long as it takes (issue 42 §3).
+    base = replace(TORCH_EXT, name=name)
     if "base" in value:
         base_name = check.string(value, "base", "recipe.base")
         if base_name not in BUILTIN_RECIPES:

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Literal, NoReturn, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import index, site
+from factory import checkrecord, index, site
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord, PageRef
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
@@ -571,14 +571,19 @@ def publish_wheels(
     progress: Progress | None = None,
     store: Store | None = None,
     signer: Signer | None = None,
+    force_failed: bool = False,
 ) -> PublishResult:
     """Publish wheels (and the build report's matrix, if given) to a local directory or s3://bucket/prefix:
     the files first, then each page of `site.site_state` of what they add, merged into the store's in
     write order (project pages, variant roots, the list of variant indexes, the human page). With `signer`
     (made on this host: `signing.signer_from`), each wheel gets a signature file beside it; with `report`,
-    each wheel a job of it built gets its build record (`factory.buildrecord`) beside it."""
+    each wheel a job of it built gets its build record (`factory.buildrecord`) beside it. A wheel that
+    failed its checks (`checkrecord.failure_of`) is refused before anything is written, unless
+    `force_failed`."""
     infos = _inspect_all(wheels)
     jobs = load_report(report) if report is not None else []
+    if not force_failed:
+        refuse_failed(wheels, jobs)
     if store is None:
         store = open_store(to, endpoint_url=endpoint_url)
     told: Progress = progress or (lambda _event, _key: None)
@@ -668,6 +673,20 @@ def wheels_in(directory: Path) -> list[Path]:
     return wheels
 
 
+def refuse_failed(wheels: Sequence[Path], jobs: Sequence[Mapping[str, object]]) -> None:
+    """A PublishError naming the first wheel that failed its checks (its failure record beside it, or the
+    report's job that kept it), and how many others did."""
+    failed = [(wheel, why) for wheel in wheels if (why := checkrecord.failure_of(wheel, jobs)) is not None]
+    if not failed:
+        return
+    wheel, why = failed[0]
+    more = f" (and {len(failed) - 1} other wheel(s) that did)" if len(failed) > 1 else ""
+    raise PublishError(
+        f"{wheel}: failed its checks ({why}){more}; nothing published: mend and rebuild it, or "
+        "--force-failed publishes it anyway"
+    )
+
+
 def publish_directory(
     wheel_dir: Path,
     *,
@@ -675,6 +694,7 @@ def publish_directory(
     endpoint_url: str | None = None,
     report: Path | None = None,
     signer: Signer | None = None,
+    force_failed: bool = False,
 ) -> PublishResult:
     """`factory publish`: the wheels of a build's output directory (`wheels_in`), with its report.json when
     no `report` is given and it has one (`publish_wheels`). A misspelt `to` fails before the wheels
@@ -683,7 +703,9 @@ def publish_directory(
     wheels = wheels_in(wheel_dir)
     if report is None and (wheel_dir / "report.json").is_file():
         report = wheel_dir / "report.json"
-    return publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
+    return publish_wheels(
+        wheels, to=to, endpoint_url=endpoint_url, report=report, signer=signer, force_failed=force_failed
+    )
 
 
 def describe(result: PublishResult) -> Iterable[str]:
