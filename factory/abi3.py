@@ -25,7 +25,7 @@ AUTO = "auto"  # `py_limited_api = true`: the tag of each variant's lowest Pytho
 ABI3 = "abi3"
 _TAG = re.compile(r"cp3(?:[0-9]|[1-9][0-9])")
 _DOTTED = re.compile(r"3\.(?:[0-9]|[1-9][0-9])")
-# CPython suffixes that tie a module to one minor version: `_C.cpython-311-x86_64-linux-gnu.so`. CPython
+# CPython suffixes that tie a module to one minor version: `_C.cpython-311-<triplet>.so`. CPython
 # 3.12 would not import a module named for 3.11 from an abi3 wheel it installed.
 _VERSIONED_SO = re.compile(r"\.cpython-\d+[a-z]*-[^/]*\.so$")
 _TIMEOUT_S = 1800

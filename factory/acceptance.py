@@ -194,6 +194,7 @@ class Acceptance:
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
                 stable_abi=stable,
+                machine=job.platform.name,
             )
             if facts is not None:
                 problems += wheelprov.wheel_problems(wheel, provenance.compose(facts))

@@ -224,7 +224,7 @@ class Runner:
         reqs = requirements(self.mf, job)
         index = self.mf.build.torch_index_url(job.variant.cuda)
         extra = () if index is None else (index,)
-        key = f"wheelhouse:{job.python}:{reqs}:{extra}"
+        key = f"wheelhouse:{job.python}:{job.platform.name}:{reqs}:{extra}"
         return self._once(key, lambda: self._download_build_wheelhouse(job, reqs, extra))
 
     def activity(self) -> Callable[[str], None]:
@@ -253,8 +253,14 @@ class Runner:
     def _download_cuda_torch(
         self, job: Job, reqs: list[str], extra: tuple[str, ...], *, cuda: str, show: Callable[[str], None]
     ) -> Path:
+        target = job.platform.wheelhouse_tag
         path = wheelhouse.download_wheelhouse(
-            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra, progress=show
+            reqs,
+            self.home / "wheelhouses",
+            python=job.python,
+            platform=target,
+            extra_index_urls=extra,
+            progress=show,
         )
         foreign = wheelhouse.foreign_torch(path, cuda=cuda)
         if foreign is None:
@@ -262,7 +268,12 @@ class Runner:
         self.log(f"{job.id}: the index's {reqs[0]} is {foreign}, no CUDA {cuda} build: refusing that version")
         reqs = [wheelhouse.without_version(reqs[0], foreign), *reqs[1:]]
         path = wheelhouse.download_wheelhouse(
-            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra, progress=show
+            reqs,
+            self.home / "wheelhouses",
+            python=job.python,
+            platform=target,
+            extra_index_urls=extra,
+            progress=show,
         )
         again = wheelhouse.foreign_torch(path, cuda=cuda)
         if again is not None:
@@ -282,13 +293,14 @@ class Runner:
         index = self.mf.build.torch_index_url(job.variant.cuda)
         extra = () if index is None else (index,)
         return self._once(
-            f"check-wheelhouse:{job.python}:{extra}",
+            f"check-wheelhouse:{job.python}:{job.platform.name}:{extra}",
             lambda: runtimereqs.check_wheelhouse(
                 declared,
                 package=self.mf.package.name,
                 python=job.python,
                 dest=self.home / "wheelhouses",
                 extra_index_urls=extra,
+                platform=job.platform,
             ),
         )
 

@@ -11,11 +11,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from factory import platforms
 from factory.abi3 import parse_limited_api
 from factory.compat import ARCH_KEYS, RECIPE_KEYS, TOP_KEYS, TORCH_KEYS, CompatData
 from factory.errors import ConfigError
@@ -59,7 +61,9 @@ from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_s
 from factory.yamlcheck import Checker, kind, plain
 from factory.yamlload import load_yaml
 
-AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch")
+AXES: tuple[str, ...] = ("cuda", "torch", "python", "cxx11_abi", "arch", "platform")
+# Axes a job may leave out, and what it then is: a matrix written before the platform axis builds what it did.
+DEFAULT_AXES: Mapping[str, object] = MappingProxyType({"platform": platforms.DEFAULT_PLATFORM.name})
 
 # what git check-ref-format allows in practice for a tag, a branch or a commit: no leading "-" or "/"
 _GIT_REF = re.compile(r"[\w.+][\w./+-]*")
@@ -184,8 +188,9 @@ def _check_complete(check: Checker, mf: MatrixFile) -> None:
         spec.axes,
         [e.values for e in spec.include],
         [e.values for e in spec.exclude],
+        DEFAULT_AXES,
     ):
-        missing = [a for a in AXES if a not in combo]
+        missing = [a for a in AXES if a not in combo and a not in DEFAULT_AXES]
         if missing:
             line = spec.include[origin].line if origin is not None else spec.line
             shown = ", ".join(f"{k}={v}" for k, v in combo.items() if k in AXES) or "(no axes)"
@@ -566,7 +571,23 @@ def _axis_value(check: Checker, node: Any, key: object, axis: str, known: Sequen
         return check.pattern(node, key, what, _PYTHON, "3.11")
     if axis == "cxx11_abi":
         return check.boolean(node, key, "cxx11_abi")
+    if axis == "platform":
+        return _platform(check, node, key)
     return _arch(check, node, key, "arch", known)
+
+
+def _platform(check: Checker, node: Any, key: object) -> str:
+    """A platform of the table (`factory.platforms`) that the factory builds today."""
+    value = check.string(node, key, "platform")
+    found = platforms.by_name(value)
+    if found is None:
+        raise check.fail(
+            f"unknown platform {value!r}: expected one of {', '.join(platforms.NAMES)}", node, key
+        )
+    problem = platforms.build_problem(found)
+    if problem is not None:
+        raise check.fail(problem, node, key)
+    return value
 
 
 def _entries(

@@ -41,6 +41,7 @@ from factory.errors import ConfigError, DockerError, ImageError
 from factory.home import factory_home
 from factory.imageref import check_image_reference
 from factory.options import FLAVORS
+from factory.platforms import DEFAULT_PLATFORM
 from factory.resources import data_path
 from factory.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 
@@ -182,11 +183,11 @@ def base_include(suite: str) -> tuple[str, ...]:
 
 def compiler_links(gcc: str) -> dict[str, str]:
     """/usr/local/bin links that make GCC `gcc` the only compiler: nvcc runs `gcc`/`g++` from PATH, torch's
-    cpp_extension `c++` (or $CXX), setuptools the `x86_64-linux-gnu-g++` of Python's sysconfig."""
+    cpp_extension `c++` (or $CXX), setuptools the `<triplet>-g++` of Python's sysconfig."""
     cc, cxx = f"/usr/bin/gcc-{gcc}", f"/usr/bin/g++-{gcc}"
     links = {"gcc": cc, "cc": cc, "g++": cxx, "c++": cxx, "cpp": f"/usr/bin/cpp-{gcc}"}
     for name in ("gcc", "g++", "cpp"):
-        links[f"x86_64-linux-gnu-{name}"] = links[name]
+        links[f"{DEFAULT_PLATFORM.gnu_triplet}-{name}"] = links[name]
     return links
 
 
@@ -530,7 +531,7 @@ def parse_apt_sources(text: str, *, deb822: bool) -> list[AptSource]:
         line = raw.split("#", 1)[0].strip()
         if not line.startswith("deb "):
             continue
-        line = re.sub(r"\[[^\]]*\]", " ", line[4:])  # drop `[arch=amd64 signed-by=...]` options
+        line = re.sub(r"\[[^\]]*\]", " ", line[4:])  # drop `[arch=... signed-by=...]` options
         parts = line.split()
         if len(parts) >= 2:
             sources.append(AptSource(uri=parts[0], suites=(parts[1],), components=tuple(parts[2:])))

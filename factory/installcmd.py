@@ -44,7 +44,7 @@ _SHA256_HEX = frozenset("0123456789abcdef")
 @dataclass(frozen=True, kw_only=True)
 class Host:
     """What decides whether an installer on a host takes a wheel: its CPython ("3.11"), glibc ("2.36"; None
-    where unknown: any manylinux tag is taken), machine ("x86_64")."""
+    where unknown: any manylinux tag is taken), machine (`platform.machine()`: a `factory.platforms` name)."""
 
     python: str
     glibc: str | None = None

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 Combination = dict[str, object]
+_ABSENT = object()
 
 
 def _product(axes: Mapping[str, Sequence[object]]) -> Iterator[Combination]:
@@ -24,17 +25,21 @@ def _product(axes: Mapping[str, Sequence[object]]) -> Iterator[Combination]:
         yield dict(zip(keys, values, strict=True))
 
 
-def _matches(combo: Mapping[str, object], pattern: Mapping[str, object]) -> bool:
-    return all(k in combo and combo[k] == v for k, v in pattern.items())
+def _matches(
+    combo: Mapping[str, object], pattern: Mapping[str, object], defaults: Mapping[str, object]
+) -> bool:
+    return all(combo.get(k, defaults.get(k, _ABSENT)) == v for k, v in pattern.items())
 
 
 def expand_with_origin(
     axes: Mapping[str, Sequence[object]],
     include: Sequence[Mapping[str, object]] = (),
     exclude: Sequence[Mapping[str, object]] = (),
+    defaults: Mapping[str, object] | None = None,
 ) -> list[tuple[Combination, int | None]]:
     """Like `expand`, also giving the index of the include entry that created each combination (or None)."""
-    originals = [c for c in _product(axes) if not any(_matches(c, e) for e in exclude)]
+    defaults = defaults or {}
+    originals = [c for c in _product(axes) if not any(_matches(c, e, defaults) for e in exclude)]
     original_keys = set(axes)
     extended: list[Combination] = [dict(c) for c in originals]
     added: list[tuple[Combination, int]] = []
@@ -54,6 +59,8 @@ def expand(
     axes: Mapping[str, Sequence[object]],
     include: Sequence[Mapping[str, object]] = (),
     exclude: Sequence[Mapping[str, object]] = (),
+    defaults: Mapping[str, object] | None = None,
 ) -> list[Combination]:
-    """The job combinations GitHub Actions would run for this matrix, in GitHub's order."""
-    return [c for c, _ in expand_with_origin(axes, include, exclude)]
+    """The job combinations GitHub Actions would run for this matrix, in GitHub's order. `defaults`: the
+    value an exclude entry compares with where a combination lacks the key (an axis the matrix may omit)."""
+    return [c for c, _ in expand_with_origin(axes, include, exclude, defaults)]

@@ -11,10 +11,11 @@ from types import MappingProxyType
 from typing import cast
 
 from factory.abi3 import ABI3, covers, python_key, wheel_tag
-from factory.config import AXES, MatrixFile, load_matrix_file, with_flavor
+from factory.config import AXES, DEFAULT_AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError, ImageError
 from factory.images import cuda_major, toolkit_cuda
 from factory.matrix import expand, expand_with_origin
+from factory.platforms import DEFAULT_PLATFORM, Platform, named
 from factory.recipes import recipe_env, recipe_warnings
 from factory.specs import Resolution, Resolver, has_specifiers, resolve_combinations
 from factory.stable_abi import covers_torch
@@ -40,10 +41,13 @@ class Job:
     # A stable-ABI job (the recipe's stable_abi): every torch of the matrix its one wheel serves, oldest
     # first; the variant's torch (the newest) builds it.
     torches: tuple[str, ...] = ()
+    # The platform the wheel is built for. Not part of the variant: pip tells platforms apart by the wheel's
+    # platform tag, so one variant's page lists the wheels of every platform.
+    platform: Platform = DEFAULT_PLATFORM
 
     @property
     def id(self) -> str:
-        return f"{self.variant.id}-py{self.python.replace('.', '')}"
+        return f"{self.variant.id}-py{self.python.replace('.', '')}{platform_suffix(self.platform)}"
 
     @property
     def interpreter(self) -> str:
@@ -71,6 +75,8 @@ class Job:
             "local_version": v.local_version,
             "verified": self.verified,
         }
+        if self.platform != DEFAULT_PLATFORM:
+            out["platform"] = self.platform.name
         if self.toolkit:
             out["toolkit"] = self.toolkit
         if self.limited_api:
@@ -106,8 +112,9 @@ class DroppedJob:
                 cxx11_abi=bool(v["cxx11_abi"]),
                 archs=parse_arch_set(str(v["arch"])),
             )
-            return f"{variant.id}-py{str(v['python']).replace('.', '')}"
-        except (KeyError, ValueError):
+            found = named(str(v.get("platform", DEFAULT_PLATFORM.name)))
+            return f"{variant.id}-py{str(v['python']).replace('.', '')}{platform_suffix(found)}"
+        except (KeyError, ValueError, ConfigError):
             return ",".join(f"{k}={val}" for k, val in v.items())
 
     def to_json(self) -> dict[str, object]:
@@ -182,6 +189,11 @@ def plan_file(
     return mf, select_jobs(plan_matrix(mf, prune=prune), only, file=str(path))
 
 
+def platform_suffix(found: Platform) -> str:
+    """What a job id adds for its platform: nothing for the default one (ids predate the axis)."""
+    return "" if found == DEFAULT_PLATFORM else f"-{found.name}"
+
+
 def _glob(pattern: str, *names: str) -> bool:
     return any(fnmatch.fnmatchcase(n, pattern) for n in names)
 
@@ -242,14 +254,14 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
     spec = mf.matrix
     excludes = [e.values for e in spec.exclude]
     includes = [e.values for e in spec.include]
-    combos = expand(spec.axes, includes, excludes)
+    combos = expand(spec.axes, includes, excludes, DEFAULT_AXES)
     compat = mf.compat
     resolved: tuple[Resolution, ...] = ()
     plan_notes: tuple[str, ...] = ()
     if has_specifiers(combos):
         resolver = _resolver(mf, combos, index)
         combos, resolved = resolve_combinations(
-            expand_with_origin(spec.axes, includes, excludes),
+            expand_with_origin(spec.axes, includes, excludes, DEFAULT_AXES),
             resolver,
             axes=spec.axes,
             exclude=excludes,
@@ -266,6 +278,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         archs = parse_arch_set(str(combo["arch"]))
         cuda, torch, python = str(combo["cuda"]), str(combo["torch"]), str(combo["python"])
         abi = bool(combo["cxx11_abi"])
+        platform = named(str(combo.get("platform", DEFAULT_AXES["platform"])))
         notes: tuple[str, ...] = ()
         verified = False
         if prune:
@@ -306,6 +319,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
             verified=verified,
             notes=notes,
             toolkit=toolkit if toolkit != cuda else None,
+            platform=platform,
         )
         if job.id in seen:
             reason = f"same job as {job.id}" + (" after trimming archs" if notes else "")
@@ -327,14 +341,14 @@ def stable_abi_plan(plan: Plan, floor: str) -> Plan:
     than the floor cannot use it (dropped, with the reason), and neither can a job whose matrix entry gives
     it another env or other values than the builder's: that would be a second build of the same wheel."""
     dropped = list(plan.dropped)
-    groups: dict[tuple[str, bool, tuple[str, ...], str], list[Job]] = {}
+    groups: dict[tuple[str, bool, tuple[str, ...], str, Platform], list[Job]] = {}
     for job in plan.jobs:
         v = job.variant
         if not covers_torch(floor, v.torch):
             reason = f"torch {v.torch} is older than the recipe's stable ABI target (torch {floor})"
             dropped.append(DroppedJob(values=_values(job), reason=reason))
             continue
-        groups.setdefault((v.cuda, v.cxx11_abi, v.archs, job.python), []).append(job)
+        groups.setdefault((v.cuda, v.cxx11_abi, v.archs, job.python, job.platform), []).append(job)
     jobs: list[Job] = []
     for group in groups.values():
         group.sort(key=lambda j: version_tuple(j.variant.torch))
@@ -369,8 +383,9 @@ def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
     would be a second build of the same wheel."""
     jobs: list[Job] = []
     dropped = list(plan.dropped)
-    for variant in plan.variants:
-        group = sorted(plan.jobs_of(variant), key=lambda j: python_key(j.python))
+    for variant, platform in dict.fromkeys((j.variant, j.platform) for j in plan.jobs):
+        mine = (j for j in plan.jobs_of(variant) if j.platform == platform)
+        group = sorted(mine, key=lambda j: python_key(j.python))
         tag = wheel_tag(limited_api, group[0].python)
         usable = []
         for job in group:
@@ -406,9 +421,16 @@ def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
 
 def _values(job: Job) -> Mapping[str, object]:
     v = job.variant
-    return MappingProxyType(
-        {"cuda": v.cuda, "torch": v.torch, "python": job.python, "cxx11_abi": v.cxx11_abi, "arch": v.arch}
-    )
+    values: dict[str, object] = {
+        "cuda": v.cuda,
+        "torch": v.torch,
+        "python": job.python,
+        "cxx11_abi": v.cxx11_abi,
+        "arch": v.arch,
+    }
+    if job.platform != DEFAULT_PLATFORM:
+        values["platform"] = job.platform.name
+    return MappingProxyType(values)
 
 
 __all__ = ["DroppedJob", "Job", "Plan", "arch_set_str", "matrix_env", "plan_matrix", "stable_abi_plan"]

@@ -1,6 +1,6 @@
 """The manylinux tag a built wheel may honestly carry, decided by auditwheel on the host.
 
-setuptools tags an extension `linux_x86_64`, which pip installs on any glibc; a wheel built on a new base
+setuptools tags an extension `linux_<machine>`, which pip installs on any glibc; a wheel built on a new base
 (bookworm: glibc 2.36) then fails at import on an older host. auditwheel reads the versioned symbols the
 extension needs (GLIBC_2.34, GLIBCXX_3.4.30, ...) and names the oldest manylinux policy providing them;
 `repair_platform_tag` gives the wheel that tag.
@@ -59,7 +59,7 @@ def is_torch_provided(soname: str) -> bool:
 class Audit:
     """What auditwheel's analysis of a wheel allows."""
 
-    policy: str  # the best platform tag its symbols allow: "manylinux_2_34_x86_64"
+    policy: str  # the best platform tag its symbols allow: "manylinux_2_34_<machine>"
     glibc: tuple[int, int]  # the glibc that policy needs
     unprovided: tuple[str, ...]  # needed libraries outside the wheel that no manylinux host nor torch has
     refusals: tuple[str, ...]  # reasons no manylinux tag fits at all (ISA extensions, UCS2, PyFPE)

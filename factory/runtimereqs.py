@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory import safefs, wheelhouse
 from factory.errors import FactoryError
+from factory.platforms import DEFAULT_PLATFORM, Platform
 from factory.urls import printable
 
 MAX_METADATA_BYTES = 1 << 20
@@ -118,7 +119,7 @@ def declared_requirements(tree: Path) -> Declared:
     )
 
 
-def target_environment(python: str, *, machine: str = "x86_64") -> dict[str, str]:
+def target_environment(python: str, *, machine: str = DEFAULT_PLATFORM.name) -> dict[str, str]:
     """The marker environment of a job's wheel: its Python on Linux, no extra asked for."""
     return {
         "implementation_name": "cpython",
@@ -142,11 +143,13 @@ class ForJob:
     left_out: tuple[str, ...]  # what was dropped and why, one line each
 
 
-def for_job(declared: Sequence[str], *, package: str, python: str) -> ForJob:
+def for_job(
+    declared: Sequence[str], *, package: str, python: str, platform: Platform = DEFAULT_PLATFORM
+) -> ForJob:
     """The requirements the check's wheelhouse needs for a job's Python: markers evaluated (extras are not
     installed), torch (the build's wheelhouse has it) and the package itself left out, a direct URL or a
     line that is no requirement refused by name."""
-    env = target_environment(python)
+    env = target_environment(python, machine=platform.name)
     wanted: list[str] = []
     left_out: list[str] = []
     own = canonicalize_name(package)
@@ -195,6 +198,7 @@ def check_wheelhouse(
     python: str,
     dest: Path,
     extra_index_urls: Sequence[str] = (),
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> CheckWheelhouse:
     """Download the runtime requirements `declared` for `python` with the host's pip configuration into a
     wheelhouse of their own (keyed by them: changing them never downloads torch again). A requirement no
@@ -206,7 +210,7 @@ def check_wheelhouse(
             note=f"runtime requirements not known ({declared.why}): the install check has the build's "
             "wheelhouse only",
         )
-    job = for_job(declared.requirements, package=package, python=python)
+    job = for_job(declared.requirements, package=package, python=python, platform=platform)
     skipped = f"; left out: {'; '.join(job.left_out)}" if job.left_out else ""
     if not job.requirements:
         return CheckWheelhouse(
@@ -215,7 +219,11 @@ def check_wheelhouse(
     listed = " ".join(job.requirements)
     try:
         path = wheelhouse.download_wheelhouse(
-            list(job.requirements), dest, python=python, extra_index_urls=extra_index_urls
+            list(job.requirements),
+            dest,
+            python=python,
+            platform=platform.wheelhouse_tag,
+            extra_index_urls=extra_index_urls,
         )
     except FactoryError as exc:
         raise FactoryError(f"runtime requirements ({declared.where}: {printable(listed)}): {exc}") from None

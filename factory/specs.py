@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from factory.compat import CompatData
+from factory.config import DEFAULT_AXES
 from factory.errors import BuildError, ConfigError
 from factory.torchcompat import DerivedTorch, allowed, build_of, by_version, derive_minor, with_derived
 from factory.torchindex import TorchFile, TorchIndex, TorchSource, constraint_specifiers
@@ -116,7 +117,7 @@ class Resolver:
             f"{v} (excluded by pip's constraint file {path}: {req})"
             for path, req in constraint_specifiers(source.constraints)
             for v, group in by_version(self.index.files(source)).items()
-            if any(f.linux_x86_64 for f in group) and not req.specifier.contains(v, prereleases=True)
+            if any(f.runs_on() for f in group) and not req.specifier.contains(v, prereleases=True)
         ]
         return ", ".join(shown + capped[:3]) or "no torch at all"
 
@@ -255,7 +256,9 @@ def resolve_combinations(
                     pythons = list(seen[key].values)
                 for python in pythons:
                     resolved = {**combo, "torch": torch, "python": python}
-                    if not any(all(resolved.get(k) == v for k, v in e.items()) for e in exclude):
+                    if not any(
+                        all(resolved.get(k, DEFAULT_AXES.get(k)) == v for k, v in e.items()) for e in exclude
+                    ):
                         resolved_combos.append(resolved)
         for resolved in resolved_combos:
             if origin is not None:

@@ -24,8 +24,8 @@ def python_tag(python: str) -> str:
 
 
 def parse_manylinux(platform: str) -> Manylinux | None:
-    """manylinux_2_34_x86_64 -> ((2, 34), "x86_64"); manylinux2014_x86_64 -> ((2, 17), ...); None for any
-    other platform tag (linux_x86_64 promises nothing about glibc)."""
+    """manylinux_2_34_<m> -> ((2, 34), "<m>"); manylinux2014_<m> -> ((2, 17), "<m>"); None for any other
+    platform tag (linux_<m> promises nothing about glibc); <m> is a machine of `factory.platforms`."""
     match = _MANYLINUX.fullmatch(platform)
     if match is not None:
         return Manylinux((int(match["major"]), int(match["minor"])), match["machine"])

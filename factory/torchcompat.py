@@ -21,6 +21,7 @@ from packaging.version import Version
 
 from factory.compat import TORCH_KEYS, CompatData, merge
 from factory.home import factory_home
+from factory.platforms import DEFAULT_PLATFORM, Platform
 from factory.source import IndexClient, PipSettings, read_pip_settings
 from factory.torchindex import (
     HEADER,
@@ -60,14 +61,16 @@ class DerivedTorch:
         return {f.key: f.value for f in self.facts if f.key in TORCH_KEYS}
 
 
-def allowed(files: Iterable[TorchFile], source: TorchSource) -> list[TorchFile]:
-    """The linux x86_64 wheels of `files` that pip's constraint files let pip install (the factory's builders
-    are linux x86_64)."""
+def allowed(
+    files: Iterable[TorchFile], source: TorchSource, platform: Platform = DEFAULT_PLATFORM
+) -> list[TorchFile]:
+    """The manylinux wheels of `files` for `platform` (the builders') that pip's constraint files let pip
+    install."""
     caps = [req for _, req in constraint_specifiers(source.constraints)]
     return [
         f
         for f in files
-        if f.linux_x86_64 and all(req.specifier.contains(f.version, prereleases=True) for req in caps)
+        if f.runs_on(platform) and all(req.specifier.contains(f.version, prereleases=True) for req in caps)
     ]
 
 

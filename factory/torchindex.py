@@ -54,6 +54,7 @@ from packaging.version import InvalidVersion, Version
 from factory import leftovers
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits
+from factory.platforms import DEFAULT_PLATFORM, Platform
 from factory.source import (
     ACCEPT,
     LOCAL_LINK_SCHEMES,
@@ -115,7 +116,7 @@ def build_of_local(local: str | None) -> Build | None:
 
 
 def glibc_of(platform: str) -> tuple[int, int] | None:
-    """The glibc a manylinux platform tag needs ("manylinux_2_28_x86_64" -> (2, 28)); None for others."""
+    """The glibc a manylinux platform tag needs ("manylinux_2_28_<machine>" -> (2, 28)); None for others."""
     for legacy, needed in _LEGACY_MANYLINUX.items():
         if platform.startswith(legacy + "_"):
             return needed
@@ -205,9 +206,9 @@ class TorchFile:
         needs = [g for p in self.platforms if (g := glibc_of(p)) is not None]
         return min(needs) if needs else None
 
-    @property
-    def linux_x86_64(self) -> bool:
-        return any(p.endswith("_x86_64") and glibc_of(p) is not None for p in self.platforms)
+    def runs_on(self, platform: Platform = DEFAULT_PLATFORM) -> bool:
+        """A manylinux wheel of `platform` (what the factory's builders install)."""
+        return any(platform.manylinux_glibc(p) is not None for p in self.platforms)
 
 
 def parse_torch_file(

@@ -38,6 +38,7 @@ from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
 from factory.platform_tag import audit, vendored_torch_libraries
+from factory.platforms import DEFAULT_PLATFORM
 from factory.stable_abi import module_problem as stable_abi_module_problem
 from factory.stable_abi import torch_requirement as stable_abi_requirement
 from factory.tags import manylinux_tag, parse_manylinux, python_tag
@@ -516,7 +517,7 @@ def check_wheel(
     python: str,
     torch_version: str,
     archs: Sequence[str],
-    machine: str = "x86_64",
+    machine: str = DEFAULT_PLATFORM.name,
     limited_api: str | None = None,
     host_only: Sequence[str] = (),
     stable_abi: str | None = None,

@@ -24,12 +24,13 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from factory import platforms
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
 from factory.units import format_size
 from factory.validate import requirement_problem
 
-DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
+DEFAULT_PLATFORM = platforms.DEFAULT_PLATFORM.wheelhouse_tag
 
 # Bumped when the layout or the pip invocation changes, so old cache entries are not reused.
 _CACHE_FORMAT = 1
@@ -126,7 +127,7 @@ def wheelhouse_key(
 
 
 # pip's lines as it downloads (`--progress-bar off`): "Collecting torch==2.14.*", "  Downloading
-# torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl (915.7 MB)", a wheel of --find-links as
+# torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_<machine>.whl (915.7 MB)", a wheel of --find-links as
 # "Processing /path/x.whl", "File was already downloaded /path/x.whl"
 _COLLECTING = re.compile(r"^\s*Collecting (\S+)")
 _DOWNLOADING = re.compile(r"^\s*Downloading (\S+?\.whl)(?: \((\d+(?:\.\d+)?) ([kMG]?B)\))?\s*$")

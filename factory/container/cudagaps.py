@@ -83,7 +83,7 @@ def toolkit_home(env: Mapping[str, str]) -> Path:
 
 def toolkit_lib_dirs(home: Path) -> list[Path]:
     """Where the toolkit's libraries are: lib64 or lib under its root, and for a distribution's package in
-    the FHS layout (CUDA_HOME=/usr), the multiarch directory the linker searches (lib/x86_64-linux-gnu)."""
+    the FHS layout (CUDA_HOME=/usr), the multiarch directory the linker searches (lib/<machine>-linux-gnu)."""
     dirs = [home / "lib64"] if (home / "lib64").is_dir() else [home / "lib"]
     dirs += sorted(p for p in (home / "lib").glob("*-linux-gnu") if p.is_dir())
     return dirs

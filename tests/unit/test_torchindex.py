@@ -111,11 +111,11 @@ def test_torch_filenames() -> None:
     assert f is not None
     assert f.version == Version("2.13.0+cpu")
     assert f.label_build == ("cpu", "")
-    assert f.pythons == ("3.11",) and f.glibc == (2, 28) and f.linux_x86_64
+    assert f.pythons == ("3.11",) and f.glibc == (2, 28) and f.runs_on()
     ft = parse_torch_file("torch-2.14.1-cp314-cp314t-manylinux_2_28_x86_64.whl", "u", None, "w")
     assert ft is not None and ft.pythons == ("3.14",) and ft.label_build is None
     mac = parse_torch_file("torch-2.14.1-cp311-none-macosx_14_0_arm64.whl", "u", None, "w")
-    assert mac is not None and not mac.linux_x86_64 and mac.glibc is None
+    assert mac is not None and not mac.runs_on() and mac.glibc is None
     for other in (
         "torchvision-0.29.1-cp311-cp311-manylinux_2_28_x86_64.whl",
         "torch-2.14.1.tar.gz",
