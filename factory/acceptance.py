@@ -191,10 +191,10 @@ class Acceptance:
                 python=job.python,
                 torch_version=torch,
                 archs=job.variant.archs,
+                machine=job.platform.name,
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
                 stable_abi=stable,
-                machine=job.platform.name,
             )
             if facts is not None:
                 problems += wheelprov.wheel_problems(wheel, provenance.compose(facts))

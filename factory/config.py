@@ -105,6 +105,11 @@ class MatrixSpec:
     exclude: tuple[MatrixEntry, ...] = ()
     line: int | None = None
 
+    @property
+    def defaults(self) -> Mapping[str, object]:
+        """The value of each axis a job leaves out (`DEFAULT_AXES`), which exclude entries compare with."""
+        return DEFAULT_AXES
+
 
 @dataclass(frozen=True, kw_only=True)
 class MatrixFile:
@@ -188,7 +193,7 @@ def _check_complete(check: Checker, mf: MatrixFile) -> None:
         spec.axes,
         [e.values for e in spec.include],
         [e.values for e in spec.exclude],
-        DEFAULT_AXES,
+        spec.defaults,
     ):
         missing = [a for a in AXES if a not in combo and a not in DEFAULT_AXES]
         if missing:

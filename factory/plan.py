@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import cast
 
 from factory.abi3 import ABI3, covers, python_key, wheel_tag
-from factory.config import AXES, DEFAULT_AXES, MatrixFile, load_matrix_file, with_flavor
+from factory.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError, ImageError
 from factory.images import cuda_major, toolkit_cuda
 from factory.matrix import expand, expand_with_origin
@@ -32,6 +32,9 @@ class Job:
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     verified: bool = True
     notes: tuple[str, ...] = ()
+    # The platform the wheel is built for. Not part of the variant: pip tells platforms apart by the wheel's
+    # platform tag, so one variant's page lists the wheels of every platform.
+    platform: Platform = DEFAULT_PLATFORM
     # An abi3 job (the recipe's py_limited_api): its wheel's tag ("cp311") and the later Pythons it covers.
     limited_api: str | None = None
     covers: tuple[str, ...] = ()
@@ -41,9 +44,6 @@ class Job:
     # A stable-ABI job (the recipe's stable_abi): every torch of the matrix its one wheel serves, oldest
     # first; the variant's torch (the newest) builds it.
     torches: tuple[str, ...] = ()
-    # The platform the wheel is built for. Not part of the variant: pip tells platforms apart by the wheel's
-    # platform tag, so one variant's page lists the wheels of every platform.
-    platform: Platform = DEFAULT_PLATFORM
 
     @property
     def id(self) -> str:
@@ -75,8 +75,6 @@ class Job:
             "local_version": v.local_version,
             "verified": self.verified,
         }
-        if self.platform != DEFAULT_PLATFORM:
-            out["platform"] = self.platform.name
         if self.toolkit:
             out["toolkit"] = self.toolkit
         if self.limited_api:
@@ -85,6 +83,8 @@ class Job:
         if v.stable_abi is not None:
             out["stable_abi"] = v.stable_abi
             out["torches"] = list(self.torches)
+        if self.platform != DEFAULT_PLATFORM:
+            out["platform"] = self.platform.name
         if self.notes:
             out["notes"] = list(self.notes)
         if self.env:
@@ -254,17 +254,18 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
     spec = mf.matrix
     excludes = [e.values for e in spec.exclude]
     includes = [e.values for e in spec.include]
-    combos = expand(spec.axes, includes, excludes, DEFAULT_AXES)
+    combos = expand(spec.axes, includes, excludes, spec.defaults)
     compat = mf.compat
     resolved: tuple[Resolution, ...] = ()
     plan_notes: tuple[str, ...] = ()
     if has_specifiers(combos):
         resolver = _resolver(mf, combos, index)
         combos, resolved = resolve_combinations(
-            expand_with_origin(spec.axes, includes, excludes, DEFAULT_AXES),
+            expand_with_origin(spec.axes, includes, excludes, spec.defaults),
             resolver,
             axes=spec.axes,
             exclude=excludes,
+            defaults=spec.defaults,
             file=mf.display or str(mf.path),
         )
         compat, plan_notes = resolver.compat(mf.compat)
@@ -278,7 +279,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         archs = parse_arch_set(str(combo["arch"]))
         cuda, torch, python = str(combo["cuda"]), str(combo["torch"]), str(combo["python"])
         abi = bool(combo["cxx11_abi"])
-        platform = named(str(combo.get("platform", DEFAULT_AXES["platform"])))
+        platform = named(str(combo.get("platform", spec.defaults["platform"])))
         notes: tuple[str, ...] = ()
         verified = False
         if prune:
@@ -314,12 +315,12 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
                 archs=archs,
             ),
             python=python,
+            platform=platform,
             env=MappingProxyType(dict(cast("Mapping[str, str]", env))),
             extra=MappingProxyType(extra),
             verified=verified,
             notes=notes,
             toolkit=toolkit if toolkit != cuda else None,
-            platform=platform,
         )
         if job.id in seen:
             reason = f"same job as {job.id}" + (" after trimming archs" if notes else "")

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from factory.config import DEFAULT_AXES, MatrixFile
+from factory.config import MatrixFile
 from factory.errors import ConfigError
 from factory.plan import DroppedJob, Job, Plan, job_toolkit, limited_api_plan, toolkit_arch_problem
 from factory.urls import printable
@@ -66,7 +66,7 @@ def excluded_by(mf: MatrixFile, values: Mapping[str, object]) -> str | None:
     when no entry matches. A stranger's request never adds what the matrix's author took out."""
     for i, entry in enumerate(mf.matrix.exclude):
         if all(
-            _matches(axis, pattern, values.get(axis, DEFAULT_AXES.get(axis)))
+            _matches(axis, pattern, values.get(axis, mf.matrix.defaults.get(axis)))
             for axis, pattern in entry.values.items()
         ):
             where = f" (line {entry.line})" if entry.line is not None else ""

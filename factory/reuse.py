@@ -381,10 +381,10 @@ def accept_reused(
         python=job.python,
         torch_version=job.variant.torch,
         archs=job.variant.archs,
+        machine=job.platform.name,
         limited_api=job.limited_api,
         host_only=acceptance.host_only(wheel),
         stable_abi=job.variant.stable_abi,
-        machine=job.platform.name,
     )
     if not problems:
         problems += reused_provenance(acceptance, wheel, inputs=inputs)

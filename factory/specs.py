@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from factory.compat import CompatData
-from factory.config import DEFAULT_AXES
 from factory.errors import BuildError, ConfigError
 from factory.torchcompat import DerivedTorch, allowed, build_of, by_version, derive_minor, with_derived
 from factory.torchindex import TorchFile, TorchIndex, TorchSource, constraint_specifiers
@@ -226,12 +225,14 @@ def resolve_combinations(
     *,
     axes: Mapping[str, Sequence[object]],
     exclude: Sequence[Mapping[str, object]],
+    defaults: Mapping[str, object] | None = None,
     file: str,
 ) -> tuple[list[Combination], tuple[Resolution, ...]]:
     """Each combination (`expand_with_origin`'s) with a specifier replaced by one combination per value it
     resolves to (torch first, then python against the resolved torch). The axes' combinations come in the
     order they would have had with the resolved values written in the specifier's place, then the include
-    entries' own; exclude entries apply to the resolved values too."""
+    entries' own; exclude entries apply to the resolved values too (`defaults`: the value of an axis a
+    combination leaves out, as `expand` compares it)."""
     seen: dict[tuple[str, ...], Resolution] = {}
     ordered: list[tuple[tuple[object, ...], Combination]] = []
     added: list[Combination] = []
@@ -257,7 +258,8 @@ def resolve_combinations(
                 for python in pythons:
                     resolved = {**combo, "torch": torch, "python": python}
                     if not any(
-                        all(resolved.get(k, DEFAULT_AXES.get(k)) == v for k, v in e.items()) for e in exclude
+                        all(resolved.get(k, (defaults or {}).get(k)) == v for k, v in e.items())
+                        for e in exclude
                     ):
                         resolved_combos.append(resolved)
         for resolved in resolved_combos:

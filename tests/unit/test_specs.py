@@ -191,8 +191,9 @@ def test_python_specifier_resolves_against_the_pythons_torch_ships_for(tmp_path:
 
 
 @pytest.mark.usefixtures("pip_env")
-def test_excludes_apply_to_resolved_values(tmp_path: Path) -> None:
-    extra = '  exclude:\n    - {torch: "2.13", python: "3.12"}\n'
+@pytest.mark.parametrize("platform", ["", ", platform: x86_64"])  # a job without the axis is x86_64
+def test_excludes_apply_to_resolved_values(tmp_path: Path, platform: str) -> None:
+    extra = f'  exclude:\n    - {{torch: "2.13", python: "3.12"{platform}}}\n'
     plan = plan_matrix(load_matrix_file(matrix(tmp_path, '[">=2.13"]', extra=extra)))
     assert "cu130-torch2.13-abi1-sm80-py312" not in [j.id for j in plan.jobs]
     assert "cu130-torch2.13-abi1-sm80-py311" in [j.id for j in plan.jobs]

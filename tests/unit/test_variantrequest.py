@@ -361,3 +361,18 @@ def test_cli_matrix_requests_table_and_a_missing_directory(tmp_path: Path) -> No
     assert "3.12" in result.output and "requested (" in result.output
     assert "torch 2.14 has no wheels for Python 3.14" in result.output
     assert "2 jobs in 1 variants; 1 dropped" in result.output
+
+
+def test_an_exclude_naming_the_default_platform_drops_a_request(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    arch = '  arch: ["8.0;9.0;10.0;12.0"]\n'
+    path.write_text(
+        textwrap.dedent(MATRIX).replace(arch, arch + '  exclude:\n    - {python: "3.12", platform: x86_64}\n')
+    )
+    mf = load_matrix_file(path)
+    request = parse(body(package="demo-ext", python="3.12", archs=["8.6"]))
+    out = add_requests(mf, plan_matrix(mf), [(request.file_name, request)])
+    assert [j.python for j in out.jobs] == ["3.11"]
+    assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
+        "the matrix excludes it: matrix.exclude[0] (line 10) {python: 3.12, platform: x86_64}"
+    ]
