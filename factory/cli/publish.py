@@ -35,13 +35,21 @@ def publish(
     ] = None,
     sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
     sign_key_env: Annotated[str | None, SIGN_KEY_ENV_OPTION] = None,
+    variants: Annotated[
+        bool,
+        typer.Option(
+            "--variants", help="Also as wheel variants (PEP 825, experimental) under DEST/variants/."
+        ),
+    ] = False,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3)."""
     from factory.publish import describe, publish_directory
     from factory.signing import signer_from
 
     signer = signer_from(path=sign_key, env_name=sign_key_env)
-    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
+    result = publish_directory(
+        wheel_dir, to=to, endpoint_url=endpoint_url, report=report, signer=signer, variants=variants
+    )
     for line in describe(result):
         typer.echo(line)
 
