@@ -86,9 +86,9 @@ class PublishResult:
     pages_written: tuple[str, ...]
     signed_by: str | None = None  # the key id of the signer, when publishing signed
     signatures_written: int = 0  # of `files`, those whose signature file this publish wrote
-    # the wheel variant channel (publish.variants, --variants): "<group>/<variant wheel>" published or
-    # unchanged, and "<wheel>: why it is not on the variant index"
-    variant_files: tuple[str, ...] = ()
+    # the wheel variant channel (publish.variants, --variants): its files (`variant_id`: the variant index,
+    # `wheelvariants.group_of`), and "<wheel>: why it is not on the variant index"
+    variant_files: tuple[PublishedFile, ...] = ()
     variant_notes: tuple[str, ...] = ()
 
     @property
@@ -648,6 +648,7 @@ class _Planned:
 def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned], list[str]]:
     """Each wheel's variant wheel, made in `tmp`, or the note saying why it has none. Two wheels that would
     make one variant file (the same properties: {8.0} and {8.0, 9.0a}) give it to the first by variant id."""
+    from factory.buildfacts import file_sha256
     from factory.variants import VariantKey
 
     planned: dict[tuple[str, str], _Planned] = {}
@@ -669,7 +670,7 @@ def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned
         metadata = read_metadata(path, str(path))
         file = wheelvariants.VariantFile(
             filename=name,
-            sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+            sha256=file_sha256(path),
             size=path.stat().st_size,
             properties=props,
             metadata_sha256=hashlib.sha256(metadata).hexdigest(),
@@ -686,7 +687,7 @@ def _variant_state(store: Store, key: str, *, to: str) -> tuple[wheelvariants.Va
 
 def publish_variants(
     store: Store, infos: Iterable[WheelInfo], notify: Progress
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
+) -> tuple[tuple[PublishedFile, ...], tuple[str, ...]]:
     """The experimental wheel variant channel (`factory.wheelvariants`): each wheel rewritten as a variant
     wheel and published under `variants/<group>/files/` (immutable, with its .metadata), then each project
     page's state merged by compare-and-swap and the pages made from it (`variant_site`: each release's
@@ -715,7 +716,7 @@ def publish_variants(
                 wheelvariants.merge_files(_variant_state(store, key, to=to), files)
             except index.RecordConflict as exc:
                 raise PublishError(f"{wheelvariants.project_dir(group, project)}: {exc}") from None
-        done = []
+        done: list[PublishedFile] = []
         for p in kept:
             key = wheelvariants.files_key(p.group, p.file.filename)
             wrote = _put_immutable(store, key, p.path, p.file.sha256, content_type="application/octet-stream")
@@ -728,7 +729,12 @@ def publish_variants(
                 p.file.metadata_sha256,
                 content_type="text/plain; charset=utf-8",
             )
-            done.append(f"{'published' if wrote else 'unchanged':9} {p.group}/{p.file.filename}")
+            status: Literal["published", "unchanged"] = "published" if wrote else "unchanged"
+            done.append(
+                PublishedFile(
+                    filename=p.file.filename, project=p.info.project, variant_id=p.group, status=status
+                )
+            )
     for (group, project), files in sorted(pages.items()):
         _sync_variant_page(store, group, project, files, notify, to=to)
     groups = {group for group, _project in pages}
@@ -902,8 +908,8 @@ def describe(result: PublishResult) -> Iterable[str]:
     """Human summary lines of a publish."""
     for f in result.files:
         yield f"{f.status:9} {f.variant_id}/{f.filename}"
-    for line in result.variant_files:
-        yield f"{line[:9]} variants/{line[10:]}"
+    for f in result.variant_files:
+        yield f"{f.status:9} {wheelvariants.PREFIX}{f.variant_id}/{f.filename}"
     for note in result.variant_notes:
         yield f"not on the variant index: {note}"
     if result.signed_by is not None:

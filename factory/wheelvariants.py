@@ -462,6 +462,30 @@ def torch_group(torch_version: str, cxx11_abi: bool) -> str:
     return f"torch{release[0]}.{(*release, 0)[1]}-abi{int(cxx11_abi)}"
 
 
+def choose_group(groups: Iterable[str], torch_version: str, cxx11_abi: bool) -> str | None:
+    """The variant index for a host's torch among `groups` (`groups_from_json` of `variants/groups.json`):
+    its own torch's (`torch2.14.1-abi1` for exactly 2.14.1 first, then `torch2.14-abi1`), else the stable-ABI
+    one with the newest floor at or below it; None when none serves it."""
+    try:
+        release = Version(torch_version).release
+    except InvalidVersion:
+        return None
+    abi = int(cxx11_abi)
+    wanted = [f"torch{'.'.join(map(str, release[:3]))}-abi{abi}", torch_group(torch_version, cxx11_abi)]
+    present = set(groups)
+    for group in wanted:
+        if group in present:
+            return group
+    floors = []
+    for group in present:
+        match = _GROUP.fullmatch(group)
+        if match and match["kind"] == "stable" and match["abi"] == str(abi):
+            floor = tuple(int(p) for p in match["torch"].split("."))
+            if floor <= release[: len(floor)]:
+                floors.append((floor, group))
+    return max(floors)[1] if floors else None
+
+
 def uv_command(index_url: str, project: str, *, group: str, version: str | None = None) -> str:
     """The uv command that installs `project` from the variant index at `index_url` (its `simple/` page):
     the variant is uv's to pick (CUDA by the driver, archs by the GPU). The index is uv's first, and uv

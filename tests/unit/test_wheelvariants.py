@@ -288,6 +288,23 @@ def test_the_uv_command_names_the_preview_the_index_first_and_the_release() -> N
         wv.uv_command(url, "x", group="cu130-torch2.14-abi1-sm80")
 
 
+@pytest.mark.parametrize(
+    ("torch", "abi", "group"),
+    [
+        ("2.14.1+cu130", True, "torch2.14.1-abi1"),  # a group pinned to the patch wins
+        ("2.14.0", True, "torch2.14-abi1"),
+        ("2.13.0", True, "stable2.12-abi1"),  # no torch group of its own: the newest covering floor
+        ("2.16.0", True, "stable2.15-abi1"),
+        ("2.11.0", True, None),  # older than every floor
+        ("2.14.0", False, None),  # another C++ ABI
+        ("not a version", True, None),
+    ],
+)
+def test_a_host_torch_chooses_its_variant_index(torch: str, abi: bool, group: str | None) -> None:
+    groups = ["torch2.14-abi1", "torch2.14.1-abi1", "stable2.12-abi1", "stable2.15-abi1", "torch2.14-abi1"]
+    assert wv.choose_group(groups, torch, abi) == group
+
+
 def test_publish_variants_in_a_matrix_is_a_boolean(tmp_path: Path) -> None:
     from factory.config import load_matrix_file
 
