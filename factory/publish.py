@@ -680,9 +680,25 @@ def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned
     return list(planned.values()), notes
 
 
-def _variant_state(store: Store, key: str, *, to: str) -> tuple[wheelvariants.VariantFile, ...]:
+def _channel_state(
+    store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None
+) -> tuple[T, ...]:
+    """What a state object of the variant channel says; a damaged one is a PublishError naming it and what
+    mends it (`factory index repair` does not cover the channel)."""
+    if data is None:
+        return ()
+    try:
+        return reader(data)
+    except index.DamagedState as exc:
+        raise PublishError(
+            f"{key} in {store.description} is damaged ({exc}); remove {wheelvariants.PREFIX} there and "
+            "publish the wheels again with --variants"
+        ) from None
+
+
+def _variant_state(store: Store, key: str) -> tuple[wheelvariants.VariantFile, ...]:
     current = store.get(key)
-    return _state(store, key, wheelvariants.files_from_state, current.data if current else None, to=to)
+    return _channel_state(store, key, wheelvariants.files_from_state, current.data if current else None)
 
 
 def publish_variants(
@@ -695,7 +711,6 @@ def publish_variants(
     already published with other bytes (the same properties from another arch set) keeps its place and the
     wheel gets a note; one whose core metadata differs from its release's other variants is refused
     (PublishError) before anything of the channel is written. Returns (files, notes)."""
-    to = store.description
     with tempfile.TemporaryDirectory(prefix="factory-variants-") as tmp:
         planned, notes = _plan_variants(infos, Path(tmp))
         kept = []
@@ -713,7 +728,7 @@ def publish_variants(
         for (group, project), files in pages.items():  # refused before the first write, as the pages are
             key = wheelvariants.state_key(group, project)
             try:
-                wheelvariants.merge_files(_variant_state(store, key, to=to), files)
+                wheelvariants.merge_files(_variant_state(store, key), files)
             except index.RecordConflict as exc:
                 raise PublishError(f"{wheelvariants.project_dir(group, project)}: {exc}") from None
         done: list[PublishedFile] = []
@@ -736,10 +751,10 @@ def publish_variants(
                 )
             )
     for (group, project), files in sorted(pages.items()):
-        _sync_variant_page(store, group, project, files, notify, to=to)
+        _sync_variant_page(store, group, project, files, notify)
     groups = {group for group, _project in pages}
     if groups:
-        _sync_variant_roots(store, pages, notify, to=to)
+        _sync_variant_roots(store, pages, notify)
     return tuple(done), tuple(notes)
 
 
@@ -749,15 +764,13 @@ def _sync_variant_page(
     project: str,
     files: Sequence[wheelvariants.VariantFile],
     notify: Progress,
-    *,
-    to: str,
 ) -> None:
     """Merge `files` into the project page's state, then write what the state makes: each release's
     variants.json before the page that links it."""
     key = wheelvariants.state_key(group, project)
 
     def swap(current: bytes | None) -> bytes | None:
-        existing = _state(store, key, wheelvariants.files_from_state, current, to=to)
+        existing = _channel_state(store, key, wheelvariants.files_from_state, current)
         try:
             merged = wheelvariants.merge_files(existing, files)
         except index.RecordConflict as exc:
@@ -788,9 +801,7 @@ def _sync_variant_page(
     notify("page" if written else "skip", f"{wheelvariants.project_dir(group, project)}index.html")
 
 
-def _sync_variant_roots(
-    store: Store, pages: Mapping[tuple[str, str], object], notify: Progress, *, to: str
-) -> None:
+def _sync_variant_roots(store: Store, pages: Mapping[tuple[str, str], object], notify: Progress) -> None:
     """Each group's root gains its projects, the list of groups its groups (grow-only, compare-and-swap)."""
     read = index.projects_from_root_json
     for group in sorted({g for g, _p in pages}):
@@ -800,7 +811,7 @@ def _sync_variant_roots(
         written: list[str] = []
 
         def swap(current: bytes | None, new: list[str] = new, state: str = state) -> bytes | None:
-            merged = index.merge_names(_state(store, state, read, current, to=to), new)
+            merged = index.merge_names(_channel_state(store, state, read, current), new)
             return None if merged is None else index.variant_root_json(merged).encode()
 
         if compare_and_swap(
@@ -819,7 +830,7 @@ def _sync_variant_roots(
     groups = sorted({g for g, _p in pages})
 
     def swap_groups(current: bytes | None) -> bytes | None:
-        existing = _state(store, wheelvariants.GROUPS_STATE, wheelvariants.groups_from_json, current, to=to)
+        existing = _channel_state(store, wheelvariants.GROUPS_STATE, wheelvariants.groups_from_json, current)
         merged = index.merge_names(existing, groups)
         return None if merged is None else wheelvariants.groups_json(merged).encode()
 

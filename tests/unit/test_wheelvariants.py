@@ -17,8 +17,9 @@ from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
 from factory import wheelvariants as wv
-from factory.errors import ConfigError
+from factory.errors import ConfigError, PublishError
 from factory.index import DamagedState, RecordConflict
+from factory.publish import PublishResult, describe, publish_wheels
 from factory.variants import VariantKey
 from factory.wheelcheck import record_hash, wheel_archive_problems
 
@@ -48,7 +49,7 @@ def factory_wheel(directory: Path, label: str = LABEL, *, summary: str = "demo")
     dist_info = f"demo_ext-{version}.dist-info"
     files = {
         "demo_ext/__init__.py": b"X = 1\n",
-        "demo_ext/_C.so": b"\x7fELF fake",
+        "demo_ext/_C.so": f"\x7fELF fake, code for {label}".encode(),  # each variant's own
         f"{dist_info}/METADATA": (
             f"Metadata-Version: 2.1\nName: demo-ext\nVersion: {version}\nSummary: {summary}\n"
             "Requires-Dist: torch==2.14.*\n\n"
@@ -59,6 +60,7 @@ def factory_wheel(directory: Path, label: str = LABEL, *, summary: str = "demo")
     }
     record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in files.items()) + f"{dist_info}/RECORD,,\n"
     files[f"{dist_info}/RECORD"] = record.encode()
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"demo_ext-{version}-cp311-cp311-manylinux_2_34_x86_64.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for n, d in files.items():
@@ -321,3 +323,65 @@ def test_publish_variants_in_a_matrix_is_a_boolean(tmp_path: Path) -> None:
     path.write_text(base + "publish: {to: ./idx, variants: maybe}\n")
     with pytest.raises(ConfigError, match=r"publish\.variants"):
         load_matrix_file(path)
+
+
+# --- publishing the channel (a local store) ---------------------------------------------------------------
+
+
+def publish(wheels: list[Path], to: Path) -> PublishResult:
+    return publish_wheels(wheels, to=str(to), variants=True)
+
+
+def test_publishing_twice_writes_nothing_new_and_the_channel_leaves_the_indexes_alone(tmp_path: Path) -> None:
+    wheels = [factory_wheel(tmp_path / "w"), factory_wheel(tmp_path / "w", "cu12.8.torch2.14.abi1.sm80")]
+    first = publish(wheels, tmp_path / "idx")
+    assert [f.status for f in first.variant_files] == ["published", "published"]
+    again = publish(wheels, tmp_path / "idx")
+    assert [f.status for f in again.variant_files] == ["unchanged", "unchanged"]
+    assert not [k for k in again.pages_written if k.startswith("variants/")]
+    plain = publish_wheels(wheels, to=str(tmp_path / "plain"))
+    assert plain.variant_files == ()
+    outside = sorted(
+        p.relative_to(tmp_path / "plain") for p in (tmp_path / "plain").rglob("*") if p.is_file()
+    )
+    assert outside == sorted(
+        p.relative_to(tmp_path / "idx")
+        for p in (tmp_path / "idx").rglob("*")
+        if p.is_file() and p.relative_to(tmp_path / "idx").parts[0] != "variants"
+    )
+    lines = list(describe(first))
+    assert any(line.startswith("published variants/torch2.14-abi1/demo_ext-0.1.0-cp311-") for line in lines)
+
+
+def test_a_variant_whose_metadata_differs_from_its_release_is_refused(tmp_path: Path) -> None:
+    publish([factory_wheel(tmp_path / "a")], tmp_path / "idx")
+    other = factory_wheel(tmp_path / "b", "cu12.8.torch2.14.abi1.sm80", summary="something else")
+    with pytest.raises(PublishError, match="must carry the same core metadata"):
+        publish([other], tmp_path / "idx")
+    assert len(list((tmp_path / "idx" / "variants" / "torch2.14-abi1" / "files").glob("*.whl"))) == 1
+
+
+def test_the_same_variant_from_another_wheel_keeps_the_first_and_says_so(tmp_path: Path) -> None:
+    publish([factory_wheel(tmp_path / "a", "cu13.0.torch2.14.abi1.sm80")], tmp_path / "idx")
+    result = publish([factory_wheel(tmp_path / "b", "cu13.0.torch2.14.abi1.sm80.90a")], tmp_path / "idx")
+    assert result.variant_files == ()
+    (note,) = result.variant_notes
+    assert note.startswith("demo_ext-0.1.0+cu13.0.torch2.14.abi1.sm80.90a-cp311") and "another wheel" in note
+    both = [
+        factory_wheel(tmp_path / "c", lb)
+        for lb in ("cu12.8.torch2.14.abi1.sm80", "cu12.8.torch2.14.abi1.sm80.90a")
+    ]
+    result = publish(both, tmp_path / "idx2")
+    assert [f.status for f in result.variant_files] == ["published"]
+    assert "the same variant" in result.variant_notes[0]
+
+
+def test_a_damaged_state_stops_the_channel_with_one_line_naming_it(tmp_path: Path) -> None:
+    publish([factory_wheel(tmp_path / "a")], tmp_path / "idx")
+    state = tmp_path / "idx" / "variants" / "torch2.14-abi1" / "simple" / "demo-ext" / "state.json"
+    state.write_text("garbage")
+    with pytest.raises(PublishError) as caught:
+        publish([factory_wheel(tmp_path / "b", "cu12.8.torch2.14.abi1.sm80")], tmp_path / "idx")
+    message = str(caught.value)
+    assert "variants/torch2.14-abi1/simple/demo-ext/state.json" in message and "\n" not in message
+    assert "publish the wheels again with --variants" in message
