@@ -752,8 +752,7 @@ def publish_variants(
             )
     for (group, project), files in sorted(pages.items()):
         _sync_variant_page(store, group, project, files, notify)
-    groups = {group for group, _project in pages}
-    if groups:
+    if pages:
         _sync_variant_roots(store, pages, notify)
     return tuple(done), tuple(notes)
 
@@ -794,64 +793,58 @@ def _sync_variant_page(
     outputs = wheelvariants.variant_site(
         {(group, project): wheelvariants.files_from_state(current.data) if current else ()}
     )
-    documents = [k for k in outputs if k.endswith("-variants.json")]
-    html_key = f"{wheelvariants.project_dir(group, project)}index.html"
-    for keys, content_type in ((documents, "application/json"), ([html_key], index.HTML_TYPE)):
-        converge_pages(store, key, [(k, render(k)) for k in keys], content_type=content_type, written=written)
-    notify("page" if written else "skip", f"{wheelvariants.project_dir(group, project)}index.html")
+    documents = [(k, render(k)) for k in outputs if k.endswith("-variants.json")]
+    page_dir = wheelvariants.project_dir(group, project)
+    html = [(k, render(f"{page_dir}index.html")) for k in list_page_keys(store, page_dir)]
+    for pages, content_type in ((documents, "application/json"), (html, index.HTML_TYPE)):
+        converge_pages(store, key, pages, content_type=content_type, written=written)
+    notify("page" if written else "skip", f"{page_dir}index.html")
 
 
-def _sync_variant_roots(store: Store, pages: Mapping[tuple[str, str], object], notify: Progress) -> None:
-    """Each group's root gains its projects, the list of groups its groups (grow-only, compare-and-swap)."""
-    read = index.projects_from_root_json
-    for group in sorted({g for g, _p in pages}):
-        root = wheelvariants.root_dir(group)
-        state = wheelvariants.projects_key(group)
-        new = [p for g, p in pages if g == group]
-        written: list[str] = []
+def _sync_names(
+    store: Store,
+    state: str,
+    page_dir: str,
+    new: Iterable[str],
+    *,
+    read: Callable[[bytes], tuple[str, ...]],
+    dump: Callable[[Iterable[str]], str],
+    html: Callable[[Iterable[str]], str],
+    notify: Progress,
+) -> None:
+    """Grow the list `state` (`read`/`dump`) by `new` (compare-and-swap), then its HTML page in `page_dir`."""
+    names = tuple(new)
+    written: list[str] = []
 
-        def swap(current: bytes | None, new: list[str] = new, state: str = state) -> bytes | None:
-            merged = index.merge_names(_channel_state(store, state, read, current), new)
-            return None if merged is None else index.variant_root_json(merged).encode()
-
-        if compare_and_swap(
-            store, state, swap, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
-        ):
-            written.append(state)
-        converge_pages(
-            store,
-            state,
-            [(f"{root}index.html", lambda data: wheelvariants.root_html(read(data)).encode())],
-            content_type=index.HTML_TYPE,
-            written=written,
-        )
-        notify("page" if written else "skip", f"{root}index.html")
-    written = []
-    groups = sorted({g for g, _p in pages})
-
-    def swap_groups(current: bytes | None) -> bytes | None:
-        existing = _channel_state(store, wheelvariants.GROUPS_STATE, wheelvariants.groups_from_json, current)
-        merged = index.merge_names(existing, groups)
-        return None if merged is None else wheelvariants.groups_json(merged).encode()
+    def swap(current: bytes | None) -> bytes | None:
+        merged = index.merge_names(_channel_state(store, state, read, current), names)
+        return None if merged is None else dump(merged).encode()
 
     if compare_and_swap(
-        store, wheelvariants.GROUPS_STATE, swap_groups, content_type="application/json",
-        cache_control=index.PAGE_CACHE_CONTROL,
-    ):  # fmt: skip
-        written.append(wheelvariants.GROUPS_STATE)
-    converge_pages(
-        store,
-        wheelvariants.GROUPS_STATE,
-        [
-            (
-                f"{wheelvariants.PREFIX}index.html",
-                lambda data: wheelvariants.groups_html(wheelvariants.groups_from_json(data)).encode(),
-            )
-        ],
-        content_type=index.HTML_TYPE,
-        written=written,
-    )
-    notify("page" if written else "skip", f"{wheelvariants.PREFIX}index.html")
+        store, state, swap, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
+    ):
+        written.append(state)
+    pages = [(k, lambda data: html(read(data)).encode()) for k in list_page_keys(store, page_dir)]
+    converge_pages(store, state, pages, content_type=index.HTML_TYPE, written=written)
+    notify("page" if written else "skip", f"{page_dir}index.html")
+
+
+def _sync_variant_roots(store: Store, pages: Iterable[tuple[str, str]], notify: Progress) -> None:
+    """Each group's root gains its projects, the list of groups (`variants/`) its groups."""
+    by_group: dict[str, list[str]] = {}
+    for group, project in pages:
+        by_group.setdefault(group, []).append(project)
+    for group, projects in sorted(by_group.items()):
+        _sync_names(
+            store, wheelvariants.projects_key(group), wheelvariants.root_dir(group), projects,
+            read=index.projects_from_root_json, dump=index.variant_root_json, html=wheelvariants.root_html,
+            notify=notify,
+        )  # fmt: skip
+    _sync_names(
+        store, wheelvariants.GROUPS_STATE, wheelvariants.PREFIX, by_group,
+        read=wheelvariants.groups_from_json, dump=wheelvariants.groups_json, html=wheelvariants.groups_html,
+        notify=notify,
+    )  # fmt: skip
 
 
 def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str, ...]:
