@@ -184,3 +184,32 @@ def test_the_uv_version_is_one_with_wheel_variants() -> None:
     out = subprocess.run([UV, "--version"], capture_output=True, text=True, check=True).stdout.split()
     version = tuple(int(p) for p in out[1].split(".")[:3])
     assert version >= (0, 13, 6), out
+
+
+def test_on_a_gpu_host_uv_reads_the_driver_and_the_gpu_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check left for a host with an NVIDIA GPU (CI has none, and skips it): with nothing stood in, uv's
+    NVIDIA provider reads the driver and the GPU, and takes the wheel built for this GPU's arch over one
+    built for another GPU generation."""
+    from factory.driver import detect_driver
+    from factory.publish import publish_wheels
+    from factory.variants import Arch
+
+    driver = detect_driver()
+    if driver.cuda is None or not driver.gpus:
+        pytest.skip("no NVIDIA driver and GPU here: this is the check for a GPU host (docs/PUBLISH.md)")
+    gpu = Arch.parse(driver.gpus[0].strip())
+    other = gpu.major - 1 if gpu.major >= 12 else gpu.major + 1
+    ours = f"cu{driver.cuda}.torch2.14.abi1.sm{gpu.major}{gpu.minor}"
+    wheels = [
+        make_wheel(tmp_path / "w", label=ours),
+        make_wheel(tmp_path / "w", label=f"cu{driver.cuda}.torch2.14.abi1.sm{other}0"),
+    ]
+    publish_wheels(wheels, to=str(tmp_path / "idx"), variants=True)
+    monkeypatch.delenv(FORCE_CUDA, raising=False)
+    monkeypatch.delenv(FORCE_SM, raising=False)
+    venv = fresh_venv(tmp_path / "venv", tool="uv")
+    proc = uv_variant_install(venv, (tmp_path / "idx" / "variants" / GROUP / "simple").as_uri() + "/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert installed_label(venv) == ours
