@@ -15,6 +15,9 @@ still the current one after its write: whoever changed the state last also leave
 
 `repair_index` rebuilds the whole state from the wheel files and writes `site.build_site` of it, where it
 differs.
+
+With `variants` (experimental), `publish_variants` then writes the wheel variant channel under `variants/`
+(`factory.wheelvariants`) in the same order: the variant wheels, each project page's state, what it makes.
 """
 
 from __future__ import annotations
