@@ -288,7 +288,7 @@ def test_the_sbom_is_valid_cyclonedx_to_its_own_library() -> None:
         (b'{"bomFormat": "CycloneDX", "specVersion": "1.2"}', "CycloneDX '1.2', not 1.6"),
         (b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": 3}', "not valid CycloneDX 1.6"),
         (b"nope", "not valid JSON"),
-        (b" " * (sbom.MAX_BYTES + 1), "over the 4 MiB"),
+        (b" " * (sbom.MAX_BYTES + 1), "over the 1 MiB"),
     ],
 )
 def test_hostile_sboms_are_one_line_errors(data: bytes, says: str) -> None:
