@@ -285,6 +285,7 @@ class Body:
     def __init__(self, raw: IO[bytes], *, deadline: Deadline | None, max_bytes: int, shown: str) -> None:
         self.raw, self.deadline, self.max_bytes, self.shown = raw, deadline, max_bytes, shown
         self.total = 0
+        self.status: int | None = getattr(raw, "status", None)  # an HTTP response's
 
     def _late(self) -> Refused:
         seconds = self.deadline.seconds if self.deadline is not None else 0
@@ -298,9 +299,11 @@ class Body:
             # read1 where there is one: one receive at a time, so the deadline is seen between them
             reader = getattr(self.raw, "read1", self.raw.read)
             chunk = reader(min(max(want, 0), CHUNK)) if want > 0 else b""
-        except (OSError, HTTPException, ValueError):
+        except (OSError, HTTPException, ValueError) as exc:
             if self.deadline is not None and self.deadline.expired:
                 raise self._late() from None
+            if isinstance(exc, HTTPException):  # a body cut short: an OSError as the callers catch them
+                raise OSError(f"the answer broke off ({type(exc).__name__})") from None
             raise
         if self.deadline is not None and self.deadline.expired:
             raise self._late()

@@ -166,10 +166,12 @@ def inspect_wheel(path: Path) -> WheelInfo:
     digest = hashlib.sha256()
     size = 0
     try:
-        with path.open("rb") as fh:
+        with bounded.open_file(path, max_bytes=None) as fh:  # a FIFO is refused, never waited on
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
                 size += len(chunk)
+    except bounded.Refused as exc:
+        raise ConfigError(f"{exc}; not a wheel") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read wheel ({exc.strerror})") from None
     metadata = read_metadata(path, str(path))

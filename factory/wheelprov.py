@@ -200,12 +200,13 @@ def _record_bytes(wheel_or_url: str, local: Path) -> bytes | None:
             return fh.read(limit + 1)
     url = parts._replace(path=parts.path + buildrecord.SUFFIX).geturl()
     try:
+        shown = without_credentials(url)
         with bounded.open_url(
-            urllib.request.Request(url), seconds=RECORD_DEADLINE_S, max_bytes=limit + 1, shown=""
+            urllib.request.Request(url), seconds=RECORD_DEADLINE_S, max_bytes=limit + 1, shown=shown
         ) as resp:
             return resp.read_all()
     except bounded.Refused as exc:
-        raise CheckError(str(exc).lstrip(": ")) from None
+        raise CheckError(str(exc).removeprefix(f"{shown}: ")) from None
     except urllib.error.HTTPError as exc:
         if exc.code in (403, 404):  # S3 answers 403 for a missing key without list permission
             return None

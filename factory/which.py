@@ -755,8 +755,10 @@ def submit_request(index: str, request: VariantRequest) -> str:
     )
     shown = without_credentials(url)
     try:
-        with urllib.request.urlopen(http, timeout=60) as resp:
+        with bounded.open_url(http, seconds=PAGE_DEADLINE_S, max_bytes=MAX_ANSWER, shown=shown) as resp:
             status = resp.status
+    except bounded.Refused as exc:
+        raise FactoryError(str(exc)) from None
     except urllib.error.HTTPError as exc:
         said = exc.read(MAX_ANSWER).decode("utf-8", "replace").strip().splitlines()
         detail = f": {printable(said[0])}" if said else ""
