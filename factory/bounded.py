@@ -328,10 +328,12 @@ def open_url(
     max_bytes: int,
     shown: str,
     context: ssl.SSLContext | None = None,
+    whole: bool = True,
 ) -> Iterator[Body]:
     """GET (or POST) `request` with a total wall-clock deadline of `seconds` over connecting, the answer's
-    headers and every read of its body, the body capped at `max_bytes`; a `file:` URL is a regular file
-    (`open_file`). HTTP errors are raised as urllib raises them; too slow or too large is Refused naming
+    headers and every read of its body, the body capped at `max_bytes` (a Content-Length over it refused
+    before the body is read, unless the caller reads a prefix only: `whole=False`); a `file:` URL is a regular
+    file (`open_file`). HTTP errors are raised as urllib raises them; too slow or too large is Refused naming
     `shown` (the URL as it may be shown)."""
     parts = urlsplit(request.full_url)
     if parts.scheme == "file":
@@ -365,7 +367,7 @@ def open_url(
             raise OSError(str(exc) or type(exc).__name__) from None
         with resp:
             declared = (resp.headers.get("Content-Length") or "").strip()
-            if declared.isdigit() and int(declared) > max_bytes:
+            if whole and declared.isdigit() and int(declared) > max_bytes:
                 raise Refused(f"{shown}: {declared} bytes, over the {size_text(max_bytes)} it may have")
             yield Body(resp, deadline=deadline, max_bytes=max_bytes, shown=shown)
 

@@ -117,8 +117,8 @@ def verify_url(url: str, *, key: Ed25519PublicKey, signature: str | None = None)
     if signature is not None:
         checked_url(sig_url, schemes=INDEX_SCHEMES, what="--signature")
     try:
-        # one byte more than a signature may have tells one that is too big (check() names it)
-        with open_url(sig_url, accept="application/json", max_bytes=MAX_SIGNATURE_BYTES + 1) as resp:
+        # read one byte more than a signature may have, no further: that tells one too big (check() says)
+        with open_url(sig_url, accept="application/json", whole=False) as resp:
             sig = _read_bounded(resp, limit=MAX_SIGNATURE_BYTES)
     except FactoryError as exc:
         raise SignatureError(f"{shown}: unsigned (no signature: {exc})") from None

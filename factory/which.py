@@ -466,12 +466,13 @@ def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str
 
 @contextlib.contextmanager
 def open_url(
-    url: str, *, accept: str, seconds: float | None = None, max_bytes: int | None = None
+    url: str, *, accept: str, seconds: float | None = None, max_bytes: int | None = None, whole: bool = True
 ) -> Iterator[bounded.Body]:
     """Open one URL of an index for reading (`_http_request`), within a total wall-clock deadline (`seconds`,
     default PAGE_DEADLINE_S) and a byte cap (`max_bytes`, default MAX_PAGE) over connecting and every read
-    (`bounded.open_url`; a file: URL is a regular file only); FactoryError, naming the URL without its
-    credentials, for HTTP errors, no answer, too slow or too large."""
+    (`bounded.open_url`; a file: URL is a regular file only; `whole=False`: the caller reads a prefix);
+    FactoryError, naming the URL without its credentials, for HTTP errors, no answer, too slow or too
+    large."""
     shown = without_credentials(url)
     limit = MAX_PAGE if max_bytes is None else max_bytes
     try:
@@ -480,6 +481,7 @@ def open_url(
             seconds=PAGE_DEADLINE_S if seconds is None else seconds,
             max_bytes=limit,
             shown=shown,
+            whole=whole,
         ) as body:
             yield body
     except urllib.error.HTTPError as exc:
