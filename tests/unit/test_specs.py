@@ -353,3 +353,18 @@ def test_the_job_cap_applies_to_what_the_specifiers_resolved_to(tmp_path: Path) 
     index = ManyMinors(tmp_path, MAX_JOBS // 2 + 1)  # under the cap alone, over it with two Pythons
     with pytest.raises(ConfigError, match=f"its specifiers resolve to more than {MAX_JOBS} jobs"):
         plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]')), index=index)
+
+
+@pytest.mark.timeout(60)
+def test_compat_show_of_twenty_thousand_torch_minors_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import factory.torchcompat as torchcompat
+
+    index = ManyMinors(tmp_path, 20_000)
+    monkeypatch.setattr(torchcompat, "open_index", lambda **_: (index, PipSettings()))
+    report = torchcompat.compat_report()
+    rows = {row["torch"]: row for row in report["torch"]}
+    assert {"key": "cuda", "value": ["13.0"]} in [
+        {k: f[k] for k in ("key", "value")} for f in rows["20.999"]["facts"]
+    ]
