@@ -42,7 +42,7 @@ class Difference:
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with bounded.open_file(path, max_bytes=None) as fh:  # a regular file: a FIFO is refused, not waited on
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
