@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Literal, NoReturn, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import checkrecord, index, site, wheelvariants
+from factory import bounded, checkrecord, index, site, wheelvariants
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord, PageRef
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
@@ -112,7 +112,7 @@ def read_metadata(source: Path | IO[bytes], shown: str) -> bytes:
     """The *.dist-info/METADATA of a wheel, read at most MAX_METADATA_BYTES + 1 bytes deep (never
     inflated whole); ConfigError naming `shown` for anything but one such file of at most that size."""
     try:
-        with zipfile.ZipFile(source) as zf:
+        with bounded.open_zip(source) as zf:
             candidates = [i for i in zf.infolist() if i.filename.count("/") == 1]
             candidates = [i for i in candidates if i.filename.endswith(".dist-info/METADATA")]
             if len(candidates) != 1:
@@ -173,10 +173,12 @@ def inspect_wheel(path: Path) -> WheelInfo:
     digest = hashlib.sha256()
     size = 0
     try:
-        with path.open("rb") as fh:
+        with bounded.open_file(path, max_bytes=None) as fh:  # a FIFO is refused, never waited on
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
                 size += len(chunk)
+    except bounded.Refused as exc:
+        raise ConfigError(f"{exc}; not a wheel") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read wheel ({exc.strerror})") from None
     metadata = read_metadata(path, str(path))
@@ -201,6 +203,9 @@ def inspect_wheel(path: Path) -> WheelInfo:
     )
 
 
+# A build report of the largest matrix (config.MAX_JOBS jobs of a few KiB each) is a few MiB; more is not one.
+MAX_REPORT_BYTES = 64 << 20
+
 # The fields of a build report's job (factory.build.JobResult) that publishing reads, and their types.
 _JOB_FIELDS: Mapping[str, tuple[type, ...]] = {
     "variant_id": (str,),
@@ -215,7 +220,9 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
     """The jobs of a build report (a list of jobs, or an object with a "jobs" list), every one checked
     before anything is published."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(bounded.read_file(path, max_bytes=MAX_REPORT_BYTES))
+    except bounded.Refused as exc:
+        raise ConfigError(f"{exc}; not a build report") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read build report ({exc.strerror})") from None
     except UnicodeDecodeError:
@@ -504,7 +511,7 @@ def build_records(
     from factory import buildrecord, wheelprov
 
     try:
-        doc = json.loads(report.read_text())
+        doc = json.loads(bounded.read_file(report, max_bytes=MAX_REPORT_BYTES))
     except (OSError, ValueError):  # load_report has read it once: a report changed under us has no records
         return {}
     top: Mapping[str, object] = doc if isinstance(doc, dict) else {}

@@ -33,7 +33,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory import abi3, reproducible
+from factory import abi3, bounded, reproducible
 from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
@@ -275,7 +275,7 @@ def archive_problems(archive: zipfile.ZipFile) -> list[str]:
 def wheel_archive_problems(wheel: Path) -> list[str]:
     """`archive_problems` of the wheel file; one problem when it is not a readable zip."""
     try:
-        with zipfile.ZipFile(wheel) as archive:
+        with bounded.open_zip(wheel) as archive:
             return archive_problems(archive)
     except (zipfile.BadZipFile, *_UNREADABLE) as exc:
         return [f"zip: cannot be opened ({exc})"]
@@ -286,7 +286,7 @@ def wheel_archive_problems(wheel: Path) -> list[str]:
 
 def _open_wheel(wheel: Path) -> zipfile.ZipFile:
     try:
-        return zipfile.ZipFile(wheel)
+        return bounded.open_zip(wheel)
     except (zipfile.BadZipFile, *_UNREADABLE) as exc:
         raise CheckError(f"{wheel.name}: not a readable wheel ({exc})") from None
 
@@ -578,7 +578,7 @@ def check_wheel(
             )
 
     try:
-        archive = zipfile.ZipFile(wheel)
+        archive = bounded.open_zip(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
         return [*problems, f"zip: cannot be opened ({exc})"]
     with archive:
