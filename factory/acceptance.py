@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import parse_wheel_filename
 
 from factory import (
+    bounded,
     buildfacts,
     buildlog,
     checkrecord,
@@ -251,7 +252,7 @@ class Acceptance:
         had no object nvcc compiled (`buildlog.module_kinds`), and the recipe's `host_only_libraries`,
         which are taken as they are; where the two disagree the log says so."""
         try:
-            with zipfile.ZipFile(wheel) as archive:
+            with bounded.open_zip(wheel) as archive:
                 members = [n for n in archive.namelist() if wheelcheck.is_extension_module(n)]
         except (zipfile.BadZipFile, OSError):
             return self.mf.recipe.host_only_libraries  # the wheel check says what is wrong with it

@@ -839,7 +839,7 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
     if "publish" not in root or root["publish"] is None:
         return PublishOptions()
     node = check.mapping(root, "publish", "publish")
-    check.keys(node, ("to", "endpoint_url"), "publish")
+    check.keys(node, ("to", "endpoint_url", "variants"), "publish")
     c: dict[str, Any] = {}
     if "to" in node:
         c["to"] = check.string(node, "to", "publish.to")
@@ -857,6 +857,8 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
             check_endpoint_url(c["endpoint_url"], what="publish.endpoint_url")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "endpoint_url") from None
+    if "variants" in node:
+        c["variants"] = check.boolean(node, "variants", "publish.variants")
     opts = PublishOptions(**c)
     if opts.endpoint_url and not opts.to.startswith("s3://"):
         raise check.fail("publish.endpoint_url only applies to an s3:// destination", node, "endpoint_url")

@@ -22,23 +22,22 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from http.client import HTTPResponse
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import installcmd, variantrequest
+from factory import bounded, installcmd, variantrequest
 from factory.compat import CompatData
-from factory.driver import detect_driver
+from factory.driver import detect_driver, run_tool
 from factory.errors import ConfigError, FactoryError
 from factory.index import parse_anchors
 from factory.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
-from factory.options import PYTORCH_INDEX
+from factory.options import MAX_PAGE, PAGE_DEADLINE_S, PYTORCH_INDEX
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
 from factory.variantrequest import VariantRequest
@@ -410,19 +409,10 @@ def detect_environment(python: str | None = None) -> Environment:
         )
     gpus, source = env.gpus, env.gpu_source
     if not gpus and shutil.which("nvidia-smi"):
-        try:
-            smi = subprocess.run(
-                ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=60,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            smi = None  # no second opinion on the GPUs: torch's (none) stands
-        if smi is not None and smi.returncode == 0:
-            gpus = parse_nvidia_smi(smi.stdout)
+        # bounded in size and time (driver.run_tool); no answer: no second opinion, torch's (none) stands
+        smi = run_tool(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+        if smi is not None:
+            gpus = parse_nvidia_smi(smi)
             source = "nvidia-smi" if gpus else "none"
     return replace(env, gpus=gpus, gpu_source=source)
 
@@ -460,28 +450,41 @@ def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str
     return urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
 
 
-def open_url(url: str, *, accept: str) -> HTTPResponse | IO[bytes]:
-    """Open one URL of an index for reading (`_http_request`); FactoryError, naming the URL without its
-    credentials, for HTTP errors and no answer."""
+@contextlib.contextmanager
+def open_url(
+    url: str, *, accept: str, seconds: float | None = None, max_bytes: int | None = None, whole: bool = True
+) -> Iterator[bounded.Body]:
+    """Open one URL of an index for reading (`_http_request`), within a total wall-clock deadline (`seconds`,
+    default PAGE_DEADLINE_S) and a byte cap (`max_bytes`, default MAX_PAGE) over connecting and every read
+    (`bounded.open_url`; a file: URL is a regular file only; `whole=False`: the caller reads a prefix);
+    FactoryError, naming the URL without its credentials, for HTTP errors, no answer, too slow or too
+    large."""
+    shown = without_credentials(url)
+    limit = MAX_PAGE if max_bytes is None else max_bytes
     try:
-        resp: HTTPResponse | IO[bytes] = urllib.request.urlopen(
-            _http_request(url, headers={"Accept": accept}), timeout=60
-        )
+        with bounded.open_url(
+            _http_request(url, headers={"Accept": accept}),
+            seconds=PAGE_DEADLINE_S if seconds is None else seconds,
+            max_bytes=limit,
+            shown=shown,
+            whole=whole,
+        ) as body:
+            yield body
     except urllib.error.HTTPError as exc:
-        raise FactoryError(f"{without_credentials(url)}: HTTP {exc.code}") from None
+        raise FactoryError(f"{shown}: HTTP {exc.code}") from None
+    except bounded.Refused as exc:
+        raise FactoryError(str(exc)) from None
+    except FileNotFoundError:
+        raise FactoryError(f"{shown}: no such file") from None
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise FactoryError(f"{without_credentials(url)}: {reason}") from None
-    return resp
+        reason = getattr(exc, "reason", None) or exc.strerror or exc
+        raise FactoryError(f"{shown}: {reason}") from None
 
 
 def fetch_page(url: str) -> str:
-    """GET one HTML page (`open_url`)."""
+    """GET one HTML page (`open_url`: at most MAX_PAGE within PAGE_DEADLINE_S, never read whole past it)."""
     with open_url(url, accept="text/html") as resp:
-        try:
-            return resp.read().decode("utf-8", "replace")
-        except OSError as exc:
-            raise FactoryError(f"{without_credentials(url)}: {exc}") from None
+        return resp.read_all().decode("utf-8", "replace")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -776,8 +779,10 @@ def submit_request(index: str, request: VariantRequest) -> str:
     )
     shown = without_credentials(url)
     try:
-        with urllib.request.urlopen(http, timeout=60) as resp:
+        with bounded.open_url(http, seconds=PAGE_DEADLINE_S, max_bytes=MAX_ANSWER, shown=shown) as resp:
             status = resp.status
+    except bounded.Refused as exc:
+        raise FactoryError(str(exc)) from None
     except urllib.error.HTTPError as exc:
         said = exc.read(MAX_ANSWER).decode("utf-8", "replace").strip().splitlines()
         detail = f": {printable(said[0])}" if said else ""

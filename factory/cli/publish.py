@@ -42,6 +42,12 @@ def publish(
             help="Publish a wheel that failed its checks (its .check-failed.json beside it) anyway.",
         ),
     ] = False,
+    variants: Annotated[
+        bool,
+        typer.Option(
+            "--variants", help="Also as wheel variants (PEP 825, experimental) under DEST/variants/."
+        ),
+    ] = False,
 ) -> None:
     """Publish wheels into one simple index per variant (local directory or S3).
 
@@ -52,7 +58,13 @@ def publish(
 
     signer = signer_from(path=sign_key, env_name=sign_key_env)
     result = publish_directory(
-        wheel_dir, to=to, endpoint_url=endpoint_url, report=report, signer=signer, force_failed=force_failed
+        wheel_dir,
+        to=to,
+        endpoint_url=endpoint_url,
+        report=report,
+        signer=signer,
+        force_failed=force_failed,
+        variants=variants,
     )
     for line in describe(result):
         typer.echo(line)
