@@ -305,8 +305,8 @@ if(c.abi&&c.abi!=r.abi)why.push('built with cxx11 ABI '+r.abi);
 if(c.g&&!r.a.some(function(a){return runs(a,c.g)}))why.push('no code for compute capability '+c.g+
 '; built for '+r.a.join(', '));
 var pys=Object.keys(r.py).filter(function(p){return!c.m||r.py[p]==c.m||r.py[p]=='any'});
-if(c.py?pys.indexOf(c.py)<0:!pys.length)why.push('no wheel for '+(c.py?'Python '+c.py:'this platform')+
-(c.m?' on '+c.m:''));
+if(!pys.some(function(p){return!c.py||p==c.py||!/^\d+\.\d+$/.test(p)}))
+why.push('no wheel for '+(c.py?'Python '+c.py:'this platform')+(c.m?' on '+c.m:''));
 (why.length?near:fits).push({r:r,why:why,notes:notes})});
 fits.sort(function(a,b){return cmp(b.r.t,a.r.t)||a.notes.length-b.notes.length||cmp(b.r.cu,a.r.cu)||
 a.r.a.length-b.r.a.length||(a.r.v<b.r.v?-1:1)});

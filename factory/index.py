@@ -618,7 +618,7 @@ def matrix_cells(
             continue
         if result in {"failed", "oom"}:
             status: CellStatus = "failed"
-            detail = result
+            detail = _failure(result, job.get("reason"))
         else:
             status, detail = "not built", result if result != "ok" else "not published"
         existing = cells.get(key)
@@ -627,6 +627,20 @@ def matrix_cells(
                 project=key[0], variant_id=variant_id, python=python, status=status, detail=detail
             )
     return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+
+
+MAX_REASON = 200  # characters of a failed job's reason the grid shows (the build log has the rest)
+
+
+def _failure(result: str, reason: object) -> str:
+    """A failed cell's detail: the job's result and, where the report gives one, the first line of its
+    reason, printable characters only and cut at MAX_REASON (a build container wrote it)."""
+    if not isinstance(reason, str):
+        return result
+    line = "".join(ch for ch in (reason.strip().splitlines() or [""])[0] if ch.isprintable()).strip()
+    if not line or line == result:
+        return result
+    return f"{result}: {line[:MAX_REASON]}{'…' if len(line) > MAX_REASON else ''}"
 
 
 def _covered(job: Mapping[str, object]) -> list[str]:

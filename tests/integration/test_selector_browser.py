@@ -179,3 +179,28 @@ def test_without_javascript_the_grid_reads(browser: Any, idx: Path, tmp_path: Pa
             assert code.startswith("pip install --only-binary flash-attn --index-url simple/cu128-torch2.10")
     finally:
         browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": False})
+
+
+def test_a_pure_wheel_serves_every_python(browser: Any, tmp_path: Path) -> None:
+    """A py3 wheel's column is no CPython: any Python picked takes it (and any platform)."""
+    from publish_helpers import LABEL_NEW, VID_NEW, make_wheel
+
+    from factory.publish import publish_wheels
+
+    publish_wheels([make_wheel(tmp_path / "wh")], to=str(tmp_path / "idx"))
+    browser.get((tmp_path / "idx" / "index.html").as_uri())
+    with screenshot_on_failure(browser, tmp_path):
+        choose(browser, gpu="A100")
+        install = installcmd.variant_install(
+            "tinyvar",
+            version=f"0.1.0+{LABEL_NEW}",
+            variant_id=VID_NEW,
+            variant_index=f"{(tmp_path / 'idx').as_uri()}/simple/{VID_NEW}/",
+        )
+        assert install is not None
+        assert (shown(browser, "pip"), shown(browser, "uv")) == installcmd.commands(install)
+        choose(browser, gpu="RTX 4090")  # 8.9: sm_80 code runs on it (same major, later minor)
+        assert shown(browser, "pip") == installcmd.pip_command(install)
+        choose(browser, gpu="T4")
+        assert shown(browser, "commands") == ""
+        assert "no code for compute capability 7.5; built for 8.0, 9.0" in shown(browser, "notes")

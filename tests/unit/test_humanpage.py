@@ -166,3 +166,13 @@ def test_matrix_cells_take_the_upload_time_and_the_files_beside() -> None:
 def test_the_module_owns_no_command_format() -> None:
     """The script shows a row's commands; it composes none (installcmd's are the only ones on the page)."""
     assert "pip install" not in humanpage._SCRIPT and "--index" not in humanpage._SCRIPT
+
+
+def test_a_failed_cell_shows_the_jobs_reason_bounded() -> None:
+    jobs = [
+        {"variant_id": VID, "python": "3.11", "result": "oom", "reason": "killed at 23 GiB\nsecond line"},
+        {"variant_id": VID, "python": "3.12", "result": "failed", "reason": "x" * 500 + "\x1b[31m"},
+        {"variant_id": VID, "python": "3.13", "result": "failed", "reason": 7},
+    ]
+    details = [c.detail for c in index.matrix_cells(jobs, [], project_hint="p")]
+    assert details == ["oom: killed at 23 GiB", "failed: " + "x" * index.MAX_REASON + "…", "failed"]
