@@ -204,3 +204,20 @@ def test_a_pure_wheel_serves_every_python(browser: Any, tmp_path: Path) -> None:
         choose(browser, gpu="T4")
         assert shown(browser, "commands") == ""
         assert "no code for compute capability 7.5; built for 8.0, 9.0" in shown(browser, "notes")
+
+
+def test_repair_rebuilds_the_same_page(tmp_path: Path) -> None:
+    """What the grid says of each wheel (upload time, files beside it), rebuilt from the store alone."""
+    from factory.publish import repair_index
+
+    idx = selector_index(tmp_path)
+    page, state = (idx / "index.html").read_bytes(), (idx / "matrix.json").read_bytes()
+    (idx / "matrix.json").write_text('{"cells": []}\n')  # lost: repair finds what is beside each wheel
+    repair_index(to=str(idx))
+    assert (idx / "matrix.json").read_bytes() != state  # the failed and skipped cells came from the report
+    rebuilt = json.loads((idx / "matrix.json").read_text())["cells"]
+    published = {c["detail"]: c for c in json.loads(state)["cells"] if c["status"] == "built"}
+    assert {c["detail"]: c for c in rebuilt} == published
+    (idx / "matrix.json").write_bytes(state)
+    repair_index(to=str(idx))
+    assert (idx / "index.html").read_bytes() == page
