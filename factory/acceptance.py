@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 from packaging.utils import parse_wheel_filename
 
 from factory import (
+    bounded,
     buildfacts,
     buildlog,
+    checkrecord,
     jobspec,
     leftovers,
     platform_tag,
@@ -249,7 +251,7 @@ class Acceptance:
         had no object nvcc compiled (`buildlog.module_kinds`), and the recipe's `host_only_libraries`,
         which are taken as they are; where the two disagree the log says so."""
         try:
-            with zipfile.ZipFile(wheel) as archive:
+            with bounded.open_zip(wheel) as archive:
                 members = [n for n in archive.namelist() if wheelcheck.is_extension_module(n)]
         except (zipfile.BadZipFile, OSError):
             return self.mf.recipe.host_only_libraries  # the wheel check says what is wrong with it
@@ -282,3 +284,9 @@ class Acceptance:
             return
         self.result.kept_wheel = str(kept)
         self.run.note(f"the wheel that failed its check is kept: {kept}")
+        try:  # beside it, so that `factory publish` refuses it wherever it is copied with its record
+            checkrecord.write_beside(
+                kept, job=self.job.id, reason=self.result.reason or "its checks did not finish"
+            )
+        except OSError as exc:
+            self.run.note(f"the wheel's failure record could not be written: {exc}")

@@ -28,6 +28,7 @@ from factory import (
     buildfacts,
     buildrecord,
     cache,
+    domainnote,
     home,
     images,
     leftovers,
@@ -47,7 +48,7 @@ from factory.engine import (
     remove_stale_containers,
     run_labels,
 )
-from factory.errors import BuildError, ConfigError, PatchError
+from factory.errors import BuildError, ConfigError, FactoryError, PatchError
 from factory.jobrun import JobContext, JobInputs, run_job
 from factory.jobspec import CONTAINER_USER, WORK_MOUNT, WORK_VOLUME, requirements
 from factory.memory import jobmemory
@@ -156,6 +157,7 @@ class Runner:
             reuse=settings.reuse,
             compile_cache=self.compile_cache,
         )
+        self._results: dict[int, JobResult] = {}  # the running jobs' results, by their thread
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._cache: dict[str, Any] = {}
@@ -166,8 +168,16 @@ class Runner:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._cache:
-                self._cache[key] = make()
-            return self._cache[key]
+                try:
+                    self._cache[key] = make()
+                except FactoryError as exc:
+                    # every job that shares it fails as the first did, without trying again (an image no
+                    # registry serves is one failure, not one per job)
+                    self._cache[key] = exc
+            found = self._cache[key]
+            if isinstance(found, FactoryError):
+                raise found
+            return found
 
     def prepared_source(self) -> PreparedSource:
         return self._once(
@@ -217,12 +227,34 @@ class Runner:
         key = f"wheelhouse:{job.python}:{reqs}:{extra}"
         return self._once(key, lambda: self._download_build_wheelhouse(job, reqs, extra))
 
+    def activity(self) -> Callable[[str], None]:
+        """What the progress line of the job this thread runs says it is doing while its phase alone does
+        not (pip's downloads in `prepare`: GBs of torch and CUDA wheels, for its own torch or the oldest
+        its wheel covers)."""
+        result = self._results.get(threading.get_ident())
+
+        def show(text: str) -> None:
+            if result is not None:
+                result.activity = text
+                self.context.on_change(result)
+
+        return show
+
     def _download_build_wheelhouse(self, job: Job, reqs: list[str], extra: tuple[str, ...]) -> Path:
         """The build's wheelhouse, whose torch is a build for the job's CUDA: where pip took another build
         of the release (a `+cpu` one), that exact version is refused once and the download repeated."""
         cuda = job.variant.cuda
+        show = self.activity()
+        try:
+            return self._download_cuda_torch(job, reqs, extra, cuda=cuda, show=show)
+        finally:
+            show("")
+
+    def _download_cuda_torch(
+        self, job: Job, reqs: list[str], extra: tuple[str, ...], *, cuda: str, show: Callable[[str], None]
+    ) -> Path:
         path = wheelhouse.download_wheelhouse(
-            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra
+            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra, progress=show
         )
         foreign = wheelhouse.foreign_torch(path, cuda=cuda)
         if foreign is None:
@@ -230,7 +262,7 @@ class Runner:
         self.log(f"{job.id}: the index's {reqs[0]} is {foreign}, no CUDA {cuda} build: refusing that version")
         reqs = [wheelhouse.without_version(reqs[0], foreign), *reqs[1:]]
         path = wheelhouse.download_wheelhouse(
-            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra
+            reqs, self.home / "wheelhouses", python=job.python, extra_index_urls=extra, progress=show
         )
         again = wheelhouse.foreign_torch(path, cuda=cuda)
         if again is not None:
@@ -286,6 +318,8 @@ class Runner:
         wh = self.wheelhouse_for(job)
         self.ensure_work_volume(image)
         domain = cache.trust_domain(self.prepared_source().code_id)
+        if self.compile_cache is not None:
+            self._once("domain-note", lambda: self.note_domain(domain))
         toolkit = self._once(f"toolkit:{image}", lambda: images.image_toolkit(self.client, image))
         check = self.check_wheelhouse_for(job)
         local = self._once(f"local-image:{image}", lambda: get_image(self.client, image))
@@ -301,6 +335,16 @@ class Runner:
             source_date_epoch=self.prepared_source().source_date_epoch,
         )  # fmt: skip
 
+    def note_domain(self, domain: str) -> None:
+        """Say so when the recipe's patches moved the source to a new compile-cache domain."""
+        package = self.mf.package
+        note = domainnote.remember(
+            self.home, package=package.name, version=package.version, domain=domain,
+            patches=self.mf.recipe.patches,
+        )  # fmt: skip
+        if note is not None:
+            self.log(f"note: {note}")
+
     def source_facts(self) -> provenance.SourceFacts:
         """The source as the wheels' provenance names it (a path source's tree hashed once per run)."""
         prepared = self.prepared_source()
@@ -308,7 +352,14 @@ class Runner:
         return buildfacts.source_facts(self.mf, prepared, commit=commit)
 
     def run_job(self, job: Job, result: JobResult) -> None:
+        self._results[threading.get_ident()] = result
         run_job(self.context, job, result, prepare=self.inputs)
+
+
+def interrupted_reason(exc: BaseException) -> str:
+    """What the report says of the jobs a signal stopped: the build did not fail, it was interrupted."""
+    how = "SIGTERM" if isinstance(exc, Interrupted) and exc.args == ("SIGTERM",) else "Ctrl-C (SIGINT)"
+    return f"interrupted by {how}: the build was stopped, it did not fail"
 
 
 @contextlib.contextmanager
@@ -316,7 +367,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (CI cancelling, `kill`) must clean up exactly like Ctrl-C."""
 
     def handler(signum: int, frame: Any) -> None:
-        raise Interrupted()
+        raise Interrupted("SIGTERM")
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -400,20 +451,24 @@ def run_build(
                     result = pending.pop(fut)
                     schedule.finish(index_of.pop(fut))
                     fut.result()
-                    if result.result != "ok" and not settings.keep_going:
+                    if result.result != "ok" and not settings.keep_going and not runner.stop.is_set():
+                        runner.engine.stop_reason = (
+                            f"stopped after {result.job_id} {result.result} (--keep-going builds on)"
+                        )
                         runner.stop.set()
                         for f in pending:
                             f.cancel()
                 if not runner.stop.is_set():
                     start_ready()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        runner.engine.stop_reason = interrupted_reason(exc)
         runner.stop.set()
         for f in pending:
             f.cancel()
         remove_containers(client, filters={"label": f"{RUN_LABEL}={settings.run_id}"})
         for r in report.jobs:
             if r.result in ("pending",):
-                r.result, r.reason = "interrupted", "the build was interrupted"
+                r.result, r.reason = "interrupted", runner.engine.stop_reason
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

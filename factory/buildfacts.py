@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from factory import images, provenance
+from factory import bounded, images, provenance
 from factory.config import MatrixFile
 from factory.errors import FactoryError
 from factory.options import Recipe
@@ -62,7 +62,7 @@ class InputFacts:
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with bounded.open_file(path, max_bytes=None) as fh:  # a regular file: a FIFO is refused, not waited on
         while block := fh.read(_CHUNK):
             digest.update(block)
     return digest.hexdigest()
@@ -328,7 +328,7 @@ def needed_libraries(wheel: Path) -> dict[str, tuple[str, ...]]:
 
     out: dict[str, tuple[str, ...]] = {}
     try:
-        with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory(prefix="factory-needed-") as tmp:
+        with bounded.open_zip(wheel) as archive, tempfile.TemporaryDirectory(prefix="factory-needed-") as tmp:
             for info in archive.infolist():
                 if info.is_dir() or not is_extension_module(info.filename):
                     continue

@@ -91,6 +91,122 @@ def compile_progress(log_text: str) -> CompileProgress | None:
     return progress if progress.runs else None
 
 
+# --- how far the CUDA compiles are, by the profile's or the recipe's times ---------------------------------
+
+BASIS_WORDS = {"profile": "by the profile's times", "recipe": "by the recipe's times", "count": "by count"}
+
+
+@dataclass
+class DeviceEstimate:
+    """The source's CUDA files, known before the build starts (`shard.compile_units`), weighted by the
+    learned profile's or the recipe's times (`shard.unit_weights`, else one each), and those the build's nvcc
+    compiles have finished, from their measurement lines (a cache hit too): the share of the device work done,
+    and from the time it took, the time left. Files are told by their base name, as compile keys name them."""
+
+    weights: Mapping[str, float]
+    basis: str = "count"
+    done: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, by_unit: Mapping[str, float], basis: str) -> DeviceEstimate:
+        weights: dict[str, float] = {}
+        for unit, weight in by_unit.items():
+            name = unit.rsplit("/", 1)[-1]
+            weights[name] = weights.get(name, 0.0) + max(0.0, float(weight))
+        return cls(weights=weights, basis=basis)
+
+    def feed(self, line: str) -> bool:
+        """Read one line; whether a file of the source finished its first compile."""
+        if protocol.MEASUREMENT_MARK not in line:
+            return False
+        measured = protocol.parse_measurement(line)
+        if measured is None or measured.tool != "nvcc" or measured.rc != 0:
+            return False
+        key = protocol.parse_compile_key(measured.key)
+        name = key[0] if key is not None else ""
+        if name not in self.weights or name in self.done:
+            return False
+        self.done.add(name)
+        return True
+
+    @property
+    def fraction(self) -> float:
+        total = sum(self.weights.values())
+        return sum(self.weights[n] for n in self.done) / total if total > 0 else 0.0
+
+    def left_s(self, elapsed_s: float) -> float | None:
+        """The time left at the pace of the share done so far; None before any."""
+        share = self.fraction
+        if share <= 0 or elapsed_s <= 0:
+            return None
+        return elapsed_s * (1 - share) / share
+
+
+# --- a build that should carry device code and runs no nvcc -------------------------------------------------
+
+# After this many host compiles with no nvcc among them, or two whole ninja runs (extensions) of host compiles
+# alone, a job that must carry device code says so. A CUDA extension's first ninja run compiles its .cu
+# files beside its .cpp ones; a package that left its CUDA code out (PyG without FORCE_CUDA and no visible
+# GPU) compiles nothing but .cpp files for as long as it takes; the wheel check refuses it only at the end.
+HOST_ONLY_AFTER = 16
+HOST_ONLY_RUNS = 2
+
+
+def _is_nvcc(command: str) -> bool:
+    """Whether ninja's command (torch's build.ninja names nvcc, or the factory's nvcc launcher, by path) runs
+    nvcc."""
+    words = command.split(None, 1)
+    return bool(words) and words[0].rsplit("/", 1)[-1] == "nvcc"
+
+
+@dataclass
+class DeviceWatch:
+    """Whether the first compiles of a build are all host compiles and nvcc has not run once: ninja's status
+    lines name each edge's command (torch runs `ninja -v`), the nvcc wrapper's measurements each compile of
+    its own. `feed` returns the one warning, once."""
+
+    after: int = HOST_ONLY_AFTER
+    runs_after: int = HOST_ONLY_RUNS
+    host: int = 0
+    nvcc: int = 0
+    host_runs: int = 0  # ninja runs that reached their total with host compiles alone
+    warned: bool = False
+    _run_host: int = 0
+    _run_nvcc: int = 0
+
+    def feed(self, line: str) -> str | None:
+        if protocol.MEASUREMENT_MARK in line:
+            measured = protocol.parse_measurement(line)
+            if measured is not None and measured.tool == "nvcc":
+                self.nvcc += 1
+            return None
+        match = NINJA_STATUS.match(line)
+        if match is None:
+            return None
+        done, total = int(match.group(1)), int(match.group(2))
+        if _is_nvcc(line[match.end() :].strip()):
+            self.nvcc += 1
+            self._run_nvcc += 1
+        else:
+            self.host += 1
+            self._run_host += 1
+        if done >= total:  # this ninja run (one extension) is at its end
+            if self._run_host and not self._run_nvcc:
+                self.host_runs += 1
+            self._run_host = self._run_nvcc = 0
+        if self.warned or self.nvcc:
+            return None
+        if self.host >= self.after or self.host_runs >= self.runs_after:
+            self.warned = True
+            return (
+                f"no nvcc yet after {self.host} host compile(s): this build may be making CPU-only "
+                "extensions "
+                "(does the package compile CUDA code only with an env switch such as FORCE_CUDA=1, or when a "
+                "GPU is visible? set it in recipe.env); the wheel check refuses a wheel without device code"
+            )
+        return None
+
+
 # --- which modules carry kernels ----------------------------------------------------------------------------
 
 HOST = "host"  # linked from objects no nvcc call wrote: no kernels

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import InvalidName, canonicalize_name
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from factory.abi3 import parse_limited_api
@@ -39,7 +39,7 @@ from factory.options import (
     Source,
     frozen_mapping,
 )
-from factory.recipes import BUILTIN_RECIPES, default_recipe_for
+from factory.recipes import BUILTIN_RECIPES, TORCH_EXT, default_recipe_for
 from factory.stable_abi import parse_stable_abi
 from factory.units import format_size, parse_size
 from factory.urls import INDEX_SCHEMES
@@ -47,9 +47,12 @@ from factory.validate import (
     check_destination,
     check_endpoint_url,
     container_limits,
+    git_url_problem,
     is_specifier,
     library_glob_problem,
+    package_name_problem,
     requirement_problem,
+    shown_name,
     specifier_problem,
 )
 from factory.variants import CUDA_VERSION, TORCH_VERSION, arch_key, parse_arch_set
@@ -205,23 +208,25 @@ def _package(check: Checker, root: Mapping[str, Any]) -> PackageSpec:
         if required not in node:
             raise check.fail(f"package: missing required key {required!r}", root, "package", at_key=True)
     name = check.string(node, "name", "package.name")
-    try:
-        canonicalize_name(name, validate=True)
-    except InvalidName:
-        raise check.fail(f"package.name {name!r} is not a valid distribution name", node, "name") from None
+    problem = package_name_problem(name)
+    if problem is not None:
+        raise check.fail(f"package.name {shown_name(name)!r} {problem}", node, "name")
     version = check.string(node, "version", "package.version")
+    shown = shown_name(version)
     if version != version.strip():
         # packaging would read "2.8.3 " as 2.8.3, but the name of every wheel and index page is built from it
         raise check.fail(
-            f"package.version {version!r} has spaces around it; write {version.strip()!r}", node, "version"
+            f"package.version {shown!r} has spaces around it; write {shown_name(version.strip())!r}",
+            node,
+            "version",
         )
     try:
         parsed = Version(version)
     except InvalidVersion:
-        raise check.fail(f"package.version {version!r} is not a PEP 440 version", node, "version") from None
+        raise check.fail(f"package.version {shown!r} is not a PEP 440 version", node, "version") from None
     if parsed.local is not None:
         raise check.fail(
-            f"package.version {version!r} must not have a local label (the factory adds its own)",
+            f"package.version {shown!r} must not have a local label (the factory adds its own)",
             node,
             "version",
         )
@@ -234,7 +239,7 @@ def _package(check: Checker, root: Mapping[str, Any]) -> PackageSpec:
         sha256 = check.string(node, "sha256", "package.sha256").lower()
         if not _SHA256.fullmatch(sha256):
             raise check.fail(
-                f"package.sha256 {node['sha256']!r} is not a sha256 (64 hex digits)", node, "sha256"
+                f"package.sha256 {shown_name(sha256)!r} is not a sha256 (64 hex digits)", node, "sha256"
             )
     limits = FetchLimits()
     if "max_download" in node:
@@ -254,7 +259,7 @@ def _source(check: Checker, node: Mapping[str, Any]) -> Source:
         return Source(kind="pypi")
     if isinstance(value, str):
         raise check.fail(
-            f"package.source {value!r}: write pypi, {{git: URL, ref: REF}} or {{path: DIR}}",
+            f"package.source {shown_name(value)!r}: write pypi, {{git: URL, ref: REF}} or {{path: DIR}}",
             node,
             "source",
         )
@@ -272,10 +277,15 @@ def _source(check: Checker, node: Mapping[str, Any]) -> Source:
                 "git",
             )
         if url.startswith("-"):
-            raise check.fail(f"package.source.git {url!r} is not a repository URL", value, "git")
+            raise check.fail(f"package.source.git {shown_name(url)!r} is not a repository URL", value, "git")
+        problem = git_url_problem(url)
+        if problem is not None:
+            raise check.fail(f"package.source.git {problem}", value, "git")
         ref = check.string(value, "ref", "package.source.ref")
         if not _GIT_REF.fullmatch(ref) or ".." in ref:
-            raise check.fail(f"package.source.ref {ref!r} is not a tag, branch or commit", value, "ref")
+            raise check.fail(
+                f"package.source.ref {shown_name(ref)!r} is not a tag, branch or commit", value, "ref"
+            )
         return Source(kind="git", url=url, ref=ref)
     if "path" in value:
         if "ref" in value:
@@ -289,7 +299,8 @@ def _source(check: Checker, node: Mapping[str, Any]) -> Source:
 
 
 def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compat: CompatData) -> Recipe:
-    """recipe: a built-in name, or a mapping that names its own and may start from a built-in `base`."""
+    """recipe: a built-in name, or a mapping that names its own and starts from a built-in `base` (by
+    default `torch-ext`)."""
     if "recipe" not in root:
         return default_recipe_for(package)
     value = root["recipe"]
@@ -327,7 +338,10 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
     if "name" not in value:
         raise check.fail("recipe: missing required key 'name'", root, "recipe", at_key=True)
     name = check.string(value, "name", "recipe.name")
-    base = Recipe(name=name)
+    # Without `base:`, the generic torch extension's keys (FORCE_CUDA=1 among them), as docs/MATRIX.md says:
+    # a package that compiles its CUDA code only under FORCE_CUDA when no GPU is visible would otherwise
+    # build host code alone for as long as it takes (issue 42 §3).
+    base = replace(TORCH_EXT, name=name)
     if "base" in value:
         base_name = check.string(value, "base", "recipe.base")
         if base_name not in BUILTIN_RECIPES:
@@ -799,7 +813,7 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
     if "publish" not in root or root["publish"] is None:
         return PublishOptions()
     node = check.mapping(root, "publish", "publish")
-    check.keys(node, ("to", "endpoint_url"), "publish")
+    check.keys(node, ("to", "endpoint_url", "variants"), "publish")
     c: dict[str, Any] = {}
     if "to" in node:
         c["to"] = check.string(node, "to", "publish.to")
@@ -817,6 +831,8 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
             check_endpoint_url(c["endpoint_url"], what="publish.endpoint_url")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "endpoint_url") from None
+    if "variants" in node:
+        c["variants"] = check.boolean(node, "variants", "publish.variants")
     opts = PublishOptions(**c)
     if opts.endpoint_url and not opts.to.startswith("s3://"):
         raise check.fail("publish.endpoint_url only applies to an s3:// destination", node, "endpoint_url")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from factory import bounded
 
 # The minimum Linux driver of each CUDA toolkit release (NVIDIA's CUDA Toolkit release notes, table
 # "CUDA Toolkit and Corresponding Driver Versions"), newest first: a driver at or above one runs that CUDA
@@ -47,6 +48,7 @@ DRIVER_CUDA: tuple[tuple[str, str], ...] = (
 _SMI_CUDA = re.compile(r"CUDA Version:\s*([1-9][0-9]?\.[0-9]{1,2})\b", re.ASCII)
 _DRIVER_VERSION = re.compile(r"[1-9][0-9]{2,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?", re.ASCII)
 _TIMEOUT_S = 60
+_MAX_OUTPUT = 1 << 20  # nvidia-smi's table of a 64-GPU host is a few tens of KiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,14 +92,10 @@ def cuda_from_driver_api(value: int) -> str | None:
     return f"{major}.{minor}" if 1 <= major <= 99 else None
 
 
-def _run(args: list[str]) -> str | None:
-    try:
-        proc = subprocess.run(
-            args, capture_output=True, text=True, errors="replace", timeout=_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+def run_tool(args: list[str]) -> str | None:
+    """The tool's output, when it answers within _TIMEOUT_S with at most _MAX_OUTPUT (a table of a few
+    KiB): a tool that prints without end is killed, not read whole."""
+    return bounded.run_output(args, max_bytes=_MAX_OUTPUT, seconds=_TIMEOUT_S)
 
 
 def _libcuda() -> str | None:
@@ -125,9 +123,9 @@ def detect_driver(*, which: Callable[[str], str | None] = shutil.which) -> Drive
     """The host's driver and GPUs, from the first source that answers (module doc)."""
     gpus: tuple[str, ...] = ()
     if which("nvidia-smi"):
-        caps = _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+        caps = run_tool(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
         gpus = tuple(caps.splitlines()) if caps else ()
-        header = _run(["nvidia-smi"])
+        header = run_tool(["nvidia-smi"])
         cuda = parse_smi_header(header) if header else None
         if cuda is not None:
             return Driver(cuda=cuda, source="nvidia-smi", gpus=gpus)

@@ -141,6 +141,8 @@ class Engine:
         self.client = client
         self.labels = dict(labels)
         self.stop = stop
+        # why `stop` was set, for the jobs it ends (set before `stop`); "" when no one said
+        self.stop_reason = ""
 
     def ensure_volume(self, name: str) -> None:
         if not volume_exists(self.client, name):
@@ -266,6 +268,10 @@ class Engine:
                             raise Interrupted() from None
                 done.set()
                 threads[0].join(timeout=30)
+                if self.stop.is_set() and status.get("StatusCode") != 0:
+                    # killed by the run's own stop (Ctrl-C, SIGTERM: its containers are removed), not a
+                    # build that failed: its exit code (137) says nothing of the build
+                    raise Interrupted()
                 container.reload()
                 state = container.attrs.get("State", {})
                 return Outcome(

@@ -743,14 +743,28 @@ def pull_image(
     try:
         engine.pull_image(client, repository, tag=tag)
     except DockerError as exc:
-        raise ImageError(f"cannot pull {ref}: no registry reachable ({exc}); {hint}") from None
+        # what to do first, then docker's own words (a long line of a DNS or TLS failure)
+        raise ImageError(f"cannot pull {ref}: no registry reachable; {hint} (docker: {exc})") from None
 
 
-def pull_hint(*, flavor: str, image: str) -> str:
-    """What to do when a flavor's base image cannot be pulled."""
+def flavor_without_registry(cuda: str | None) -> str:
+    """The flavor that builds `cuda` on a host that reaches no registry: pypi (NVIDIA's PyPI toolkit on a
+    bootstrapped Debian) from CUDA 13, Debian's own toolkit package (12.4) before."""
+    if cuda is not None and cuda_major(cuda) < 13:
+        return "debian"
+    return "pypi"
+
+
+def pull_hint(*, flavor: str, image: str, cuda: str | None = None) -> str:
+    """What to do when a flavor's base image cannot be pulled: first the flavor that needs no registry."""
     if flavor == "pypi":
         return f"use a bootstrapped base ({DEFAULT_BASE_IMAGE}, made by `factory images bootstrap`)"
-    offline = f"`docker save {image}` on a host that reaches the registry and `docker load` it here"
+    other = flavor_without_registry(cuda)
+    works = f"set `build.flavor: {other}` in the matrix file (it needs no registry"
+    works += f", CUDA {cuda})" if cuda else ")"
+    offline = (
+        f"{works}; or `docker save {image}` on a host that reaches the registry and `docker load` it here"
+    )
     if flavor == "manylinux":
         return f"{offline}, or set build.base_image to an image with its layout"
     return (
@@ -760,7 +774,13 @@ def pull_hint(*, flavor: str, image: str) -> str:
 
 
 def _ensure_base(
-    client: Any, base_image: str, *, flavor: str, bootstrap: bool, progress: Progress | None
+    client: Any,
+    base_image: str,
+    *,
+    flavor: str,
+    bootstrap: bool,
+    progress: Progress | None,
+    cuda: str | None = None,
 ) -> engine.LocalImage:
     image = engine.get_image(client, base_image)
     if image is not None:
@@ -776,7 +796,9 @@ def _ensure_base(
     elif standin_cuda is not None:
         ensure_standin_devel(client, cuda=standin_cuda, bootstrap=bootstrap, progress=progress)
     else:
-        pull_image(client, base_image, progress=progress, hint=pull_hint(flavor=flavor, image=base_image))
+        pull_image(
+            client, base_image, progress=progress, hint=pull_hint(flavor=flavor, image=base_image, cuda=cuda)
+        )
     image = engine.get_image(client, base_image)
     if image is None:
         raise ImageError(f"base image {base_image} is still missing after it was made")
@@ -857,7 +879,7 @@ def ensure_builder_image(
         )
     name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
-    base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
+    base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress, cuda=cuda)
     labels = {LABEL: "builder", LABEL_CUDA: cuda, LABEL_PYTHON: python, LABEL_FLAVOR: flavor}
     if flavor == "debian":
         # named and labelled by its toolkit (the Dockerfile checks nvcc is that release), not by a variant

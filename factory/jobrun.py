@@ -180,20 +180,42 @@ class DriverLines:
     """What a job's driver containers say, line by line as it streams, and their memory: the live compile
     counts, the compile cache's hits and checks, the driver's marks; all into the job's result."""
 
-    def __init__(self, ctx: JobContext, job: Job, result: JobResult, *, changed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        ctx: JobContext,
+        job: Job,
+        result: JobResult,
+        *,
+        changed: Callable[[], None],
+        note: Callable[[str], None] = lambda _line: None,
+    ) -> None:
         self.ctx = ctx
         self.job = job
         self.result = result
         self.changed = changed
+        self.note = note  # a line of the host's own into the job's log
         self.trace = buildlog.BuildTrace()  # what its builds compiled and linked, from their log lines
         self.progress = buildlog.CompileProgress()  # the running attempt's compiles over its ninja runs
+        self.watch = buildlog.DeviceWatch()  # whether nvcc runs at all (every job must carry device code)
+        self.estimate: buildlog.DeviceEstimate | None = None  # the source's CUDA files, once it is known
 
     def feed(self, line: str) -> Mapping[str, Any] | None:
         """Take one line in; the fields of a driver's mark, None for any other line."""
         result = self.result
         self.trace.feed(line)
+        if self.estimate is not None and self.estimate.feed(line):
+            result.device_done, result.device_share = len(self.estimate.done), self.estimate.fraction
+        warning = self.watch.feed(line)
+        if warning is not None:
+            result.warnings.append(warning)
+            self.note(f"warning: {warning}")
+            self.ctx.log(f"{self.job.id}: warning: {warning}")
+            self.changed()
         if self.progress.feed(line):  # live counts only: the attempt's record is read from its log
-            result.compiles_done, result.compiles_total = self.progress.done, self.progress.total
+            progress = self.progress
+            result.compiles_done, result.compiles_total = progress.done, progress.total
+            result.compiles_runs = progress.runs
+            result.compiles_run_done, result.compiles_run_total = progress.done_now, progress.total_now
             self.changed()
             return None
         served = cache.measured_cache(line)
@@ -248,7 +270,7 @@ class JobRun:
         self.preflight_candidates: tuple[str, ...] | None = None  # its device compile's, cheapest first
         self.job_cache: cache.JobCache | None = None  # the compile cache, once the job has its inputs
         self.source_date_epoch = reproducible.DEFAULT_EPOCH  # the source's, once the job has its inputs
-        self.lines = DriverLines(ctx, job, result, changed=self.changed)
+        self.lines = DriverLines(ctx, job, result, changed=self.changed, note=self.note)
         self.acceptance = Acceptance(self)
 
     @property
@@ -293,6 +315,20 @@ class JobRun:
             preflight_candidates=self.preflight_candidates if self.ctx.preflight else None,
             source_date_epoch=self.source_date_epoch,
         )
+
+    def plan_estimate(self, source: Path) -> None:
+        """The source's CUDA files and their weights (the learned profile's times, else the recipe's, else
+        one each), against which the progress shows the device work done and the time left."""
+        units = sharding.compile_units(source)
+        if not units:
+            return
+        learned = profiles.load_profile(profiles.profile_path(self.mf.package.name, self.mf.package.version))
+        weights = sharding.unit_weights(
+            units, entries=learned.entries, seconds_by_file=self.mf.recipe.compile_seconds_by_file
+        )
+        self.lines.estimate = buildlog.DeviceEstimate.of(weights.by_unit, weights.basis)
+        self.result.device_total = len(self.lines.estimate.weights)
+        self.result.device_basis = buildlog.BASIS_WORDS[weights.basis]
 
     def plan_shard(self, source: Path) -> None:
         assert self.ctx.shard is not None
@@ -401,6 +437,8 @@ class JobRun:
                     self.acceptance, reused, image=image, mounts=mounts, prepare=prepare, inputs=inputs
                 )
                 return
+            if ctx.shard is None and not ctx.preflight:
+                self.plan_estimate(inputs.source)
             if ctx.shard is not None:
                 self.plan_shard(inputs.source)
             if ctx.preflight:
@@ -415,7 +453,7 @@ class JobRun:
                     inputs=inputs, toolchain=toolchain, epoch=self.source_date_epoch,
                 )  # fmt: skip
         except Interrupted:
-            result.result, result.reason = "interrupted", "the build was stopped"
+            result.result, result.reason = "interrupted", ctx.engine.stop_reason or "the build was stopped"
         except FactoryError as exc:
             result.result, result.reason = "failed", str(exc)
             self.log_error(result.reason)
@@ -462,6 +500,8 @@ class JobRun:
             package=self.mf.package.name, version=self.mf.package.version,
         )  # fmt: skip
         last: list[DriverOutcome] = []
+        package, version = self.mf.package.name, self.mf.package.version
+        result.compiles_expected = profiles.load_compile_total(package, version)
 
         def attempt(number: int, parallel: Parallelism) -> Outcome:
             if number > 1:
@@ -473,7 +513,8 @@ class JobRun:
                 memory_limit=ctx.memory_limit,
             )  # fmt: skip
             result.attempts.append(record)
-            result.compiles_done = result.compiles_total = 0
+            result.compiles_done = result.compiles_total = result.compiles_runs = 0
+            result.compiles_since = time.monotonic()
             self.lines.progress = buildlog.CompileProgress()
             start = self.log_path.stat().st_size if self.log_path.exists() else 0
             # after an OOM the plan's reason is already the attempt's report line
@@ -487,7 +528,11 @@ class JobRun:
             segment = read_from(self.log_path, start)
             record.wall_s = round(time.monotonic() - t0, 1)
             learn(self.mf, segment)
-            return record_attempt(record, outcome, segment)
+            counted = record_attempt(record, outcome, segment)
+            if counted.ok and number == 1 and record.objects_planned and not record.objects_kept:
+                # a whole build's compiles (a retry resumes, and counts only those left)
+                profiles.save_compile_total(package, version, record.objects_planned)
+            return counted
 
         retries = run_attempts(
             first, attempt, max_attempts=self.mf.build.max_attempts, limit_bytes=ctx.memory_limit, archs=archs

@@ -159,3 +159,4 @@ class BuildOptions:
 class PublishOptions:
     to: str = "./index"
     endpoint_url: str | None = None
+    variants: bool = False  # also the experimental wheel variant channel (factory.wheelvariants)

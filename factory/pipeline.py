@@ -189,6 +189,7 @@ def build_matrix(
         report=output / "report.json",
         store=store,
         signer=signer,
+        variants=mf.publish.variants,
     )
     for line in describe(result):
         log(line)

@@ -24,6 +24,7 @@ from typing import Any
 
 from factory import strictjson
 from factory.errors import CheckError
+from factory.validate import shown_name
 
 FORMAT = 1
 FILE_NAME = "factory-provenance.json"
@@ -186,7 +187,7 @@ _SHAPE: dict[str, Any] = {
     "toolchain": {"toolkit": _OPT_STR, "nvcc": str, "cxx": str, "python": str},
     "torch": {"version": str},
     "build_requirements": [{"filename": str, "sha256": _SHA}],
-    "rebuild": {"job": str, "matrix": _ANY_MAP, "needs": [str]},
+    "rebuild": {"job": str, "matrix": _ANY_MAP, "needs": [str]},  # matrix: `rebuild_matrix_problem`
 }
 _SOURCE_SHAPES: dict[str, dict[str, Any]] = {
     "pypi": {"sdist": {"filename": str, "sha256": _SHA}},
@@ -251,10 +252,121 @@ def parse(data: bytes, *, where: str = FILE_NAME) -> dict[str, Any]:
     fmt = document.get("format")
     if fmt != FORMAT or isinstance(fmt, bool):
         raise CheckError(f"{where}: format {fmt!r} is not {FORMAT}, the one this factory reads")
-    problem = _shape_problem(document, _SHAPE, "provenance") or _source_problem(document["source"])
+    problem = (
+        _shape_problem(document, _SHAPE, "provenance")
+        or _source_problem(document["source"])
+        or rebuild_matrix_problem(document["rebuild"]["matrix"])
+    )
     if problem:
         raise CheckError(f"{where}: {problem}")
     return document
+
+
+# --- the rebuild section's matrix document ------------------------------------------------------------------
+
+# What `buildfacts.rebuild_matrix` writes, and nothing else: a wheel from anywhere carries this document and
+# `factory verify --rebuild` builds from it, so a key the factory does not write (build.offline, publish,
+# compat, a recipe's base, a package's fetch bounds) is refused, not read. A key ending in "?" may be left
+# out. Its values are the matrix loader's to check (`config`), and what a rebuild may use of them (source,
+# patches, images, indexes) is `rebuild.plan_rebuild`'s.
+_NUMBER = "number"
+_NUMBER_MAP = "number-map"
+_EITHER = "either"  # checked by `rebuild_matrix_problem`
+_RECIPE_DOCUMENT: dict[str, Any] = {
+    # `buildfacts.recipe_document`: each field of `options.Recipe` but the package and versions it is for
+    "name": str,
+    "arch_env?": str,
+    "arch_format?": str,
+    "local_version_env?": str,
+    "env?": _STR_MAP,
+    "patches?": [str],
+    "import_name?": str,
+    "min_arch?": str,
+    "compile_gib_per_arch?": _NUMBER,
+    "compile_gib_by_file?": _NUMBER_MAP,
+    "compile_after_peak?": _NUMBER,
+    "compile_seconds_by_file?": _NUMBER_MAP,
+    "extra_build_requires?": [str],
+    "cxx_std?": str,
+    "py_limited_api?": str,
+    "stable_abi?": str,
+    "host_only_libraries?": [str],
+}
+_REBUILD_MATRIX: dict[str, Any] = {
+    "package": {"name": str, "version": str, "source": _EITHER, "sha256?": _SHA},
+    "recipe": _EITHER,  # a built-in recipe's name, or `_RECIPE_DOCUMENT`
+    "matrix": {
+        "cuda": [str],
+        "torch": [str],
+        "python": [str],
+        "cxx11_abi": [bool],
+        "arch": [str],
+        "include?": [{"cuda": str, "env": _STR_MAP}],
+    },
+    "build": {
+        "flavor": str,
+        "cache": bool,
+        "torch_index?": _STR_MAP,
+        "images?": _STR_MAP,
+        "base_image?": str,
+    },
+}
+_REBUILD_SOURCES: dict[str, dict[str, Any]] = {"git": {"git": str, "ref": str}, "path": {"path": str}}
+
+
+def _exact_problem(value: Any, shape: Any, where: str) -> str | None:
+    """`_shape_problem` of a document that must hold no key its shape does not name; a key ending in "?" in
+    the shape may be left out."""
+    if shape == _EITHER:
+        return None
+    if shape == _NUMBER:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return None if ok else f"{where} must be a number"
+    if shape == _NUMBER_MAP:
+        if not isinstance(value, dict):
+            return f"{where} must be a mapping of numbers"
+        return next((p for k, v in value.items() if (p := _exact_problem(v, _NUMBER, f"{where}.{k}"))), None)
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{where} must be a list"
+        items = (_exact_problem(item, shape[0], f"{where}[{i}]") for i, item in enumerate(value))
+        return next((p for p in items if p), None)
+    if not isinstance(shape, dict):
+        return _shape_problem(value, shape, where)
+    if not isinstance(value, dict):
+        return f"{where} must be a mapping"
+    keys = {k.removesuffix("?"): k.endswith("?") for k in shape}
+    for key in value:
+        if key not in keys:
+            return f"{where}.{shown_name(str(key))} is not a key the factory writes there"
+    for key, optional in keys.items():
+        if key not in value:
+            if optional:
+                continue
+            return f"{where}.{key} is missing"
+        problem = _exact_problem(value[key], shape[f"{key}?" if optional else key], f"{where}.{key}")
+        if problem:
+            return problem
+    return None
+
+
+def rebuild_matrix_problem(matrix: Any, where: str = "provenance.rebuild.matrix") -> str | None:
+    """The first way the rebuild section's matrix document is not one the factory writes (a key it does not
+    write, a value of another type), naming its path; None when it is one."""
+    problem = _exact_problem(matrix, _REBUILD_MATRIX, where)
+    if problem:
+        return problem
+    source, recipe = matrix["package"]["source"], matrix["recipe"]
+    if source != "pypi":
+        kind = next((k for k in _REBUILD_SOURCES if isinstance(source, dict) and k in source), None)
+        if kind is None:
+            return f"{where}.package.source must be pypi, {{git: URL, ref: COMMIT}} or {{path: NAME}}"
+        problem = _exact_problem(source, _REBUILD_SOURCES[kind], f"{where}.package.source")
+        if problem:
+            return problem
+    if not isinstance(recipe, str):
+        return _exact_problem(recipe, _RECIPE_DOCUMENT, f"{where}.recipe")
+    return None
 
 
 def _source_problem(source: dict[str, Any]) -> str | None:

@@ -15,6 +15,9 @@ still the current one after its write: whoever changed the state last also leave
 
 `repair_index` rebuilds the whole state from the wheel files and writes `site.build_site` of it, where it
 differs.
+
+With `variants` (experimental), `publish_variants` then writes the wheel variant channel under `variants/`
+(`factory.wheelvariants`) in the same order: the variant wheels, each project page's state, what it makes.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Literal, NoReturn, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import index, site
+from factory import bounded, checkrecord, index, site, wheelvariants
 from factory.errors import ConfigError, PublishError
 from factory.index import FileRecord, PageRef
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
@@ -86,6 +89,10 @@ class PublishResult:
     pages_written: tuple[str, ...]
     signed_by: str | None = None  # the key id of the signer, when publishing signed
     signatures_written: int = 0  # of `files`, those whose signature file this publish wrote
+    # the wheel variant channel (publish.variants, --variants): its files (`variant_id`: the variant index,
+    # `wheelvariants.group_of`), and "<wheel>: why it is not on the variant index"
+    variant_files: tuple[PublishedFile, ...] = ()
+    variant_notes: tuple[str, ...] = ()
 
     @property
     def variant_ids(self) -> tuple[str, ...]:
@@ -105,7 +112,7 @@ def read_metadata(source: Path | IO[bytes], shown: str) -> bytes:
     """The *.dist-info/METADATA of a wheel, read at most MAX_METADATA_BYTES + 1 bytes deep (never
     inflated whole); ConfigError naming `shown` for anything but one such file of at most that size."""
     try:
-        with zipfile.ZipFile(source) as zf:
+        with bounded.open_zip(source) as zf:
             candidates = [i for i in zf.infolist() if i.filename.count("/") == 1]
             candidates = [i for i in candidates if i.filename.endswith(".dist-info/METADATA")]
             if len(candidates) != 1:
@@ -166,10 +173,12 @@ def inspect_wheel(path: Path) -> WheelInfo:
     digest = hashlib.sha256()
     size = 0
     try:
-        with path.open("rb") as fh:
+        with bounded.open_file(path, max_bytes=None) as fh:  # a FIFO is refused, never waited on
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
                 size += len(chunk)
+    except bounded.Refused as exc:
+        raise ConfigError(f"{exc}; not a wheel") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read wheel ({exc.strerror})") from None
     metadata = read_metadata(path, str(path))
@@ -194,6 +203,9 @@ def inspect_wheel(path: Path) -> WheelInfo:
     )
 
 
+# A build report of the largest matrix (config.MAX_JOBS jobs of a few KiB each) is a few MiB; more is not one.
+MAX_REPORT_BYTES = 64 << 20
+
 # The fields of a build report's job (factory.build.JobResult) that publishing reads, and their types.
 _JOB_FIELDS: Mapping[str, tuple[type, ...]] = {
     "variant_id": (str,),
@@ -208,7 +220,9 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
     """The jobs of a build report (a list of jobs, or an object with a "jobs" list), every one checked
     before anything is published."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(bounded.read_file(path, max_bytes=MAX_REPORT_BYTES))
+    except bounded.Refused as exc:
+        raise ConfigError(f"{exc}; not a build report") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read build report ({exc.strerror})") from None
     except UnicodeDecodeError:
@@ -497,7 +511,7 @@ def build_records(
     from factory import buildrecord, wheelprov
 
     try:
-        doc = json.loads(report.read_text())
+        doc = json.loads(bounded.read_file(report, max_bytes=MAX_REPORT_BYTES))
     except (OSError, ValueError):  # load_report has read it once: a report changed under us has no records
         return {}
     top: Mapping[str, object] = doc if isinstance(doc, dict) else {}
@@ -584,14 +598,21 @@ def publish_wheels(
     progress: Progress | None = None,
     store: Store | None = None,
     signer: Signer | None = None,
+    force_failed: bool = False,
+    variants: bool = False,
 ) -> PublishResult:
     """Publish wheels (and the build report's matrix, if given) to a local directory or s3://bucket/prefix:
     the files first, then each page of `site.site_state` of what they add, merged into the store's in
     write order (project pages, variant roots, the list of variant indexes, the human page). With `signer`
     (made on this host: `signing.signer_from`), each wheel gets a signature file beside it; with `report`,
-    each wheel a job of it built gets its build record (`factory.buildrecord`) beside it."""
+    each wheel a job of it built gets its build record (`factory.buildrecord`) beside it. A wheel that
+    failed its checks (`checkrecord.failure_of`) is refused before anything is written, unless
+    `force_failed`. With `variants`, the wheels are then published as variant wheels too
+    (`publish_variants`, experimental)."""
     infos = _inspect_all(wheels)
     jobs = load_report(report) if report is not None else []
+    if not force_failed:
+        refuse_failed(wheels, jobs)
     if store is None:
         store = open_store(to, endpoint_url=endpoint_url)
     told: Progress = progress or (lambda _event, _key: None)
@@ -635,13 +656,226 @@ def publish_wheels(
         read = state_reader(store, page, to=to)
         wrote = sync_page(store, page, _merge_with(page, items), read=read, written=written)
         notify("page" if wrote else "skip", page.html_key)
+    variant_files, variant_notes = publish_variants(store, infos.values(), notify) if variants else ((), ())
     return PublishResult(
         destination=store.description,
         files=tuple(results),
         pages_written=tuple(written),
         signed_by=signer.key_id if signer is not None else None,
         signatures_written=len(signatures),
+        variant_files=variant_files,
+        variant_notes=variant_notes,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Planned:
+    group: str
+    info: WheelInfo
+    path: Path  # the variant wheel, in a temporary directory
+    file: wheelvariants.VariantFile
+
+
+def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned], list[str]]:
+    """Each wheel's variant wheel, made in `tmp`, or the note saying why it has none. Two wheels that would
+    make one variant file (the same properties: {8.0} and {8.0, 9.0a}) give it to the first by variant id."""
+    from factory.buildfacts import file_sha256
+    from factory.variants import VariantKey
+
+    planned: dict[tuple[str, str], _Planned] = {}
+    notes = []
+    for info in sorted(infos, key=lambda i: (i.variant_id, i.filename)):
+        key = VariantKey.parse_id(info.variant_id)
+        try:
+            props = wheelvariants.nvidia_properties(key)
+        except ValueError as exc:
+            notes.append(f"{info.filename}: {exc}")
+            continue
+        group = wheelvariants.group_of(key)
+        name = wheelvariants.variant_filename(info.filename, props.label)
+        other = planned.get((group, name))
+        if other is not None:
+            notes.append(f"{info.filename}: the same variant ({name}) as {other.info.filename}")
+            continue
+        path = wheelvariants.make_variant_wheel(info.path, info.filename, key, tmp)
+        metadata = read_metadata(path, str(path))
+        file = wheelvariants.VariantFile(
+            filename=name,
+            sha256=file_sha256(path),
+            size=path.stat().st_size,
+            properties=props,
+            metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+            requires_python=info.requires_python,
+        )
+        planned[(group, name)] = _Planned(group=group, info=info, path=path, file=file)
+    return list(planned.values()), notes
+
+
+def _channel_state(
+    store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None
+) -> tuple[T, ...]:
+    """What a state object of the variant channel says; a damaged one is a PublishError naming it and what
+    mends it (`factory index repair` does not cover the channel)."""
+    if data is None:
+        return ()
+    try:
+        return reader(data)
+    except index.DamagedState as exc:
+        raise PublishError(
+            f"{key} in {store.description} is damaged ({exc}); remove {wheelvariants.PREFIX} there and "
+            "publish the wheels again with --variants"
+        ) from None
+
+
+def _variant_state(store: Store, key: str) -> tuple[wheelvariants.VariantFile, ...]:
+    current = store.get(key)
+    return _channel_state(store, key, wheelvariants.files_from_state, current.data if current else None)
+
+
+def publish_variants(
+    store: Store, infos: Iterable[WheelInfo], notify: Progress
+) -> tuple[tuple[PublishedFile, ...], tuple[str, ...]]:
+    """The experimental wheel variant channel (`factory.wheelvariants`): each wheel rewritten as a variant
+    wheel and published under `variants/<group>/files/` (immutable, with its .metadata), then each project
+    page's state merged by compare-and-swap and the pages made from it (`variant_site`: each release's
+    variants.json, the project page, the group's root, the list of groups) brought up to date. A variant file
+    already published with other bytes (the same properties from another arch set) keeps its place and the
+    wheel gets a note; one whose core metadata differs from its release's other variants is refused
+    (PublishError) before anything of the channel is written. Returns (files, notes)."""
+    with tempfile.TemporaryDirectory(prefix="factory-variants-") as tmp:
+        planned, notes = _plan_variants(infos, Path(tmp))
+        kept = []
+        for p in planned:
+            existing = store.sha256_of(wheelvariants.files_key(p.group, p.file.filename))
+            if existing is not None and existing != p.file.sha256:
+                notes.append(
+                    f"{p.info.filename}: {p.group}/{p.file.filename} is published from another wheel"
+                )
+                continue
+            kept.append(p)
+        pages: dict[tuple[str, str], list[wheelvariants.VariantFile]] = {}
+        for p in kept:
+            pages.setdefault((p.group, p.info.project), []).append(p.file)
+        for (group, project), files in pages.items():  # refused before the first write, as the pages are
+            key = wheelvariants.state_key(group, project)
+            try:
+                wheelvariants.merge_files(_variant_state(store, key), files)
+            except index.RecordConflict as exc:
+                raise PublishError(f"{wheelvariants.project_dir(group, project)}: {exc}") from None
+        done: list[PublishedFile] = []
+        for p in kept:
+            key = wheelvariants.files_key(p.group, p.file.filename)
+            wrote = _put_immutable(store, key, p.path, p.file.sha256, content_type="application/octet-stream")
+            notify("file" if wrote else "unchanged", key)
+            metadata = read_metadata(p.path, str(p.path))
+            _put_immutable(
+                store,
+                f"{key}.metadata",
+                metadata,
+                p.file.metadata_sha256,
+                content_type="text/plain; charset=utf-8",
+            )
+            status: Literal["published", "unchanged"] = "published" if wrote else "unchanged"
+            done.append(
+                PublishedFile(
+                    filename=p.file.filename, project=p.info.project, variant_id=p.group, status=status
+                )
+            )
+    for (group, project), files in sorted(pages.items()):
+        _sync_variant_page(store, group, project, files, notify)
+    if pages:
+        _sync_variant_roots(store, pages, notify)
+    return tuple(done), tuple(notes)
+
+
+def _sync_variant_page(
+    store: Store,
+    group: str,
+    project: str,
+    files: Sequence[wheelvariants.VariantFile],
+    notify: Progress,
+) -> None:
+    """Merge `files` into the project page's state, then write what the state makes: each release's
+    variants.json before the page that links it."""
+    key = wheelvariants.state_key(group, project)
+
+    def swap(current: bytes | None) -> bytes | None:
+        existing = _channel_state(store, key, wheelvariants.files_from_state, current)
+        try:
+            merged = wheelvariants.merge_files(existing, files)
+        except index.RecordConflict as exc:
+            raise PublishError(f"{wheelvariants.project_dir(group, project)}: {exc}") from None
+        return None if merged is None else wheelvariants.state_json(project, merged).encode()
+
+    written: list[str] = []
+    if compare_and_swap(
+        store, key, swap, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
+    ):
+        written.append(key)
+
+    def render(out_key: str) -> Callable[[bytes], bytes]:
+        def one(data: bytes) -> bytes:
+            files = wheelvariants.files_from_state(data)
+            return wheelvariants.variant_site({(group, project): files})[out_key]
+
+        return one
+
+    current = store.get(key)
+    outputs = wheelvariants.variant_site(
+        {(group, project): wheelvariants.files_from_state(current.data) if current else ()}
+    )
+    documents = [(k, render(k)) for k in outputs if k.endswith("-variants.json")]
+    page_dir = wheelvariants.project_dir(group, project)
+    html = [(k, render(f"{page_dir}index.html")) for k in list_page_keys(store, page_dir)]
+    for pages, content_type in ((documents, "application/json"), (html, index.HTML_TYPE)):
+        converge_pages(store, key, pages, content_type=content_type, written=written)
+    notify("page" if written else "skip", f"{page_dir}index.html")
+
+
+def _sync_names(
+    store: Store,
+    state: str,
+    page_dir: str,
+    new: Iterable[str],
+    *,
+    read: Callable[[bytes], tuple[str, ...]],
+    dump: Callable[[Iterable[str]], str],
+    html: Callable[[Iterable[str]], str],
+    notify: Progress,
+) -> None:
+    """Grow the list `state` (`read`/`dump`) by `new` (compare-and-swap), then its HTML page in `page_dir`."""
+    names = tuple(new)
+    written: list[str] = []
+
+    def swap(current: bytes | None) -> bytes | None:
+        merged = index.merge_names(_channel_state(store, state, read, current), names)
+        return None if merged is None else dump(merged).encode()
+
+    if compare_and_swap(
+        store, state, swap, content_type="application/json", cache_control=index.PAGE_CACHE_CONTROL
+    ):
+        written.append(state)
+    pages = [(k, lambda data: html(read(data)).encode()) for k in list_page_keys(store, page_dir)]
+    converge_pages(store, state, pages, content_type=index.HTML_TYPE, written=written)
+    notify("page" if written else "skip", f"{page_dir}index.html")
+
+
+def _sync_variant_roots(store: Store, pages: Iterable[tuple[str, str]], notify: Progress) -> None:
+    """Each group's root gains its projects, the list of groups (`variants/`) its groups."""
+    by_group: dict[str, list[str]] = {}
+    for group, project in pages:
+        by_group.setdefault(group, []).append(project)
+    for group, projects in sorted(by_group.items()):
+        _sync_names(
+            store, wheelvariants.projects_key(group), wheelvariants.root_dir(group), projects,
+            read=index.projects_from_root_json, dump=index.variant_root_json, html=wheelvariants.root_html,
+            notify=notify,
+        )  # fmt: skip
+    _sync_names(
+        store, wheelvariants.GROUPS_STATE, wheelvariants.PREFIX, by_group,
+        read=wheelvariants.groups_from_json, dump=wheelvariants.groups_json, html=wheelvariants.groups_html,
+        notify=notify,
+    )  # fmt: skip
 
 
 def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str, ...]:
@@ -684,6 +918,20 @@ def wheels_in(directory: Path) -> list[Path]:
     return wheels
 
 
+def refuse_failed(wheels: Sequence[Path], jobs: Sequence[Mapping[str, object]]) -> None:
+    """A PublishError naming the first wheel that failed its checks (its failure record beside it, or the
+    report's job that kept it), and how many others did."""
+    failed = [(wheel, why) for wheel in wheels if (why := checkrecord.failure_of(wheel, jobs)) is not None]
+    if not failed:
+        return
+    wheel, why = failed[0]
+    more = f" (and {len(failed) - 1} other wheel(s) that did)" if len(failed) > 1 else ""
+    raise PublishError(
+        f"{wheel}: failed its checks ({why}){more}; nothing published: mend and rebuild it, or "
+        "--force-failed publishes it anyway"
+    )
+
+
 def publish_directory(
     wheel_dir: Path,
     *,
@@ -691,6 +939,8 @@ def publish_directory(
     endpoint_url: str | None = None,
     report: Path | None = None,
     signer: Signer | None = None,
+    force_failed: bool = False,
+    variants: bool = False,
 ) -> PublishResult:
     """`factory publish`: the wheels of a build's output directory (`wheels_in`), with its report.json when
     no `report` is given and it has one (`publish_wheels`). A misspelt `to` fails before the wheels
@@ -699,13 +949,25 @@ def publish_directory(
     wheels = wheels_in(wheel_dir)
     if report is None and (wheel_dir / "report.json").is_file():
         report = wheel_dir / "report.json"
-    return publish_wheels(wheels, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
+    return publish_wheels(
+        wheels,
+        to=to,
+        endpoint_url=endpoint_url,
+        report=report,
+        signer=signer,
+        force_failed=force_failed,
+        variants=variants,
+    )
 
 
 def describe(result: PublishResult) -> Iterable[str]:
     """Human summary lines of a publish."""
     for f in result.files:
         yield f"{f.status:9} {f.variant_id}/{f.filename}"
+    for f in result.variant_files:
+        yield f"{f.status:9} {wheelvariants.PREFIX}{f.variant_id}/{f.filename}"
+    for note in result.variant_notes:
+        yield f"not on the variant index: {note}"
     if result.signed_by is not None:
         yield (
             f"signed with key {result.signed_by}: {result.signatures_written} signature file(s) written, "

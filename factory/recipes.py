@@ -26,7 +26,7 @@ from factory.measured import (
 from factory.options import PackageSpec, Recipe
 from factory.resources import data_path
 from factory.stable_abi import parse_stable_abi, target_version
-from factory.validate import library_glob_problem
+from factory.validate import library_glob_problem, shown_name
 from factory.variants import format_arch_list
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def recipe_warnings(recipe: Recipe, package: PackageSpec) -> list[str]:
     where = f"recipe {recipe.name}'s patches"
     try_it = "`factory matrix --check` tries them against its source"
     if recipe.package is not None and recipe.package != name:
-        return [f"{where} were made for {recipe.package}, not {package.name}; {try_it}"]
+        return [f"{where} were made for {recipe.package}, not {shown_name(package.name)}; {try_it}"]
     if recipe.versions is None:
         return []
     try:
@@ -144,7 +144,7 @@ def recipe_warnings(recipe: Recipe, package: PackageSpec) -> list[str]:
         known = False
     if known:
         return []
-    made_for = f"{recipe.package or package.name} {recipe.versions}"
+    made_for = f"{recipe.package or shown_name(package.name)} {recipe.versions}"
     return [f"{where} were made for {made_for}, not {package.version}; {try_it}"]
 
 

@@ -88,6 +88,8 @@ class JobResult:
     host_only: list[str] = field(default_factory=list)
     # a wheel that built and failed a check, kept under <output>/check-failed/ (its path)
     kept_wheel: str | None = None
+    # what the host noticed while it ran (a build that ran no nvcc after its first compiles, `buildlog`)
+    warnings: list[str] = field(default_factory=list)
     # Live-only state, not part of the report (LIVE_FIELDS).
     phase: str = field(default="queued", repr=False)
     started: float | None = field(default=None, repr=False)
@@ -96,6 +98,22 @@ class JobResult:
     # the total is what is known so far
     compiles_done: int = field(default=0, repr=False)
     compiles_total: int = field(default=0, repr=False)
+    # the ninja runs seen so far and the running one's own `[done/total]`
+    compiles_runs: int = field(default=0, repr=False)
+    compiles_run_done: int = field(default=0, repr=False)
+    compiles_run_total: int = field(default=0, repr=False)
+    # the whole build's compiles as an earlier complete build of the package counted them (0: not known),
+    # and when the attempt's compiles started (monotonic): the estimate of the time left
+    compiles_expected: int = field(default=0, repr=False)
+    compiles_since: float | None = field(default=None, repr=False)
+    # the source's CUDA files whose compile finished, of those it has, and the device work's share done by
+    # the profile's or the recipe's times (`buildlog.DeviceEstimate`), with the words of that basis
+    device_done: int = field(default=0, repr=False)
+    device_total: int = field(default=0, repr=False)
+    device_share: float = field(default=0.0, repr=False)
+    device_basis: str = field(default="", repr=False)
+    # what the job does now when its phase alone does not say (the wheelhouse's downloads)
+    activity: str = field(default="", repr=False)
 
     @property
     def attempt(self) -> int:
@@ -113,7 +131,23 @@ class JobResult:
         return data
 
 
-LIVE_FIELDS = ("phase", "started", "mem_now", "compiles_done", "compiles_total")
+LIVE_FIELDS = (
+    "phase",
+    "started",
+    "mem_now",
+    "compiles_done",
+    "compiles_total",
+    "compiles_runs",
+    "compiles_run_done",
+    "compiles_run_total",
+    "compiles_expected",
+    "compiles_since",
+    "device_done",
+    "device_total",
+    "device_share",
+    "device_basis",
+    "activity",
+)
 
 
 @dataclass(frozen=True, kw_only=True)

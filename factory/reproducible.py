@@ -19,6 +19,8 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from factory import bounded
+
 # 1980-01-01T00:00:00Z, the earliest date a zip can hold: the date of a source that has none of its own
 DEFAULT_EPOCH = 315532800
 ENV = "SOURCE_DATE_EPOCH"
@@ -51,7 +53,7 @@ def sdist_epoch(archive: Path) -> int | None:
     newest: int | None = None
     try:
         if archive.suffix == ".zip":
-            with zipfile.ZipFile(archive) as z:
+            with bounded.open_zip(archive) as z:
                 for count, info in enumerate(z.infolist()):
                     if count > _MAX_SDIST_MEMBERS:
                         break

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from packaging.utils import InvalidWheelFilename
 
-from factory import strictjson
+from factory import bounded, strictjson
 from factory.errors import ConfigError, FactoryError
 from factory.index import canonical_wheel_filename
 from factory.urls import printable
@@ -211,15 +211,14 @@ def load_private_key(data: bytes, *, shown: str) -> Ed25519PrivateKey:
 
 
 def read_key_file(path: Path, *, what: str) -> bytes:
-    """A key file's bytes, read at most MAX_KEY_BYTES + 1 deep; ConfigError naming `what` and the path."""
+    """A key file's bytes: a regular file (a FIFO or device is refused, never waited on) of at most
+    MAX_KEY_BYTES; ConfigError naming `what` and the path."""
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_KEY_BYTES + 1)
+        return bounded.read_file(path, max_bytes=MAX_KEY_BYTES)  # a FIFO is refused, never waited on
+    except bounded.Refused as exc:
+        raise ConfigError(f"{what} {exc}; not a key file") from None
     except OSError as exc:
         raise ConfigError(f"{what} {path}: cannot read ({exc.strerror})") from None
-    if len(data) > MAX_KEY_BYTES:
-        raise ConfigError(f"{what} {path}: larger than {MAX_KEY_BYTES} bytes, not a key file")
-    return data
 
 
 def public_key_file(path: Path, *, what: str = "--key") -> Ed25519PublicKey:

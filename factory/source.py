@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import contextlib
 import dataclasses
 import filecmp
 import hashlib
@@ -27,21 +26,19 @@ import json
 import os
 import re
 import shutil
-import socket
 import ssl
 import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import urllib.error
 import urllib.request
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
+from http.client import HTTPException
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
@@ -55,13 +52,15 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory import leftovers, reproducible
+from factory import bounded, leftovers, reproducible
+from factory.bounded import Deadline, DeadlineHTTPHandler, DeadlineHTTPSHandler
 from factory.errors import BuildError, ConfigError, PatchError
 from factory.home import factory_home
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits, PackageSpec, Recipe
 from factory.units import format_size
 from factory.urls import urls_without_credentials, without_credentials
+from factory.validate import GIT_TRANSPORTS, git_transport, git_url_problem, shown_name
 
 if TYPE_CHECKING:
     from factory.config import MatrixFile
@@ -74,6 +73,8 @@ ACCEPT = f"{PYPI_JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/htm
 PIP_SECTIONS = ("global", "download", ":env:")
 SHOWN_VERSIONS = 12  # the newest versions named when the asked one is missing
 CHUNK = 1 << 20
+# A recipe's patch: flash-attn's are a few KiB; one of this size is not a patch anyone reviewed.
+MAX_PATCH_BYTES = 64 << 20
 # What a page may link to: an index on the network must not make the factory read the host's own files
 # (file:///etc/passwd, file:///dev/zero); a local index or find-links may name local files.
 REMOTE_LINK_SCHEMES = ("http", "https")
@@ -284,80 +285,6 @@ def _links_checked(
     return files
 
 
-class _Deadline:
-    """Ends a request at a wall-clock deadline by shutting its sockets down, which wakes a read blocked on
-    them: a socket timeout bounds one read, not a server that sends a byte just before each one times out."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for sock in self._socks:
-                sock.close()
-            self._socks.clear()
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._socks:
-                _shut(sock)
-
-    def connect(self, address: tuple[str, int], timeout: Any, source_address: Any = None) -> socket.socket:
-        """socket.create_connection, the socket watched."""
-        sock = socket.create_connection(address, timeout, source_address)
-        with self._lock:
-            # A duplicate: TLS wrapping detaches the original, and once the connection closes the original's
-            # descriptor number may be another file's.
-            self._socks.append(sock.dup())
-            if self.expired:
-                _shut(sock)
-        return sock
-
-    def connection(self, cls: type[HTTPConnection]) -> Callable[..., HTTPConnection]:
-        def make(*args: Any, **kwargs: Any) -> HTTPConnection:
-            conn = cls(*args, **kwargs)
-            # HTTPConnection connects (directly or to a proxy, before any TLS handshake) through this hook
-            conn._create_connection = self.connect  # type: ignore[attr-defined]
-            return conn
-
-        return make
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # not connected any more
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
-
-    def http_open(self, req: urllib.request.Request) -> HTTPResponse:
-        return self.do_open(self.deadline.connection(HTTPConnection), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline, context: ssl.SSLContext) -> None:
-        super().__init__(context=context)
-        self.deadline = deadline
-        self.tls = context
-
-    def https_open(self, req: urllib.request.Request) -> HTTPResponse:
-        return self.do_open(self.deadline.connection(HTTPSConnection), req, context=self.tls)
-
-
 class IndexClient:
     """urllib configured as pip is: CA bundle, client certificate, proxy, trusted hosts, credentials."""
 
@@ -395,7 +322,7 @@ class IndexClient:
         self,
         url: str,
         *,
-        deadline: _Deadline,
+        deadline: Deadline,
         accept: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Any:  # urllib's response
@@ -419,8 +346,8 @@ class IndexClient:
             urllib.request.HTTPDefaultErrorHandler(),
             urllib.request.HTTPRedirectHandler(),
             urllib.request.HTTPErrorProcessor(),
-            _HTTPHandler(deadline),
-            _HTTPSHandler(deadline, self.contexts[trust]),
+            DeadlineHTTPHandler(deadline),
+            DeadlineHTTPSHandler(deadline, self.contexts[trust]),
         ):
             opener.add_handler(handler)
         return opener.open(request, timeout=self.timeout)
@@ -438,7 +365,7 @@ class IndexClient:
         """GET `url` into `sink` block by block: at most `limit` bytes (else _TooLarge), all within `seconds`
         (else _TooSlow). The status, the response headers (names lower-cased), the content type, and the URL
         it came from after redirects."""
-        with _Deadline(seconds) as deadline:
+        with Deadline(seconds) as deadline:
             total = 0
             try:
                 with self.open(url, deadline=deadline, accept=accept, headers=headers) as resp:
@@ -505,7 +432,7 @@ class IndexClient:
             page = path / "index.html" if path.is_dir() else path
             if not page.is_file():
                 raise _NotFound
-            with page.open("rb") as fh:
+            with bounded.open_file(page, max_bytes=None) as fh:  # a FIFO is refused, never waited on
                 body = fh.read(limits.page_bytes + 1)
             if len(body) > limits.page_bytes:
                 raise _TooLarge(limits.page_bytes)
@@ -596,12 +523,13 @@ def find_sdist(
         # a .tar.gz is what `python -m build --sdist` makes; a .zip only where nothing else is offered
         return next((f for f in sdists if f.filename.endswith(".tar.gz")), sdists[0])
     where = ", ".join(asked) if asked else "no index (pip's no-index is set and find-links is empty)"
+    what = f"{shown_name(name)} {shown_name(version)}"
     if wanted in versions:
-        message = f"{name} {version} has no sdist on {where} (only wheels)"
+        message = f"{what} has no sdist on {where} (only wheels)"
     elif versions:
-        message = f"{name} {version}: no such version on {where} (versions: {_versions_shown(versions)})"
+        message = f"{what}: no such version on {where} (versions: {_versions_shown(versions)})"
     else:
-        message = f"{name} {version}: no such project on {where}"
+        message = f"{what}: no such project on {where}"
     if unreadable:
         raise BuildError(f"{message}; could not read {'; '.join(unreadable)}")
     raise ConfigError(message, file=matrix_file or None)
@@ -642,20 +570,17 @@ def expected_sha256(
 
 def _copy_local(path: Path, out: Any, limit: int) -> None:
     """A file a local index names, at most `limit` bytes of it; a FIFO or device (/dev/zero) is refused."""
-    # opened first, then its type checked on the descriptor: a FIFO swapped in after a check of the path
-    # would block the open
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise IndexPageError("not a regular file")
-    os.set_blocking(fd, True)
-    total = 0
-    with os.fdopen(fd, "rb") as src:
-        while block := src.read(CHUNK):
-            total += len(block)
-            if total > limit:
-                raise _TooLarge(limit)
-            out.write(block)
+    try:
+        # its type checked on the descriptor, not the path: a FIFO swapped in after a check would block
+        with bounded.open_file(path, max_bytes=None) as src:
+            total = 0
+            while block := src.read(CHUNK):
+                total += len(block)
+                if total > limit:
+                    raise _TooLarge(limit)
+                out.write(block)
+    except bounded.Refused:
+        raise IndexPageError("not a regular file") from None
 
 
 def fetch_sdist(
@@ -788,7 +713,7 @@ def _unpack(archive: Path, dest: Path, limits: FetchLimits) -> Path:
             )
 
     if archive.suffix == ".zip":
-        with zipfile.ZipFile(archive) as zf:
+        with bounded.open_zip(archive, max_entries=limits.members) as zf:
             infos = zf.infolist()
             for info in infos:
                 count(info.file_size)  # zipfile writes no more than the size an entry declares
@@ -823,7 +748,7 @@ def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
     """(file as the patch names it after -p1, hunk number) -> its `@@ ... @@` line, to name a failed hunk."""
     headers: dict[tuple[str, int], str] = {}
     current, number, old = "", 0, ""
-    for line in patch.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in bounded.iter_lines(patch, max_bytes=MAX_PATCH_BYTES):
         if line.startswith("--- "):
             old = _header_name(line) or ""
         elif line.startswith("+++ "):
@@ -836,11 +761,13 @@ def _hunk_headers(patch: Path) -> dict[tuple[str, int], str]:
 
 def _file_at(patch: Path, line_number: int) -> str:
     """The file named by the header before `line_number` (the "input line" patch reports a hunk at)."""
-    lines = patch.read_text(encoding="utf-8", errors="replace").splitlines()
-    for line in reversed(lines[:line_number]):
+    found = "?"
+    for number, line in enumerate(bounded.iter_lines(patch, max_bytes=MAX_PATCH_BYTES), start=1):
+        if number > line_number:
+            break
         if (line.startswith("+++ ") or line.startswith("--- ")) and (name := _header_name(line)):
-            return name
-    return "?"
+            found = name
+    return found
 
 
 def _patch_failure(patch: Path, output: str) -> str:
@@ -867,6 +794,25 @@ def _patch_failure(patch: Path, output: str) -> str:
     return "; ".join(details)
 
 
+def patch_sha256(patch: Path) -> str:
+    """The sha256 of a patch file, streamed: a regular file (a FIFO is refused, never waited on) of at most
+    MAX_PATCH_BYTES; ConfigError naming the patch otherwise."""
+    digest = hashlib.sha256()
+    try:
+        with bounded.open_file(patch, max_bytes=MAX_PATCH_BYTES) as fh:
+            size = 0
+            while block := fh.read(CHUNK):
+                size += len(block)
+                if size > MAX_PATCH_BYTES:  # it grew while it was read
+                    raise bounded.Refused(f"{patch}: over {format_size(MAX_PATCH_BYTES)}")
+                digest.update(block)
+    except bounded.Refused as exc:
+        raise ConfigError(f"patch {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"patch {patch}: cannot read ({exc.strerror or exc})") from None
+    return digest.hexdigest()
+
+
 def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
     """Apply each patch with -p1 in order, each tried with --dry-run first: a patch that does not apply is a
     ConfigError naming the patch and its failed hunks, and leaves no .rej or half-patched file behind.
@@ -881,6 +827,18 @@ def apply_patches(tree: Path, patches: Sequence[Path]) -> None:
                 raise PatchError(
                     f"patch {patch} does not apply: {_patch_failure(patch, proc.stdout + proc.stderr)}"
                 )
+
+
+def git_env(url: str) -> dict[str, str]:
+    """The environment git clones `url` in: its transport checked first (`validate.git_url_problem`: a
+    ConfigError, exit 2, before git runs), then GIT_ALLOW_PROTOCOL to the remote transports, and `file`
+    only when `url` is itself local, so that no submodule the repository names runs a remote helper
+    (`ext::`) or reads this host's repositories."""
+    problem = git_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"git source {problem}")
+    allowed = [t for t in GIT_TRANSPORTS if t != "file" or git_transport(url) == "file"]
+    return {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(allowed)}
 
 
 def prepare_source(
@@ -908,8 +866,9 @@ def prepare_source(
     What a killed run left half-made in `cache` is removed first (`remove_stale_partials`).
     """
     limits = limits or FetchLimits()
+    env = git_env(url or "") if kind == "git" else None  # a transport the factory refuses, before anything
     remove_stale_partials(cache)
-    patch_hashes = [hashlib.sha256(p.read_bytes()).hexdigest() for p in patches]
+    patch_hashes = [patch_sha256(p) for p in patches]
     archive: Path | None = None
     sdist: tuple[str, str] | None = None
     if kind == "path":
@@ -967,7 +926,7 @@ def prepare_source(
                 ["git", "-C", str(tree), "checkout", "--quiet", ref or "HEAD"],
                 ["git", "-C", str(tree), "submodule", "update", "--init", "--recursive", "--quiet"],
             ):
-                proc = subprocess.run(step, capture_output=True, text=True)
+                proc = subprocess.run(step, capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     # git repeats the URL, token and all, in its own messages
                     said = urls_without_credentials(" ".join(proc.stderr.strip().splitlines()[-1:]))

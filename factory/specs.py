@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from factory.compat import CompatData
+from factory.config import MAX_JOBS
 from factory.errors import BuildError, ConfigError
 from factory.torchcompat import DerivedTorch, allowed, build_of, by_version, derive_minor, with_derived
 from factory.torchindex import TorchFile, TorchIndex, TorchSource, constraint_specifiers
@@ -77,6 +78,10 @@ class Resolver:
     notes: list[str] = field(default_factory=list)
     derived: dict[tuple[str, str], DerivedTorch] = field(default_factory=dict)  # (source label, minor)
     _builds: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict)
+    # per source, read once: its versions' wheels (newest first), and the same grouped by torch minor, so
+    # that resolving is linear in the index's size, not in its size times its minors
+    _grouped: dict[str, dict[Version, list[TorchFile]]] = field(default_factory=dict)
+    _minors: dict[str, dict[str, list[tuple[Version, list[TorchFile]]]]] = field(default_factory=dict)
 
     def _build(self, source: TorchSource, group: Sequence[TorchFile]) -> tuple[str, str] | None:
         key = (source.label, str(group[0].version))
@@ -85,14 +90,24 @@ class Resolver:
         return self._builds[key]
 
     def _groups(self, source: TorchSource) -> dict[Version, list[TorchFile]]:
-        return by_version(allowed(self.index.files(source), source))
+        if source.label not in self._grouped:
+            self._grouped[source.label] = by_version(allowed(self.index.files(source), source))
+        return self._grouped[source.label]
+
+    def _by_minor(self, source: TorchSource) -> dict[str, list[tuple[Version, list[TorchFile]]]]:
+        if source.label not in self._minors:
+            minors: dict[str, list[tuple[Version, list[TorchFile]]]] = {}
+            for version, group in self._groups(source).items():
+                minors.setdefault(torch_minor(version.public), []).append((version, group))
+            self._minors[source.label] = minors
+        return self._minors[source.label]
 
     def candidates(self, cuda: str, minor: str) -> Iterator[Candidate]:
         """Torch `minor`'s versions with a CUDA `cuda` build on its source, newest first, found as they are
         asked for: a wheel whose filename does not say its build is read only when the caller gets there."""
         source = self.sources[cuda]
-        for version, group in self._groups(source).items():
-            if version.is_prerelease or version.is_devrelease or torch_minor(version.public) != minor:
+        for version, group in self._by_minor(source).get(minor, []):
+            if version.is_prerelease or version.is_devrelease:
                 continue
             if self._build(source, group) == ("cuda", cuda):
                 yield Candidate(value=minor, version=version, files=tuple(group))
@@ -101,7 +116,8 @@ class Resolver:
         source = self.sources[cuda]
         key = (source.label, minor)
         if key not in self.derived:
-            self.derived[key] = derive_minor(self.index, source, minor, self.index.files(source))
+            ours = [f for _, group in self._by_minor(source).get(minor, []) for f in group]
+            self.derived[key] = derive_minor(self.index, source, minor, ours)
 
     def _shown_versions(self, cuda: str) -> str:
         source = self.sources[cuda]
@@ -130,6 +146,12 @@ class Resolver:
             torch_minor(v.public) for v in self._groups(source) if spec.contains(v.public, prereleases=False)
         }
         for minor in sorted(minors, key=lambda m: tuple(int(p) for p in m.split("."))):
+            if len(values) >= MAX_JOBS:
+                raise ConfigError(
+                    f"torch {spec_text!r} resolves to more than {MAX_JOBS} torches with a CUDA {cuda} build "
+                    f"on {source.label}; a matrix makes at most {MAX_JOBS} jobs: narrow the specifier",
+                    file=file,
+                )
             newest: Candidate | None = None
             best: Candidate | None = None
             for candidate in self.candidates(cuda, minor):
@@ -145,7 +167,7 @@ class Resolver:
             self._derive(cuda, minor)
             shadowed = [
                 str(v)
-                for v, group in self._groups(source).items()
+                for v, group in self._by_minor(source)[minor]
                 if v.public == best.version.public and v.local and group[0].label_build != ("cuda", cuda)
             ]
             if shadowed:
@@ -257,6 +279,13 @@ def resolve_combinations(
                     resolved = {**combo, "torch": torch, "python": python}
                     if not any(all(resolved.get(k) == v for k, v in e.items()) for e in exclude):
                         resolved_combos.append(resolved)
+        # the loader's cap on the matrix's size, again for what the specifiers resolved to
+        if len(ordered) + len(added) + len(resolved_combos) > MAX_JOBS:
+            raise ConfigError(
+                f"matrix: its specifiers resolve to more than {MAX_JOBS} jobs; at most {MAX_JOBS}: narrow "
+                "them or add exclude entries",
+                file=file,
+            )
         for resolved in resolved_combos:
             if origin is not None:
                 added.append(resolved)

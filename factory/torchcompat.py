@@ -250,10 +250,13 @@ def compat_report(
     known = [tuple(int(p) for p in m.split(".")) for m in compat.data.get("torch", {})]
     oldest = min(known, default=(0,))
     for source in sources:
-        files = index.files(source)
+        # each minor's files, grouped once: derived from its own, the report is linear in the index's size
+        by_minor: dict[str, list[TorchFile]] = {}
+        for f in allowed(index.files(source), source):
+            by_minor.setdefault(torch_minor(f.version.public), []).append(f)
         # newest first, so that the bound on wheels read leaves out the oldest; without --torch, from the
         # oldest torch compat.json knows on (older wheels predate the C++11 ABI and manylinux_2_28)
-        for minor in reversed(minors_on(allowed(files, source))):
+        for minor in reversed(minors_on(f for files in by_minor.values() for f in files)):
             if wanted not in (None, minor):
                 continue
             if wanted is None and tuple(int(p) for p in minor.split(".")) < oldest:
@@ -261,7 +264,7 @@ def compat_report(
             row = minors.setdefault(
                 minor, {"torch": minor, "facts": [], "contradictions": [], "problems": []}
             )
-            derived = derive_minor(index, source, minor, files)
+            derived = derive_minor(index, source, minor, by_minor[minor])
             row["facts"] += [{**f.to_json(), "where": source.label} for f in derived.facts]
             row["contradictions"] += list(contradictions(derived, compat.torch_entry(minor)))
             row["problems"] += list(derived.problems)

@@ -51,7 +51,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import leftovers
+from factory import bounded, leftovers, safefs
 from factory.index import PYPI_JSON_TYPE, parse_anchors
 from factory.options import FetchLimits
 from factory.source import (
@@ -76,6 +76,8 @@ VERSION_PY = "torch/version.py"
 PAGE_TTL_S = 600.0  # a page without an ETag or Last-Modified is read again after this long
 MAX_MEMBER = 4 * 2**20  # METADATA, version.py, ATen.h: a few KiB each
 MAX_METADATA = 1 * 2**20  # a PEP 658 metadata file
+MAX_HEADER = 256 * 2**10  # ATen.h: a few KiB (its guard is read line by line, never by a backtracking regex)
+MAX_FACTS_BYTES = 64 * 2**10  # a wheel's cached facts: a few hundred bytes
 # all range requests of one wheel together: torch's central directory is ~1.3 MiB for 13,000 files
 RANGE_BUDGET = 48 * 2**20
 MAX_RANGE_REQUESTS = 64
@@ -83,9 +85,12 @@ BLOCK = 256 * 2**10  # one range request reads at least this much
 MAX_WHEELS_READ = 48  # wheels opened in one run (most come from the cache)
 # __cplusplus values of the standards, as a header's guard compares them
 _STANDARDS = {201103: "11", 201402: "14", 201703: "17", 202002: "20", 202302: "23"}
-_GUARD = re.compile(
-    r"^\s*#\s*if\b[^\n]*__cplusplus\s*<\s*(\d{6})L?\b[^\n]*\n(?:[^\n]*\n){0,3}?\s*#\s*error\b", re.M
-)
+# A guard, line by line (each pattern anchored and free of nested repetition: linear in the line): an `#if`
+# comparing __cplusplus below a standard, then an `#error` within the next GUARD_LINES lines.
+_IF = re.compile(r"[ \t]*#[ \t]*if\b")
+_BELOW = re.compile(r"__cplusplus[ \t]*<[ \t]*(\d{6})L?\b")
+_ERROR = re.compile(r"[ \t]*#[ \t]*error\b")
+GUARD_LINES = 4
 _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_\w+")
 _CU = re.compile(r"cu(\d{2,4})")
@@ -178,7 +183,12 @@ def build_of_version_py(text: str) -> Build | None:
 
 def cxx_std_of_header(text: str) -> str | None:
     """The C++ standard a header's guard demands: `#if __cplusplus < 202002L` then `#error` -> "20"."""
-    found = [int(m.group(1)) for m in _GUARD.finditer(text)]
+    lines = text.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        below = _BELOW.search(line) if _IF.match(line) else None
+        if below and any(_ERROR.match(after) for after in lines[i + 1 : i + 1 + GUARD_LINES]):
+            found.append(int(below.group(1)))
     standards = [_STANDARDS[v] for v in found if v in _STANDARDS]
     return max(standards, key=int) if standards else None
 
@@ -288,8 +298,8 @@ def constraint_specifiers(paths: Iterable[str]) -> tuple[tuple[str, Requirement]
         if "://" in path:
             continue
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read(MAX_METADATA)
+            with bounded.open_file(path, max_bytes=None) as fh:  # a FIFO is refused, never waited on
+                text = fh.read(MAX_METADATA).decode("utf-8", "replace")
         except OSError:
             continue
         for line in text.splitlines():
@@ -415,15 +425,20 @@ class _RangeFile:
         return out
 
 
-def _member(zf: zipfile.ZipFile, name: str) -> str | None:
-    """A small member's text, or None when the wheel lacks it; a member declared too large is refused."""
+def _member(zf: zipfile.ZipFile, name: str, limit: int = MAX_MEMBER) -> str | None:
+    """A small member's text, or None when the wheel lacks it; a member declared larger than `limit` is
+    refused, and one whose stream holds more than it declares is read no further than that."""
     try:
         info = zf.getinfo(name)
     except KeyError:
         return None
-    if info.file_size > MAX_MEMBER or info.compress_size > MAX_MEMBER:
-        raise IndexPageError(f"{name} is larger than {MAX_MEMBER >> 20} MiB")
-    return zf.read(info).decode("utf-8", "replace")
+    if info.file_size > limit or info.compress_size > limit:
+        raise IndexPageError(f"{name} is larger than {bounded.size_text(limit)}")
+    with zf.open(info) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise IndexPageError(f"{name} is larger than {bounded.size_text(limit)}")
+    return data.decode("utf-8", "replace")
 
 
 def facts_of_zip(zf: zipfile.ZipFile) -> WheelFacts:
@@ -441,7 +456,7 @@ def facts_of_zip(zf: zipfile.ZipFile) -> WheelFacts:
         build_from = "headers" if build else ""
     if build is None and release is not None:
         build, build_from = ("cuda", release), "metadata"
-    header = _member(zf, HEADER)
+    header = _member(zf, HEADER, MAX_HEADER)
     if header is None:
         problems.append(f"no {HEADER}")
     std = cxx_std_of_header(header) if header is not None else None
@@ -501,7 +516,7 @@ class TorchIndex:
         html = path / "index.html" if path.is_dir() else path
         offered: frozenset[str] = frozenset()
         if html.is_file():
-            with html.open("rb") as fh:
+            with bounded.open_file(html, max_bytes=None) as fh:  # a FIFO is refused, never waited on
                 offered = metadata_offered(fh.read(self.limits.page_bytes), "text/html")
         return self._torch_files(entries, shown, offered)
 
@@ -518,13 +533,23 @@ class TorchIndex:
     def _page_cache(self, url: str) -> Path:
         return self.cache / "pages" / (hashlib.sha256(url.encode()).hexdigest()[:32] + ".json")
 
+    def _cached_page(self, url: str) -> dict[str, Any] | None:
+        """The cache's entry for the page `url`, or None (a miss) for one that is not there, not a regular
+        file (a link or FIFO planted there is not followed nor waited on), larger than a page may be, or
+        not of the shape this reader writes."""
+        path = self._page_cache(url)
+        try:
+            data = safefs.read_bytes(
+                self.cache, str(path.relative_to(self.cache)), max_bytes=self.limits.page_bytes
+            )
+            doc = json.loads(data)
+        except (OSError, ValueError, RecursionError):
+            return None
+        return doc if _page_entry_ok(doc, url) else None
+
     def _remote_page(self, url: str, shown: str) -> list[TorchFile]:
         cached_path = self._page_cache(url)
-        cached: dict[str, Any] | None = None
-        with contextlib.suppress(OSError, ValueError):
-            doc = json.loads(cached_path.read_text())
-            if isinstance(doc, dict) and doc.get("url") == url and isinstance(doc.get("files"), list):
-                cached = doc
+        cached = self._cached_page(url)
         headers = {"Accept": ACCEPT}
         if cached is not None:
             if cached.get("etag"):
@@ -591,8 +616,11 @@ class TorchIndex:
             return self._facts[key]
         path = self.cache / "wheels" / f"{key}.json" if self._facts_key(f) else None
         if path is not None:
-            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-                found = WheelFacts.from_json(json.loads(path.read_text()))
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, RecursionError):
+                data = safefs.read_bytes(
+                    self.cache, str(path.relative_to(self.cache)), max_bytes=MAX_FACTS_BYTES
+                )
+                found = WheelFacts.from_json(json.loads(data))
                 self._facts[key] = found
                 return found
         facts = self._read_wheel(f)
@@ -649,7 +677,7 @@ class TorchIndex:
         if local is not None:
             if not local.is_file():
                 raise IndexPageError("not a regular file")
-            with zipfile.ZipFile(local) as zf:
+            with bounded.open_zip(local) as zf:
                 return facts_of_zip(zf)
         url = self.http.bare(f.url)
         try:
@@ -657,7 +685,7 @@ class TorchIndex:
             if remote.size > self.limits.download_bytes:
                 raise IndexPageError(f"larger than {self.limits.download_bytes >> 20} MiB")
             # the central directory, however large it says it is, comes within the range budget
-            with zipfile.ZipFile(remote) as zf:
+            with bounded.open_zip(remote) as zf:
                 return facts_of_zip(zf)
         except _NoRanges:
             pass
@@ -682,7 +710,7 @@ class TorchIndex:
                 raise IndexPageError(
                     f"its bytes hash to {digest.hexdigest()[:16]}…, its index says {claimed[:16]}…"
                 )
-            with zipfile.ZipFile(target) as zf:
+            with bounded.open_zip(target) as zf:
                 return facts_of_zip(zf)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -693,6 +721,32 @@ def _claimed_sha256(f: TorchFile) -> str | None:
     if f.digest is not None and f.digest[0] == "sha256" and re.fullmatch(r"[0-9a-f]{64}", f.digest[1]):
         return f.digest[1]
     return None
+
+
+def _page_entry_ok(doc: object, url: str) -> bool:
+    """Whether a page cache entry has the shape `_remote_page` writes: its URL, ETag and Last-Modified strings
+    (or null), a number for when it was fetched, files of [filename, http(s) URL, [algo, hex] or null], and
+    names of the metadata offered."""
+    if not isinstance(doc, dict) or doc.get("url") != url:
+        return False
+    fetched, files, offered = doc.get("fetched", 0), doc.get("files"), doc.get("metadata", [])
+    if not isinstance(fetched, (int, float)) or isinstance(fetched, bool) or fetched != fetched:
+        return False
+    if any(doc.get(k) is not None and not isinstance(doc.get(k), str) for k in ("etag", "last_modified")):
+        return False
+    if not isinstance(files, list) or not isinstance(offered, list):
+        return False
+    for item in files:
+        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item[:2])):
+            return False
+        if urlsplit(item[1]).scheme not in REMOTE_LINK_SCHEMES:
+            return False
+        digest = item[2]
+        if digest is not None and not (
+            isinstance(digest, list) and len(digest) == 2 and all(isinstance(x, str) for x in digest)
+        ):
+            return False
+    return all(isinstance(n, str) for n in offered)
 
 
 def _local_path(url: str) -> Path | None:

@@ -13,10 +13,11 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidName, canonicalize_name
 
 from factory.errors import ConfigError
 from factory.units import format_gib
-from factory.urls import HTTP_SCHEMES, checked_url, without_credentials
+from factory.urls import HTTP_SCHEMES, checked_url, printable, without_credentials
 
 # --- where an index goes -----------------------------------------------------------------------------------
 
@@ -100,6 +101,36 @@ def check_destination(to: str, *, what: str = "--to") -> None:
         raise ConfigError(f"{what} {to!r}: an S3 index is s3://bucket/prefix (a directory: ./{to})")
 
 
+# --- names -------------------------------------------------------------------------------------------------
+
+# A package's name: its wheel's file name ({name}-{version}+{label}-{tags}.whl, a label and tags of up to ~110
+# characters) must fit in the 255 bytes of a file name, on every filesystem a wheelhouse or an index is on.
+MAX_PACKAGE_NAME = 128
+SHOWN_NAME = 64  # how much of a name a message shows
+
+
+def shown_name(name: str, limit: int = SHOWN_NAME) -> str:
+    """A name someone else chose (a package's, a wheel's, a document's key) as a message shows it: control
+    characters escaped, at most `limit` characters (a longer one cut, with an ellipsis). Every message that
+    echoes such a name goes through here: a 10,000-character package name is not a 10,000-character line."""
+    text = printable(name)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def package_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a package's name (None: it can): a PEP 508 name, short enough for a wheel."""
+    try:
+        canonicalize_name(name, validate=True)
+    except InvalidName:
+        return "is not a valid distribution name"
+    if len(name) > MAX_PACKAGE_NAME:
+        return (
+            f"is {len(name)} characters long; at most {MAX_PACKAGE_NAME} (its wheels' file names must fit "
+            "in 255 bytes)"
+        )
+    return None
+
+
 # --- what a matrix file names ------------------------------------------------------------------------------
 
 
@@ -115,6 +146,48 @@ def library_glob_problem(pattern: object) -> str | None:
     if not pattern.endswith((".so", "*")):
         return "must name extension modules (end in .so or a glob)"
     return None
+
+
+# git's transports (gitprotocol-*, git-remote-helpers): a URL's scheme, "host:path" (ssh), a local path, or
+# "<helper>::<address>", which runs `git-remote-<helper>` (`ext::` runs any command it is given). A scheme git
+# does not know is a helper too (`s3://` runs git-remote-s3). A matrix file may name the first three kinds
+# only; a wheel's rebuild document (`rebuild`), which anyone may have written, only remote ones.
+GIT_TRANSPORTS = ("https", "http", "ssh", "git", "file")
+REMOTE_GIT_TRANSPORTS = ("https", "ssh", "git")
+_GIT_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_GIT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")
+_GIT_SCHEME_ALIASES = {"git+ssh": "ssh", "ssh+git": "ssh"}
+
+
+def git_transport(url: str) -> str:
+    """The transport git takes for `url`, as git itself decides it: "https", "ssh" (also for scp-like
+    "host:path"), "file" (a local path), another URL's scheme, or "NAME::" for a remote helper."""
+    if helper := _GIT_HELPER.match(url):
+        return helper.group()
+    if scheme := _GIT_SCHEME.match(url):
+        name = scheme.group(1).lower()
+        return _GIT_SCHEME_ALIASES.get(name, name)
+    colon, slash = url.find(":"), url.find("/")
+    return "ssh" if colon > 0 and (slash < 0 or colon < slash) else "file"
+
+
+def git_url_problem(url: str, transports: tuple[str, ...] = GIT_TRANSPORTS) -> str | None:
+    """Why the factory does not clone `url` (None: it does): a transport outside `transports`, said before
+    git runs (git would run `ext::`'s command, or any remote helper a host has installed)."""
+    transport = git_transport(url)
+    if transport in transports:
+        return None
+    shown = shown_name(without_credentials(url) if "://" in url else url)
+    if transport.endswith("::"):
+        what = f"the {transport} transport runs a program (a git remote helper)"
+    elif transport == "file":
+        what = "a repository on this host"
+    else:
+        what = f"the {transport}:// transport is not one the factory uses"
+    allowed = ", ".join(f"{t}://" for t in transports if t != "file")
+    if "file" in transports:
+        allowed += ", file:// or a local path"
+    return f"{shown!r}: {what}; the factory clones over {allowed} only"
 
 
 def requirement_problem(text: str) -> str | None:

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from factory import bounded
 from factory.errors import ConfigError, FactoryError
 from factory.index import SIGNATURE_SUFFIX, parse_anchors
 from factory.installcmd import Host, choose
@@ -26,6 +27,7 @@ from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credenti
 
 # The biggest wheel hashed: a CUDA extension's fat wheel is a few hundred MB; far more is not a wheel we made.
 MAX_WHEEL_BYTES = 8 << 30
+WHEEL_DEADLINE_S = bounded.WHEEL_DEADLINE_S  # a wheel's whole download (docs/PUBLISH.md: ten minutes)
 _CHUNK = 1 << 20
 
 
@@ -41,7 +43,7 @@ class Verified:
     url: str | None = None
 
 
-def _read_bounded(stream: IO[bytes], *, limit: int) -> bytes:
+def _read_bounded(stream: IO[bytes] | bounded.Body, *, limit: int) -> bytes:
     """At most `limit` + 1 bytes of `stream` (one more than allowed tells a file that is too big)."""
     out = b""
     while len(out) <= limit:
@@ -52,7 +54,7 @@ def _read_bounded(stream: IO[bytes], *, limit: int) -> bytes:
     return out
 
 
-def _hash_bounded(stream: IO[bytes], *, shown: str) -> str:
+def _hash_bounded(stream: IO[bytes] | bounded.Body, *, shown: str) -> str:
     """The sha256 of what `stream` holds; FactoryError past MAX_WHEEL_BYTES."""
     digest = hashlib.sha256()
     size = 0
@@ -76,15 +78,19 @@ def _verify_local(path: Path, *, key: Ed25519PublicKey, signature: Path | None) 
     filename = _wheel_name(path.name, shown=str(path))
     sig_path = signature or path.with_name(path.name + SIGNATURE_SUFFIX)
     try:
-        with sig_path.open("rb") as fh:
+        with bounded.open_file(sig_path, max_bytes=None) as fh:  # a FIFO is refused, never waited on
             sig = _read_bounded(fh, limit=MAX_SIGNATURE_BYTES)
     except FileNotFoundError:
         raise SignatureError(f"{path}: unsigned (no signature file {sig_path})") from None
+    except bounded.Refused as exc:
+        raise SignatureError(f"{path}: unsigned ({exc})") from None
     except OSError as exc:
         raise ConfigError(f"{sig_path}: cannot read ({exc.strerror})") from None
     try:
-        with path.open("rb") as fh:
+        with bounded.open_file(path, max_bytes=MAX_WHEEL_BYTES) as fh:
             sha256 = _hash_bounded(fh, shown=str(path))
+    except bounded.Refused as exc:
+        raise FactoryError(str(exc)) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     try:
@@ -110,17 +116,16 @@ def verify_url(url: str, *, key: Ed25519PublicKey, signature: str | None = None)
     if signature is not None:
         checked_url(sig_url, schemes=INDEX_SCHEMES, what="--signature")
     try:
-        with open_url(sig_url, accept="application/json") as resp:
+        # read one byte more than a signature may have, no further: that tells one too big (check() says)
+        with open_url(sig_url, accept="application/json", whole=False) as resp:
             sig = _read_bounded(resp, limit=MAX_SIGNATURE_BYTES)
     except FactoryError as exc:
         raise SignatureError(f"{shown}: unsigned (no signature: {exc})") from None
-    except OSError as exc:
-        raise SignatureError(f"{shown}: unsigned (signature unreadable: {exc})") from None
-    try:
-        with open_url(plain, accept="application/octet-stream") as resp:
-            sha256 = _hash_bounded(resp, shown=shown)
-    except OSError as exc:
-        raise FactoryError(f"{shown}: download failed ({exc})") from None
+    # the whole download within WHEEL_DEADLINE_S, however the server paces it (FactoryError otherwise)
+    with open_url(
+        plain, accept="application/octet-stream", seconds=WHEEL_DEADLINE_S, max_bytes=MAX_WHEEL_BYTES
+    ) as resp:
+        sha256 = _hash_bounded(resp, shown=shown)
     if claimed is not None and claimed.lower() != sha256:
         raise SignatureError(
             f"{shown}: its bytes hash to {sha256}, not the {printable(claimed)[:64]} its link says"

@@ -33,7 +33,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory import abi3, reproducible
+from factory import abi3, bounded, reproducible
 from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
@@ -275,7 +275,7 @@ def archive_problems(archive: zipfile.ZipFile) -> list[str]:
 def wheel_archive_problems(wheel: Path) -> list[str]:
     """`archive_problems` of the wheel file; one problem when it is not a readable zip."""
     try:
-        with zipfile.ZipFile(wheel) as archive:
+        with bounded.open_zip(wheel) as archive:
             return archive_problems(archive)
     except (zipfile.BadZipFile, *_UNREADABLE) as exc:
         return [f"zip: cannot be opened ({exc})"]
@@ -286,7 +286,7 @@ def wheel_archive_problems(wheel: Path) -> list[str]:
 
 def _open_wheel(wheel: Path) -> zipfile.ZipFile:
     try:
-        return zipfile.ZipFile(wheel)
+        return bounded.open_zip(wheel)
     except (zipfile.BadZipFile, *_UNREADABLE) as exc:
         raise CheckError(f"{wheel.name}: not a readable wheel ({exc})") from None
 
@@ -457,6 +457,25 @@ def set_local_version(wheel: Path, label: str, *, epoch: int = reproducible.DEFA
     if new_version is None:
         return None
     target = wheel.with_name(relabelled_name(wheel.name, new_version))
+    set_version(wheel, target, new_version, epoch=epoch)
+    if target != wheel:
+        wheel.unlink()
+    return target
+
+
+def set_version(
+    wheel: Path,
+    target: Path,
+    new_version: Version,
+    *,
+    extra: Mapping[str, bytes] | None = None,
+    epoch: int = reproducible.DEFAULT_EPOCH,
+) -> None:
+    """Write `wheel` as `target` with the version `new_version`: its .dist-info and .data directory names,
+    METADATA's Version and RECORD (paths and hashes); `extra` (paths relative to the .dist-info -> bytes)
+    added in the same rewrite (`rewrite_wheel`). An archive an installer would refuse (`archive_problems`) is
+    a CheckError of one line."""
+    _name, version, _build, _tags = parse_wheel_filename(wheel.name)
     with _open_wheel(wheel) as archive:
         problems = archive_problems(archive)
         if problems:
@@ -471,10 +490,9 @@ def set_local_version(wheel: Path, label: str, *, epoch: int = reproducible.DEFA
             f"{stem}-{written}.data/": f"{stem}-{new_version}.data/",
         }
         data = metadata.encode("utf-8")
-        rewrite_wheel(archive, target, dist_info=dist_info, metadata=data, renames=renames, epoch=epoch)
-    if target != wheel:
-        wheel.unlink()
-    return target
+        rewrite_wheel(
+            archive, target, dist_info=dist_info, metadata=data, renames=renames, extra=extra, epoch=epoch
+        )
 
 
 def _canonical_info(info: zipfile.ZipInfo, name: str, epoch: int) -> zipfile.ZipInfo:
@@ -560,7 +578,7 @@ def check_wheel(
             )
 
     try:
-        archive = zipfile.ZipFile(wheel)
+        archive = bounded.open_zip(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
         return [*problems, f"zip: cannot be opened ({exc})"]
     with archive:

@@ -6,23 +6,27 @@ apply; build containers then install from the wheelhouse with their network off.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.errors import ConfigError, FactoryError
 from factory.home import factory_home
+from factory.units import format_size
 from factory.validate import requirement_problem
 
 DEFAULT_PLATFORM = "manylinux_2_28_x86_64"
@@ -121,6 +125,60 @@ def wheelhouse_key(
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
+# pip's lines as it downloads (`--progress-bar off`): "Collecting torch==2.14.*", "  Downloading
+# torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl (915.7 MB)", a wheel of --find-links as
+# "Processing /path/x.whl", "File was already downloaded /path/x.whl"
+_COLLECTING = re.compile(r"^\s*Collecting (\S+)")
+_DOWNLOADING = re.compile(r"^\s*Downloading (\S+?\.whl)(?: \((\d+(?:\.\d+)?) ([kMG]?B)\))?\s*$")
+_LOCAL = re.compile(r"^\s*(?:Processing|File was already downloaded) (\S+\.whl)\s*$")
+_SI = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9}
+MAX_PIP_LINES = 200  # of pip's output kept for its error line
+MAX_INPUTS_FILE = 1 << 20  # a wheelhouse's inputs.json, read to tell whether its wheels may seed another
+_MISSING = object()
+
+
+@dataclass
+class DownloadProgress:
+    """What a `pip download` has done so far, from its output lines: the requirements it has collected
+    (each one a wheel to get, the count growing as the resolver finds dependencies), the wheels it has
+    downloaded and their size, and the one it is on. Reused wheels (--find-links, already there) count
+    as done without a download."""
+
+    collected: int = 0
+    downloaded: int = 0
+    reused: int = 0
+    size: int = 0
+    current: str = ""
+
+    def feed(self, line: str) -> bool:
+        """Read one line; whether what `describe` says changed."""
+        if _COLLECTING.match(line):
+            self.collected += 1
+            return True
+        found = _DOWNLOADING.match(line)
+        if found:
+            name, amount, unit = found.groups()
+            self.downloaded += 1
+            if amount is not None:
+                self.size += int(float(amount) * _SI[unit])
+            self.current = name.rsplit("/", 1)[-1]
+            return True
+        found = _LOCAL.match(line)
+        if found:
+            self.reused += 1
+            self.current = found.group(1).rsplit("/", 1)[-1]
+            return True
+        return False
+
+    def describe(self) -> str:
+        """ "downloading 3 of 14 wheels so far (2.1 GB): torch-…whl"; M grows while pip resolves."""
+        done = self.downloaded + self.reused
+        known = max(self.collected, done)
+        reused = f", {self.reused} reused" if self.reused else ""
+        what = f"downloading {done} of {known} wheels so far ({format_size(self.size)}{reused})"
+        return f"{what}: {self.current}" if self.current else what
+
+
 def last_error_line(output: str) -> str:
     """pip's most telling line: its last `ERROR:` line, else its last non-empty one."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
@@ -173,8 +231,10 @@ def download_wheelhouse(
     index_url: str | None = None,
     extra_index_urls: Iterable[str] = (),
     only_binary: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Download `requirements` (and their dependencies) as wheels for `python` on `platform`.
+    """Download `requirements` (and their dependencies) as wheels for `python` on `platform`; `progress`
+    hears what the download is doing (`DownloadProgress.describe`) as pip goes.
 
     The wheels land in `<dest>/<hash of the inputs>` (dest: the wheelhouse cache root, by default
     `factory_home()/wheelhouses`), which is returned. That directory is made atomically (a temporary directory
@@ -209,20 +269,25 @@ def download_wheelhouse(
             extra_index_urls=extra,
             only_binary=only_binary,
         )
-        proc = subprocess.run(
-            [sys.executable, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
+        inputs = {
+            "requirements": list(requirements),
+            "python": python,
+            "platform": platform,
+            "index_url": index_url,
+            "extra_index_urls": list(extra),
+            "only_binary": only_binary,
+        }
+        with _earlier_downloads(cache_root, exclude=tmp, like=inputs) as seen:
+            if seen is not None:
+                # a wheel another wheelhouse here downloaded (torch, CUDA's GBs) is taken from it: pip
+                # prefers a --find-links file to the index's one of the same version
+                args[args.index("--dest") : args.index("--dest")] = ["--find-links", str(seen)]
+            returncode, output = _run_pip(args, progress)
+        if returncode != 0:
             raise FactoryError(
-                f"pip download for Python {python} ({platform}) failed: {last_error_line(proc.stdout)}"
+                f"pip download for Python {python} ({platform}) failed: {last_error_line(output)}"
             )
         pool_wheels(tmp, cache_root / POOL)
-        inputs = {"requirements": list(requirements), "python": python, "platform": platform}
         (tmp / "inputs.json").write_text(json.dumps(inputs, indent=1) + "\n")
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide the wheels from a container's unprivileged user
         try:
@@ -234,6 +299,65 @@ def download_wheelhouse(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return cached
+
+
+def _run_pip(args: Sequence[str], progress: Callable[[str], None] | None) -> tuple[int, str]:
+    """pip's exit code and the end of its output, each line of it read as it comes."""
+    seen = DownloadProgress()
+    kept: collections.deque[str] = collections.deque(maxlen=MAX_PIP_LINES)
+    with subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            kept.append(line)
+            if seen.feed(line) and progress is not None:
+                progress(seen.describe())
+        returncode = proc.wait()
+    return returncode, "".join(kept)
+
+
+@contextlib.contextmanager
+def _earlier_downloads(
+    cache_root: Path, *, exclude: Path, like: Mapping[str, object]
+) -> Iterator[Path | None]:
+    """A temporary directory of hard links to the wheels of the wheelhouses already in `cache_root` that
+    were downloaded for the same Python, platform and indexes as `like` (so from the same candidates: a
+    cu126 job never takes a cu128 torch), by their names, for pip's --find-links; None when there are none.
+    A changed requirement list (`extra_build_requires`) is a new wheelhouse, but its torch and CUDA wheels
+    are the ones already here."""
+    same = ("python", "platform", "index_url", "extra_index_urls", "only_binary")
+    names: dict[str, Path] = {}
+    for house in sorted(cache_root.iterdir()):
+        if house == exclude or house.name.startswith(".") or house.is_symlink() or not house.is_dir():
+            continue
+        try:
+            with (house / "inputs.json").open("rb") as fh:
+                made = json.loads(fh.read(MAX_INPUTS_FILE))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(made, dict) or any(made.get(k, _MISSING) != like[k] for k in same):
+            continue
+        with contextlib.suppress(OSError):  # removed meanwhile (`factory clean`, another download's prune)
+            for wheel in wheel_files(house):
+                if not wheel.is_symlink():
+                    names.setdefault(wheel.name, wheel)
+    if not names:
+        yield None
+        return
+    seen = Path(tempfile.mkdtemp(prefix=".seen.", dir=cache_root))
+    try:
+        for name, wheel in names.items():
+            with contextlib.suppress(OSError):  # another filesystem: pip downloads that one
+                os.link(wheel, seen / name)
+        yield seen
+    finally:
+        shutil.rmtree(seen, ignore_errors=True)
 
 
 def link_wheels(source: Path, dest: Path) -> Path:

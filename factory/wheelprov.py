@@ -22,12 +22,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory import buildrecord, provenance, sbom
+from factory import bounded, buildrecord, provenance, sbom
 from factory.errors import CheckError, ConfigError, FactoryError
 from factory.urls import printable, without_credentials
 
 MAX_DOWNLOAD = 16 << 30  # a wheel `factory inspect` fetches
-DOWNLOAD_DEADLINE_S = 600.0
+DOWNLOAD_DEADLINE_S = bounded.WHEEL_DEADLINE_S  # docs/PUBLISH.md: "within ten minutes"
+RECORD_DEADLINE_S = 60.0  # the build record beside it, 64 KiB at most
 
 
 def files(facts: provenance.BuildFacts, needed: Mapping[str, Any]) -> dict[str, bytes]:
@@ -81,7 +82,7 @@ def read(wheel: Path) -> Found:
     of one line naming the wheel and the file."""
     name = wheel.name
     try:
-        archive = zipfile.ZipFile(wheel)
+        archive = bounded.open_zip(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
         raise CheckError(f"{name}: cannot be opened as a zip ({exc})") from None
     with archive:
@@ -100,7 +101,7 @@ def read(wheel: Path) -> Found:
 
 def _raw_provenance(wheel: Path) -> tuple[str, bytes] | None:
     try:
-        with zipfile.ZipFile(wheel) as archive:
+        with bounded.open_zip(wheel) as archive:
             path = f"{_dist_info(archive, wheel.name)}/{provenance.FILE_NAME}"
             return path, _member(archive, path, provenance.MAX_BYTES, wheel.name)
     except (CheckError, OSError, zipfile.BadZipFile):
@@ -141,6 +142,16 @@ def wheel_problems(wheel: Path, expected: Mapping[str, Any]) -> list[str]:
 # --- factory inspect ----------------------------------------------------------------------------------------
 
 
+def _http_error(exc: urllib.error.HTTPError) -> str:
+    """An HTTP error as one line; a redirect names where it pointed, which is not followed."""
+    if 300 <= exc.code < 400:
+        location = exc.headers.get("Location", "") if exc.headers else ""
+        return (
+            f"HTTP {exc.code}: a redirect to {printable(without_credentials(location))[:200]}, not followed"
+        )
+    return f"HTTP {exc.code}"
+
+
 @contextmanager
 def _local(wheel_or_url: str) -> Iterator[Path]:
     """The wheel as a local file: a path as it is, an http(s) URL downloaded (bounded in size and time)
@@ -159,21 +170,23 @@ def _local(wheel_or_url: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="factory-inspect-") as tmp:
         target = Path(tmp) / name
         try:
+            # at most MAX_DOWNLOAD within DOWNLOAD_DEADLINE_S in all, however the server paces it
             with (
-                urllib.request.urlopen(wheel_or_url, timeout=60) as resp,
+                bounded.open_url(
+                    urllib.request.Request(wheel_or_url),
+                    seconds=DOWNLOAD_DEADLINE_S,
+                    max_bytes=MAX_DOWNLOAD,
+                    shown=shown,
+                    follow_redirects=False,
+                ) as resp,
                 target.open("wb") as out,
             ):
-                length = resp.headers.get("Content-Length")
-                if length and length.isdigit() and int(length) > MAX_DOWNLOAD:
-                    raise FactoryError(f"{shown}: {length} bytes, over the {MAX_DOWNLOAD >> 30} GiB limit")
-                copied = 0
                 while block := resp.read(1 << 20):
-                    copied += len(block)
-                    if copied > MAX_DOWNLOAD:
-                        raise FactoryError(f"{shown}: over the {MAX_DOWNLOAD >> 30} GiB limit")
                     out.write(block)
+        except bounded.Refused as exc:
+            raise FactoryError(str(exc)) from None
         except urllib.error.HTTPError as exc:
-            raise FactoryError(f"{shown}: HTTP {exc.code}") from None
+            raise FactoryError(f"{shown}: {_http_error(exc)}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise FactoryError(f"{shown}: {getattr(exc, 'reason', exc)}") from None
         yield target
@@ -197,13 +210,22 @@ def _record_bytes(wheel_or_url: str, local: Path) -> bytes | None:
                 raise CheckError("is not a regular file")
             return fh.read(limit + 1)
     url = parts._replace(path=parts.path + buildrecord.SUFFIX).geturl()
+    shown = without_credentials(url)
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            return bytes(resp.read(limit + 1))
+        with bounded.open_url(
+            urllib.request.Request(url),
+            seconds=RECORD_DEADLINE_S,
+            max_bytes=limit + 1,
+            shown=shown,
+            follow_redirects=False,
+        ) as resp:
+            return resp.read_all()
+    except bounded.Refused as exc:
+        raise CheckError(str(exc).removeprefix(f"{shown}: ")) from None
     except urllib.error.HTTPError as exc:
         if exc.code in (403, 404):  # S3 answers 403 for a missing key without list permission
             return None
-        raise CheckError(f"HTTP {exc.code}") from None
+        raise CheckError(_http_error(exc)) from None
     except (urllib.error.URLError, OSError) as exc:
         raise CheckError(str(getattr(exc, "reason", exc))) from None
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from factory import wheelprov
+from factory import checkrecord, wheelprov
 from factory.cli import app
 from factory.cli.output import echo_json, json_option
 
@@ -24,10 +25,18 @@ def inspect_command(
     toolchain, torch, build requirements and job; and the components of its CycloneDX SBOM (sboms/).
     A wheel without them, or with malformed ones, fails in one line. The build record beside the wheel
     (<wheel>.build.json next to the file or URL: compile cache use, image id, times, CI run) is shown
-    when there is one and it names this wheel."""
+    when there is one and it names this wheel; for a wheel file, its check's result: failed, with the
+    reason, when its failure record (<wheel>.check-failed.json) is beside it, else what the build's
+    report.json beside it says."""
     found = wheelprov.inspect(wheel)
+    local = None if "://" in wheel else Path(wheel)
     if as_json:
-        echo_json(wheelprov.to_json(found))
+        doc = wheelprov.to_json(found)
+        if local is not None:
+            doc["check"] = checkrecord.to_json(local)
+        echo_json(doc)
         return
     for line in wheelprov.describe(found):
         typer.echo(line)
+    if local is not None:
+        typer.echo(checkrecord.describe(local))

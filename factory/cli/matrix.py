@@ -18,6 +18,7 @@ from factory.config import MatrixFile
 from factory.errors import ConfigError
 from factory.plan import Job, Plan, plan_file
 from factory.source import prepare_matrix_source
+from factory.validate import shown_name
 
 # Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
 TRUST_PATHS = typer.Option(
@@ -91,7 +92,7 @@ def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str
     if mf.recipe.patches and fetch:
         # the fetch and patched tree a build makes (cached): a patch that no longer applies fails here
         prepared = prepare_matrix_source(mf)
-        of = prepared.sdist or f"{mf.package.name} {mf.package.version}"
+        of = prepared.sdist or f"{shown_name(mf.package.name)} {shown_name(mf.package.version)}"
         count = len(mf.recipe.patches)
         patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
     unverified = sum(not j.verified for j in plan.jobs)
@@ -227,7 +228,7 @@ def matrix_command(
     for line in _resolution_lines(plan):
         typer.echo(line)
     console = table_console()
-    console.print(_table(plan, f"{mf.package.name} {mf.package.version} ({matrix})"))
+    console.print(_table(plan, f"{shown_name(mf.package.name)} {shown_name(mf.package.version)} ({matrix})"))
     covered = sum(len(j.covers) for j in plan.jobs)
     console.print(
         f"{len(plan.jobs)} jobs in {len(plan.variants)} variants; {len(plan.dropped)} dropped"

@@ -37,12 +37,47 @@ def format_duration(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def compiles(r: JobResult) -> str:
-    """ "12/15": the compiles finished of those known, over every extension's ninja run; "so far" while the
-    build runs, when a later extension may add to the total."""
+def compiles_left(r: JobResult, now: float) -> str:
+    """The time left: by the share of the source's CUDA files compiled, weighted by the profile's or the
+    recipe's times ("; CUDA files 12/40, ~14m10s left by the profile's times"); else by the expected compiles
+    not done yet at the pace of those done (", ~4m00s left")."""
+    elapsed = now - r.compiles_since if r.compiles_since is not None else 0.0
+    if r.device_total:
+        shown = f"; CUDA files {r.device_done}/{r.device_total}"
+        if 0 < r.device_share < 1 and elapsed > 0:
+            left = elapsed * (1 - r.device_share) / r.device_share
+            shown += f", ~{format_duration(left)} left {r.device_basis}"
+        return shown
+    if not (r.compiles_expected >= r.compiles_total and r.compiles_done and elapsed > 0):
+        return ""  # no earlier count, or this build outgrew it
+    left = max(0, r.compiles_expected - r.compiles_done)
+    return f", ~{format_duration(elapsed / r.compiles_done * left)} left" if left else ""
+
+
+def compiles(r: JobResult, now: float | None = None) -> str:
+    """How far the compiles are, over every extension's ninja run (torch runs one per extension, each
+    with its own `[k/N]`, so the whole build's total is not known until its last extension starts): "37/120"
+    against the total an earlier complete build of the package counted (`compiles_expected`); else while the
+    build runs, the compiles done and the running extension's own count ("37 done; extension 3: 5/12"),
+    never a fraction of a total that is only the part known so far; "12/15" once the build is over. With
+    `now`, while the build runs, the time left (`compiles_left`)."""
     if not r.compiles_total:
         return "-"
-    return f"{r.compiles_done}/{r.compiles_total}" + (" so far" if r.phase == "build" else "")
+    if r.phase != "build":
+        return f"{r.compiles_done}/{r.compiles_total}"
+    if r.compiles_expected >= r.compiles_total:
+        count = f"{r.compiles_done}/{r.compiles_expected} (expected, from an earlier build)"
+    elif r.compiles_runs > 1:
+        run = f"{r.compiles_run_done}/{r.compiles_run_total}"
+        count = f"{r.compiles_done} done; extension {r.compiles_runs}: {run}"
+    else:
+        count = f"{r.compiles_done}/{r.compiles_total} (extension 1)"
+    return count + (compiles_left(r, now) if now is not None else "")
+
+
+def warning_flag(r: JobResult) -> str:
+    """The running job's warnings, each by its first clause ("no nvcc yet after 16 host compile(s)")."""
+    return "; ".join("WARNING " + w.split(":", 1)[0] for w in r.warnings)
 
 
 def cached(r: JobResult) -> str:
@@ -64,23 +99,26 @@ def failed(r: JobResult) -> bool:
     return r.result not in ("ok", "skipped", "pending")
 
 
-def failure(r: JobResult) -> str:
-    """A finished job that did not succeed: why, and where its log is."""
+def ended(r: JobResult) -> str:
+    """A failed job's line as it ends: the result and its log; the reason is the summary's, said once."""
     where = [f"log: {r.log}"] if r.log else []
     where += [f"wheel kept: {r.kept_wheel}"] if r.kept_wheel else []
-    shown = f" ({'; '.join(where)})" if where else ""
-    return f"{r.job_id}: {r.result}: {r.reason or 'no reason recorded'}{shown}"
+    return f"{r.job_id}: {r.result} (why: in the summary" + "".join(f"; {w}" for w in where) + ")"
 
 
 def progress_line(r: JobResult, now: float) -> str:
     """One plain line for a job: its phase and what it is doing, or how it ended."""
     if r.phase in FINISHED:
-        return failure(r) if failed(r) else f"{r.job_id}: {r.phase}" + (f": {r.wheel}" if r.wheel else "")
+        return ended(r) if failed(r) else f"{r.job_id}: {r.phase}" + (f": {r.wheel}" if r.wheel else "")
     if r.started is None:
         return f"{r.job_id}: {r.phase}"
     parts = [r.phase]
+    if r.activity:
+        parts.append(r.activity)
     if r.compiles_total:
-        parts.append(f"compiles {compiles(r)}")
+        parts.append(f"compiles {compiles(r, now)}")
+    if r.warnings:
+        parts.append(warning_flag(r))
     if r.compiles_cached or r.compiles_compiled:
         parts.append(cached(r))
     if r.mem_now:
@@ -125,11 +163,17 @@ def progress_table(results: Sequence[JobResult], now: float) -> Table:
     for col in ("job", "phase", "attempt", "compiles", "cache", "elapsed", "memory", "peak"):
         table.add_column(col)
     for r in results:
+        phase = f"[{STYLE.get(r.phase, 'cyan')}]{escape(r.phase)}[/]"
+        if r.activity and r.phase not in FINISHED:
+            phase += f" {escape(r.activity)}"
+        shown = compiles(r, now)
+        if r.warnings and r.phase not in FINISHED:
+            shown += f"\n[red]{escape(warning_flag(r))}[/]"
         table.add_row(
             escape(r.job_id),
-            f"[{STYLE.get(r.phase, 'cyan')}]{escape(r.phase)}[/]",
+            phase,
             str(r.attempt) if r.attempt else "-",
-            compiles(r),
+            shown,
             cached(r),
             format_duration(elapsed(r, now)),
             memory(r),
@@ -148,9 +192,15 @@ class ProgressView:
         return progress_table(self.snapshot(), self.clock())
 
 
-def _detail(r: JobResult) -> str:
+def _detail(r: JobResult, earlier: Sequence[JobResult] = ()) -> str:
+    """The wheel, or why there is none: a reason an earlier job of the summary gave already (an image no
+    job could pull) is named by that job, not said again."""
     if r.wheel and r.reused_from:
         return f"{r.wheel} (reused from {r.reused_from}, no compile)"
+    if not r.wheel and r.reason:
+        first = next((e for e in earlier if e.reason == r.reason and not e.wheel), None)
+        if first is not None:
+            return f"as {first.job_id}"
     return r.wheel or r.reason or ""
 
 
@@ -163,8 +213,8 @@ def summary_table(report: BuildReport) -> Table:
     table = Table(title="summary")
     for col in ("job", "result", "wall", "peak", "attempts", "cache", "wheel / reason"):
         table.add_column(col, overflow="fold")
-    for r in report.jobs:
-        detail = escape(_detail(r))
+    for i, r in enumerate(report.jobs):
+        detail = escape(_detail(r, report.jobs[:i]))
         if r.kept_wheel:
             detail += f"\n{escape(_kept(r))}"
         if failed(r) and r.log:
@@ -193,13 +243,13 @@ def other_toolkit(r: JobResult) -> bool:
 def summary_lines(report: BuildReport) -> list[str]:
     """The summary as plain lines, one per job, each field whole."""
     lines = ["summary:"]
-    for r in report.jobs:
+    for i, r in enumerate(report.jobs):
         peak = format_size(r.peak_bytes) if r.peak_bytes else "-"
         served = f"  {cached(r)}" if r.compiles_cached or r.compiles_compiled else ""
         nvcc = f"  nvcc {r.toolkit}" if other_toolkit(r) else ""
         lines.append(
             f"{r.job_id}  {r.result}  wall {format_duration(r.wall_s)}  peak {peak}  "
-            f"attempts {len(r.attempts)}{served}{nvcc}  {_detail(r)}".rstrip()
+            f"attempts {len(r.attempts)}{served}{nvcc}  {_detail(r, report.jobs[:i])}".rstrip()
         )
         if r.kept_wheel:
             lines.append(f"  {_kept(r)}")
@@ -259,11 +309,14 @@ def show_report(console: Console, report: BuildReport, report_path: str, *, inte
                 plain(f"{r.job_id}: {a.note}")
         if not failed(r):
             continue
-        plain(failure(r))
-        if r.log_tail:
+        # The summary said why and where its log is; here the log's end, less the host's own line of
+        # that reason (a failure before any container ran has no other).
+        tail = [line for line in r.log_tail if line != f"factory: {r.reason}"]
+        if tail:
             # Compiler errors lead the tail (see jobrun.log_tail); then the last lines of the log.
-            errors = r.log_tail[: r.log_tail.index("...") + 1] if "..." in r.log_tail else []
-            shown = [*errors, *r.log_tail[len(errors) :][-15:]]
+            errors = tail[: tail.index("...") + 1] if "..." in tail else []
+            shown = [*errors, *tail[len(errors) :][-15:]]
+            plain(f"{r.job_id}: the end of its log:")
             plain("\n".join(f"  {line}" for line in shown))
     plain(f"report: {report_path}")
 

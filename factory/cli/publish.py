@@ -35,13 +35,37 @@ def publish(
     ] = None,
     sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
     sign_key_env: Annotated[str | None, SIGN_KEY_ENV_OPTION] = None,
+    force_failed: Annotated[
+        bool,
+        typer.Option(
+            "--force-failed",
+            help="Publish a wheel that failed its checks (its .check-failed.json beside it) anyway.",
+        ),
+    ] = False,
+    variants: Annotated[
+        bool,
+        typer.Option(
+            "--variants", help="Also as wheel variants (PEP 825, experimental) under DEST/variants/."
+        ),
+    ] = False,
 ) -> None:
-    """Publish wheels into one simple index per variant (local directory or S3)."""
+    """Publish wheels into one simple index per variant (local directory or S3).
+
+    A wheel that failed its checks (kept under check-failed/ with its failure record, or kept by a job of
+    the report) is refused, and nothing is published, unless --force-failed."""
     from factory.publish import describe, publish_directory
     from factory.signing import signer_from
 
     signer = signer_from(path=sign_key, env_name=sign_key_env)
-    result = publish_directory(wheel_dir, to=to, endpoint_url=endpoint_url, report=report, signer=signer)
+    result = publish_directory(
+        wheel_dir,
+        to=to,
+        endpoint_url=endpoint_url,
+        report=report,
+        signer=signer,
+        force_failed=force_failed,
+        variants=variants,
+    )
     for line in describe(result):
         typer.echo(line)
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from factory.cli import app
+from factory.cli.matrix import TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.errors import ConfigError
+
+if TYPE_CHECKING:
+    from factory.rebuild import RebuildOptions
 
 SIGN_KEY_OPTION = typer.Option(
     "--sign-key",
@@ -69,19 +73,44 @@ def verify(
             help="With --rebuild: the source directory of a wheel built from one (source: {path}).",
         ),
     ] = None,
+    matrix: Annotated[
+        Path | None,
+        typer.Option(
+            "--matrix",
+            "-m",
+            metavar="FILE",
+            help="With --rebuild: your matrix file. The rebuild takes the wheel's patches from its files "
+            "(by sha256), its source directory, and may use the images and torch indexes it names.",
+        ),
+    ] = None,
+    trust_paths: Annotated[bool, TRUST_PATHS] = False,
+    allow_foreign: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-foreign",
+            metavar="KIND",
+            help="With --rebuild: use what only the wheel names, which your matrix does not: 'image' (a "
+            "builder or base image, pulled and run), 'torch-index' (where torch is fetched). Repeatable.",
+        ),
+    ] = None,
     workdir: Annotated[
         Path | None,
         typer.Option(
             "--workdir",
             metavar="DIR",
-            help="With --rebuild: rebuild here and keep it (its matrix, rebuilt wheel and report); "
+            help="With --rebuild: rebuild here and keep it (its matrix, patches, rebuilt wheel and report); "
             "default: a temporary directory.",
         ),
     ] = None,
     as_json: Annotated[bool, json_option()] = False,
 ) -> None:
     """Check a wheel: --key its signature, --rebuild a build from its own provenance compared byte for byte
-    (exit 1 and one line naming what failed)."""
+    (exit 1 and one line naming what failed).
+
+    A wheel's provenance is read as input from anyone: the rebuild keeps the build's network off, takes
+    the source as recorded (the sdist or commit by hash, or --source DIR), each patch only as a file of
+    yours with the sha256 recorded, and refuses an image or torch index your matrix does not name unless
+    --allow-foreign names its kind."""
     if key is None and not rebuild:
         raise ConfigError(
             "give --key PUB (the public key whose signature the wheel must carry) and/or --rebuild "
@@ -94,17 +123,36 @@ def verify(
         verified = verify_signature(wheel, key=public_key_file(key), signature=signature)
         typer.echo(f"OK {verified.filename}: sha256 {verified.sha256}, signed by key {verified.key_id}")
     if rebuild:
-        rebuild_and_compare(wheel, cache=cache, source=source, workdir=workdir, as_json=as_json)
+        from factory.rebuild import RebuildOptions, check_allowed
+
+        options = RebuildOptions(
+            cache=cache,
+            source=source,
+            matrix=matrix,
+            trust_paths=trust_paths,
+            workdir=workdir,
+            allow_foreign=check_allowed(allow_foreign or []),
+        )
+        rebuild_and_compare(wheel, options, as_json=as_json)
+    elif matrix is not None or allow_foreign or trust_paths:
+        raise ConfigError("--matrix, --trust-paths and --allow-foreign apply with --rebuild")
 
 
-def rebuild_and_compare(
-    wheel: str, *, cache: str, source: Path | None, workdir: Path | None, as_json: bool
-) -> None:
-    """`--rebuild`: one line (or JSON), exit 0 when the rebuild is byte-identical, else 1."""
-    from factory.rebuild import RebuildOptions, verify_rebuild
+def rebuild_and_compare(wheel: str, options: RebuildOptions, *, as_json: bool) -> None:
+    """`--rebuild`: the build's progress as `factory build` shows it (on stderr), then one line (or JSON);
+    exit 0 when the rebuild is byte-identical, else 1."""
+    from rich.console import Console
 
-    options = RebuildOptions(cache=cache, source=source, workdir=workdir)
-    result = verify_rebuild(wheel, options, log=lambda line: typer.echo(line, err=True))
+    from factory.cli.progress import BuildDisplay
+    from factory.rebuild import Hooks, verify_rebuild
+
+    if options.workdir is not None:
+        report = str(options.workdir / "out" / "report.json")
+    else:
+        report = "(gone with the temporary work directory; --workdir DIR keeps it)"
+    display = BuildDisplay(Console(stderr=True), report_path=report)
+    hooks = Hooks(on_change=display.on_change, showing=display.showing, finished=display.finished)
+    result = verify_rebuild(wheel, options, log=display.say, hooks=hooks)
     if as_json:
         echo_json(result.to_json())
     else:

@@ -191,3 +191,35 @@ def profile_summaries(package: str | None = None, *, home: Path | None = None) -
             f"{path.parent.name} {path.stem}: {len(p.entries)} compiles, worst peak {format_size(worst)}"
         )
     return lines or [f"no profiles in {root}"]
+
+
+# How many compiles (ninja edges, over every extension) a complete first attempt of a package's build ran:
+# the next build's progress shows its count against it from its first compile on, where torch's one ninja
+# per extension would only tell the whole total when the last extension starts.
+MAX_TOTAL_FILE = 4096
+
+
+def compile_total_path(package: str, version: str, *, home: Path | None = None) -> Path:
+    return (home or factory_home()) / "compile-totals" / canonicalize_name(package) / f"{version}.json"
+
+
+def load_compile_total(package: str, version: str, *, home: Path | None = None) -> int:
+    """The compiles an earlier complete build counted; 0 when none did (or its file is not one we wrote)."""
+    try:
+        with compile_total_path(package, version, home=home).open("rb") as fh:
+            data = json.loads(fh.read(MAX_TOTAL_FILE))
+    except (OSError, ValueError):
+        return 0
+    total = data.get("compiles") if isinstance(data, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) and 0 < total < 10**7 else 0
+
+
+def save_compile_total(package: str, version: str, total: int, *, home: Path | None = None) -> None:
+    if total <= 0:
+        return
+    path = compile_total_path(package, version, home=home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"compiles": total}, fh)
+    os.replace(tmp, path)

@@ -4,6 +4,7 @@ volume)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -85,3 +86,35 @@ def test_a_killed_factorys_container_stops_by_itself(tmp_path: Path, docker_clie
             proc.kill()
         for container in build_containers(docker_client, proc.pid, running_only=False):
             container.remove(force=True)
+
+
+def test_sigterm_mid_build_is_an_interruption_not_a_failed_build(tmp_path: Path, docker_client: Any) -> None:
+    """CI cancelling a run (SIGTERM) while a job compiles: the job was interrupted, and says so, not
+    "build exited with code 137" as if the build had failed; the run exits 130 and removes its container."""
+    matrix = demo_matrix(tmp_path, arch=["8.0"])
+    out = tmp_path / "w"
+    said = tmp_path / "said.txt"
+    argv = [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix), "--output", str(out)]
+    with said.open("w") as sink:
+        # the cache off: an earlier test's demo objects would end the build before the signal
+        proc = subprocess.Popen([*argv, "--cache", "off"], cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            wait_until(
+                lambda: (
+                    proc.poll() is not None or build_containers(docker_client, proc.pid, running_only=True)
+                ),
+                900,
+                "the build container",
+            )
+            assert proc.poll() is None, "the build ended before it could be stopped"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    (job,) = json.loads((out / "report.json").read_text())["jobs"]
+    assert job["result"] == "interrupted", job
+    assert job["reason"].startswith("interrupted by SIGTERM"), job["reason"]
+    text = said.read_text()
+    assert "exited with code" not in text and "exited with code" not in json.dumps(job)
+    assert build_containers(docker_client, proc.pid, running_only=False) == []

@@ -3,10 +3,13 @@ image, real nvcc, torch 2.14, uv and pip in fresh venvs).
 
 The fixture (tests/fixtures/norecipe) is an unpacked sdist whose setup.py reads no version variable, builds
 a CUDA module and a plain C++ one (no kernels), and whose PKG-INFO lists a runtime requirement, six, that
-is no build requirement and that the package imports. The matrix names no recipe (the default `torch-ext`:
-FORCE_CUDA=1, TORCH_CUDA_ARCH_LIST). The factory must download six for the install check before the build,
-find from the build's links that `_version_cpu` carries no kernels, and give the wheel its variant label in
-its file name, METADATA and .dist-info, so that pip installs it and its metadata shows the label.
+is no build requirement and that the package imports. The matrix declares a recipe mapping with a name
+and nothing else, no `base:` (as a user writes a first recipe): its other keys come from `torch-ext`
+(FORCE_CUDA=1, TORCH_CUDA_ARCH_LIST), as docs/MATRIX.md says; issue 42 §3 found it starting from an empty
+recipe instead, and the package built host code alone. The factory must download six for the install
+check before the build, find from the build's links that `_version_cpu` carries no kernels, and give the
+wheel its variant label in its file name, METADATA and .dist-info, so that pip installs it and its metadata
+shows the label.
 
 One build of one job (three small compiles, the torch install of the check): 2-4 minutes on 2 busy cores with
 the image and the cp313 wheelhouse there.
@@ -29,6 +32,7 @@ from test_build import FACTORY, ROOT
 
 from factory import engine, wheelcheck
 from factory.fatbin import device_code
+from factory.memory import profiles
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,6 +52,7 @@ def norecipe_matrix(tmp: Path) -> Path:
               name: factory-norecipe
               version: "0.1.0"
               source: {{path: {FIXTURE}}}
+            recipe: {{name: my-first-recipe}}
             matrix:
               cuda: ["13.0"]
               torch: ["2.14"]
@@ -81,7 +86,7 @@ def norecipe_build(
     )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     (job,) = json.loads((out / "report.json").read_text())["jobs"]
-    return {"proc": proc, "out": out, "job": job}
+    return {"proc": proc, "out": out, "job": job, "home": session_factory_home}
 
 
 def test_a_package_without_a_recipe_builds_and_passes_its_checks(norecipe_build: dict[str, Any]) -> None:
@@ -108,6 +113,14 @@ def test_progress_counts_every_extension_s_compiles(norecipe_build: dict[str, An
     (attempt,) = norecipe_build["job"]["attempts"]
     # two ninja runs, one per extension: version.cpp, then bindings.cpp and twice.cu
     assert (attempt["objects_compiled"], attempt["objects_planned"]) == (3, 3)
+    # the next build's progress counts against this one's whole total from its first compile on
+    assert profiles.load_compile_total("factory-norecipe", "0.1.0", home=norecipe_build["home"]) == 3
+
+
+def test_a_build_that_ran_nvcc_warns_of_nothing(norecipe_build: dict[str, Any]) -> None:
+    job = norecipe_build["job"]
+    assert job["warnings"] == []  # FORCE_CUDA came from torch-ext: nvcc ran
+    assert "no nvcc yet" not in Path(job["log"]).read_text(errors="replace")
 
 
 def test_the_wheel_carries_the_label_everywhere_and_pip_installs_it(

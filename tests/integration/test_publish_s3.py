@@ -164,6 +164,43 @@ def test_layout_content_types_and_directory_keys(moto: Moto, published: dict[str
     assert get(page_dir) == get(f"{page_dir}index.html")
 
 
+def test_wheel_variants_on_s3_install_straight_from_the_bucket(
+    moto: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The experimental variant channel (publish --variants) on S3: its pages under their directory keys
+    too, the variant wheels immutable and each release's variants.json revalidated (it grows), and real uv
+    (its preview; a stood-in GPU, NV_VARIANT_PROVIDER_FORCE_*) picks the variant from the bucket URL."""
+    from factory import wheelvariants
+
+    wheels = [make_wheel(tmp_path / "w", label=LABEL_NEW), make_wheel(tmp_path / "w", label=LABEL_OLD)]
+    moto.bucket("variants")
+    publish_wheels(wheels, to="s3://variants/idx", endpoint_url=moto.endpoint, variants=True)
+    keys = moto.keys("variants", "idx")
+    group = "variants/torch2.10-abi1/"
+    for key in (
+        "variants/",
+        group + "simple/",
+        group + "simple/tinyvar/",
+        group + "simple/tinyvar/index.html",
+    ):
+        assert key in keys, key
+
+    def head(key: str) -> dict[str, Any]:
+        return moto.client.head_object(Bucket="variants", Key=f"idx/{key}")
+
+    (wheel,) = [k for k in keys if k.startswith(group + "files/") and k.endswith(".whl")]
+    assert "immutable" in head(wheel)["CacheControl"]
+    assert head(group + "files/tinyvar-0.1.0-variants.json")["CacheControl"] == index.PAGE_CACHE_CONTROL
+    assert head(group + "simple/tinyvar/")["ContentType"] == index.HTML_TYPE
+    monkeypatch.setenv("NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "12.8")
+    monkeypatch.setenv("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", "9.0")
+    venv = fresh_venv(tmp_path / "venv", tool="uv")
+    url = f"{moto.endpoint}/variants/idx/{group}simple/"
+    proc = uv_install(venv, url, "--preview-features", wheelvariants.PREVIEW_FEATURE, "tinyvar")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed_label(venv) == LABEL_OLD
+
+
 def test_immutability_on_s3(moto: Moto, published: dict[str, Path], tmp_path: Path) -> None:
     again = publish_wheels([published[VID_NEW]], to="s3://wheels/team/idx", endpoint_url=moto.endpoint)
     assert [f.status for f in again.files] == ["unchanged"] and again.pages_written == ()

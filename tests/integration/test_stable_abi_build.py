@@ -6,7 +6,9 @@ registered with STABLE_TORCH_LIBRARY, every torch call through the C shim) built
 calling one libtorch C++ function (at::get_num_threads, sm_86 job) is refused in one line naming the symbol.
 The same wheel published for torch 2.12 alone is then reused for 2.14 with no compile (one install check),
 and refused, nothing published, when the stored file is not what its page lists, or (publishing signed) when
-a store writer swapped it and rewrote its page to match: its signature no longer vouches for it.
+a store writer swapped it and rewrote its page to match: its signature no longer vouches for it. Published as
+a wheel variant (PEP 825, experimental), real uv takes it for a stood-in GPU it runs on and not for one it
+does not.
 """
 
 from __future__ import annotations
@@ -134,6 +136,47 @@ def test_published_on_every_covered_torch_page_where_pip_finds_it(
         assert [p.name for p in dest.iterdir()] == [job["wheel"]]
     variants = (index / "simple" / "index.html").read_text()
     assert "stable" not in variants  # no page of its own: installers ask for their torch's page
+
+
+def test_as_a_wheel_variant_uv_takes_the_one_wheel_for_the_gpu_it_runs_on(
+    stable_build: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stable-ABI wheel on the experimental variant channel (docs/PUBLISH.md): one URL for every torch
+    it covers, its variant.json valid to variantlib, picked by real uv for a stood-in sm_86 GPU on a CUDA 13.0
+    driver and for nothing on an sm_75 GPU (NV_VARIANT_PROVIDER_FORCE_*, read by uv's NVIDIA provider)."""
+    from publish_helpers import fresh_venv, uv_install
+    from variantlib.variant_dist_info import VariantDistInfo
+
+    from factory import wheelvariants
+
+    job = stable_build["jobs"][GOOD]
+    index = tmp_path / "index"
+    result = publish_wheels(
+        [stable_build["out"] / job["wheel"]], to=str(index), report=stable_build["out"] / "report.json",
+        variants=True,
+    )  # fmt: skip
+    assert result.variant_notes == ()
+    (variant,) = (index / "variants" / "stable2.12-abi1" / "files").glob("*.whl")
+    label = variant.name.removesuffix(".whl").rsplit("-", 1)[1]
+    with zipfile.ZipFile(variant) as zf:
+        described = VariantDistInfo(zf.read("factory_stableext-0.1.0.dist-info/variant.json"), label)
+        metadata = zf.read("factory_stableext-0.1.0.dist-info/METADATA").decode()
+    assert {p.to_str() for p in described.variant_desc.properties} == {
+        "nvidia :: cuda_version_lower_bound :: 13.0",
+        "nvidia :: sm_arch :: 80_real",
+    }
+    assert "Requires-Dist: torch>=2.12" in metadata.splitlines()
+    url = (index / "variants" / "stable2.12-abi1" / "simple").as_uri() + "/"
+    for gpu, installs in (("8.6", True), ("7.5", False)):
+        monkeypatch.setenv("NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION", "13.0")
+        monkeypatch.setenv("NV_VARIANT_PROVIDER_FORCE_SM_ARCH", gpu)
+        venv = fresh_venv(tmp_path / f"venv{gpu}", tool="uv")
+        proc = uv_install(
+            venv, url, "--preview-features", wheelvariants.PREVIEW_FEATURE, "--no-deps", "factory-stableext"
+        )
+        assert (proc.returncode == 0) == installs, proc.stderr[-3000:]
+        installed = list((venv / "lib").glob("python3.11/site-packages/factory_stableext-0.1.0.dist-info"))
+        assert len(installed) == int(installs)
 
 
 def test_a_module_using_a_libtorch_cxx_function_is_refused_naming_it(stable_build: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ def test_progress_line_names_phase_compiles_memory_and_attempt() -> None:
     r.compiles_done, r.compiles_total, r.mem_now = 37, 120, 3 * GIB
     line = progress.progress_line(r, now=100.0 + 125)
     assert line == (
-        "cu130-torch2.14-abi1-sm90-py311: build, compiles 37/120 so far, memory 3.0 GiB / 16.0 GiB, "
+        "cu130-torch2.14-abi1-sm90-py311: build, compiles 37/120 (extension 1), memory 3.0 GiB / 16.0 GiB, "
         "attempt 2, 2m05s"
     )
 
@@ -47,14 +47,14 @@ def test_progress_line_before_ninja_reports_leaves_out_what_is_unknown() -> None
     assert progress.progress_line(r, now=103.0) == "cu130-torch2.14-abi1-sm90-py311: prepare, 3s"
 
 
-def test_progress_line_of_a_failed_job_names_its_log() -> None:
+def test_progress_line_of_a_failed_job_names_its_log_and_leaves_the_reason_to_the_summary() -> None:
     r = running()
     r.result = r.phase = "failed"
     r.reason, r.log = "git failed for https://x/y@v1", "/home/u/.factory/runs/abc/logs/job.log"
     line = progress.progress_line(r, now=200.0)
     assert line == (
-        "cu130-torch2.14-abi1-sm90-py311: failed: git failed for https://x/y@v1 "
-        "(log: /home/u/.factory/runs/abc/logs/job.log)"
+        "cu130-torch2.14-abi1-sm90-py311: failed (why: in the summary; "
+        "log: /home/u/.factory/runs/abc/logs/job.log)"
     )
 
 
@@ -78,7 +78,7 @@ def test_a_running_job_prints_once_a_minute_after_its_last_line() -> None:
     assert plain.changed(r, now=100.0) is not None
     assert plain.due([r], now=159.9) == []
     r.compiles_done, r.compiles_total = 5, 10
-    line = "cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10 so far, 1m00s"
+    line = "cu130-torch2.14-abi1-sm90-py311: build, compiles 5/10 (extension 1), 1m00s"
     assert plain.due([r], now=160.0) == [line]
     assert plain.due([r], now=200.0) == []  # 40 s after that line
     r.phase = "check"
@@ -124,7 +124,7 @@ def test_plain_summary_never_splits_a_long_wheel_filename() -> None:
     assert "report: wheelhouse/report.json" in text
 
 
-def test_plain_summary_and_failure_line_name_the_log() -> None:
+def test_plain_summary_names_the_reason_and_the_log_once() -> None:
     log = "/home/someone/.cache/factory/runs/0123456789ab/logs/cu130-torch2.14-abi1-sm90-py311.log"
     failed = running()
     failed.result = failed.phase = "failed"
@@ -136,7 +136,7 @@ def test_plain_summary_and_failure_line_name_the_log() -> None:
     lines = out.getvalue().splitlines()
     assert f"  log: {log}" in lines  # in the summary
     reason = "base image bootstrap failed: debootstrap exited 1"
-    assert f"cu130-torch2.14-abi1-sm90-py311: failed: {reason} (log: {log})" in lines
+    assert sum(reason in line for line in lines) == 1
     assert not any("skipped-job" in line and "log" in line for line in lines)
 
 
@@ -214,12 +214,64 @@ def test_the_summary_names_a_toolkit_other_than_the_variants_cuda() -> None:
     assert data["toolkit"] == "12.4" and data["image"] == "factory-builder:cu12.4-trixie-debian"
 
 
-def test_compiles_read_so_far_only_while_the_build_runs() -> None:
+def test_compiles_never_read_a_fraction_of_the_part_known_so_far() -> None:
     r = running()
-    r.compiles_done, r.compiles_total = 12, 15
-    assert progress.compiles(r) == "12/15 so far"  # a later extension may add to the total
+    r.compiles_done, r.compiles_total, r.compiles_runs = 12, 15, 1
+    assert progress.compiles(r) == "12/15 (extension 1)"  # ninja's own total of the one run so far
+    # torch runs one ninja per extension: the sum of the totals so far is not the build's
+    r.compiles_done, r.compiles_total, r.compiles_runs = 14, 14, 4
+    r.compiles_run_done, r.compiles_run_total = 2, 2
+    assert progress.compiles(r) == "14 done; extension 4: 2/2"
     r.phase = "check"
-    assert progress.compiles(r) == "12/15"
+    assert progress.compiles(r) == "14/14"
+
+
+def test_compiles_against_the_total_an_earlier_build_counted_with_the_time_left() -> None:
+    r = running(started=0.0)
+    r.compiles_done, r.compiles_total, r.compiles_runs = 10, 12, 3
+    r.compiles_expected, r.compiles_since = 40, 100.0
+    assert progress.compiles(r) == "10/40 (expected, from an earlier build)"
+    # 10 compiles in 200 s: 30 more at that pace
+    assert progress.compiles(r, now=300.0) == "10/40 (expected, from an earlier build), ~10m00s left"
+    # a build that outgrew the earlier count says what it knows
+    r.compiles_total, r.compiles_run_done, r.compiles_run_total = 41, 1, 5
+    assert progress.compiles(r, now=300.0) == "10 done; extension 3: 1/5"
+
+
+def test_the_running_line_says_what_prepare_downloads_and_a_warning() -> None:
+    r = running(started=0.0)
+    r.phase, r.activity = "prepare", "downloading 3 of 14 wheels so far (2.1 GB): torch-2.14.1.whl"
+    assert progress.progress_line(r, now=244.0) == (
+        "cu130-torch2.14-abi1-sm90-py311: prepare, downloading 3 of 14 wheels so far (2.1 GB): "
+        "torch-2.14.1.whl, 4m04s"
+    )
+    r.phase, r.activity = "build", ""
+    r.warnings.append("no nvcc yet after 16 host compile(s): this build may be making CPU-only extensions")
+    assert "WARNING no nvcc yet after 16 host compile(s)" in progress.progress_line(r, now=300.0)
+    con, out = console(width=200)
+    con.print(progress.progress_table([r], now=300.0))
+    assert "WARNING no nvcc yet" in out.getvalue()
+
+
+def test_a_setup_failure_every_job_shares_is_said_once() -> None:
+    """The devel flavor without a registry: the reason once, in the summary; the log's only line (the
+    host's own of that reason) not again; the second job named by the first."""
+    reason = (
+        "cannot pull nvidia/cuda:13.0.1-devel-ubuntu22.04: no registry reachable; set `build.flavor: pypi`"
+    )
+    jobs = []
+    for job_id in ("a-py311", "a-py313"):
+        r = running(job_id)
+        r.result = r.phase = "failed"
+        r.reason, r.log, r.log_tail = reason, f"/x/{job_id}.log", [f"factory: {reason}"]
+        jobs.append(r)
+    plain = progress.PlainProgress()
+    said = [plain.changed(r, now=1.0) or "" for r in jobs]
+    con, out = console(width=100)
+    progress.show_report(con, report_with(*jobs), "report.json", interactive=False)
+    text = "\n".join(said) + "\n" + out.getvalue()
+    assert text.count("no registry reachable") == 1
+    assert "a-py313  failed" in text and "as a-py311" in text
 
 
 def test_a_wheel_that_failed_its_check_is_named_in_the_summary_and_the_failure() -> None:
@@ -231,5 +283,19 @@ def test_a_wheel_that_failed_its_check_is_named_in_the_summary_and_the_failure()
     progress.show_report(con, report_with(r), "report.json", interactive=False)
     text = out.getvalue()
     assert f"  wheel kept: {r.kept_wheel}\n" in text
-    assert f"{r.reason} (log: /x/job.log; wheel kept: {r.kept_wheel})" in text
+    assert text.count(r.reason) == 1
     assert report_with(r).to_json()["jobs"][0]["kept_wheel"] == r.kept_wheel
+
+
+def test_the_time_left_by_the_share_of_the_sources_cuda_work_done() -> None:
+    """The source's CUDA files are known before the build: their count from the start, and the time left by
+    the share of their weight (the profile's or the recipe's times) compiled so far."""
+    r = running(started=0.0)
+    r.compiles_done, r.compiles_total, r.compiles_runs, r.compiles_since = 6, 20, 1, 100.0
+    r.device_total, r.device_basis = 8, "by the profile's times"
+    assert progress.compiles(r, now=100.0) == "6/20 (extension 1); CUDA files 0/8"
+    r.device_done, r.device_share = 2, 0.25  # a quarter of the device work in 5 minutes
+    assert progress.compiles(r, now=400.0) == (
+        "6/20 (extension 1); CUDA files 2/8, ~15m00s left by the profile's times"
+    )
+    assert "CUDA files 2/8" in progress.progress_line(r, now=400.0)

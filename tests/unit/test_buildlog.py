@@ -167,3 +167,66 @@ def test_a_reason_is_one_bounded_line_and_none_without_one() -> None:
     reason = buildlog.check_failure_reason(forged)
     assert reason is not None and len(reason) <= buildlog.MAX_REASON and "\x1b" not in reason
     assert buildlog.check_failure_reason("+ uv pip install\nall fine until it was killed") is None
+
+
+# --- a build that runs no nvcc ------------------------------------------------------------------------------
+
+NVCC = "/usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /src/k.cu -o k.o"
+
+
+def fed(watch: buildlog.DeviceWatch, lines: list[str]) -> list[str]:
+    return [w for w in (watch.feed(line) for line in lines) if w is not None]
+
+
+def test_host_compiles_alone_are_said_once_after_n_of_them() -> None:
+    watch = buildlog.DeviceWatch(after=4, runs_after=99)
+    host = [f"[{i}/10] c++ -MMD -c /src/f{i}.cpp -o f{i}.o" for i in range(1, 4)]
+    assert fed(watch, host) == []  # three host compiles: too early to say
+    (warning,) = fed(watch, [f"[{i}/10] c++ -c /src/f{i}.cpp -o f{i}.o" for i in range(4, 11)])
+    assert warning.startswith("no nvcc yet after 4 host compile(s)") and "FORCE_CUDA" in warning
+
+
+def test_two_extensions_of_host_compiles_alone_are_said_before_n() -> None:
+    watch = buildlog.DeviceWatch()  # the defaults: 16 compiles, or two whole ninja runs
+    first = ["building 'torch_scatter._scatter_cpu' extension", "[1/2] c++ a.cpp", "[2/2] c++ b.cpp"]
+    assert fed(watch, first) == []
+    second = ["building 'torch_scatter._segment_cpu' extension", "[1/2] c++ c.cpp", "[2/2] c++ d.cpp"]
+    assert len(fed(watch, second)) == 1
+    assert watch.host == 4 and watch.host_runs == 2
+
+
+def test_nvcc_anywhere_in_the_first_compiles_says_nothing() -> None:
+    watch = buildlog.DeviceWatch(after=3)
+    lines = [f"[1/20] {NVCC}"] + [f"[{i}/20] c++ -c f{i}.cpp" for i in range(2, 21)]
+    assert fed(watch, lines) == [] and watch.nvcc == 1
+    # the factory's launcher by its path is nvcc too
+    launcher = buildlog.DeviceWatch(after=1)
+    assert fed(launcher, ["[1/2] /opt/factory/container/nvcc -c a.cu -o a.o", "[2/2] c++ b.cpp"]) == []
+
+
+def test_a_measured_nvcc_compile_counts_as_device_code() -> None:
+    watch = buildlog.DeviceWatch(after=2)
+    mark = protocol.measurement_line({"key": "k.cu|compute_80|1", "peak_bytes": 1, "wall_s": 1.0, "rc": 0})
+    assert fed(watch, [mark, "[1/3] c++ a.cpp", "[2/3] c++ b.cpp", "[3/3] c++ c.cpp"]) == []
+    assert watch.nvcc == 1
+
+
+def test_the_device_estimate_weighs_each_cuda_file_by_its_time() -> None:
+    estimate = buildlog.DeviceEstimate.of(
+        {"csrc/cuda/heavy.cu": 300.0, "csrc/cuda/light.cu": 100.0}, "recipe"
+    )
+    assert estimate.fraction == 0.0 and estimate.left_s(60.0) is None
+
+    def measured(name: str, **fields: object) -> str:
+        return protocol.measurement_line(
+            {"key": f"{name}|compute_80|1", "peak_bytes": 1, "wall_s": 1.0, **fields}
+        )
+
+    assert estimate.feed(measured("light.cu"))
+    assert not estimate.feed(measured("light.cu"))  # the same file again (another arch set): counted once
+    assert not estimate.feed(measured("other.cu"))  # not one of the source's files
+    assert not estimate.feed(measured("heavy.cu", rc=1))  # a failed compile finished nothing
+    assert not estimate.feed(measured("heavy.cu", tool="cxx"))
+    assert estimate.fraction == 0.25 and estimate.left_s(60.0) == 180.0
+    assert estimate.feed(measured("heavy.cu", cache="hit"))  # served by the cache: done too
+    assert estimate.fraction == 1.0 and estimate.left_s(60.0) == 0.0

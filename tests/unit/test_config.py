@@ -95,6 +95,27 @@ def test_declared_recipe_mapping_with_base_and_patches(tmp_path: Path) -> None:
     assert r.cxx_std == "20" and r.import_name == "flash_attn" and r.min_arch == "8.0"
 
 
+def test_a_recipe_mapping_without_base_starts_from_torch_ext(tmp_path: Path) -> None:
+    """docs/MATRIX.md: keys a mapping does not give come from torch-ext, FORCE_CUDA=1 among them (a PyG
+    package builds its CUDA code only under it when no GPU is visible: without it, host code alone)."""
+    mf = load(
+        tmp_path,
+        'package: {name: torch-thing, version: "1.0"}\nrecipe: {name: mine, env: {EXTRA: "1"}}\n',
+        AXES,
+    )
+    torch_ext = BUILTIN_RECIPES["torch-ext"]
+    r = mf.recipe
+    assert r.name == "mine" and r.import_name == "torch_thing"
+    assert dict(r.env) == {"FORCE_CUDA": "1", "EXTRA": "1"}
+    assert r.extra_build_requires == torch_ext.extra_build_requires
+    assert r.arch_env == torch_ext.arch_env and r.compile_gib_per_arch == torch_ext.compile_gib_per_arch
+    # a key the mapping gives wins over torch-ext's
+    over = load(
+        tmp_path, 'package: {name: x, version: "1.0"}\nrecipe: {name: m, env: {FORCE_CUDA: "0"}}\n', AXES
+    )
+    assert dict(over.recipe.env) == {"FORCE_CUDA": "0"}
+
+
 def test_recipe_env_for_flash_attn() -> None:
     variant = Variant(
         package="flash-attn", version="2.8.3", cuda="12.8", torch="2.10", cxx11_abi=True, archs=("8.0", "9.0")
@@ -191,7 +212,7 @@ def test_unquoted_yaml_scalars_in_env_keep_their_text(tmp_path: Path) -> None:
         tmp_path,
         'package: {name: x, version: "1.0"}\nrecipe: {name: r, env: {LEVEL: 3.10, N: 08}}\n' + AXES,
     )
-    assert dict(mf.recipe.env) == {"LEVEL": "3.10", "N": "08"}
+    assert dict(mf.recipe.env) == {"FORCE_CUDA": "1", "LEVEL": "3.10", "N": "08"}  # over torch-ext's
 
 
 def test_the_production_matrix() -> None:

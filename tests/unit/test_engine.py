@@ -238,3 +238,69 @@ def test_loading_a_matrix_file_imports_only_what_validation_needs() -> None:
     ).stdout.splitlines()
     assert ast.literal_eval(out[0]) == sorted(LOADER_MODULES)
     assert set(ast.literal_eval(out[1])) <= {"packaging", "ruamel"}  # no docker, psutil, boto3, rich
+
+
+class StoppedContainer:
+    """A build container the run's own stop kills (Ctrl-C removes it): docker's wait then says 137."""
+
+    def __init__(self, stop: threading.Event, *, code: int) -> None:
+        self.stop, self.code = stop, code
+        self.attrs: dict[str, Any] = {"State": {"OOMKilled": False}}
+
+    def start(self) -> None:
+        self.stop.set()  # the signal arrives while it runs
+
+    def logs(self, **_kwargs: object) -> Iterator[bytes]:
+        return iter([b"[1/9] c++ a.cpp\n"])
+
+    def stats(self, **_kwargs: object) -> Iterator[dict[str, object]]:
+        return iter([])
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        return {"StatusCode": self.code}
+
+    def reload(self) -> None:
+        pass
+
+    def remove(self, force: bool) -> None:
+        pass
+
+
+@pytest.mark.parametrize("code", [137, 143])
+def test_a_container_the_runs_stop_killed_is_an_interruption_not_its_exit_code(
+    tmp_path: Path, code: int
+) -> None:
+    stop = threading.Event()
+
+    class Containers:
+        def create(self, *_args: object, **_kwargs: object) -> StoppedContainer:
+            return StoppedContainer(stop, code=code)
+
+    runner = engine.Engine(FakeClient(containers=Containers()), labels={}, stop=stop)
+    spec = engine.ContainerSpec(
+        image="i", command=("true",), env={}, mounts={}, user="1000", working_dir="/",
+        limits=engine.Limits(memory_bytes=1 << 30, cpus=1.0, pids=64),
+    )  # fmt: skip
+    with pytest.raises(engine.Interrupted):
+        runner.run(spec, log_path=tmp_path / "job.log")
+    # a container that ended by itself, with no stop asked, gives its exit code
+    stop.clear()
+
+    class Plain(StoppedContainer):
+        def start(self) -> None:
+            pass
+
+    class Containers2:
+        def create(self, *_args: object, **_kwargs: object) -> StoppedContainer:
+            return Plain(stop, code=code)
+
+    plain = engine.Engine(FakeClient(containers=Containers2()), labels={}, stop=stop)
+    assert plain.run(spec, log_path=tmp_path / "job.log").exit_code == code
+
+
+def test_the_report_says_which_signal_interrupted_the_build() -> None:
+    from factory.build import interrupted_reason
+
+    assert interrupted_reason(engine.Interrupted("SIGTERM")).startswith("interrupted by SIGTERM")
+    assert interrupted_reason(KeyboardInterrupt()).startswith("interrupted by Ctrl-C")
+    assert "did not fail" in interrupted_reason(KeyboardInterrupt())

@@ -646,3 +646,12 @@ def test_debian_dockerfile_checks_its_toolkit_and_compiler() -> None:
     assert '-dumpversion)" = "${GCC}"' in text
     assert "--no-index" in text  # ninja and uv from the host's wheelhouse
     assert images.image_requirements(cuda="12.8", flavor="debian") == ("ninja", "uv")
+
+
+@pytest.mark.parametrize(("cuda", "flavor"), [("13.0", "pypi"), ("12.8", "debian")])
+def test_an_image_no_registry_serves_names_the_flavor_that_needs_none(cuda: str, flavor: str) -> None:
+    hint = images.pull_hint(flavor="devel", image=images.devel_base_image(cuda), cuda=cuda)
+    assert hint.startswith(
+        f"set `build.flavor: {flavor}` in the matrix file (it needs no registry, CUDA {cuda})"
+    )
+    assert "\n" not in hint

@@ -178,6 +178,31 @@ CASES: dict[str, tuple[str, str]] = {
         + GOOD_AXES,
         "package.source.ref '--orphan=x' is not a tag, branch or commit",
     ),
+    # issue 41 §7: git's transports that run a program are the factory's to refuse, before git runs
+    "git-ext-transport": (
+        'package:\n  name: x\n  version: "1"\n'
+        + '  source: {git: "ext::sh -c touch% /tmp/pwned", ref: v1} #<\nmatrix:\n'
+        + GOOD_AXES,
+        "package.source.git 'ext::sh -c touch% /tmp/pwned': the ext:: transport runs a program",
+    ),
+    "git-fd-transport": (
+        'package:\n  name: x\n  version: "1"\n  source: {git: "fd::7", ref: v1} #<\nmatrix:\n' + GOOD_AXES,
+        "the fd:: transport runs a program (a git remote helper)",
+    ),
+    "git-helper-scheme": (
+        'package:\n  name: x\n  version: "1"\n  source: {git: "s3://b/r.git", ref: v1} #<\nmatrix:\n'
+        + GOOD_AXES,
+        "the s3:// transport is not one the factory uses; the factory clones over https://",
+    ),
+    # a 10,000-character name is cut in the one line that names it
+    "package-name-long": (
+        f'package:\n  name: {"a" * 10_000} #<\n  version: "1"\nmatrix:\n' + GOOD_AXES,
+        f"package.name '{'a' * 63}…' is 10000 characters long; at most 128",
+    ),
+    "package-name-long-invalid": (
+        f'package:\n  name: {"a" * 10_000}- #<\n  version: "1"\nmatrix:\n' + GOOD_AXES,
+        f"package.name '{'a' * 63}…' is not a valid distribution name",
+    ),
     "build-cpus-nan": (
         HEAD + "matrix:\n" + GOOD_AXES + "build:\n  cpus: .nan #<\n",
         "build.cpus must be a finite number, not nan",
@@ -411,6 +436,7 @@ def test_malformed_input(
     assert lines[0].startswith(f"error: {path}:{line}: "), output
     assert fragment in lines[0], output
     assert "t0ken" not in output
+    assert len(lines[0]) < 400, lines[0]
 
 
 def test_there_are_at_least_twenty_cases() -> None:

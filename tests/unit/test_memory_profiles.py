@@ -91,3 +91,12 @@ def test_profile_summaries_one_line_each_or_none(tmp_path: Path) -> None:
     assert profiles.profile_summaries(home=tmp_path) == lines
     assert profiles.profile_summaries("Flash_Attn", home=tmp_path) == lines  # by its canonical name
     assert profiles.profile_summaries("other", home=tmp_path) == [f"no profiles in {tmp_path / 'profiles'}"]
+
+
+def test_a_complete_builds_compile_count_is_the_next_ones_expected_total(tmp_path: Path) -> None:
+    assert profiles.load_compile_total("torch-x", "1.0", home=tmp_path) == 0
+    profiles.save_compile_total("Torch_X", "1.0", 42, home=tmp_path)
+    assert profiles.load_compile_total("torch-x", "1.0", home=tmp_path) == 42
+    assert profiles.load_compile_total("torch-x", "1.1", home=tmp_path) == 0
+    profiles.compile_total_path("torch-x", "1.0", home=tmp_path).write_text('{"compiles": true}')
+    assert profiles.load_compile_total("torch-x", "1.0", home=tmp_path) == 0  # not a count: none known

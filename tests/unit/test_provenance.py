@@ -185,6 +185,38 @@ def test_the_rebuild_document_is_a_matrix_file_of_the_same_job(tmp_path: Path) -
     assert any("memext" in need for need in doc["rebuild"]["needs"])
 
 
+def test_the_rebuild_documents_recipe_keys_are_the_recipes_fields() -> None:
+    """The strict reader of a wheel's rebuild document (`provenance.rebuild_matrix_problem`) knows each
+    field `buildfacts.recipe_document` writes: a field added to Recipe must be added there too."""
+    from dataclasses import fields
+
+    from factory.options import Recipe
+
+    written = {f.name for f in fields(Recipe)} - {"package", "versions"}
+    assert {k.removesuffix("?") for k in provenance._RECIPE_DOCUMENT} == written
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda m: m["build"].__setitem__("offline", False), "rebuild.matrix.build.offline is not a key"),
+        (lambda m: m.__setitem__("publish", {}), "rebuild.matrix.publish is not a key"),
+        (lambda m: m["recipe"].__setitem__("base", "x"), "rebuild.matrix.recipe.base is not a key"),
+        (lambda m: m["recipe"].__setitem__("compile_gib_per_arch", True), "must be a number"),
+        (lambda m: m["package"].__setitem__("source", {"git": "https://h/r", "path": "x"}), "source.path"),
+        (lambda m: m["package"].__setitem__("source", "git"), "must be pypi"),
+        (lambda m: m["matrix"]["include"].append({"cuda": "13.0", "env": {}, "x" * 99: 1}), "x" * 39 + "…"),
+    ],
+)
+def test_a_rebuild_document_with_what_the_factory_does_not_write_is_refused(change: Any, says: str) -> None:
+    doc = provenance.compose(make_facts(env={"A": "1"}))
+    doc["rebuild"]["matrix"]["matrix"].setdefault("include", [])
+    change(doc["rebuild"]["matrix"])
+    with pytest.raises(CheckError, match=r"^w: provenance") as info:
+        provenance.parse(provenance.dumps(doc), where="w")
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
 def test_a_builtin_recipe_is_named_not_spelled_out() -> None:
     mf, _job = memext_job()
     from factory.recipes import FLASH_ATTN
@@ -281,6 +313,25 @@ def test_the_sbom_is_valid_cyclonedx_to_its_own_library() -> None:
     assert summary.subject.startswith("factory-memext 0.1.0+")
 
 
+@pytest.mark.timeout(30)
+def test_an_sbom_of_too_many_components_is_refused_before_the_quadratic_validator() -> None:
+    # the schema's uniqueItems made a 451 KiB SBOM of many components cost the validator 55 s
+    doc = json.loads(sbom.compose(make_facts(), NEEDED))
+    ours = len(doc["components"])
+    assert ours < sbom.MAX_ITEMS // 8  # what this factory writes is far under the bound
+    doc["components"] += [
+        {"type": "library", "name": f"c{i}", "version": "1", "bom-ref": f"r{i}"} for i in range(6000)
+    ]
+    data = json.dumps(doc).encode()
+    assert len(data) < sbom.MAX_BYTES
+    with pytest.raises(CheckError, match=f"an array of {ours + 6000} items, over {sbom.MAX_ITEMS}"):
+        sbom.parse(data, where="w.whl: sbom")
+    doc["components"] = doc["components"][: ours + 400]  # under the bound alone, over it together
+    doc["dependencies"] = [{"ref": f"r{i}", "dependsOn": [f"r{j}" for j in range(500)]} for i in range(5)]
+    with pytest.raises(CheckError, match="arrays too long together"):
+        sbom.parse(json.dumps(doc).encode(), where="w.whl: sbom")
+
+
 @pytest.mark.parametrize(
     ("data", "says"),
     [
@@ -288,7 +339,7 @@ def test_the_sbom_is_valid_cyclonedx_to_its_own_library() -> None:
         (b'{"bomFormat": "CycloneDX", "specVersion": "1.2"}', "CycloneDX '1.2', not 1.6"),
         (b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": 3}', "not valid CycloneDX 1.6"),
         (b"nope", "not valid JSON"),
-        (b" " * (sbom.MAX_BYTES + 1), "over the 4 MiB"),
+        (b" " * (sbom.MAX_BYTES + 1), "over the 1 MiB"),
     ],
 )
 def test_hostile_sboms_are_one_line_errors(data: bytes, says: str) -> None:

@@ -33,6 +33,7 @@ from factory.source import (
     IndexPageError,
     PipSettings,
     PreparedSource,
+    git_env,
     parse_pip_config,
     parse_project_page,
     prepare_source,
@@ -144,6 +145,23 @@ def test_git_source_checks_out_the_ref(tree: Path, tmp_path: Path) -> None:
         prepare_source(
             kind="git", name="p", version="1", cache=tmp_path / "c", url=f"file://{tree}", ref="--orphan=x"
         )
+
+
+def test_a_git_transport_that_runs_a_program_is_refused_before_git_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    for url in (f"ext::sh -c touch% {marker}", "fd::0", "s3://bucket/repo.git"):
+        with pytest.raises(ConfigError, match="transport") as info:
+            prepare_source(kind="git", name="p", version="1", cache=tmp_path / "c", url=url, ref="v1")
+        assert info.value.exit_code == 2 and "\n" not in str(info.value)
+    assert not marker.exists()
+    assert not (tmp_path / "c" / "sources").exists()  # nothing was cloned
+
+
+def test_git_runs_with_only_the_transports_the_factory_allows() -> None:
+    remote = git_env("https://github.com/o/r.git")["GIT_ALLOW_PROTOCOL"].split(":")
+    assert sorted(remote) == ["git", "http", "https", "ssh"]  # a submodule reads no repository of this host
+    assert "file" in git_env("/srv/repos/r.git")["GIT_ALLOW_PROTOCOL"].split(":")
+    assert "file" in git_env("file:///srv/repos/r.git")["GIT_ALLOW_PROTOCOL"].split(":")
 
 
 # ---------------------------------------------------------------------------------------------- sdists

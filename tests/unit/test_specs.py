@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from factory.compat import CompatData
-from factory.config import load_matrix_file
+from factory.config import MAX_JOBS, load_matrix_file
 from factory.errors import BuildError, ConfigError
 from factory.plan import plan_matrix
+from factory.source import IndexClient, PipSettings
+from factory.torchindex import TorchFile, TorchIndex, TorchSource, WheelFacts, parse_torch_file
 from factory.validate import is_specifier, parse_specifier, specifier_problem
 from tests.torch_index_helpers import TorchWheel, make_index
 
@@ -306,3 +308,63 @@ def test_compat_show_refuses_an_index_that_is_no_url(tmp_path: Path, pip_env: di
     proc = _factory("compat", "show", "--index", "ftp://mirror.example/whl", env=pip_env, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --index ftp://mirror.example/whl")
     assert proc.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------- bounded
+
+
+class ManyMinors(TorchIndex):
+    """An index listing one CUDA 13.0 wheel of each of `count` torch minors (builds said by their labels, so
+    no wheel is opened)."""
+
+    def __init__(self, home: Path, count: int) -> None:
+        super().__init__(http=IndexClient(PipSettings()), home=home)
+        self.listed = [
+            f
+            for i in range(count)
+            if (
+                f := parse_torch_file(
+                    f"torch-{1 + i // 1000}.{i % 1000}.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
+                    f"https://example.invalid/t{i}.whl",
+                    None,
+                    "example",
+                )
+            )
+        ]
+
+    def files(self, source: TorchSource) -> list[TorchFile]:
+        return list(self.listed)
+
+    def facts(self, f: TorchFile) -> WheelFacts:
+        return WheelFacts()  # nothing more than the labels say (no wheel is fetched)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("pip_env")
+def test_twenty_thousand_torch_minors_are_refused_past_the_job_cap(tmp_path: Path) -> None:
+    index = ManyMinors(tmp_path, 20_000)
+    with pytest.raises(ConfigError, match=f"resolves to more than {MAX_JOBS} torches"):
+        plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]', '["3.11"]')), index=index)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("pip_env")
+def test_the_job_cap_applies_to_what_the_specifiers_resolved_to(tmp_path: Path) -> None:
+    index = ManyMinors(tmp_path, MAX_JOBS // 2 + 1)  # under the cap alone, over it with two Pythons
+    with pytest.raises(ConfigError, match=f"its specifiers resolve to more than {MAX_JOBS} jobs"):
+        plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]')), index=index)
+
+
+@pytest.mark.timeout(60)
+def test_compat_show_of_twenty_thousand_torch_minors_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import factory.torchcompat as torchcompat
+
+    index = ManyMinors(tmp_path, 20_000)
+    monkeypatch.setattr(torchcompat, "open_index", lambda **_: (index, PipSettings()))
+    report = torchcompat.compat_report()
+    rows = {row["torch"]: row for row in report["torch"]}
+    assert {"key": "cuda", "value": ["13.0"]} in [
+        {k: f[k] for k in ("key", "value")} for f in rows["20.999"]["facts"]
+    ]

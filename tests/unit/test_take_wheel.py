@@ -64,3 +64,20 @@ def test_a_link_or_a_fifo_named_as_the_wheel_is_no_wheel(
     assert run.take_wheel(out, "a-1-py3-none-any.whl") is None
     assert run.take_wheel(out, "b-1-py3-none-any.whl") is None  # refused at once, never a blocked open
     assert not [p for p in run.wheel_dir.iterdir() if p.name != leftovers.OWNER_FILE]
+
+
+def test_a_kept_wheel_has_its_failure_record_beside_it(run: acceptance.Acceptance, tmp_path: Path) -> None:
+    from factory import checkrecord
+
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / ".log").mkdir()
+    run.run.log_path = tmp_path / "out" / ".log" / "job.log"
+    wheel = tmp_path / "demo-0.1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"wheel bytes")
+    run.result.reason = "wheel check failed: no cubins for sm_80 in demo/_k.so"
+    run.keep_wheel(wheel)
+    kept = tmp_path / "out" / acceptance.CHECK_FAILED_DIR / wheel.name
+    assert run.result.kept_wheel == str(kept) and kept.read_bytes() == b"wheel bytes"
+    record = checkrecord.parse(checkrecord.beside(kept).read_bytes())
+    assert (record.wheel, record.job, record.reason) == (wheel.name, run.job.id, run.result.reason)
+    assert checkrecord.failure_of(kept) == f"job {run.job.id}: {run.result.reason}"

@@ -4,10 +4,11 @@ what a hostile index gets (a fact missing and a reason, never a traceback or an 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from packaging.version import Version
 from factory.options import FetchLimits
 from factory.source import IndexClient, PipSettings
 from factory.torchindex import (
+    MAX_HEADER,
     TorchIndex,
     TorchSource,
     build_of_local,
@@ -446,3 +448,102 @@ def test_a_local_metadata_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path:
     facts = index.facts(f)
     assert facts.build == ("cuda", "12.8") and facts.build_from == "headers"  # version.py still tells
     assert index.problems == [f"{name}.metadata: not a regular file"]
+
+
+# ------------------------------------------------------------------------------------ the page cache, hostile
+
+
+def _planted(served: Served, tmp_path: Path, plant: Callable[[Path], None]) -> TorchIndex:
+    """A page read and cached, its cache entry replaced by `plant`, then the page read again by a new run
+    (within the TTL, without validators: the cache alone would answer)."""
+    served.etag = False
+    source = TorchSource.from_url(served.url + "/simple")
+    assert _index(tmp_path).files(source)
+    (entry,) = (tmp_path / "torch-index" / "pages").iterdir()
+    entry.unlink()
+    plant(entry)
+    again = _index(tmp_path)
+    assert {f.filename for f in again.files(source)} >= {"torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"}
+    return again
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_planted_as_a_page_cache_entry_is_a_miss_not_a_hang(served: Served, tmp_path: Path) -> None:
+    again = _planted(served, tmp_path, os.mkfifo)
+    assert again.problems == [] and served.count("/torch/") == 2
+
+
+def test_a_page_cache_entry_over_the_page_cap_is_a_miss(served: Served, tmp_path: Path) -> None:
+    served.etag = False
+    source = TorchSource.from_url(served.url + "/simple")
+    assert _index(tmp_path, page_bytes=100_000).files(source)
+    (entry,) = (tmp_path / "torch-index" / "pages").iterdir()
+    doc = json.loads(entry.read_text())
+    planted = "torch-9.9.9-cp311-cp311-manylinux_2_28_x86_64.whl"
+    doc["files"] = [[planted, f"{served.url}/{planted}", None]]
+    entry.write_text(json.dumps(doc) + " " * 100_000)  # well-formed, and larger than a page may be
+    again = _index(tmp_path, page_bytes=100_000).files(source)
+    assert planted not in {f.filename for f in again} and served.count("/torch/") == 2
+
+
+def test_a_page_cache_entry_of_a_gib_is_a_miss_never_read_whole(served: Served, tmp_path: Path) -> None:
+    def huge(entry: Path) -> None:
+        with entry.open("wb") as fh:
+            fh.truncate(2**30)  # sparse: no disk, and no 2.6 GiB of memory to parse it
+
+    _planted(served, tmp_path, huge)
+    assert served.count("/torch/") == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"fetched": [1]},
+        {"fetched": "yesterday"},
+        {"etag": ["x"]},
+        {"files": [[1, 2, 3]]},
+        {"files": [["torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl", "file:///etc/passwd", None]]},
+        {"files": [["a.whl", "http://x/a.whl", [1]]]},
+        {"metadata": [1]},
+        {"metadata": "x"},
+    ],
+)
+def test_a_malformed_page_cache_entry_is_a_miss_never_a_traceback(
+    served: Served, tmp_path: Path, change: dict[str, object]
+) -> None:
+    def malformed(entry: Path) -> None:
+        doc = json.loads(cached)
+        doc.update(change)
+        entry.write_text(json.dumps(doc))
+
+    served.etag = False
+    source = TorchSource.from_url(served.url + "/simple")
+    _index(tmp_path).files(source)
+    (entry,) = (tmp_path / "torch-index" / "pages").iterdir()
+    cached = entry.read_text()
+    malformed(entry)
+    again = _index(tmp_path)
+    assert {f.filename for f in again.files(source)} >= {"torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"}
+    assert again.problems == [] and served.count("/torch/") == 2
+
+
+# ------------------------------------------------------------------------------------ the ATen guard, hostile
+
+
+@pytest.mark.timeout(20)
+def test_the_guard_is_read_in_linear_time() -> None:
+    # blank lines then a line that is no directive cost the old multi-line regex time quadratic in the lines
+    # (each line start's `\s*` ran over all that followed: a 2 KiB compressed member took ~71 min); the
+    # guard after them is found all the same
+    for filler in ("\n" * 200_000 + ";\n", " \n" * 100_000 + ";\n", "#if x\n" * 50_000):
+        assert cxx_std_of_header(filler + GUARD["20"]) == "20"
+    assert cxx_std_of_header("#if " + "__cplusplus " * 50_000 + "\n#error\n") is None
+
+
+def test_an_aten_header_over_its_bound_is_refused_unread(tmp_path: Path) -> None:
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("torch/include/ATen/ATen.h", "\n" * (MAX_HEADER + 1) + GUARD["20"])
+    assert wheel.stat().st_size < 4096  # a few KiB compressed
+    with zipfile.ZipFile(wheel) as zf, pytest.raises(ValueError, match=r"ATen\.h is larger than 256 KiB"):
+        facts_of_zip(zf)

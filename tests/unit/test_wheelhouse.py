@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from factory import wheelhouse
-from factory.errors import ConfigError
+from factory.errors import ConfigError, FactoryError
+from factory.units import format_size
 
 
 def test_compatible_platforms_manylinux_2_28() -> None:
@@ -256,3 +258,85 @@ def test_without_version_refuses_exactly_that_build() -> None:
     assert not requirement.specifier.contains("2.13.0+cpu")
     assert requirement.specifier.contains("2.13.0")
     assert requirement.specifier.contains("2.13.1+cpu")  # only the one pip took: it is asked again
+
+
+# -- what pip is doing, and what it need not download again --------------------------------------------------
+
+
+def test_download_progress_counts_wheels_of_the_requirements_collected_so_far() -> None:
+    seen = wheelhouse.DownloadProgress()
+    lines = [
+        "Looking in indexes: https://pypi.org/simple",
+        "Collecting torch==2.14.*",
+        "  Downloading torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl (915.7 MB)",
+        "Collecting nvidia-cublas==13.1.*",
+        "  Downloading nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl.metadata (1.7 kB)",
+        "Collecting ninja",
+        "Processing /var/seen/ninja-1.13.2-py3-none-manylinux2014_x86_64.whl",
+    ]
+    changed = [seen.feed(line) for line in lines]
+    assert changed == [False, True, True, True, False, True, True]  # a .metadata fetch is no wheel
+    assert seen.size == 915_700_000
+    assert seen.describe() == (
+        f"downloading 2 of 3 wheels so far ({format_size(seen.size)}, 1 reused): "
+        "ninja-1.13.2-py3-none-manylinux2014_x86_64.whl"
+    )
+    seen.feed("  Downloading nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl (1.2 GB)")
+    assert seen.size == 2_115_700_000
+    assert seen.describe().startswith("downloading 3 of 3 wheels so far (")
+    assert seen.describe().endswith(": nvidia_cublas-13.1.0.3-py3-none-manylinux_2_27_x86_64.whl")
+
+
+def _wheel(directory: Path, name: str, version: str) -> Path:
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = directory / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(
+            f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        )
+        zf.writestr(
+            f"{dist}.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        zf.writestr(f"{dist}.dist-info/RECORD", "")
+    return path
+
+
+def _index(root: Path, projects: dict[str, list[Path]]) -> str:
+    """A PEP 503 index of local files, as a file:// URL pip reads."""
+    for project, files in projects.items():
+        page = root / "simple" / project
+        page.mkdir(parents=True, exist_ok=True)
+        links = "".join(f'<a href="{f.as_uri()}">{f.name}</a>\n' for f in files)
+        (page / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    return (root / "simple").as_uri() + "/"
+
+
+def test_a_new_requirement_list_takes_the_wheels_already_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changing extra_build_requires makes another wheelhouse; its torch (here fpw-big) is not downloaded
+    again: the index no longer has it, and the download still succeeds, from the wheelhouse already here."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # the host's indexes and find-links stay out of it
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    files = tmp_path / "files"
+    files.mkdir()
+    big, small = _wheel(files, "fpw-big", "1.0"), _wheel(files, "fpw-small", "2.0")
+    root = tmp_path / "houses"
+    url = _index(tmp_path / "one", {"fpw-big": [big]})
+    first = wheelhouse.download_wheelhouse(["fpw-big"], root, python="3.11", index_url=url)
+    assert [p.name for p in wheelhouse.wheel_files(first)] == [big.name]
+
+    assert _index(tmp_path / "one", {"fpw-big": [], "fpw-small": [small]}) == url  # fpw-big is gone
+    told: list[str] = []
+    second = wheelhouse.download_wheelhouse(
+        ["fpw-big", "fpw-small"], root, python="3.11", index_url=url, progress=told.append
+    )
+    assert second != first
+    assert [p.name for p in wheelhouse.wheel_files(second)] == [big.name, small.name]
+    assert any("1 reused" in line for line in told), told
+    assert not [p for p in root.iterdir() if p.name.startswith(".seen.")]  # the links went with the download
+    # a wheelhouse for another Python (or another index) lends nothing: that download needs the index
+    with pytest.raises(FactoryError, match=r"pip download for Python 3\.12"):
+        wheelhouse.download_wheelhouse(["fpw-big"], root, python="3.12", index_url=url)
