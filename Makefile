@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages clean
+.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo selector-screenshot preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages clean
 
 install: $(VENV)/.installed
 
@@ -51,6 +51,10 @@ lint: install
 
 demo: install docker images
 	$(FACTORY) build --matrix examples/demo.yaml --output wheelhouse --publish
+
+# docs/selector.png (README's picture of the index's human page), from a demo index of fake wheels.
+selector-screenshot: install
+	$(PY) scripts/selector_screenshot.py docs/selector.png
 
 # Before hours of compiling: each variant of the production matrix (its first Python) fetched, patched, its host
 # sources and its cheapest kernel for one arch compiled in its real container; pass or the first error per variant.

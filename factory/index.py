@@ -18,7 +18,7 @@ import html
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from typing import Literal
 from urllib.parse import quote
@@ -101,6 +101,8 @@ class MatrixCell:
     python: str  # "3.11", or the wheel's python tag ("py3") when it is not a CPython version
     status: CellStatus
     detail: str = ""  # the wheel filename, or why it failed ("oom")
+    published: str = ""  # a built cell's wheel: its upload time (PEP 700's, as its project page says)
+    beside: tuple[str, ...] = ()  # a built cell's wheel: the BESIDE files published next to it
 
 
 # ---------------------------------------------------------------------------------------------- key layout
@@ -146,6 +148,14 @@ BUILD_RECORD_SUFFIX = ".build.json"
 def build_record_path(variant_id: str, filename: str) -> str:
     """The build record beside a wheel (`factory.buildrecord`'s format): the wheel's URL and this suffix."""
     return f"{files_path(variant_id, filename)}{BUILD_RECORD_SUFFIX}"
+
+
+# What may be published beside a wheel, by the name a matrix cell gives it: the suffix of its key.
+BESIDE: Mapping[str, str] = {
+    "provenance": PROVENANCE_SUFFIX,
+    "signature": SIGNATURE_SUFFIX,
+    "build-record": BUILD_RECORD_SUFFIX,
+}
 
 
 def project_dir(variant_id: str, project: str) -> str:
@@ -562,12 +572,16 @@ def matrix_cells(
     published: Iterable[tuple[str, FileRecord]],
     *,
     project_hint: str | None = None,
+    beside: Mapping[tuple[str, str], Iterable[str]] | None = None,
 ) -> tuple[MatrixCell, ...]:
-    """The cells a build report and the published (variant id, record) pairs say something about.
+    """The cells a build report and the published (variant id, record) pairs say something about; `beside`
+    names, by (variant id, filename), the files (BESIDE's names) published next to a wheel.
 
     A published wheel is "built" whatever an older report said; a job that failed or ran out of memory is
     "failed"; any other job result (and "ok" whose wheel did not reach the index) is "not built".
     """
+    beside = beside or {}
+    built: dict[str, MatrixCell] = {}
     cells: dict[tuple[str, str, str], MatrixCell] = {}
     jobs = list(report_jobs)
     project = project_hint
@@ -579,8 +593,14 @@ def matrix_cells(
     for variant_id, rec in published:
         published_names.add(rec.filename)
         key = (rec.project, variant_id, python_of_wheel(rec.filename))
-        cells[key] = MatrixCell(
-            project=rec.project, variant_id=variant_id, python=key[2], status="built", detail=rec.filename
+        cells[key] = built[rec.filename] = MatrixCell(
+            project=rec.project,
+            variant_id=variant_id,
+            python=key[2],
+            status="built",
+            detail=rec.filename,
+            published=rec.upload_time,
+            beside=tuple(sorted(set(beside.get((variant_id, rec.filename), ())) & set(BESIDE))),
         )
     for job in jobs:
         variant_id = str(job.get("variant_id", ""))
@@ -594,13 +614,11 @@ def matrix_cells(
         if isinstance(wheel, str) and wheel in published_names:
             # an abi3 job's one wheel is the built wheel of every Python it covers
             for covered in _covered(job):
-                cells[(key[0], variant_id, covered)] = MatrixCell(
-                    project=key[0], variant_id=variant_id, python=covered, status="built", detail=wheel
-                )
+                cells[(key[0], variant_id, covered)] = replace(built[wheel], python=covered)
             continue
         if result in {"failed", "oom"}:
             status: CellStatus = "failed"
-            detail = result
+            detail = _failure(result, job.get("reason"))
         else:
             status, detail = "not built", result if result != "ok" else "not published"
         existing = cells.get(key)
@@ -611,6 +629,20 @@ def matrix_cells(
     return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
 
 
+MAX_REASON = 200  # characters of a failed job's reason the grid shows (the build log has the rest)
+
+
+def _failure(result: str, reason: object) -> str:
+    """A failed cell's detail: the job's result and, where the report gives one, the first line of its
+    reason, printable characters only and cut at MAX_REASON (a build container wrote it)."""
+    if not isinstance(reason, str):
+        return result
+    line = "".join(ch for ch in (reason.strip().splitlines() or [""])[0] if ch.isprintable()).strip()
+    if not line or line == result:
+        return result
+    return f"{result}: {line[:MAX_REASON]}{'…' if len(line) > MAX_REASON else ''}"
+
+
 def _covered(job: Mapping[str, object]) -> list[str]:
     """The later Pythons a report's abi3 job covers (its `covers`), as strings."""
     covers = job.get("covers")
@@ -618,7 +650,8 @@ def _covered(job: Mapping[str, object]) -> list[str]:
 
 
 def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tuple[MatrixCell, ...] | None:
-    """Later reports override earlier ones, except that nothing overrides a built (published) cell."""
+    """Later reports override earlier ones, except that nothing overrides a built (published) cell. The
+    same wheel published again keeps its first upload time and gains what is now published beside it."""
     cells = {(c.project, c.variant_id, c.python): c for c in existing}
     before = dict(cells)
     for cell in new:
@@ -626,6 +659,12 @@ def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tu
         old = cells.get(key)
         if old is not None and old.status == "built" and cell.status != "built":
             continue
+        if old is not None and old.status == "built" and cell.detail == old.detail:
+            cell = replace(
+                old,
+                published=old.published or cell.published,
+                beside=tuple(sorted({*old.beside, *cell.beside})),
+            )
         cells[key] = cell
     if cells == before:
         return None
@@ -633,16 +672,21 @@ def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tu
 
 
 def cells_to_json(cells: Iterable[MatrixCell]) -> str:
-    rows = [
-        {
+    rows = []
+    for c in cells:
+        row: dict[str, object] = {
             "project": c.project,
             "variant_id": c.variant_id,
             "python": c.python,
             "status": c.status,
             "detail": c.detail,
         }
-        for c in cells
-    ]
+        # Written only where known, so a grid written before they were is written back the same.
+        if c.published:
+            row["published"] = c.published
+        if c.beside:
+            row["beside"] = list(c.beside)
+        rows.append(row)
     return json.dumps({"cells": rows}, indent=2) + "\n"
 
 
@@ -659,6 +703,11 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
         status = next((s for s in _STATUSES if s == fields["status"]), None)
         if status is None:
             raise DamagedState(f"{where}: status {fields['status']!r} is not one of {', '.join(_STATUSES)}")
+        beside = r.get("beside", [])
+        if not isinstance(beside, list) or not all(isinstance(b, str) and b in BESIDE for b in beside):
+            raise DamagedState(
+                f"{where}: beside {json.dumps(beside)[:60]} is not a list of {', '.join(BESIDE)}"
+            )
         cells.append(
             MatrixCell(
                 project=fields["project"],
@@ -666,100 +715,16 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
                 python=fields["python"],
                 status=status,
                 detail=_state_optional_str(r, "detail", where=where) or "",
+                published=_state_optional_str(r, "published", where=where) or "",
+                beside=tuple(sorted(set(beside))),
             )
         )
     return tuple(cells)
 
 
-def _python_key(python: str) -> tuple[int, ...] | tuple[int, str]:
-    try:
-        return tuple(int(p) for p in python.split("."))
-    except ValueError:
-        return (-1, python)
-
-
-_HUMAN_STYLE = (
-    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
-    "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}"
-    ".built{background:#d4f7d4}.failed{background:#f7d4d4}.not-built{background:#eee;color:#777}"
-    "code{font-size:.85em}"
-)
-# Install commands are written relative to this page and completed with its own URL when viewed in a browser,
-# so the same static page is right on every host the index is served from.
-_HUMAN_SCRIPT = (
-    "document.querySelectorAll('code[data-index]').forEach(function(c){"
-    "var u=new URL(c.getAttribute('data-index'),document.baseURI).href;"
-    "c.textContent=c.textContent.split(c.getAttribute('data-index')).join(u);});"
-)
-
-
-def _install_cell(project: str, variant_id: str, built: Sequence[str]) -> str:
-    """The pip and uv commands of a variant's row: its project pinned to the newest release built (the
-    wheel filenames of its built cells) from the variant index alone (`installcmd.variant_install`); none
-    where nothing is built."""
-    # installcmd reads project pages with this module's parser: imported here, where a page is rendered
-    from factory import installcmd
-
-    version = installcmd.newest_release(built)
-    variant_index = f"simple/{variant_id}/"
-    install = None
-    if version is not None:
-        install = installcmd.variant_install(
-            project, version=version, variant_id=variant_id, variant_index=variant_index
-        )
-    if install is None:
-        return ""
-    return "<br>".join(
-        f'<code data-index="{html.escape(variant_index)}">{html.escape(command)}</code>'
-        for command in installcmd.commands(install)
-    )
-
-
 def human_page(cells: Iterable[MatrixCell]) -> str:
-    """index.html at the index root: per project, a grid of variants x Pythons and install commands."""
-    by_project: dict[str, list[MatrixCell]] = {}
-    for cell in cells:
-        by_project.setdefault(cell.project, []).append(cell)
-    body: list[str] = []
-    if not by_project:
-        body.append("<p>Nothing published yet.</p>")
-    for project in sorted(by_project):
-        pcells = by_project[project]
-        pythons = sorted({c.python for c in pcells}, key=_python_key)
-        variants = sorted({c.variant_id for c in pcells})
-        grid = {(c.variant_id, c.python): c for c in pcells}
-        body.append(f"<h2>{html.escape(project)}</h2>")
-        body.append("<table>")
-        head = "".join(f"<th>{html.escape(p)}</th>" for p in pythons)
-        body.append(f"  <tr><th>variant</th>{head}<th>install</th></tr>")
-        for vid in variants:
-            tds = []
-            for py in pythons:
-                got = grid.get((vid, py))
-                status = got.status if got else "not built"
-                title = f' title="{html.escape(got.detail)}"' if got and got.detail else ""
-                tds.append(f'<td class="{status.replace(" ", "-")}"{title}>{status}</td>')
-            install = _install_cell(
-                project, vid, [c.detail for c in pcells if c.variant_id == vid and c.status == "built"]
-            )
-            body.append(f"  <tr><td>{html.escape(vid)}</td>{''.join(tds)}<td>{install}</td></tr>")
-        body.append("</table>")
-    lines = [
-        "<!DOCTYPE html>",
-        "<html>",
-        "  <head>",
-        '    <meta charset="utf-8">',
-        "    <title>Wheel index</title>",
-        f"    <style>{_HUMAN_STYLE}</style>",
-        "  </head>",
-        "  <body>",
-        "    <h1>Wheel index</h1>",
-        '    <p>One index per variant: <a href="simple/">simple/</a>. '
-        "Run <code>factory which --index-url URL/simple/</code> on the target machine to pick one.</p>",
-        *(f"    {line}" for line in body),
-        f"    <script>{_HUMAN_SCRIPT}</script>",
-        "  </body>",
-        "</html>",
-        "",
-    ]
-    return "\n".join(lines)
+    """index.html at the index root: the install selector and the build matrix (`factory.humanpage`)."""
+    # humanpage composes install commands (installcmd reads pages with this module): imported where rendered
+    from factory import humanpage
+
+    return humanpage.human_page(cells)

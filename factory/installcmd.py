@@ -15,6 +15,9 @@ Every command installs exactly what the factory chose, never something an index 
   first (`--index`), PyTorch's next, the default index last (`--default-index`).
 - torch is pinned too (the installed release, or the variant's), so that no resolver swaps it under the
   wheel, from PyTorch's index of the variant's CUDA where that is not the default build.
+- The wheel-variant channel (PEP 825, experimental; `factory.wheelvariants`) has a uv command only (pip takes
+  no variant wheel): uv picks the variant by the driver and GPU, so neither a file nor a label is pinned;
+  the project comes from the variant index alone (first-index, the variant index first, `--only-binary`).
 Everything is shell-quoted (`shlex.join`): a command is one copy-paste line for sh and bash.
 """
 
@@ -38,6 +41,8 @@ from factory.urls import INDEX_SCHEMES
 from factory.variants import VariantKey
 
 DEFAULT_INDEX = "https://pypi.org/simple"
+# uv's preview feature that makes it read PEP 825 variant wheels (uv >= 0.13.6)
+PREVIEW_FEATURE = "wheel-variants"
 _SHA256_HEX = frozenset("0123456789abcdef")
 
 
@@ -81,7 +86,8 @@ class Torch:
 class Install:
     """What one install command installs: `project` as `wheel` (that file, by URL and hash) or, where no
     file is known, as the release `version` (full, with its local label) from `variant_index` alone; `torch`
-    beside it; every dependency from `default_index`."""
+    beside it; every dependency from `default_index`. With `wheel_variants`, `variant_index` is a PEP 825
+    variant index (uv only): the variant is uv's to pick; `version` (public, optional) pins the release."""
 
     project: str
     torch: Torch | None
@@ -89,16 +95,20 @@ class Install:
     version: str | None = None
     variant_index: str | None = None
     default_index: str = DEFAULT_INDEX
+    wheel_variants: bool = False
 
     def __post_init__(self) -> None:
-        if (self.wheel is None) == (self.version is None or self.variant_index is None):
+        if self.wheel_variants:
+            if self.wheel is not None or self.variant_index is None:
+                raise ValueError("a wheel-variant install names its variant index, never a wheel")
+        elif (self.wheel is None) == (self.version is None or self.variant_index is None):
             raise ValueError("an install names either a wheel or a version and its variant index")
 
     @property
     def requirement(self) -> str:
         if self.wheel is not None:
             return f"{self.project} @ {self.wheel.pinned_url}"
-        return f"{self.project}=={self.version}"
+        return f"{self.project}=={self.version}" if self.version is not None else self.project
 
 
 def torch_pin(torch: str) -> str:
@@ -108,6 +118,8 @@ def torch_pin(torch: str) -> str:
 
 def pip_command(install: Install) -> str:
     """`pip install ...` for `install` (see the module's docstring for why each option is there)."""
+    if install.wheel_variants:
+        raise ValueError("pip installs no variant wheels: a wheel-variant install has a uv command only")
     args = ["pip", "install", "--only-binary", install.project]
     if install.wheel is not None:
         args += ["--index-url", install.default_index]
@@ -125,8 +137,11 @@ def pip_command(install: Install) -> str:
 
 def uv_command(install: Install) -> str:
     """`uv pip install ...` for `install`: the first index that has a package is the only one uv reads it
-    from, the variant index first."""
-    args = ["uv", "pip", "install", "--only-binary", install.project, "--index-strategy", "first-index"]
+    from, the variant index first; for a wheel-variant install, with uv's preview of them."""
+    args = ["uv", "pip", "install"]
+    if install.wheel_variants:
+        args += ["--preview-features", PREVIEW_FEATURE]
+    args += ["--only-binary", install.project, "--index-strategy", "first-index"]
     if install.variant_index is not None and install.wheel is None:
         args += ["--index", install.variant_index]
     if install.torch is not None and install.torch.index is not None:

@@ -531,6 +531,19 @@ def build_records(
     return out
 
 
+def _beside(info: WheelInfo, signer: Signer | None, records: Mapping[str, bytes]) -> list[str]:
+    """What `_put_files` publishes beside a wheel (index.BESIDE's names), for the human page."""
+    return [
+        name
+        for name, there in (
+            ("provenance", info.provenance is not None),
+            ("signature", signer is not None),
+            ("build-record", info.filename in records),
+        )
+        if there
+    ]
+
+
 def _put_files(
     store: Store,
     placed: Iterable[tuple[str, WheelInfo]],
@@ -627,13 +640,16 @@ def publish_wheels(
     # The human page: the matrix as the reports and the published files describe it.
     published = [(variant_id, rec) for (variant_id, _p), recs in records.items() for rec in recs]
     projects = {info.project for info in infos.values()}
+    beside = build_records(report, jobs, infos) if report is not None else {}
     cells = index.matrix_cells(
-        jobs, published, project_hint=next(iter(projects)) if len(projects) == 1 else None
+        jobs,
+        published,
+        project_hint=next(iter(projects)) if len(projects) == 1 else None,
+        beside={(variant_id, info.filename): _beside(info, signer, beside) for variant_id, info in placed},
     )
     new = site.site_state(records, cells)
     _check_before_writing(store, new, to=to)
 
-    beside = build_records(report, jobs, infos) if report is not None else {}
     results = _put_files(store, placed, notify, signer, beside)
     written: list[str] = []
     for page, items in site.pages(new):
@@ -1185,8 +1201,16 @@ def repair_index(
         records.setdefault((page.variant_id, page.project), ())
     # The grid: every listed wheel is built; what older reports said about the rest (failed, not built) stays.
     published = [(v, rec) for (v, _p), recs in records.items() for rec in recs]
+    beside = {
+        (v, rec.filename): [
+            name
+            for name, suffix in index.BESIDE.items()
+            if store.head(index.files_path(v, rec.filename) + suffix) is not None
+        ]
+        for v, rec in published
+    }
     reported = [c for c in _readable(store, index.MATRIX_PAGE) if c.status != "built"]
-    cells = index.merge_cells(reported, index.matrix_cells([], published)) or tuple(reported)
+    cells = index.merge_cells(reported, index.matrix_cells([], published, beside=beside)) or tuple(reported)
     state = site.site_state(records, cells)
     written: list[str] = []
     write_site(store, state, written=written, notify=progress or (lambda _event, _key: None))

@@ -49,6 +49,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory import reproducible, strictjson
 from factory.index import DamagedState, RecordConflict, variant_root_json
+from factory.installcmd import PREVIEW_FEATURE, Install, uv_command
 from factory.variants import Arch, VariantKey
 from factory.wheelcheck import set_version
 
@@ -60,7 +61,6 @@ SM_FEATURE = "sm_arch"
 PLUGIN_API = "nvidia_variant_provider.plugin:NvidiaVariantPlugin"
 PROVIDER_REQUIRES = "nvidia-variant-provider>=0.0.1,<1.0.0"
 SCHEMA_URL = "https://variants-schema.wheelnext.dev/v0.2.0.json"  # variantlib 0.2.2's
-PREVIEW_FEATURE = "wheel-variants"
 UV_TESTED = "0.13.10"
 PREFIX = "variants/"
 GROUPS_STATE = f"{PREFIX}groups.json"
@@ -424,7 +424,10 @@ def groups_html(groups: Iterable[str]) -> str:
         "picks the wheel whose CUDA the driver runs and whose archs cover the GPU.</p>",
     ]
     for g in sorted(set(groups)):
-        command = uv_command(f"INDEX_URL/variants/{g}/simple/", "PROJECT", group=g)
+        install = Install(
+            project="PROJECT", torch=None, variant_index=f"INDEX_URL/{root_dir(g)}", wheel_variants=True
+        )
+        command = uv_command(install)
         lines.append(f'<h2><a href="{quote(g)}/simple/">{html.escape(g)}</a></h2>')
         lines.append(f"<pre>{html.escape(command)}</pre>")
     return _page("Wheel variant indexes", lines)
@@ -484,17 +487,3 @@ def choose_group(groups: Iterable[str], torch_version: str, cxx11_abi: bool) -> 
             if floor <= release[: len(floor)]:
                 floors.append((floor, group))
     return max(floors)[1] if floors else None
-
-
-def uv_command(index_url: str, project: str, *, group: str, version: str | None = None) -> str:
-    """The uv command that installs `project` from the variant index at `index_url` (its `simple/` page):
-    the variant is uv's to pick (CUDA by the driver, archs by the GPU). The index is uv's first, and uv
-    takes a package from the first index that has it (its default `--index-strategy first-index`), so the
-    project comes from this index alone; PyPI serves the rest (torch). `version` pins the release."""
-    if not is_group(group):
-        raise ValueError(f"{group!r} is not a variant index name (like torch2.14-abi1)")
-    requirement = f"{canonicalize_name(project)}=={version}" if version else str(project)
-    return (
-        f"uv pip install --preview-features {PREVIEW_FEATURE} --index-strategy first-index "
-        f"--index-url {index_url} --extra-index-url https://pypi.org/simple '{requirement}'"
-    )

@@ -9,12 +9,17 @@ runs, whose archs cover every GPU and which has a wheel for this Python, install
 from the index of its CUDA build in one command. The commands install exactly the wheel chosen here, by URL
 and sha256 (`factory.installcmd` composes them). When nothing fits, what is missing becomes a build request
 (`factory.variantrequest`), printed as matrix lines and, with --request, sent to the index's server.
+
+Where the index also publishes the experimental wheel-variant channel (PEP 825, `factory.wheelvariants`) and
+the host has torch, the uv command for the variant index of its torch follows the safe commands, labelled
+experimental (`wheel_variant_installs`).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import re
 import shutil
@@ -31,11 +36,11 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import bounded, installcmd, variantrequest
+from factory import bounded, installcmd, variantrequest, wheelvariants
 from factory.compat import CompatData
 from factory.driver import detect_driver, run_tool
 from factory.errors import ConfigError, FactoryError
-from factory.index import parse_anchors
+from factory.index import DamagedState, parse_anchors, projects_from_root_json
 from factory.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
 from factory.options import MAX_PAGE, PAGE_DEADLINE_S, PYTORCH_INDEX
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
@@ -498,11 +503,20 @@ class WhichResult:
     # when no variant fits: the build request that would make one (None: nothing to request, see `missing`)
     request: VariantRequest | None = None
     missing: str | None = None
+    # the experimental wheel-variant channel: per project it has, what its uv command installs (uv picks the
+    # variant); or why the channel the index names is not offered
+    variant_installs: tuple[Install, ...] = ()
+    variant_note: str | None = None
 
     @property
     def commands(self) -> tuple[tuple[str, str], ...]:
         """Per project, its pip and uv commands."""
         return tuple(installcmd.commands(install) for install in self.installs)
+
+    @property
+    def variant_commands(self) -> tuple[str, ...]:
+        """Per project on the wheel-variant channel, its uv command (pip takes no variant wheel)."""
+        return tuple(installcmd.uv_command(install) for install in self.variant_installs)
 
 
 def _index_links(page: str, base: str) -> dict[str, str]:
@@ -673,6 +687,70 @@ def _unmatched(env: Environment, choice: Choice, project: str | None, compat: Co
     )
 
 
+def _fetch_state(url: str) -> bytes:
+    """GET one JSON state object of an index (`open_url`), never more than a state may be
+    (wheelvariants.MAX_STATE_BYTES) and one byte: DamagedState for a longer one."""
+    with open_url(url, accept="application/json") as resp:  # MAX_PAGE and PAGE_DEADLINE_S over it all
+        try:
+            data = resp.read(wheelvariants.MAX_STATE_BYTES + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            raise FactoryError(f"{without_credentials(url)}: {exc}") from None
+    if len(data) > wheelvariants.MAX_STATE_BYTES:
+        raise DamagedState(f"over {wheelvariants.MAX_STATE_BYTES >> 20} MiB, not a state the factory writes")
+    return data
+
+
+def wheel_variant_installs(
+    root: str,
+    env: Environment,
+    key: VariantKey,
+    projects: Sequence[str],
+    torch: Torch,
+    *,
+    default_index: str = DEFAULT_INDEX,
+) -> tuple[tuple[Install, ...], str | None]:
+    """The experimental wheel-variant channel of the index whose `simple/` is `root`, for a host with torch
+    for which the per-variant index `key` was chosen: (per project of `projects` that the variant index of
+    the host's torch lists, what its uv command installs; a note).
+
+    ROOT/variants/groups.json names the variant indexes (`wheelvariants.choose_group` picks the host's, by
+    its torch and C++ ABI, the chosen variant's ABI where torch's is unknown); the projects.json of that one
+    says which projects it has. An index without the channel prints nothing more: groups.json that cannot
+    be read is taken for absent (a directory or server answers a missing one with 404, S3 without list
+    permission with 403). Whatever it hands back that is not the format gives no command and one note.
+    torch is pinned as in the safe commands (`torch`), so uv leaves the installed one in place."""
+    assert env.torch is not None
+    base = root.removesuffix("simple/")
+    try:
+        groups = wheelvariants.groups_from_json(_fetch_state(base + wheelvariants.GROUPS_STATE))
+    except DamagedState as exc:
+        return (), printable(f"no wheel-variant command: {wheelvariants.GROUPS_STATE}: {exc}")
+    except FactoryError:  # not there, or not readable: no channel
+        return (), None
+    abi = key.cxx11_abi if env.cxx11_abi is None else env.cxx11_abi
+    group = wheelvariants.choose_group(groups, env.torch, abi)
+    if group is None:
+        return (), None
+    listing = wheelvariants.projects_key(group)
+    try:
+        listed = set(projects_from_root_json(_fetch_state(base + listing)))
+    except (FactoryError, ValueError, RecursionError) as exc:  # json's own ValueError: a 5,000-digit number
+        return (), printable(f"no wheel-variant command: {listing}: {exc}")
+    variant_index = base + wheelvariants.root_dir(group)
+    installs = tuple(
+        Install(
+            project=str(canonicalize_name(name)),
+            torch=torch,
+            variant_index=variant_index,
+            default_index=default_index,
+            wheel_variants=True,
+        )
+        for name in projects
+        if canonicalize_name(name) in listed
+    )
+    return installs, None
+
+
 def which(
     index: str,
     *,
@@ -680,6 +758,7 @@ def which(
     project: str | None = None,
     compat: CompatData | None = None,
     default_index: str = DEFAULT_INDEX,
+    wheel_variants: bool = True,
 ) -> WhichResult:
     """Read the index's list of variant indexes and pick the one for `env`, and in it the wheel of each
     project an installer would take (`installcmd.choose`); the commands install exactly that file, torch
@@ -687,7 +766,9 @@ def which(
 
     The index is not trusted: only anchors whose text is a variant id (the grammar of `factory.variants`)
     and, inside the variant index, a PEP 508 project name are considered, and of a project page only
-    links to wheel files with a sha256, so nothing else it says reaches the printed commands."""
+    links to wheel files with a sha256, so nothing else it says reaches the printed commands. With
+    `wheel_variants`, a host with torch also gets the experimental channel's uv command where the index
+    has one (`wheel_variant_installs`)."""
     compat = compat or CompatData.load()
     root = normalize_index_url(index)
     links = _index_links(fetch_page(root), root)
@@ -699,16 +780,26 @@ def which(
         return _unmatched(env, choice, project, compat)
     variant_url = variants[choice.match]
     fitting, notes = _variant_projects(env, variant_url, project, strict=True)
-    torch = torch_requirement(VariantKey.parse_id(choice.match), compat, installed=env.torch)
+    key = VariantKey.parse_id(choice.match)
+    torch = torch_requirement(key, compat, installed=env.torch)
+    projects = tuple(name for name, _wheel in fitting)
+    variant_installs: tuple[Install, ...] = ()
+    variant_note = None
+    if wheel_variants and projects and env.torch is not None:
+        variant_installs, variant_note = wheel_variant_installs(
+            root, env, key, projects, torch, default_index=default_index
+        )
     return WhichResult(
         env=env,
         choice=replace(choice, notes=(*choice.notes, *notes)),
         variant_url=variant_url,
-        projects=tuple(name for name, _wheel in fitting),
+        projects=projects,
         installs=tuple(
             Install(project=name, torch=torch, wheel=wheel, default_index=default_index)
             for name, wheel in fitting
         ),
+        variant_installs=variant_installs,
+        variant_note=variant_note,
     )
 
 
@@ -739,8 +830,9 @@ def missing_lines(result: WhichResult) -> list[str]:
     ]
 
 
-def result_lines(result: WhichResult) -> list[str]:
-    """What `factory which` prints of its result: the variant, its notes and the install commands;
+def result_lines(result: WhichResult, *, signed: Sequence[str] = ()) -> list[str]:
+    """What `factory which` prints of its result: the variant, its notes, the `signed` lines and the install
+    commands, then the experimental wheel-variant commands (or the one note on why there are none);
     FactoryError when no variant index matches this host, naming the nearest and why."""
     choice = result.choice
     if choice.match is None:
@@ -752,7 +844,16 @@ def result_lines(result: WhichResult) -> list[str]:
     lines = [f"variant: {choice.match}", *(f"note: {note}" for note in choice.notes)]
     if not result.commands:
         lines.append(f"index: {result.variant_url} (no projects published there yet)")
-    return lines + [command for commands in result.commands for command in commands]
+    lines += [*signed, *(command for commands in result.commands for command in commands)]
+    if result.variant_commands:
+        lines.append(
+            f"experimental, wheel variants (PEP 825; tested with uv {wheelvariants.UV_TESTED}): uv picks the "
+            "build for this host's NVIDIA driver and GPU:"
+        )
+        lines += result.variant_commands
+    elif result.variant_note is not None:
+        lines.append(f"note: {result.variant_note}")
+    return lines
 
 
 MAX_ANSWER = 4096  # of a server's answer to a request: one line is expected
@@ -807,7 +908,8 @@ def advise(
     commands for the variant index of `index` that fits it (`which`, `result_lines`), dependencies from
     `default_index`. When none fits: what is missing and the matrix lines that would build it, and with
     `request`, the request sent. With `verify_key`, the commands only once the wheels they install are
-    signed with it (`verify.verify_project`), and for exactly the bytes verified."""
+    signed with it (`verify.verify_project`), and for exactly the bytes verified; then no wheel-variant
+    command, as no signature covers a variant wheel (it is rewritten from the signed one)."""
     from factory.signing import public_key_file
     from factory.verify import verify_project
 
@@ -816,7 +918,7 @@ def advise(
     key = public_key_file(verify_key, what="--verify-key") if verify_key is not None else None
     env = detect_environment(python)
     say(describe_environment(env))
-    result = which(index, env=env, project=project, default_index=default_index)
+    result = which(index, env=env, project=project, default_index=default_index, wheel_variants=key is None)
     if result.choice.match is None:
         for line in missing_lines(result):
             say(line)
@@ -835,7 +937,5 @@ def advise(
             # the command installs the bytes just verified, whatever the page says by now
             installs.append(replace(install, wheel=Wheel(filename=v.filename, url=v.url, sha256=v.sha256)))
         result = replace(result, installs=tuple(installs))
-    lines = result_lines(result)
-    first_command = len(lines) - sum(len(commands) for commands in result.commands)
-    for line in [*lines[:first_command], *signed, *lines[first_command:]]:
+    for line in result_lines(result, signed=signed):
         say(line)

@@ -19,7 +19,7 @@ placeholder in the arguments (@PYINC@) and so takes no part in dk: a file that n
 the same key for every Python, and one that does records Python.h among its inputs, so another Python's
 header misses.
 
-Objects are deterministic where the factory can make them so (`deterministic`, `prefix_maps`), so a hit can
+Objects are deterministic where the factory can make them so (`deterministic`, `pinned`), so a hit can
 be checked by compiling it again (FACTORY_CACHE_VERIFY).
 
 Standard library only, like its package.
@@ -38,6 +38,7 @@ import stat
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -51,7 +52,7 @@ CACHE_VERIFY_ENV = protocol.ENV_CACHE_VERIFY
 TEMP_PREFIX = ".tmp-"
 # temporary files younger than this may belong to a writer still at work
 TEMP_GRACE_S = 3600.0
-KEY_FORMAT = 2
+KEY_FORMAT = 3  # 3: nvcc compiles run with `module_path`: an object of 2 is not what a miss makes now
 MANIFEST_SUFFIX = ".json"
 HIT_SEPARATOR = "-"
 
@@ -694,10 +695,38 @@ def prefix_maps(roots: Roots, mode: str) -> list[str]:
     return ["-Xcompiler", ",".join(maps)]
 
 
+def module_path(roots: Roots, mode: str, *, source: str, cwd: str) -> list[str]:
+    """The path nvcc's front end (cudafe++) is told its source has: the one a key sees, the job's roots as
+    their placeholders, relative paths resolved against the key's working directory.
+
+    cudafe++ names a translation unit's module by a hash of its source's absolute path
+    (`_GLOBAL__N__<hash>_<len>_<name>`: every symbol in an anonymous namespace, rdc's registration), so the
+    same compile in two job directories wrote two objects, and a cache hit held the module id of the job
+    that stored it. That path is the hash's only input (not the time, a pid or the content: measured with
+    CUDA 13.0); the one given here pins it and keeps distinct sources distinct, as nvlink needs. The option
+    comes last, so it wins over one the call gives. Percent-encoded: -Xcudafe splits on commas, cudafe++ on
+    spaces, and nvcc refuses quotes; the text is only hashed (the name in the id is the file's own)."""
+    if mode != nvcccall.NVCC:
+        return []
+    # from the key's own parts (`direct_key`): the source's normalised text, and the directory a relative one
+    # is in, so one key is always told one path
+    where = roots.normalise(source)
+    if not os.path.isabs(source):
+        where = os.path.join(roots.normalise(os.path.normpath(cwd)), where)
+    path = os.path.normpath(where)
+    return ["-Xcudafe", f"--orig_src_path_name={urllib.parse.quote(path, safe='/@')}"]
+
+
+def pinned(roots: Roots, mode: str, *, source: str, cwd: str) -> list[str]:
+    """What a compile is run with so that its object does not depend on its job's directories (`prefix_maps`,
+    `module_path`). Derived from the key's own parts, so the key covers it."""
+    return [*prefix_maps(roots, mode), *module_path(roots, mode, source=source, cwd=cwd)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plain:
     """A compile the cache does not serve (it is off, or the call is not one it takes), run as the cache runs
-    its misses: with the same prefix maps, its object then made `deterministic`. The object is the one a
+    its misses: `pinned` as they are, its object then made `deterministic`. The object is the one a
     cache would hold, so a wheel does not depend on whether the cache was on."""
 
     mode: str
@@ -717,15 +746,16 @@ class Plain:
 def plain(
     mode: str, args: Sequence[str], *, environ: Mapping[str, str] = os.environ, cwd: str | None = None
 ) -> Plain:
-    """How to run a call the cache does not take: a compile (`-c`, one object) with the job's prefix maps;
+    """How to run a call the cache does not take: a compile (`-c`, one object) `pinned` to the job's roots;
     anything else (a link, --version) as it is."""
     cwd = cwd or os.getcwd()
     parsed = nvcccall.parse(args, mode)
-    if not parsed.is_compile or not parsed.output or parsed.output == "-":
+    source = parsed.source
+    if not parsed.is_compile or source is None or not parsed.output or parsed.output == "-":
         return Plain(mode=mode, run_args=tuple(args), output=None)
     roots = job_roots(args, cwd, environ)
     output = os.path.normpath(os.path.join(cwd, parsed.output))
-    return Plain(mode=mode, run_args=(*args, *prefix_maps(roots, mode)), output=output)
+    return Plain(mode=mode, run_args=(*args, *pinned(roots, mode, source=source, cwd=cwd)), output=output)
 
 
 def claim_verification(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
@@ -774,7 +804,8 @@ class Attempt:
 
     @property
     def run_args(self) -> tuple[str, ...]:
-        return (*self.call.run_args, *prefix_maps(self.roots, self.call.mode))
+        pins = pinned(self.roots, self.call.mode, source=self.call.source, cwd=self.cwd)
+        return (*self.call.run_args, *pins)
 
     def serve(self, environ: Mapping[str, str] = os.environ) -> bool:
         """Whether the call's outputs were written from the cache. A hit chosen for verification is not

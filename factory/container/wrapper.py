@@ -228,9 +228,9 @@ def main(argv: list[str]) -> int:
     if serve_from_cache(cached, record, env):
         return 0
     if isinstance(cached, compilecache.Attempt):
-        argv = list(cached.run_args)  # with a depfile of its own when the call named none, and prefix maps
+        argv = list(cached.run_args)  # with a depfile of its own when the call named none, pinned
     elif uncached is not None:
-        argv = list(uncached.run_args)  # the prefix maps a miss would have had
+        argv = list(uncached.run_args)  # pinned as a miss would have been
     estimate = admission.compile_estimate(
         call.source,
         per_arch_bytes=env.est_per_arch_bytes or DEFAULT_EST_PER_ARCH,

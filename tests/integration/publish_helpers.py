@@ -284,3 +284,68 @@ def plan_and_build(matrix: Path, *, index: Path) -> dict[str, Any]:
     report = json.loads((out / "report.json").read_text())
     jobs = {j["job_id"]: j for j in report["jobs"]}
     return {"plan": plan, "proc": proc, "out": out, "report": report, "jobs": jobs, "index": index}
+
+
+# The human page's browser test and its screenshot (scripts/selector_screenshot.py): a small, realistic index
+# of fake flash-attn wheels (no build), signed, with build records, a failed and a skipped job.
+SELECTOR_ARCHS = "sm80.90.100.120"
+SELECTOR_GRID: tuple[tuple[str, str, dict[str, str]], ...] = (
+    # (CUDA label part, torch, {python: job result})
+    ("12.8", "2.10", {"3.10": "ok", "3.11": "ok", "3.12": "ok", "3.13": "ok"}),
+    ("13.0", "2.13", {"3.10": "ok", "3.11": "ok", "3.12": "ok", "3.13": "oom"}),
+    ("13.0", "2.14", {"3.10": "ok", "3.11": "ok", "3.12": "ok", "3.13": "skipped"}),
+)
+
+
+def selector_index(tmp: Path) -> Path:
+    """Publish SELECTOR_GRID to tmp/idx (wheels in tmp/wh, the report beside them); the index's path."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from factory.publish import publish_wheels
+    from factory.signing import make_signer
+
+    jobs: list[dict[str, Any]] = []
+    wheels = []
+    for cuda, torch, results in SELECTOR_GRID:
+        label = f"cu{cuda}.torch{torch}.abi1.{SELECTOR_ARCHS}"
+        vid = f"cu{cuda.replace('.', '')}-torch{torch}-abi1-{SELECTOR_ARCHS}"
+        for python, result in results.items():
+            wheel = None
+            if result == "ok":
+                cp = "cp" + python.replace(".", "")
+                path = make_wheel(
+                    tmp / "wh",
+                    name="flash-attn",
+                    version="2.8.3.post2",
+                    label=label,
+                    tag=f"{cp}-{cp}-manylinux_2_28_x86_64",
+                )
+                wheels.append(path)
+                wheel = path.name
+            job = {"variant_id": vid, "python": python, "result": result, "wheel": wheel}
+            jobs.append({**job, "package": "flash-attn"})
+    report = tmp / "wh" / "report.json"
+    report.write_text(json.dumps({"jobs": jobs, "factory_version": "demo"}))
+    signer = make_signer(Ed25519PrivateKey.generate(), source="demo")
+    publish_wheels(wheels, to=str(tmp / "idx"), report=report, signer=signer)
+    return tmp / "idx"
+
+
+def chromium(*, width: int = 1280, height: int = 1000) -> Any:
+    """Headless Chromium under Selenium (Debian's `chromium` and `chromium-driver`; scripts/host-tools.sh
+    installs them); RuntimeError naming what is missing."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        raise RuntimeError(
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={width},{height}"):  # fmt: skip
+        options.add_argument(arg)
+    return webdriver.Chrome(options=options, service=Service(driver))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,18 @@ ARCH = "-gencode=arch=compute_90,code=sm_90"
 FILE_NAME = r"""
 const char* where() { return __FILE__; }
 """
+
+
+# kernels internal to their file, as most packages write them: their symbols carry nvcc's module id,
+# `_GLOBAL__N__<hash>_<len>_<name>_cu_`, whose hash nvcc takes from the source's absolute path
+INTERNAL = {
+    f"csrc/{name}.cu": (
+        f"namespace {{\n__global__ void {name}(float* x) {{ x[threadIdx.x] {op}= 2.0f; }}\n}}\n"
+        f"void launch_{name}(float* x) {{ {name}<<<1, 32>>>(x); }}\n"
+    )
+    for name, op in (("twice", "*"), ("plus", "+"), ("minus", "-"))
+}
+MODULE_ID = re.compile(rb"_GLOBAL__N__([0-9a-f]{8})_\d+_(\w+?)_cu_")
 
 
 def make_job(root: Path, name: str, python: str, sources: dict[str, str]) -> Path:
@@ -318,3 +331,40 @@ def test_a_hit_checked_by_compiling_it_reports_an_object_that_differs(
     checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
     assert (checked.cache, checked.cache_check) == ("miss", "differs")
     assert obj_of(args_b).read_bytes() == honest
+
+
+def test_internal_kernels_are_one_object_cold_in_two_jobs_into_the_cache_and_from_it(
+    tmp_path: Path, toolkit_nvcc: str, cuda_home: Path
+) -> None:
+    """Three .cu files, each compiled with the cache off in two job directories, into the cache in a third
+    and served from it in a fourth: one object per file, its module id pinned (`compilecache.module_path`).
+    nvcc's own id differs between two job directories: the pin is what makes them one."""
+    local = tmp_path / "cache"
+    jobs = [make_job(tmp_path, f"demo-py3.11-{n}", "3.11", INTERNAL) for n in ("1", "22", "333", "4444")]
+    off = {"FACTORY_CACHE_DIR": ""}
+    ids: set[bytes] = set()
+    for src in INTERNAL:
+        calls = [torch_call(job, "3.11", src) for job in jobs]
+        states = []
+        for i, (job, args) in enumerate(zip(jobs, calls, strict=True)):
+            # admitted as in a build (a state dir), so a compile with the cache off reports itself too
+            extra = off if i < 2 else None
+            states.append(
+                run(toolkit_nvcc, cuda_home, job, local, args, state=tmp_path / "state", extra=extra)
+            )
+        assert [m.cache for m, _ in states] == [protocol.CACHE_OFF, protocol.CACHE_OFF, "miss", "hit"]
+        objects = [obj_of(args).read_bytes() for args in calls]
+        assert len({hashlib.sha256(o).hexdigest() for o in objects}) == 1, src
+        (found,) = set(MODULE_ID.findall(objects[0]))
+        assert found[1] == Path(src).stem.encode()
+        ids.add(found[0])
+    assert len(ids) == len(INTERNAL)  # each file its own id, as rdc's device link needs
+    unpinned = []
+    for job in jobs[:2]:
+        args = torch_call(job, "3.11", "csrc/twice.cu")
+        proc = subprocess.run(
+            [toolkit_nvcc, *args], cwd=obj_of(args).parent, capture_output=True, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        unpinned.append(set(MODULE_ID.findall(obj_of(args).read_bytes())))
+    assert unpinned[0] != unpinned[1] and len(unpinned[0]) == 1

@@ -1,7 +1,9 @@
 """Reproducible wheels through the real factory (dockerd, the pypi builder image, real nvcc and g++), and
 `factory verify --rebuild` finding what differs.
 
-One job of the demo extension (sm80), built as little as the claims allow:
+One job of the demo extension (sm80), built as little as the claims allow. Its four `.cu` files keep their
+kernels in anonymous namespaces, as real packages do, so each module's symbols carry nvcc's module id, which
+nvcc derives from the source's path: the job directory differs in every run below, and the id must not.
 - A: cold, the compile cache off, in its own empty `$FACTORY_HOME`;
 - C: the cache on, in another home: compiled cold into its cache; its bytes are A's (the wheel does not
   record whether the cache was on);
@@ -20,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import subprocess
 import zipfile
 from collections.abc import Iterator
@@ -36,6 +39,8 @@ from factory.container import compilecache
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SO = "factory_demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
 POISON = (b"has no CPU kernels", b"has no CPU kernelz")  # a string of bindings.cpp, in its object
+# a symbol in an anonymous namespace of a .cu file: `_GLOBAL__N__<hash of its path>_<len>_<name>_cu_`
+MODULE_ID = re.compile(rb"_GLOBAL__N__([0-9a-f]{8})_\d+_(\w+?)_cu_")
 
 
 def run_factory(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -82,6 +87,16 @@ def built(
     yield Built(matrix=matrix, tmp=tmp, cold=cold, cached_home=home_c, cached=cached)
 
 
+def module_ids(wheel: Path) -> dict[str, set[bytes]]:
+    """The module ids in a wheel's extension, by the .cu file they name."""
+    with zipfile.ZipFile(wheel) as archive:
+        data = archive.read(SO)
+    found: dict[str, set[bytes]] = {}
+    for digest, name in MODULE_ID.findall(data):
+        found.setdefault(name.decode(), set()).add(digest)
+    return found
+
+
 def verify_rebuild(home: Path, wheel: Path, workdir: Path, *extra: str) -> tuple[int, dict[str, object], str]:
     args = ["--source", str(DEMO_SRC), "--workdir", str(workdir), "--json", *extra]
     proc = run_factory(home, "verify", "--rebuild", str(wheel), *args)
@@ -106,6 +121,9 @@ def changed_one_byte(wheel: Path, dest: Path) -> Path:
 def test_cold_and_cached_builds_are_one_wheel_and_a_rebuild_without_the_cache_passes(
     built: Built, session_factory_home: Path
 ) -> None:
+    ids = module_ids(built.cold)
+    assert sorted(ids) == ["add", "relu", "saxpy", "scale"] and all(len(i) == 1 for i in ids.values()), ids
+    assert module_ids(built.cached) == ids  # another job directory, the same ids
     assert wheeldiff.compare_wheels(built.cold, built.cached) is None
     assert sha256(built.cold) == sha256(built.cached)
     home_b = fresh_home(built.tmp, "home-b", session_factory_home)

@@ -140,9 +140,11 @@ class Installed:
     payload: str
 
 
-def run_printed(world: World, command: str, tool: str, where: Path) -> Installed:
+def run_printed(
+    world: World | None, command: str, tool: str, where: Path, *, extra_env: dict[str, str] | None = None
+) -> Installed:
     """Run `command` exactly as printed, through a shell, in a fresh venv of `tool` (pip's own or uv's),
-    with this host's pip and uv configuration and caches out of the way."""
+    with this host's pip and uv configuration and caches out of the way (and `extra_env` set)."""
     venv = fresh_venv(where / "venv", tool=tool)
     bin_dir = where / "bin"  # uv alone beside the venv's own tools: no other pip on PATH
     bin_dir.mkdir()
@@ -155,6 +157,7 @@ def run_printed(world: World, command: str, tool: str, where: Path) -> Installed
         "PIP_CONFIG_FILE": os.devnull,
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "UV_NO_CONFIG": "1",
+        **(extra_env or {}),
     }
     proc = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=600, env=env)
     show = subprocess.run(

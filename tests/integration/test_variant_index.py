@@ -6,11 +6,13 @@ uv (`--preview-features wheel-variants`) in fresh venvs, from `factory serve` an
 uv runs its own copy of the NVIDIA provider, which reads NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION and
 NV_VARIANT_PROVIDER_FORCE_SM_ARCH in place of the driver and the GPU: so a GPU is stood in for here, and uv
 picks a real variant. What this cannot show (the provider reading a real driver) is left to a GPU host
-(docs/PUBLISH.md)."""
+(docs/PUBLISH.md). `factory which`, on a host with (a stand-in) torch, prints the channel's uv command after
+the safe ones; run as printed, it installs the variant the stood-in driver and GPU run."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +21,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from publish_helpers import LABEL_NEW, UV, fresh_venv, installed_label, make_wheel, pip_install, uv_install
+from publish_helpers import (
+    LABEL_NEW,
+    UV,
+    fresh_venv,
+    installed_label,
+    make_wheel,
+    pip_install,
+    static_index,
+    uv_install,
+)
+from test_safe_commands import run_printed, stub_python
 from variantlib.commands.generate_index_json import generate_index_json
 from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
 from variantlib.variant_dist_info import VariantDistInfo
@@ -29,6 +41,7 @@ from factory import wheelvariants
 from factory.wheelcheck import wheel_archive_problems
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 FACTORY = [sys.executable, "-m", "factory.cli"]
 LABEL_12 = "cu12.8.torch2.14.abi1.sm80"
 LABEL_90A = "cu13.0.torch2.14.abi1.sm90a"  # one exact GPU: not on the variant index
@@ -178,6 +191,47 @@ def test_the_directory_serves_as_it_is_and_no_gpu_gets_no_wheel(
     # pip ignores variant wheels (the extra name part), so it finds nothing to install there either
     pip = pip_install(fresh_venv(tmp_path / "d", tool="pip"), url, "--no-deps", "tinyvar==0.1.0")
     assert pip.returncode != 0
+
+
+@pytest.fixture(scope="module")
+def which_printed(published: tuple[Path, str, str], tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """What `factory which tinyvar` prints, from `factory serve`'s URL of the index, on a host whose
+    (stand-in) torch is 2.14.1 for CUDA 13.0, torch and the rest from a stand-in PyPI, no nvidia-smi."""
+    _index, _output, url = published
+    tmp = tmp_path_factory.mktemp("which")
+    torch = make_wheel(tmp / "torch", name="torch", version="2.14.1", label="")
+    pypi = static_index(tmp / "pypi", {"torch": [torch]})
+    (tmp / "tools").mkdir()
+    root = url.removesuffix(f"variants/{GROUP}/simple/")
+    proc = subprocess.run(
+        [*FACTORY, "which", "--index-url", root, "--python", str(stub_python(tmp / "stubbed")),
+         "--default-index", pypi, "tinyvar"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(tmp / "tools")},
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize(("driver", "gpu", "label"), [("13.0", "9.0", LABEL_NEW), ("12.8", "8.6", LABEL_12)])
+def test_which_prints_the_variant_command_after_the_safe_ones_and_it_installs_the_right_variant(
+    published: tuple[Path, str, str],
+    which_printed: list[str],
+    tmp_path: Path,
+    driver: str,
+    gpu: str,
+    label: str,
+) -> None:
+    _index, _output, url = published
+    lines = which_printed
+    (experimental,) = [n for n, line in enumerate(lines) if line.startswith("experimental, wheel variants")]
+    assert [line.split()[0] for line in lines[experimental - 2 : experimental]] == ["pip", "uv"], lines
+    command = lines[experimental + 1]
+    assert lines[experimental + 2 :] == [], lines
+    assert f"--preview-features {wheelvariants.PREVIEW_FEATURE} " in command and f"--index {url} " in command
+    got = run_printed(None, command, "uv", tmp_path, extra_env={FORCE_CUDA: driver, FORCE_SM: gpu})
+    assert got.proc.returncode == 0, got.proc.stdout + got.proc.stderr[-3000:]
+    assert got.label == label, got.proc.stderr[-3000:]
 
 
 def test_the_uv_version_is_one_with_wheel_variants() -> None:

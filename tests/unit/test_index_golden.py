@@ -49,6 +49,16 @@ PAGES = {
                 python="3.11",
                 status="built",
                 detail=RECORDS[0].filename,
+                published=RECORDS[0].upload_time,
+                beside=("build-record", "provenance", "signature"),
+            ),
+            MatrixCell(
+                project="flash-attn",
+                variant_id=VID,
+                python="3.13",
+                status="built",
+                detail=RECORDS[0].filename.replace("cp311", "cp313"),
+                published=RECORDS[1].upload_time,
             ),
             MatrixCell(project="flash-attn", variant_id=VID, python="3.12", status="failed", detail="oom"),
             MatrixCell(

@@ -10,6 +10,7 @@ import pytest
 from factory import index
 from factory.installcmd import (
     DEFAULT_INDEX,
+    PREVIEW_FEATURE,
     Host,
     Install,
     Torch,
@@ -73,6 +74,34 @@ def test_a_known_wheel_is_installed_by_url_and_hash_and_never_looked_up() -> Non
         "torch==2.10.*",
         f"flash-attn @ {URL}#sha256={SHA}",
     ]
+
+
+def test_a_wheel_variant_install_is_uv_s_with_its_preview_and_the_variant_index_first() -> None:
+    url = "https://idx.example/variants/torch2.14-abi1/simple/"
+    install = Install(
+        project="flash-attn", torch=Torch(requirement="torch==2.14.1"), variant_index=url, wheel_variants=True
+    )
+    # no file and no label pinned: the variant is uv's to pick; the project from the variant index alone
+    assert shlex.split(uv_command(install)) == [
+        "uv", "pip", "install", "--preview-features", PREVIEW_FEATURE, "--only-binary", "flash-attn",
+        "--index-strategy", "first-index", "--index", url, "--default-index", DEFAULT_INDEX,
+        "torch==2.14.1", "flash-attn",
+    ]  # fmt: skip
+    pinned = Install(
+        project="flash-attn", torch=None, variant_index=url, version="2.8.3", wheel_variants=True
+    )
+    assert uv_command(pinned).endswith(f"--index {url} --default-index {DEFAULT_INDEX} flash-attn==2.8.3")
+    with pytest.raises(ValueError, match="pip installs no variant wheels"):
+        pip_command(install)
+    with pytest.raises(ValueError, match="never a wheel"):
+        Install(
+            project="flash-attn",
+            torch=None,
+            wheel=Wheel(filename=FILE, url=URL, sha256=SHA),
+            wheel_variants=True,
+        )
+    with pytest.raises(ValueError, match="names its variant index"):
+        Install(project="flash-attn", torch=None, wheel_variants=True)
 
 
 def test_torch_from_the_default_index_and_another_default_index() -> None:

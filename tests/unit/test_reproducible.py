@@ -178,3 +178,57 @@ def test_an_uncached_nvcc_object_loses_its_temporary_names(tmp_path: Path) -> No
     obj.write_bytes(b"\x7fELF..tmpxft_0000004a_00000000-6_add.cudafe1.cpp..")
     compilecache.Plain(mode="nvcc", run_args=(), output=str(obj)).finish(0)
     assert obj.read_bytes() == b"\x7fELF..tmpxft_00000000_00000000-6_add.cudafe1.cpp.."
+
+
+def module_path_args(run_args: tuple[str, ...]) -> list[str]:
+    return [a for a in run_args if a.startswith("--orig_src_path_name=")]
+
+
+def test_an_nvcc_compile_names_its_source_as_its_key_does_in_every_job_directory(tmp_path: Path) -> None:
+    """nvcc hashes the source's path into the module id: each job is told the same path, with its roots as
+    their placeholders, whether the cache is on or off."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    seen = set()
+    for name in ("demo-1", "demo-2"):
+        job = tmp_path / "jobs" / name
+        (job / "src" / "csrc").mkdir(parents=True)
+        (job / "src" / "build").mkdir()
+        (job / "src" / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+        env = {"FACTORY_JOB_DIR": str(job)}
+        cwd = str(job / "src" / "build")
+        for source in ("../csrc/k.cu", str(job / "src" / "csrc" / "k.cu")):
+            args = ["-c", source, "-o", "k.o", "-MD", "-MF", "k.o.d"]
+            plain = compilecache.plain("nvcc", args, environ=env, cwd=cwd)
+            attempt = compilecache.attempt(
+                "nvcc", "/nonexistent/nvcc", args, environ={**env, "FACTORY_CACHE_DIR": str(cache)}, cwd=cwd
+            )
+            assert isinstance(attempt, compilecache.Attempt), attempt
+            for run_args in (plain.run_args, attempt.run_args):
+                pinned = module_path_args(run_args)
+                assert pinned == ["--orig_src_path_name=@JOB@/src/csrc/k.cu"], run_args
+                assert run_args[run_args.index(pinned[0]) - 1] == "-Xcudafe"
+                assert str(job) not in pinned[0]
+                seen.add(run_args[-2:])
+    # last: cudafe++ takes the last one, so it wins over one the call gives
+    assert seen == {("-Xcudafe", "--orig_src_path_name=@JOB@/src/csrc/k.cu")}
+    host = compilecache.plain("cxx", ["-c", "k.cpp", "-o", "k.o"], environ=env, cwd=cwd)
+    assert host.run_args[-1].startswith("-ffile-prefix-map=")  # the host compiler has no module id
+
+
+def test_the_module_path_keeps_sources_apart_and_survives_nvccs_option_splitting() -> None:
+    roots = compilecache.Roots.of([("@JOB@", "/var/factory/jobs/a 1,x")])
+
+    def told(source: str, cwd: str = "/var/factory/jobs/a 1,x/src") -> str:
+        (flag, value) = compilecache.module_path(roots, "nvcc", source=source, cwd=cwd)
+        assert flag == "-Xcudafe"
+        return value.removeprefix("--orig_src_path_name=")
+
+    # -Xcudafe splits on commas, cudafe++ on spaces, and nvcc refuses quotes: all are percent-encoded
+    assert told("my dir/a,b\"c'.cu") == "@JOB@/src/my%20dir/a%2Cb%22c%27.cu"
+    assert told("a%2C.cu") == "@JOB@/src/a%252C.cu"  # an encoded-looking name is not another's
+    assert told("a,.cu") != told("a%2C.cu")
+    assert told("../csrc/k.cu") == "@JOB@/csrc/k.cu" == told("/var/factory/jobs/a 1,x/csrc/k.cu")
+    assert told("k.cu", cwd="/elsewhere") == "/elsewhere/k.cu"  # outside every root: as it is
+    assert told("one/k.cu") != told("two/k.cu")
+    assert compilecache.module_path(roots, "cxx", source="k.cu", cwd="/") == []

@@ -280,16 +280,6 @@ def test_a_state_whose_label_is_not_its_properties_hash_is_refused() -> None:
 # --- consumers and options -------------------------------------------------------------------------------
 
 
-def test_the_uv_command_names_the_preview_the_index_first_and_the_release() -> None:
-    url = "https://idx.example/variants/torch2.14-abi1/simple/"
-    assert wv.uv_command(url, "Flash_Attn", group="torch2.14-abi1", version="2.8.3") == (
-        "uv pip install --preview-features wheel-variants --index-strategy first-index "
-        f"--index-url {url} --extra-index-url https://pypi.org/simple 'flash-attn==2.8.3'"
-    )
-    with pytest.raises(ValueError, match="not a variant index"):
-        wv.uv_command(url, "x", group="cu130-torch2.14-abi1-sm80")
-
-
 @pytest.mark.parametrize(
     ("torch", "abi", "group"),
     [

@@ -3,11 +3,15 @@
 
 namespace demo {
 
+namespace {
+
 __global__ void relu_kernel(const float* x, float* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = x[i] > 0.0f ? x[i] : 0.0f;
   }
 }
+
+}  // namespace
 
 cudaError_t relu_launch(const float* x, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

@@ -3,11 +3,15 @@
 
 namespace demo {
 
+namespace {
+
 __global__ void saxpy_kernel(float alpha, const float* x, const float* y, float* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = alpha * x[i] + y[i];
   }
 }
+
+}  // namespace
 
 cudaError_t saxpy_launch(float alpha, const float* x, const float* y, float* out, int64_t n,
                          cudaStream_t stream) {

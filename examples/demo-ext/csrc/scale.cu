@@ -8,11 +8,15 @@
 
 namespace demo {
 
+namespace {
+
 __global__ void scale_kernel(const float* x, float alpha, float* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     out[i] = alpha * x[i];
   }
 }
+
+}  // namespace
 
 cudaError_t scale_launch(const float* x, float alpha, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
