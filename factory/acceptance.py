@@ -193,6 +193,7 @@ class Acceptance:
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
                 stable_abi=stable,
+                glibc=job.glibc,
             )
             if facts is not None:
                 problems += wheelprov.wheel_problems(wheel, provenance.compose(facts))

@@ -657,6 +657,7 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         "torch_index",
         "cache",
         "cache_max",
+        "glibc",
     )
     check.keys(node, allowed, "build")
     c: dict[str, Any] = {}
@@ -714,9 +715,33 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         c["cache"] = _cache_store(check, node)
     if "cache_max" in node:
         c["cache_max"] = _size(check, node, "cache_max", "build.cache_max")
+    if "glibc" in node:
+        c["glibc"] = _glibc_floor(check, node)
     opts = BuildOptions(**c)
     _check_container_memory(check, node, opts)
     return opts
+
+
+_GLIBC = re.compile(r"^2\.\d{1,3}$")
+
+
+def _glibc_floor(check: Checker, node: Mapping[str, Any]) -> str | None:
+    """build.glibc: a glibc version ("2.28"; YAML may read 2.28 as a number), `torch` or `builder`."""
+    from factory.glibcfloor import parse_floor
+
+    value = node["glibc"]
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise check.fail(
+            f'build.glibc must be a glibc version like "2.28", torch or builder, not {kind(value)} {value!r}',
+            node,
+            "glibc",
+        )
+    try:
+        return parse_floor(value)
+    except ConfigError as exc:
+        raise check.fail(f"build.glibc: {exc}", node, "glibc") from None
 
 
 def _cache_store(check: Checker, node: Mapping[str, Any]) -> bool | str:
@@ -905,6 +930,8 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
                     d[k] = check.boolean(e, k, w)
                 elif k == "cxx_std":
                     d[k] = _cxx_std(check, e, k, w)
+                elif k == "glibc":
+                    d[k] = check.pattern(e, k, w, _GLIBC, "2.28")
                 else:
                     d[k] = str(e[k]) if isinstance(e[k], int) else check.string(e, k, w)
             out["torch"][tv] = d

@@ -146,6 +146,9 @@ class BuildOptions:
     # or the store to sync it with (s3://bucket/prefix or a directory).
     cache: bool | str = True
     cache_max: int = DEFAULT_CACHE_MAX
+    # build.glibc, the oldest glibc the wheels must install on: "2.28", "torch" (each torch's own floor, its
+    # manylinux tag), or None (not declared: the builder's own glibc bounds the wheels; `factory.glibcfloor`)
+    glibc: str | None = None
 
     def torch_index_url(self, cuda: str) -> str | None:
         """Where torch for `cuda` comes from: a URL, or None meaning the host's own pip configuration."""

@@ -40,7 +40,7 @@ from factory.fatbin import read_device_code
 from factory.platform_tag import audit, vendored_torch_libraries
 from factory.stable_abi import module_problem as stable_abi_module_problem
 from factory.stable_abi import torch_requirement as stable_abi_requirement
-from factory.tags import manylinux_tag, parse_manylinux, python_tag
+from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.variants import Arch
 
 _TORCH = "torch"
@@ -520,6 +520,7 @@ def check_wheel(
     limited_api: str | None = None,
     host_only: Sequence[str] = (),
     stable_abi: str | None = None,
+    glibc: str | None = None,
 ) -> list[str]:
     """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
 
@@ -531,7 +532,7 @@ def check_wheel(
     `stable_abi` ("2.12"): the wheel requires `torch>=2.12` and its modules' undefined symbols name no C++
     function of torch (`stable_abi.module_problem`). `host_only` are the recipe's globs of extension modules
     that may carry no device code at all (`library_glob_matches`); one that does carry some is checked as
-    any other.
+    any other. `glibc` ("2.28"): the matrix's floor (build.glibc); a manylinux tag above it is refused.
     """
     problems: list[str] = []
     expected_version = _expected_version(version, local_version)
@@ -558,6 +559,7 @@ def check_wheel(
                 f"filename: platform tag {', '.join(bad_platforms)} is not a manylinux tag for {machine} "
                 "(auditwheel repair gives the wheel the one its symbols allow)"
             )
+        problems += floor_problems({t.platform for t in tags}, machine=machine, glibc=glibc)
 
     try:
         archive = zipfile.ZipFile(wheel)
@@ -604,6 +606,23 @@ def _check_python_tags(tags: Iterable[Tag], *, interpreter: str, abi3: bool) -> 
             problems.append(
                 f"filename: ABI tag {', '.join(abis)} is not {ABI3}: the recipe builds a limited-API wheel "
                 "(the package's bdist_wheel py_limited_api)"
+            )
+    return problems
+
+
+def floor_problems(platforms: Iterable[str], *, machine: str, glibc: str | None) -> list[str]:
+    """A platform tag whose glibc is above the matrix's floor (build.glibc), one line each; [] without one."""
+    floor = parse_glibc(glibc) if glibc else None
+    if floor is None:
+        return []
+    problems = []
+    for platform in sorted(platforms):
+        needs = _manylinux_for(platform, machine)
+        if needs is not None and needs > floor:
+            problems.append(
+                f"filename: platform tag {platform} needs glibc {needs[0]}.{needs[1]}, above the matrix's "
+                f"floor build.glibc {glibc} ({manylinux_tag(floor, machine)}): hosts of glibc {glibc} "
+                "cannot install it; build it with a flavor whose builder's glibc is not above the floor"
             )
     return problems
 

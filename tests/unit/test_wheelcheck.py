@@ -308,6 +308,18 @@ def test_manylinux_tags_are_accepted(tmp_path: Path) -> None:
     tag = "cp311-cp311-manylinux_2_28_x86_64"
     wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
     assert check_wheel(wheel, **JOB) == []
+    assert check_wheel(wheel, **JOB, glibc="2.28") == []
+
+
+def test_a_tag_above_the_matrix_glibc_floor_is_refused(tmp_path: Path) -> None:
+    tag = "cp311-cp311-manylinux_2_34_x86_64"
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
+    problems = check_wheel(wheel, **JOB, glibc="2.28")
+    assert problems[0].startswith(
+        "filename: platform tag manylinux_2_34_x86_64 needs glibc 2.34, above the matrix's floor "
+        "build.glibc 2.28"
+    ), problems
+    assert check_wheel(wheel, **JOB, glibc="2.34") == check_wheel(wheel, **JOB)
 
 
 def test_the_renamed_wheel_trap(tmp_path: Path) -> None:
