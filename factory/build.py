@@ -245,7 +245,10 @@ class Runner:
         """The package's runtime requirements (its source's metadata, read once) for the install check,
         downloaded before the build starts."""
         declared = self._once(
-            "runtime-requirements", lambda: runtimereqs.declared_requirements(self.prepared_source().tree)
+            "runtime-requirements",
+            lambda: runtimereqs.with_recipe(
+                runtimereqs.declared_requirements(self.prepared_source().tree), self.mf.recipe.extra_requires
+            ),
         )
         index = self.mf.build.torch_index_url(job.variant.cuda)
         extra = () if index is None else (index,)

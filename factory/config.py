@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -332,6 +333,7 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
         "py_limited_api",
         "stable_abi",
         "host_only_libraries",
+        "extra_requires",
     )
     check.keys(value, allowed, "recipe")
     if "name" not in value:
@@ -347,11 +349,12 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
                 "base",
             )
         base = replace(BUILTIN_RECIPES[base_name], name=name)
-    return _with_import_name(replace(base, **_recipe_fields(check, value, base, compat)), package)
+    changes = _recipe_fields(check, value, base, compat, package=package.name)
+    return _with_import_name(replace(base, **changes), package)
 
 
 def _recipe_fields(
-    check: Checker, value: Mapping[str, Any], base: Recipe, compat: CompatData
+    check: Checker, value: Mapping[str, Any], base: Recipe, compat: CompatData, *, package: str = ""
 ) -> dict[str, Any]:
     """The fields a recipe mapping sets over its base; `env` adds to the base's."""
     changes: dict[str, Any] = {}
@@ -429,7 +432,25 @@ def _recipe_fields(
             raise check.fail(f"recipe.stable_abi {exc}", value, "stable_abi") from None
     if "host_only_libraries" in value:
         changes["host_only_libraries"] = _library_globs(check, value, "host_only_libraries")
+    if "extra_requires" in value:
+        changes["extra_requires"] = _runtime_requirements(check, value, package)
     return changes
+
+
+def _runtime_requirements(check: Checker, node: Mapping[str, Any], package: str) -> tuple[str, ...]:
+    """recipe.extra_requires: requirements by name (`_requirements`), never torch (the factory pins it to the
+    build's) nor the package itself, each project once."""
+    items = _requirements(check, node, "extra_requires")
+    seen: set[str] = set()
+    for i, text in enumerate(items):
+        name = canonicalize_name(Requirement(text).name)
+        if name == "torch" or name == canonicalize_name(package):
+            what = "torch, which the factory pins to the build's" if name == "torch" else "the package itself"
+            raise check.fail(f"recipe.extra_requires item {text!r} names {what}", node["extra_requires"], i)
+        if name in seen:
+            raise check.fail(f"recipe.extra_requires names {name} twice", node["extra_requires"], i)
+        seen.add(name)
+    return items
 
 
 def _library_globs(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:

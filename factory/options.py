@@ -120,6 +120,10 @@ class Recipe:
     # no device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins
     # for the job's archs fails the wheel check.
     host_only_libraries: tuple[str, ...] = ()
+    # Runtime requirements the package needs but its metadata forgets (a PyG extension importing
+    # torch_scatter): added to the wheel's METADATA (Requires-Dist) and to the install check's wheelhouse,
+    # without a patch. PEP 508 by name; never torch (the factory pins it) nor the package itself.
+    extra_requires: tuple[str, ...] = ()
 
 
 # Builder image flavors (factory/images.py): NVIDIA's devel image, NVIDIA's PyPI toolkit on a bootstrapped

@@ -113,22 +113,26 @@ def wheel_torch_requirement(torch_version: str, stable_abi: str | None = None) -
     return stable_abi_requirement(stable_abi) if stable_abi else torch_pin(torch_version)
 
 
-def pin_torch_in_metadata(text: str, torch_version: str, *, stable_abi: str | None = None) -> str:
+def pin_torch_in_metadata(
+    text: str, torch_version: str, *, stable_abi: str | None = None, requires: Sequence[str] = ()
+) -> str:
     """METADATA text with every torch requirement replaced by one unconditional `torch==X.Y.*` (a stable-ABI
-    wheel's: `torch>=FLOOR`).
+    wheel's: `torch>=FLOOR`), and `requires` (the recipe's extra_requires) after it, each replacing a
+    requirement of the same project the package declared.
 
     The extension links against that torch's C++ ABI whatever extras were chosen, hence no marker survives.
     """
     pin = wheel_torch_requirement(torch_version, stable_abi)
     headers, body = _split_headers(text)
     newline = "\r\n" if headers and headers[0].endswith("\r\n") else "\n"
-    pin_line = f"Requires-Dist: {pin}{newline}"
+    pin_line = "".join(f"Requires-Dist: {r}{newline}" for r in (str(pin), *requires))
+    replaced = {_TORCH, *(canonicalize_name(Requirement(r).name) for r in requires)}
     kept: list[str] = []
     insert_at: int | None = None
     last_requirement: int | None = None
     for header in headers:
         requirement = _requirement_of(header)
-        if requirement is not None and canonicalize_name(requirement.name) == _TORCH:
+        if requirement is not None and canonicalize_name(requirement.name) in replaced:
             if insert_at is None:
                 insert_at = len(kept)
             continue
@@ -320,18 +324,21 @@ def pin_torch_requirement(
     stable_abi: str | None = None,
     extra: Mapping[str, bytes] | None = None,
     epoch: int = reproducible.DEFAULT_EPOCH,
+    requires: Sequence[str] = (),
 ) -> None:
     """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` (`torch>=FLOOR` for a stable-ABI
-    wheel) and RECORD matches the new contents, as a canonical archive dated from `epoch` (`rewrite_wheel`);
-    `extra`: files added to its .dist-info in the same rewrite (provenance, SBOM)."""
+    wheel) and `requires` (`pin_torch_in_metadata`) and RECORD matches the new contents, as a canonical
+    archive dated from `epoch` (`rewrite_wheel`); `extra`: files added to its .dist-info in the same rewrite
+    (provenance, SBOM)."""
     with _open_wheel(wheel) as archive:
         dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
             raise CheckError(f"{wheel.name}: expected one .dist-info directory, found {len(dist_infos)}")
         dist_info = dist_infos[0]
         metadata = _read_metadata(archive, wheel, dist_info)
-        pinned = pin_torch_in_metadata(metadata, torch_version, stable_abi=stable_abi).encode("utf-8")
-        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra, epoch=epoch)
+        pinned = pin_torch_in_metadata(metadata, torch_version, stable_abi=stable_abi, requires=requires)
+        pinned_bytes = pinned.encode("utf-8")
+        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned_bytes, extra=extra, epoch=epoch)
 
 
 def rewrite_wheel(

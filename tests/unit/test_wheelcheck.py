@@ -869,3 +869,19 @@ def test_parse_import_check_takes_the_last_marker_line() -> None:
     assert parse_import_check("no marker here") is None
     assert parse_import_check("FACTORY-IMPORT-CHECK {broken") is None
     assert parse_import_check("FACTORY-IMPORT-CHECK [1]") is None
+
+
+def test_the_recipes_extra_requires_go_after_the_pin_replacing_the_same_projects() -> None:
+    text = metadata_text(
+        requires=("einops", "torch>=2.0", "Torch-Scatter<2 ; python_version < '3.9'", "numpy")
+    )
+    pinned = pin_torch_in_metadata(text, "2.14.1", requires=("torch-scatter>=2.1", "six"))
+    headers = pinned.split("\n\n", 1)[0].splitlines()
+    assert [h for h in headers if h.startswith("Requires-Dist")] == [
+        "Requires-Dist: einops",
+        "Requires-Dist: torch==2.14.*",
+        "Requires-Dist: torch-scatter>=2.1",
+        "Requires-Dist: six",
+        "Requires-Dist: numpy",
+    ]
+    assert pin_torch_in_metadata(text, "2.14.1", requires=()) == pin_torch_in_metadata(text, "2.14.1")
