@@ -28,6 +28,8 @@ BUILDER = "builder"
 TORCH = "torch"
 # manylinux_2_5 (manylinux1) is the oldest platform tag there is
 OLDEST = (2, 5)
+# The flavors whose default base is pulled from a registry (NVIDIA's, PyTorch's), not made from the mirror.
+PULLED = ("devel", "manylinux")
 
 
 def parse_floor(value: str) -> str | None:
@@ -116,9 +118,12 @@ def floor_problem(build: BuildOptions, floor: str | None, *, cuda: str, python: 
     builder = builder_of(build, cuda=cuda, python=python)
     if builder.glibc is None or glibc_key(builder.glibc) <= glibc_key(floor):
         return None
-    able = [f"{flavor} (glibc {glibc})" for flavor, glibc in flavors_meeting(floor, cuda=cuda, python=python)]
+    meeting = flavors_meeting(floor, cuda=cuda, python=python)
+    able = [f"{flavor} (glibc {glibc})" for flavor, glibc in meeting]
+    pulled = all(flavor in PULLED for flavor, _ in meeting)
     instead = (
         f"flavor {' or '.join(able)} can"
+        + (" (its base comes from a registry: `docker load` it where none is reachable)" if pulled else "")
         if able
         else "no flavor's builder is that old: lower the floor or name an older builder in build.images"
     )

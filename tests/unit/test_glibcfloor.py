@@ -104,10 +104,21 @@ def test_a_builder_above_the_floor_is_refused_naming_one_that_can() -> None:
     assert glibcfloor.floor_problem(pypi, "2.36", cuda="13.0", python="3.11") is None
     assert glibcfloor.floor_problem(pypi, "2.28", cuda="13.0", python="3.13") == (
         "build.glibc 2.28: flavor pypi compiles CUDA 13.0 / Python 3.13 in factory-builder:cu13.0-forky-pypi "
-        "(glibc 2.43), whose wheels may need glibc up to 2.43; flavor manylinux (glibc 2.28) can"
+        "(glibc 2.43), whose wheels may need glibc up to 2.43; flavor manylinux (glibc 2.28) can (its base "
+        "comes from a registry: `docker load` it where none is reachable)"
     )
     problem = glibcfloor.floor_problem(pypi, "2.36", cuda="13.0", python="3.13")
-    assert problem is not None and problem.endswith("flavor manylinux (glibc 2.28) or devel (glibc 2.35) can")
+    assert problem is not None and problem.endswith(
+        "flavor manylinux (glibc 2.28) or devel (glibc 2.35) can (its base comes from a registry: "
+        "`docker load` it where none is reachable)"
+    )
+    # the pypi flavor on its default base meets it: no registry needed, none said
+    forky = BuildOptions(flavor="pypi", base_image="factory-base:forky")
+    assert glibcfloor.floor_problem(forky, "2.36", cuda="13.0", python="3.11") == (
+        "build.glibc 2.36: flavor pypi compiles CUDA 13.0 / Python 3.11 in "
+        "factory-builder:cu13.0-py3.11-pypi (glibc 2.43), whose wheels may need glibc up to 2.43; flavor "
+        "manylinux (glibc 2.28) or devel (glibc 2.35) or pypi (glibc 2.36) can"
+    )
     none = glibcfloor.floor_problem(pypi, "2.20", cuda="13.0", python="3.13")
     assert none is not None and none.endswith(
         "no flavor's builder is that old: lower the floor or name an older builder in build.images"
@@ -172,7 +183,8 @@ def test_a_plan_whose_builder_cannot_meet_the_floor_is_refused(tmp_path: Path) -
     assert line.endswith(
         "build.glibc 2.28: flavor pypi compiles CUDA 13.0 / Python 3.11 in "
         "factory-builder:cu13.0-py3.11-pypi (glibc 2.36), whose wheels may need glibc up to 2.36; "
-        "flavor manylinux (glibc 2.28) can"
+        "flavor manylinux (glibc 2.28) can (its base comes from a registry: `docker load` it where none is "
+        "reachable)"
     )
     met = plan_matrix(load_matrix_file(matrix(tmp_path, "flavor: manylinux\nglibc: torch\n")))
     assert [(j.python, j.glibc, j.to_json()["glibc"]) for j in met.jobs] == [
