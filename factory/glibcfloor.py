@@ -137,8 +137,11 @@ def floor_problem(build: BuildOptions, floor: str | None, *, cuda: str, python: 
 def shown(build: BuildOptions, floor: str | None, *, cuda: str, python: str, torch_floor: str | None) -> str:
     """What `factory matrix` says of a job's floor: "2.28 (manylinux builder, glibc 2.28)", or without a
     declared floor the builder's bound and, where it is above, torch's: "<= 2.43 (<image>, glibc 2.43; torch:
-    2.28)"."""
-    builder = builder_of(build, cuda=cuda, python=python)
+    2.28)". A job the flavor has no builder for says so (the build refuses it when it makes the image)."""
+    try:
+        builder = builder_of(build, cuda=cuda, python=python)
+    except ConfigError as exc:
+        return f"no builder: {exc}"
     where = builder.image + (f", glibc {builder.glibc}" if builder.glibc else ", glibc not known")
     if floor is not None:
         return f"{floor} ({where})"

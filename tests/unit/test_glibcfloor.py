@@ -246,3 +246,10 @@ def test_the_wheel_check_refuses_a_tag_above_the_floor(
             "build.glibc 2.28 (manylinux_2_28_x86_64): hosts of glibc 2.28 cannot install it; build it "
             "with a flavor whose builder's glibc is not above the floor"
         )
+
+
+def test_a_job_the_flavor_has_no_builder_for_is_shown_not_fatal() -> None:
+    shown = glibcfloor.shown(
+        BuildOptions(flavor="pypi"), None, cuda="12.8", python="3.11", torch_floor="2.28"
+    )
+    assert shown.startswith("no builder: the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13")
