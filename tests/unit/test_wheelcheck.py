@@ -885,3 +885,15 @@ def test_the_recipes_extra_requires_go_after_the_pin_replacing_the_same_projects
         "Requires-Dist: numpy",
     ]
     assert pin_torch_in_metadata(text, "2.14.1", requires=()) == pin_torch_in_metadata(text, "2.14.1")
+
+
+def test_a_wheel_pinned_with_the_recipes_extra_requires_passes_its_check(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, metadata=metadata_text(requires=("torch>=2.0", "einops")))
+    pin_torch_requirement(wheel, "2.14.1", requires=("torch-scatter>=2.1",))
+    assert check_wheel(wheel, **JOB) == []
+    with zipfile.ZipFile(wheel) as archive:
+        assert record_problems(archive, f"{DIST_INFO}/RECORD") == []
+        metadata = archive.read(f"{DIST_INFO}/METADATA").decode()
+    assert (
+        "Requires-Dist: torch==2.14.*\nRequires-Dist: torch-scatter>=2.1\nRequires-Dist: einops\n" in metadata
+    )
