@@ -28,6 +28,7 @@ from factory import (
     buildfacts,
     buildrecord,
     cache,
+    glibcfloor,
     home,
     images,
     leftovers,
@@ -251,15 +252,22 @@ class Runner:
             ),
         )
         index = self.mf.build.torch_index_url(job.variant.cuda)
-        extra = () if index is None else (index,)
+        ours = self.mf.build.check_index_urls(job.variant.id)
+        extra = (*(() if index is None else (index,)), *ours)
+        platform = (
+            glibcfloor.check_platform(self.mf.build, cuda=job.variant.cuda, python=job.python)
+            if ours
+            else None
+        )
         return self._once(
-            f"check-wheelhouse:{job.python}:{extra}",
+            f"check-wheelhouse:{job.python}:{extra}:{platform}",
             lambda: runtimereqs.check_wheelhouse(
                 declared,
                 package=self.mf.package.name,
                 python=job.python,
                 dest=self.home / "wheelhouses",
                 extra_index_urls=extra,
+                platform=platform,
             ),
         )
 

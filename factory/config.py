@@ -679,6 +679,7 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         "cache",
         "cache_max",
         "glibc",
+        "check_indexes",
     )
     check.keys(node, allowed, "build")
     c: dict[str, Any] = {}
@@ -738,9 +739,32 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         c["cache_max"] = _size(check, node, "cache_max", "build.cache_max")
     if "glibc" in node:
         c["glibc"] = _glibc_floor(check, node)
+    if "check_indexes" in node:
+        c["check_indexes"] = _check_indexes(check, node)
     opts = BuildOptions(**c)
     _check_container_memory(check, node, opts)
     return opts
+
+
+MAX_CHECK_INDEXES = 8
+
+
+def _check_indexes(check: Checker, node: Mapping[str, Any]) -> tuple[str, ...]:
+    """build.check_indexes: the simple/ URLs (file:, http:, https:) of indexes the factory published."""
+    items = check.items(node, "check_indexes", "build.check_indexes")
+    if len(items) > MAX_CHECK_INDEXES:
+        raise check.fail(f"build.check_indexes: at most {MAX_CHECK_INDEXES} indexes", node, "check_indexes")
+    urls = []
+    for i in range(len(items)):
+        url = check.url(items, i, "build.check_indexes item", schemes=INDEX_SCHEMES)
+        if not url.rstrip("/").endswith("/simple"):
+            raise check.fail(
+                f"build.check_indexes item {url!r} is not an index's simple/ URL (the variant is added)",
+                items,
+                i,
+            )
+        urls.append(url.rstrip("/") + "/")
+    return tuple(urls)
 
 
 _GLIBC = re.compile(r"^2\.\d{1,3}$")

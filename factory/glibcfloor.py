@@ -22,7 +22,7 @@ from factory import images
 from factory.compat import CompatData
 from factory.errors import ConfigError, ImageError
 from factory.options import FLAVORS, BuildOptions
-from factory.tags import parse_glibc
+from factory.tags import manylinux_tag, parse_glibc
 
 BUILDER = "builder"
 TORCH = "torch"
@@ -94,6 +94,16 @@ def builder_of(build: BuildOptions, *, cuda: str, python: str) -> Builder:
     except ImageError as exc:
         raise ConfigError(str(exc)) from None
     return Builder(image=image, glibc=glibc, explicit=glibc is None)
+
+
+def check_platform(build: BuildOptions, *, cuda: str, python: str) -> str | None:
+    """The newest platform tag the install check's container takes (it runs in the job's builder, so its
+    glibc): "manylinux_2_43_x86_64" on forky; None where the builder's glibc is not known."""
+    try:
+        glibc = builder_of(build, cuda=cuda, python=python).glibc
+    except ConfigError:
+        return None
+    return None if glibc is None else manylinux_tag(glibc_key(glibc), "x86_64")
 
 
 def flavors_meeting(floor: str, *, cuda: str, python: str) -> list[tuple[str, str]]:

@@ -220,10 +220,12 @@ def check_wheelhouse(
     python: str,
     dest: Path,
     extra_index_urls: Sequence[str] = (),
+    platform: str | None = None,
 ) -> CheckWheelhouse:
     """Download the runtime requirements `declared` for `python` with the host's pip configuration into a
     wheelhouse of their own (keyed by them: changing them never downloads torch again). A requirement no
-    index serves fails here, before anything compiles (FactoryError)."""
+    index serves fails here, before anything compiles (FactoryError). `platform`: the newest manylinux tag
+    the check's container takes (None: manylinux_2_28, `wheelhouse.DEFAULT_PLATFORM`)."""
     if not declared.known:
         return CheckWheelhouse(
             path=None,
@@ -240,7 +242,11 @@ def check_wheelhouse(
     listed = " ".join(job.requirements)
     try:
         path = wheelhouse.download_wheelhouse(
-            list(job.requirements), dest, python=python, extra_index_urls=extra_index_urls
+            list(job.requirements),
+            dest,
+            python=python,
+            extra_index_urls=extra_index_urls,
+            platform=platform or wheelhouse.DEFAULT_PLATFORM,
         )
     except FactoryError as exc:
         raise FactoryError(f"runtime requirements ({declared.where}: {printable(listed)}): {exc}") from None

@@ -253,3 +253,13 @@ def test_a_job_the_flavor_has_no_builder_for_is_shown_not_fatal() -> None:
         BuildOptions(flavor="pypi"), None, cuda="12.8", python="3.11", torch_floor="2.28"
     )
     assert shown.startswith("no builder: the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13")
+
+
+def test_the_check_containers_platform_is_its_builders_glibc() -> None:
+    pypi = BuildOptions(flavor="pypi")
+    assert glibcfloor.check_platform(pypi, cuda="13.0", python="3.11") == "manylinux_2_36_x86_64"
+    assert glibcfloor.check_platform(pypi, cuda="13.0", python="3.14") == "manylinux_2_43_x86_64"
+    assert (
+        glibcfloor.check_platform(BuildOptions(images={"13.0": "mine:1"}), cuda="13.0", python="3.11") is None
+    )
+    assert glibcfloor.check_platform(pypi, cuda="12.8", python="3.11") is None  # no builder: the default
