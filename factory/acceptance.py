@@ -183,7 +183,14 @@ class Acceptance:
             wheel = platform_tag.repair_platform_tag(wheel, wheel.parent)
             facts = self.facts(wheel, torch=torch, inputs=inputs, toolchain=toolchain)
             extra = None if facts is None else wheelprov.files(facts, buildfacts.needed_libraries(wheel))
-            wheelcheck.pin_torch_requirement(wheel, torch, stable_abi=stable, extra=extra, epoch=epoch)
+            wheelcheck.pin_torch_requirement(
+                wheel,
+                torch,
+                stable_abi=stable,
+                extra=extra,
+                epoch=epoch,
+                requires=self.mf.recipe.extra_requires,
+            )
             problems = wheelcheck.check_wheel(
                 wheel,
                 name=self.mf.package.name,
@@ -196,6 +203,7 @@ class Acceptance:
                 limited_api=job.limited_api,
                 host_only=self.host_only(wheel),
                 stable_abi=stable,
+                glibc=job.glibc,
             )
             if facts is not None:
                 problems += wheelprov.wheel_problems(wheel, provenance.compose(facts))

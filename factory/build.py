@@ -29,6 +29,7 @@ from factory import (
     buildrecord,
     cache,
     domainnote,
+    glibcfloor,
     home,
     images,
     leftovers,
@@ -288,19 +289,31 @@ class Runner:
         """The package's runtime requirements (its source's metadata, read once) for the install check,
         downloaded before the build starts."""
         declared = self._once(
-            "runtime-requirements", lambda: runtimereqs.declared_requirements(self.prepared_source().tree)
+            "runtime-requirements",
+            lambda: runtimereqs.with_recipe(
+                runtimereqs.declared_requirements(self.prepared_source().tree), self.mf.recipe.extra_requires
+            ),
         )
         index = self.mf.build.torch_index_url(job.variant.cuda)
-        extra = () if index is None else (index,)
+        ours = self.mf.build.check_index_urls(job.variant.id)
+        extra = (*(() if index is None else (index,)), *ours)
+        platform = (
+            glibcfloor.check_platform(
+                self.mf.build, cuda=job.variant.cuda, python=job.python, target=job.platform
+            )
+            if ours
+            else None
+        )
         return self._once(
-            f"check-wheelhouse:{job.python}:{job.platform.name}:{extra}",
+            f"check-wheelhouse:{job.python}:{job.platform.name}:{extra}:{platform}",
             lambda: runtimereqs.check_wheelhouse(
                 declared,
                 package=self.mf.package.name,
                 python=job.python,
                 dest=self.home / "wheelhouses",
                 extra_index_urls=extra,
-                platform=job.platform,
+                platform=platform,
+                target=job.platform,
             ),
         )
 

@@ -151,10 +151,17 @@ def image_identity(mf: MatrixFile, job: Job, labels: Mapping[str, str]) -> dict[
 # --- the recipe ---------------------------------------------------------------------------------------------
 
 
+# Recipe fields added after wheels were published: at their default, left out of a recipe's digest and
+# document.
+_NEWER_FIELDS = ("extra_requires",)
+
+
 def _recipe_values(recipe: Recipe) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in fields(Recipe):
         value = getattr(recipe, f.name)
+        if f.name in _NEWER_FIELDS and value == f.default:
+            continue  # a recipe that does not use it keeps the digest and document it had before it existed
         if f.name == "patches":
             value = [[p.name, file_sha256(p)] for p in value]
         elif isinstance(value, Mapping):

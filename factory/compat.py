@@ -20,7 +20,8 @@ TOP_KEYS = ("cuda_versions", "archs", "torch", "recipes")
 ARCH_KEYS = ("min_cuda", "max_cuda", "why")
 # default_cuda: the CUDA of the release's default build, the one PyPI serves (and so the one a job whose
 # build.torch_index is `default` gets from an index that mirrors PyPI)
-TORCH_KEYS = ("cuda", "default_cuda", "python", "cxx11_abi", "cxx_std", "complete")
+# glibc: the oldest glibc torch's wheels install on, their manylinux tag ("2.28"; build.glibc: torch)
+TORCH_KEYS = ("cuda", "default_cuda", "python", "cxx11_abi", "cxx_std", "complete", "glibc")
 RECIPE_KEYS = ("min_arch", "cxx_std")
 
 
@@ -93,6 +94,12 @@ class CompatData:
         """The C++ standard torch's headers need ("20" for torch >= 2.14), None when unknown."""
         entry = self.torch_entry(torch)
         return None if entry is None else entry.get("cxx_std")
+
+    def torch_glibc(self, torch: str) -> str | None:
+        """The oldest glibc torch's own wheels install on ("2.28", their manylinux tag), None when unknown."""
+        entry = self.torch_entry(torch)
+        value = None if entry is None else entry.get("glibc")
+        return None if value is None else str(value)
 
     def recipe_limit(self, recipe: str, key: str) -> str | None:
         return self.data.get("recipes", {}).get(recipe, {}).get(key)

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -343,6 +344,7 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
         "py_limited_api",
         "stable_abi",
         "host_only_libraries",
+        "extra_requires",
     )
     check.keys(value, allowed, "recipe")
     if "name" not in value:
@@ -361,11 +363,12 @@ def _recipe(check: Checker, root: Mapping[str, Any], package: PackageSpec, compa
                 "base",
             )
         base = replace(BUILTIN_RECIPES[base_name], name=name)
-    return _with_import_name(replace(base, **_recipe_fields(check, value, base, compat)), package)
+    changes = _recipe_fields(check, value, base, compat, package=package.name)
+    return _with_import_name(replace(base, **changes), package)
 
 
 def _recipe_fields(
-    check: Checker, value: Mapping[str, Any], base: Recipe, compat: CompatData
+    check: Checker, value: Mapping[str, Any], base: Recipe, compat: CompatData, *, package: str = ""
 ) -> dict[str, Any]:
     """The fields a recipe mapping sets over its base; `env` adds to the base's."""
     changes: dict[str, Any] = {}
@@ -443,7 +446,25 @@ def _recipe_fields(
             raise check.fail(f"recipe.stable_abi {exc}", value, "stable_abi") from None
     if "host_only_libraries" in value:
         changes["host_only_libraries"] = _library_globs(check, value, "host_only_libraries")
+    if "extra_requires" in value:
+        changes["extra_requires"] = _runtime_requirements(check, value, package)
     return changes
+
+
+def _runtime_requirements(check: Checker, node: Mapping[str, Any], package: str) -> tuple[str, ...]:
+    """recipe.extra_requires: requirements by name (`_requirements`), never torch (the factory pins it to the
+    build's) nor the package itself, each project once."""
+    items = _requirements(check, node, "extra_requires")
+    seen: set[str] = set()
+    for i, text in enumerate(items):
+        name = canonicalize_name(Requirement(text).name)
+        if name == "torch" or name == canonicalize_name(package):
+            what = "torch, which the factory pins to the build's" if name == "torch" else "the package itself"
+            raise check.fail(f"recipe.extra_requires item {text!r} names {what}", node["extra_requires"], i)
+        if name in seen:
+            raise check.fail(f"recipe.extra_requires names {name} twice", node["extra_requires"], i)
+        seen.add(name)
+    return items
 
 
 def _library_globs(check: Checker, node: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -687,6 +708,8 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         "torch_index",
         "cache",
         "cache_max",
+        "glibc",
+        "check_indexes",
     )
     check.keys(node, allowed, "build")
     c: dict[str, Any] = {}
@@ -744,9 +767,56 @@ def _build(check: Checker, root: Mapping[str, Any]) -> BuildOptions:
         c["cache"] = _cache_store(check, node)
     if "cache_max" in node:
         c["cache_max"] = _size(check, node, "cache_max", "build.cache_max")
+    if "glibc" in node:
+        c["glibc"] = _glibc_floor(check, node)
+    if "check_indexes" in node:
+        c["check_indexes"] = _check_indexes(check, node)
     opts = BuildOptions(**c)
     _check_container_memory(check, node, opts)
     return opts
+
+
+MAX_CHECK_INDEXES = 8
+
+
+def _check_indexes(check: Checker, node: Mapping[str, Any]) -> tuple[str, ...]:
+    """build.check_indexes: the simple/ URLs (file:, http:, https:) of indexes the factory published."""
+    items = check.items(node, "check_indexes", "build.check_indexes")
+    if len(items) > MAX_CHECK_INDEXES:
+        raise check.fail(f"build.check_indexes: at most {MAX_CHECK_INDEXES} indexes", node, "check_indexes")
+    urls = []
+    for i in range(len(items)):
+        url = check.url(items, i, "build.check_indexes item", schemes=INDEX_SCHEMES)
+        if not url.rstrip("/").endswith("/simple"):
+            raise check.fail(
+                f"build.check_indexes item {url!r} is not an index's simple/ URL (the variant is added)",
+                items,
+                i,
+            )
+        urls.append(url.rstrip("/") + "/")
+    return tuple(urls)
+
+
+_GLIBC = re.compile(r"^2\.\d{1,3}$")
+
+
+def _glibc_floor(check: Checker, node: Mapping[str, Any]) -> str | None:
+    """build.glibc: a glibc version ("2.28"; YAML may read 2.28 as a number), `torch` or `builder`."""
+    from factory.glibcfloor import parse_floor
+
+    value = node["glibc"]
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise check.fail(
+            f'build.glibc must be a glibc version like "2.28", torch or builder, not {kind(value)} {value!r}',
+            node,
+            "glibc",
+        )
+    try:
+        return parse_floor(value)
+    except ConfigError as exc:
+        raise check.fail(f"build.glibc: {exc}", node, "glibc") from None
 
 
 def _cache_store(check: Checker, node: Mapping[str, Any]) -> bool | str:
@@ -937,6 +1007,8 @@ def _compat(check: Checker, root: Mapping[str, Any]) -> CompatData:
                     d[k] = check.boolean(e, k, w)
                 elif k == "cxx_std":
                     d[k] = _cxx_std(check, e, k, w)
+                elif k == "glibc":
+                    d[k] = check.pattern(e, k, w, _GLIBC, "2.28")
                 else:
                     d[k] = str(e[k]) if isinstance(e[k], int) else check.string(e, k, w)
             out["torch"][tv] = d

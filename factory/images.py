@@ -85,6 +85,9 @@ class Toolchain:
     # The CUDA release of the suite's own `nvidia-cuda-toolkit` (non-free), the debian flavor's toolkit; None:
     # the suite has none the factory uses.
     cuda: str | None = None
+    # The suite's glibc: no symbol a wheel compiled here needs is newer, so it bounds the wheel's manylinux
+    # tag (`builder_glibc`; measured with `ldd --version` in factory-base:<suite>).
+    glibc: str | None = None
 
     @property
     def multi(self) -> bool:
@@ -96,10 +99,14 @@ class Toolchain:
 # trixie's nvidia-cuda-toolkit is CUDA 12.4, whose nvcc takes GCC <= 13: g++-13 is pinned there. Listed after
 # forky, so the pypi flavor's Python 3.13 keeps forky's multi-Python toolchain.
 TOOLCHAINS = (
-    Toolchain(suite="bookworm", pythons=("3.11",)),
-    Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14"),
-    Toolchain(suite="trixie", pythons=("3.13",), gcc="13", cuda="12.4"),
+    Toolchain(suite="bookworm", pythons=("3.11",), glibc="2.36"),
+    Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14", glibc="2.43"),
+    Toolchain(suite="trixie", pythons=("3.13",), gcc="13", cuda="12.4", glibc="2.41"),
 )
+# The glibc of the other flavors' bases: NVIDIA's devel images by their OS, PyTorch's manylinux_2_28 builder
+# (AlmaLinux 8; its gcc-toolset links libstdc++'s newer parts statically, so 2.28 is the wheels' whole need).
+DEVEL_OS_GLIBC = {"ubuntu22.04": "2.35", "ubuntu24.04": "2.39", "ubuntu20.04": "2.31"}
+MANYLINUX_GLIBC = "2.28"
 
 # nvidia/cuda tags carry the full version; a matrix names major.minor.
 _DEVEL_CUDA_RELEASES = {
@@ -310,6 +317,31 @@ def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | 
     if toolchain is not None:
         return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)
     return builder_image_name(cuda=cuda, python=python, flavor=flavor)
+
+
+def builder_glibc(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str | None:
+    """The glibc of the builder a (cuda, python) job of `flavor` compiles in ("2.36" for bookworm), the
+    newest a wheel made there can need; None where the factory does not know the base (an image of the
+    user's own). ImageError where the flavor has no builder for the job (the debian flavor's CUDA, a Python
+    no suite ships)."""
+    _check_flavor(flavor)
+    if flavor == "debian":
+        return debian_toolchain(cuda=cuda, python=python).glibc
+    suite = base_suite_of(base_image) if base_image is not None else None
+    if flavor == "pypi":
+        _check_pypi_toolkit(cuda)
+        if base_image is None:
+            return toolchain_for([python]).glibc
+        return toolchain_glibc(suite) if suite is not None else None
+    if base_image is not None and suite is None:  # the image named replaces NVIDIA's or PyTorch's
+        # the devel stand-in is made on the default bootstrapped base
+        return toolchain_glibc(DEFAULT_SUITE) if standin_cuda_of(base_image) is not None else None
+    return DEVEL_OS_GLIBC.get(DEFAULT_DEVEL_OS) if flavor == "devel" else MANYLINUX_GLIBC
+
+
+def toolchain_glibc(suite: str) -> str | None:
+    toolchain = toolchain_named(suite)
+    return None if toolchain is None else toolchain.glibc
 
 
 def devel_base_image(cuda: str, *, os_name: str = DEFAULT_DEVEL_OS) -> str:

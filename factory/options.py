@@ -120,6 +120,10 @@ class Recipe:
     # no device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins
     # for the job's archs fails the wheel check.
     host_only_libraries: tuple[str, ...] = ()
+    # Runtime requirements the package needs but its metadata forgets (a PyG extension importing
+    # torch_scatter): added to the wheel's METADATA (Requires-Dist) and to the install check's wheelhouse,
+    # without a patch. PEP 508 by name; never torch (the factory pins it) nor the package itself.
+    extra_requires: tuple[str, ...] = ()
 
 
 # Builder image flavors (factory/images.py): NVIDIA's devel image, NVIDIA's PyPI toolkit on a bootstrapped
@@ -146,6 +150,17 @@ class BuildOptions:
     # or the store to sync it with (s3://bucket/prefix or a directory).
     cache: bool | str = True
     cache_max: int = DEFAULT_CACHE_MAX
+    # build.glibc, the oldest glibc the wheels must install on: "2.28", "torch" (each torch's own floor, its
+    # manylinux tag), or None (not declared: the builder's own glibc bounds the wheels; `factory.glibcfloor`)
+    glibc: str | None = None
+    # build.check_indexes: the factory's own indexes (the simple/ URL of a published index, file: or http(s))
+    # whose variant index of a job's own variant the install check may take its runtime requirements from
+    # (a dependency the factory built and published first); `check_index_urls` names them per variant.
+    check_indexes: tuple[str, ...] = ()
+
+    def check_index_urls(self, variant_id: str) -> tuple[str, ...]:
+        """The variant indexes of `variant_id` in build.check_indexes: `<simple/>/<variant id>/`."""
+        return tuple(f"{root.rstrip('/')}/{variant_id}/" for root in self.check_indexes)
 
     def torch_index_url(self, cuda: str) -> str | None:
         """Where torch for `cuda` comes from: a URL, or None meaning the host's own pip configuration."""

@@ -10,7 +10,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import cast
 
+from factory import glibcfloor
 from factory.abi3 import ABI3, covers, python_key, wheel_tag
+from factory.compat import CompatData
 from factory.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.errors import ConfigError, ImageError
 from factory.images import cuda_major, toolkit_cuda
@@ -44,6 +46,8 @@ class Job:
     # A stable-ABI job (the recipe's stable_abi): every torch of the matrix its one wheel serves, oldest
     # first; the variant's torch (the newest) builds it.
     torches: tuple[str, ...] = ()
+    # The oldest glibc its wheel must install on (build.glibc, resolved for its torch); None: none declared.
+    glibc: str | None = None
 
     @property
     def id(self) -> str:
@@ -77,6 +81,8 @@ class Job:
         }
         if self.toolkit:
             out["toolkit"] = self.toolkit
+        if self.glibc:
+            out["glibc"] = self.glibc
         if self.limited_api:
             out["abi"] = f"{self.limited_api}-{ABI3}"
             out["covers"] = list(self.covers)
@@ -231,6 +237,19 @@ def toolkit_arch_problem(mf: MatrixFile, *, archs: tuple[str, ...], cuda: str, t
     return None
 
 
+def _job_floor(mf: MatrixFile, compat: CompatData, *, cuda: str, torch: str, python: str) -> str | None:
+    """The glibc floor of a job (`glibcfloor.job_floor`); a builder that cannot meet it is refused, one line
+    naming the flavors that can."""
+    try:
+        floor = glibcfloor.job_floor(mf.build, compat, torch=torch)
+        refused = glibcfloor.floor_problem(mf.build, floor, cuda=cuda, python=python)
+    except ConfigError as exc:
+        raise ConfigError(f"{mf.display}: {exc}") from None
+    if refused is not None:
+        raise ConfigError(f"{mf.display}: {refused}")
+    return floor
+
+
 def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
     """A Resolver reading, for each CUDA of `combos`, the index its torch comes from (build.torch_index)."""
     from factory.home import factory_home
@@ -305,6 +324,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
             refused = toolkit_arch_problem(mf, archs=archs, cuda=cuda, toolkit=toolkit)
             if refused is not None:
                 raise ConfigError(f"{mf.display}: {refused}")
+        floor = _job_floor(mf, compat, cuda=cuda, torch=torch, python=python)
         job = Job(
             variant=Variant(
                 package=mf.package.name,
@@ -321,6 +341,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
             verified=verified,
             notes=notes,
             toolkit=toolkit if toolkit != cuda else None,
+            glibc=floor,
         )
         if job.id in seen:
             reason = f"same job as {job.id}" + (" after trimming archs" if notes else "")

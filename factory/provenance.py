@@ -291,6 +291,7 @@ _RECIPE_DOCUMENT: dict[str, Any] = {
     "py_limited_api?": str,
     "stable_abi?": str,
     "host_only_libraries?": [str],
+    "extra_requires?": [str],
 }
 _REBUILD_MATRIX: dict[str, Any] = {
     "package": {"name": str, "version": str, "source": _EITHER, "sha256?": _SHA},

@@ -36,7 +36,7 @@ RECIPE_FILE = "recipe.toml"
 # Keys of recipe.toml beyond Recipe's own fields: `measured = true` takes the compile figures from the
 # measured compiles (factory/data/flash-attn-compiles.csv).
 _DATA_ONLY_KEYS = ("measured",)
-_TUPLE_FIELDS = ("patches", "extra_build_requires", "host_only_libraries")
+_TUPLE_FIELDS = ("patches", "extra_build_requires", "host_only_libraries", "extra_requires")
 _BY_FILE_FIELDS = ("compile_gib_by_file", "compile_seconds_by_file")
 
 

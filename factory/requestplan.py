@@ -15,6 +15,7 @@ from types import MappingProxyType
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from factory import glibcfloor
 from factory.config import MatrixFile
 from factory.errors import ConfigError
 from factory.plan import DroppedJob, Job, Plan, job_toolkit, limited_api_plan, toolkit_arch_problem
@@ -149,6 +150,14 @@ def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, Varia
             if refused is not None:
                 dropped.append(_dropped(name, values, refused))
                 continue
+        try:  # the matrix's glibc floor holds for a requested job too
+            floor = glibcfloor.job_floor(mf.build, mf.compat, torch=request.torch)
+            refused = glibcfloor.floor_problem(mf.build, floor, cuda=request.cuda, python=request.python)
+        except ConfigError as exc:
+            refused, floor = str(exc), None
+        if refused is not None:
+            dropped.append(_dropped(name, values, refused))
+            continue
         excluded = excluded_by(mf, {**values, "arch": ";".join(verdict.archs)})  # the set it would build
         if excluded is not None:
             dropped.append(_dropped(name, values, excluded))
@@ -166,6 +175,7 @@ def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, Varia
             verified=True,
             notes=(*verdict.notes, f"requested ({name[:12]})"),
             toolkit=toolkit if toolkit != request.cuda else None,
+            glibc=floor,
         )
         same = planned.get(job.id) or next((j for j in added if j.id == job.id), None)
         same = same or next(

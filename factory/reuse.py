@@ -385,6 +385,7 @@ def accept_reused(
         limited_api=job.limited_api,
         host_only=acceptance.host_only(wheel),
         stable_abi=job.variant.stable_abi,
+        glibc=job.glibc,
     )
     if not problems:
         problems += reused_provenance(acceptance, wheel, inputs=inputs)

@@ -119,6 +119,31 @@ def declared_requirements(tree: Path) -> Declared:
     )
 
 
+def with_recipe(declared: Declared, extra_requires: Sequence[str]) -> Declared:
+    """What the source declares with the recipe's `extra_requires` added (a requirement of the same project
+    the source declares is replaced by the recipe's: the recipe is the correction). Where the source's own
+    are not known, the recipe's are all that is: the check gets them, and the reason stays in `where`."""
+    if not extra_requires:
+        return declared
+    names = {canonicalize_name(Requirement(text).name) for text in extra_requires}
+    if not declared.known:
+        return Declared(
+            requirements=tuple(extra_requires),
+            where=f"recipe.extra_requires; the source's own not known: {declared.why}",
+        )
+    kept = []
+    for text in declared.requirements:
+        try:
+            if canonicalize_name(Requirement(text).name) in names:
+                continue
+        except InvalidRequirement:
+            pass  # `for_job` says it is no requirement
+        kept.append(text)
+    return Declared(
+        requirements=(*kept, *extra_requires), where=f"{declared.where} and recipe.extra_requires"
+    )
+
+
 def target_environment(python: str, *, machine: str = DEFAULT_PLATFORM.name) -> dict[str, str]:
     """The marker environment of a job's wheel: its Python on Linux, no extra asked for."""
     return {
@@ -198,11 +223,13 @@ def check_wheelhouse(
     python: str,
     dest: Path,
     extra_index_urls: Sequence[str] = (),
-    platform: Platform = DEFAULT_PLATFORM,
+    platform: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> CheckWheelhouse:
     """Download the runtime requirements `declared` for `python` with the host's pip configuration into a
     wheelhouse of their own (keyed by them: changing them never downloads torch again). A requirement no
-    index serves fails here, before anything compiles (FactoryError)."""
+    index serves fails here, before anything compiles (FactoryError). `platform`: the newest manylinux tag
+    the check's container takes (None: manylinux_2_28, `wheelhouse.DEFAULT_PLATFORM`)."""
     if not declared.known:
         return CheckWheelhouse(
             path=None,
@@ -210,7 +237,7 @@ def check_wheelhouse(
             note=f"runtime requirements not known ({declared.why}): the install check has the build's "
             "wheelhouse only",
         )
-    job = for_job(declared.requirements, package=package, python=python, platform=platform)
+    job = for_job(declared.requirements, package=package, python=python, platform=target)
     skipped = f"; left out: {'; '.join(job.left_out)}" if job.left_out else ""
     if not job.requirements:
         return CheckWheelhouse(
@@ -222,8 +249,8 @@ def check_wheelhouse(
             list(job.requirements),
             dest,
             python=python,
-            platform=platform.wheelhouse_tag,
             extra_index_urls=extra_index_urls,
+            platform=platform or target.wheelhouse_tag,
         )
     except FactoryError as exc:
         raise FactoryError(f"runtime requirements ({declared.where}: {printable(listed)}): {exc}") from None

@@ -41,7 +41,7 @@ from factory.platform_tag import audit, vendored_torch_libraries
 from factory.platforms import DEFAULT_PLATFORM
 from factory.stable_abi import module_problem as stable_abi_module_problem
 from factory.stable_abi import torch_requirement as stable_abi_requirement
-from factory.tags import manylinux_tag, parse_manylinux, python_tag
+from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.variants import Arch
 
 _TORCH = "torch"
@@ -114,22 +114,26 @@ def wheel_torch_requirement(torch_version: str, stable_abi: str | None = None) -
     return stable_abi_requirement(stable_abi) if stable_abi else torch_pin(torch_version)
 
 
-def pin_torch_in_metadata(text: str, torch_version: str, *, stable_abi: str | None = None) -> str:
+def pin_torch_in_metadata(
+    text: str, torch_version: str, *, stable_abi: str | None = None, requires: Sequence[str] = ()
+) -> str:
     """METADATA text with every torch requirement replaced by one unconditional `torch==X.Y.*` (a stable-ABI
-    wheel's: `torch>=FLOOR`).
+    wheel's: `torch>=FLOOR`), and `requires` (the recipe's extra_requires) after it, each replacing a
+    requirement of the same project the package declared.
 
     The extension links against that torch's C++ ABI whatever extras were chosen, hence no marker survives.
     """
     pin = wheel_torch_requirement(torch_version, stable_abi)
     headers, body = _split_headers(text)
     newline = "\r\n" if headers and headers[0].endswith("\r\n") else "\n"
-    pin_line = f"Requires-Dist: {pin}{newline}"
+    pin_line = "".join(f"Requires-Dist: {r}{newline}" for r in (str(pin), *requires))
+    replaced = {_TORCH, *(canonicalize_name(Requirement(r).name) for r in requires)}
     kept: list[str] = []
     insert_at: int | None = None
     last_requirement: int | None = None
     for header in headers:
         requirement = _requirement_of(header)
-        if requirement is not None and canonicalize_name(requirement.name) == _TORCH:
+        if requirement is not None and canonicalize_name(requirement.name) in replaced:
             if insert_at is None:
                 insert_at = len(kept)
             continue
@@ -321,18 +325,21 @@ def pin_torch_requirement(
     stable_abi: str | None = None,
     extra: Mapping[str, bytes] | None = None,
     epoch: int = reproducible.DEFAULT_EPOCH,
+    requires: Sequence[str] = (),
 ) -> None:
     """Rewrite the wheel in place so METADATA requires `torch==X.Y.*` (`torch>=FLOOR` for a stable-ABI
-    wheel) and RECORD matches the new contents, as a canonical archive dated from `epoch` (`rewrite_wheel`);
-    `extra`: files added to its .dist-info in the same rewrite (provenance, SBOM)."""
+    wheel) and `requires` (`pin_torch_in_metadata`) and RECORD matches the new contents, as a canonical
+    archive dated from `epoch` (`rewrite_wheel`); `extra`: files added to its .dist-info in the same rewrite
+    (provenance, SBOM)."""
     with _open_wheel(wheel) as archive:
         dist_infos = _dist_info_dirs(archive.namelist())
         if len(dist_infos) != 1:
             raise CheckError(f"{wheel.name}: expected one .dist-info directory, found {len(dist_infos)}")
         dist_info = dist_infos[0]
         metadata = _read_metadata(archive, wheel, dist_info)
-        pinned = pin_torch_in_metadata(metadata, torch_version, stable_abi=stable_abi).encode("utf-8")
-        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned, extra=extra, epoch=epoch)
+        pinned = pin_torch_in_metadata(metadata, torch_version, stable_abi=stable_abi, requires=requires)
+        pinned_bytes = pinned.encode("utf-8")
+        rewrite_wheel(archive, wheel, dist_info=dist_info, metadata=pinned_bytes, extra=extra, epoch=epoch)
 
 
 def rewrite_wheel(
@@ -539,6 +546,7 @@ def check_wheel(
     limited_api: str | None = None,
     host_only: Sequence[str] = (),
     stable_abi: str | None = None,
+    glibc: str | None = None,
 ) -> list[str]:
     """Every reason to refuse `wheel` for the job described by the keywords, one line each; [] accepts it.
 
@@ -550,7 +558,7 @@ def check_wheel(
     `stable_abi` ("2.12"): the wheel requires `torch>=2.12` and its modules' undefined symbols name no C++
     function of torch (`stable_abi.module_problem`). `host_only` are the recipe's globs of extension modules
     that may carry no device code at all (`library_glob_matches`); one that does carry some is checked as
-    any other.
+    any other. `glibc` ("2.28"): the matrix's floor (build.glibc); a manylinux tag above it is refused.
     """
     problems: list[str] = []
     expected_version = _expected_version(version, local_version)
@@ -577,6 +585,7 @@ def check_wheel(
                 f"filename: platform tag {', '.join(bad_platforms)} is not a manylinux tag for {machine} "
                 "(auditwheel repair gives the wheel the one its symbols allow)"
             )
+        problems += floor_problems({t.platform for t in tags}, machine=machine, glibc=glibc)
 
     try:
         archive = bounded.open_zip(wheel)
@@ -623,6 +632,23 @@ def _check_python_tags(tags: Iterable[Tag], *, interpreter: str, abi3: bool) -> 
             problems.append(
                 f"filename: ABI tag {', '.join(abis)} is not {ABI3}: the recipe builds a limited-API wheel "
                 "(the package's bdist_wheel py_limited_api)"
+            )
+    return problems
+
+
+def floor_problems(platforms: Iterable[str], *, machine: str, glibc: str | None) -> list[str]:
+    """A platform tag whose glibc is above the matrix's floor (build.glibc), one line each; [] without one."""
+    floor = parse_glibc(glibc) if glibc else None
+    if floor is None:
+        return []
+    problems = []
+    for platform in sorted(platforms):
+        needs = _manylinux_for(platform, machine)
+        if needs is not None and needs > floor:
+            problems.append(
+                f"filename: platform tag {platform} needs glibc {needs[0]}.{needs[1]}, above the matrix's "
+                f"floor build.glibc {glibc} ({manylinux_tag(floor, machine)}): hosts of glibc {glibc} "
+                "cannot install it; build it with a flavor whose builder's glibc is not above the floor"
             )
     return problems
 

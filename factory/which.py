@@ -43,6 +43,7 @@ from factory.errors import ConfigError, FactoryError
 from factory.index import DamagedState, parse_anchors, projects_from_root_json
 from factory.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
 from factory.options import MAX_PAGE, PAGE_DEADLINE_S, PYTORCH_INDEX
+from factory.platforms import DEFAULT_PLATFORM
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
 from factory.variantrequest import VariantRequest
@@ -63,6 +64,7 @@ class Environment:
     gpus: tuple[str, ...]  # compute capabilities of the visible GPUs, "9.0"
     gpu_source: str = "none"  # "torch", "nvidia-smi" or "none"
     glibc: str | None = None  # "2.36"; None where unknown (not glibc, or not probed)
+    machine: str | None = None  # platform.machine(); None: not probed, this process's is taken
     # without torch: the newest CUDA the NVIDIA driver runs ("13.0") and where that came from
     driver_cuda: str | None = None
     driver_source: str = "none"
@@ -261,6 +263,62 @@ def glibc_misfit(filenames: Iterable[str], *, python: str, glibc: str) -> str | 
     )
 
 
+def _wheel_tags(filenames: Iterable[str]) -> list[frozenset[Any]]:
+    out = []
+    for filename in filenames:
+        try:
+            out.append(parse_wheel_filename(filename)[3])
+        except InvalidWheelFilename:
+            continue
+    return out
+
+
+def python_misfit(filenames: Iterable[str], *, python: str) -> str | None:
+    """Why none of these wheels is for CPython `python`, naming the Pythons they are for; None when one is."""
+    names = list(filenames)
+    if has_wheel_for(names, python):
+        return None
+    found = sorted(
+        {t.interpreter for tags in _wheel_tags(names) for t in tags},
+        key=lambda i: (len(i), i),
+    )
+    return (
+        f"its wheels are for {', '.join(found) or 'no Python'}, none for Python {python} "
+        f"({python_tag(python)}), this host's"
+    )
+
+
+def machine_misfit(filenames: Iterable[str], *, python: str, machine: str) -> str | None:
+    """Why none of the wheels for CPython `python` runs on `machine` (wheels of another platform), naming the
+    machines they are for; None when one does (or a wheel for any platform is there)."""
+    interpreter = python_tag(python)
+    machines: set[str] = set()
+    for tags in _wheel_tags(filenames):
+        mine = [t for t in tags if t.interpreter in (interpreter, "py3") or t.abi == "abi3"]
+        for tag in mine:
+            if tag.platform == "any":
+                return None
+            parsed = parse_manylinux(tag.platform)
+            found = parsed.machine if parsed is not None else tag.platform.removeprefix("linux_")
+            if found == machine:
+                return None
+            machines.add(found)
+    if not machines:
+        return None
+    return f"its wheels for Python {python} are for {', '.join(sorted(machines))}; this host is {machine}"
+
+
+def project_misfit(filenames: Iterable[str], host: Host) -> str | None:
+    """Why an installer on `host` takes none of a project's wheels: its Python, then its machine, then its
+    glibc (`glibc_misfit`), the first that rules every wheel out; None when none does."""
+    names = list(filenames)
+    return (
+        python_misfit(names, python=host.python)
+        or machine_misfit(names, python=host.python, machine=host.machine)
+        or (glibc_misfit(names, python=host.python, glibc=host.glibc) if host.glibc else None)
+    )
+
+
 def has_wheel_for(filenames: Iterable[str], python: str) -> bool:
     """Is one of these wheels for CPython `python` ("3.11"): its own cp tag, an abi3 one of an older or the
     same CPython 3, or a pure py3 one?"""
@@ -304,6 +362,8 @@ try:
     out["glibc"] = os.confstr("CS_GNU_LIBC_VERSION").split()[1]  # "glibc 2.36"
 except Exception:
     out["glibc"] = None
+import platform
+out["machine"] = platform.machine()
 try:
     import torch
 except Exception:
@@ -331,6 +391,7 @@ def parse_nvidia_smi(output: str) -> tuple[str, ...]:
 _PROBE_TIMEOUT = 300
 _PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
 _GLIBC_VERSION = re.compile(r"\d+\.\d+")
+_MACHINE = re.compile(r"[A-Za-z0-9_]{1,32}")
 _CUDA_VERSION = re.compile(r"\d{1,2}\.\d{1,2}(?:\.\d+)?")
 
 
@@ -371,6 +432,8 @@ def parse_probe(output: str, exe: str) -> Environment:
     field("gpu_source", data.get("gpu_source") in ("torch", "none"), "'torch' or 'none'")
     if data.get("glibc") is not None:  # absent or null: not glibc, or not known
         field("glibc", text("glibc", _GLIBC_VERSION), "a glibc version like 2.36")
+    if data.get("machine") is not None:  # absent: an older probe's answer, this process's machine is taken
+        field("machine", text("machine", _MACHINE), f"a machine name like {DEFAULT_PLATFORM.name}")
     return Environment(
         python=data["python"],
         torch=data["torch"],
@@ -379,6 +442,7 @@ def parse_probe(output: str, exe: str) -> Environment:
         gpus=_gpus(gpus),
         gpu_source=data["gpu_source"],
         glibc=data.get("glibc"),
+        machine=data.get("machine"),
     )
 
 
@@ -532,7 +596,9 @@ def _index_links(page: str, base: str) -> dict[str, str]:
 
 def host_of(env: Environment) -> Host:
     """What of an environment decides which wheel an installer takes."""
-    return Host(python=env.python, glibc=env.glibc)
+    if env.machine is None:
+        return Host(python=env.python, glibc=env.glibc)
+    return Host(python=env.python, glibc=env.glibc, machine=env.machine)
 
 
 def _variant_projects(
@@ -565,7 +631,7 @@ def _variant_projects(
         if not strict and not has_wheel_for(filenames, env.python):
             notes.append(f"{name} in {without_credentials(variant_url)} has no wheel for Python {env.python}")
             continue
-        misfit = glibc_misfit(filenames, python=env.python, glibc=env.glibc) if env.glibc else None
+        misfit = project_misfit(filenames, host_of(env))
         if misfit is None:
             wheel = installcmd.choose(page, page_url=page_url, project=name, host=host_of(env))
             if wheel is not None:
@@ -843,7 +909,8 @@ def result_lines(result: WhichResult, *, signed: Sequence[str] = ()) -> list[str
         raise FactoryError(f"no variant index matches this host: {'; '.join(choice.reasons)}")
     lines = [f"variant: {choice.match}", *(f"note: {note}" for note in choice.notes)]
     if not result.commands:
-        lines.append(f"index: {result.variant_url} (no projects published there yet)")
+        lines.append(no_command_line(result))
+        return lines  # `advise` raises its last line: nothing to run
     lines += [*signed, *(command for commands in result.commands for command in commands)]
     if result.variant_commands:
         lines.append(
@@ -854,6 +921,17 @@ def result_lines(result: WhichResult, *, signed: Sequence[str] = ()) -> list[str
     elif result.variant_note is not None:
         lines.append(f"note: {result.variant_note}")
     return lines
+
+
+def no_command_line(result: WhichResult) -> str:
+    """The last line of a `factory which` that prints no command: why not, where the notes above do not
+    already say it all (`factory which` then exits non-zero)."""
+    url = without_credentials(result.variant_url or "")
+    left_out = [note for note in result.choice.notes if " left out: " in note]
+    if left_out:
+        what = "its project does not" if len(left_out) == 1 else f"none of its {len(left_out)} projects"
+        return f"index: {url}: no install command: {what} fit this host (the notes say why)"
+    return f"index: {url}: no install command: no projects published there yet"
 
 
 MAX_ANSWER = 4096  # of a server's answer to a request: one line is expected
@@ -937,5 +1015,11 @@ def advise(
             # the command installs the bytes just verified, whatever the page says by now
             installs.append(replace(install, wheel=Wheel(filename=v.filename, url=v.url, sha256=v.sha256)))
         result = replace(result, installs=tuple(installs))
-    for line in result_lines(result, signed=signed):
+    lines = result_lines(result, signed=signed)
+    if not result.commands:
+        # nothing to run: the reason is the error, so a script sees the non-zero exit
+        for line in lines[:-1]:
+            say(line)
+        raise FactoryError(lines[-1])
+    for line in lines:
         say(line)

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from factory import glibcfloor, stable_abi
 from factory import shard as sharding
-from factory import stable_abi
 from factory.ci import Chunk, parse_chunk
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
@@ -55,9 +55,27 @@ def _pythons(job: Job) -> str:
     return f"{job.python} ({job.limited_api}-abi3{covered}){served}"
 
 
-def _table(plan: Plan, title: str) -> Table:
+def _floors(mf: MatrixFile, jobs: tuple[Job, ...]) -> str:
+    """The glibc column: each job's floor and the builder meeting it (`glibcfloor.shown`), one line when
+    every Python of the variant has the same, else one per Python."""
+    shown = {
+        j.python: glibcfloor.shown(
+            mf.build,
+            j.glibc,
+            cuda=j.variant.cuda,
+            python=j.python,
+            torch_floor=mf.compat.torch_glibc(j.variant.torch),
+        )
+        for j in jobs
+    }
+    if len(set(shown.values())) == 1:
+        return next(iter(shown.values()))
+    return "\n".join(f"{python}: {text}" for python, text in shown.items())
+
+
+def _table(plan: Plan, title: str, mf: MatrixFile) -> Table:
     table = Table(title=title, expand=False)
-    for col in ("variant", "pythons", "arch", "status"):
+    for col in ("variant", "pythons", "arch", "glibc", "status"):
         table.add_column(col, overflow="fold")
     for variant in plan.variants:
         jobs = plan.jobs_of(variant)
@@ -69,13 +87,14 @@ def _table(plan: Plan, title: str) -> Table:
         notes += [f"compiled with CUDA {t}'s nvcc (the flavor's toolkit)" for t in toolkits]
         if notes:
             status += "\n" + "\n".join(f"[dim]{n}[/]" for n in notes)
-        table.add_row(variant.id, pythons, variant.arch, status)
+        table.add_row(variant.id, pythons, variant.arch, _floors(mf, jobs), status)
     for d in plan.dropped:
         v = d.values
         table.add_row(
             f"[red]{d.id}[/]",
             str(v.get("python", "?")),
             str(v.get("arch", "?")),
+            "",
             f"[red]dropped[/]: {d.reason}",
         )
     return table
@@ -228,7 +247,8 @@ def matrix_command(
     for line in _resolution_lines(plan):
         typer.echo(line)
     console = table_console()
-    console.print(_table(plan, f"{shown_name(mf.package.name)} {shown_name(mf.package.version)} ({matrix})"))
+    title = f"{shown_name(mf.package.name)} {shown_name(mf.package.version)} ({matrix})"
+    console.print(_table(plan, title, mf))
     covered = sum(len(j.covers) for j in plan.jobs)
     console.print(
         f"{len(plan.jobs)} jobs in {len(plan.variants)} variants; {len(plan.dropped)} dropped"

@@ -508,3 +508,18 @@ def test_factory_inspect_fetches_a_url(tmp_path: Path, factory_cli: Any) -> None
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_extra_requires_is_in_the_recipe_document_only_where_set() -> None:
+    """A recipe that does not use extra_requires keeps the digest and document it had before the field
+    existed (published wheels' provenance still matches); one that does carries it for the rebuild."""
+    from factory.options import Recipe
+
+    plain = Recipe(name="mine", env={"FORCE_CUDA": "1"})
+    assert "extra_requires" not in buildfacts.recipe_document(plain)
+    assert buildfacts.recipe_digest(plain) == (
+        "26949754fe0f317913aacc563160de634fde4239aba3a67fec86bbe18acab196"  # as on main before the field
+    )
+    extra = replace(plain, extra_requires=("torch-scatter>=2.1",))
+    assert buildfacts.recipe_document(extra)["extra_requires"] == ["torch-scatter>=2.1"]
+    assert buildfacts.recipe_digest(extra) != buildfacts.recipe_digest(plain)

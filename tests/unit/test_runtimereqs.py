@@ -109,3 +109,23 @@ def test_a_pkg_info_that_is_a_link_or_too_big_is_not_read(tmp_path: Path) -> Non
     (src / "PKG-INFO").unlink()
     (src / "PKG-INFO").write_text("Requires-Dist: x\n" * (runtimereqs.MAX_METADATA_BYTES // 10))
     assert "cannot be read" in runtimereqs.declared_requirements(src).why
+
+
+def test_the_recipes_extra_requires_join_what_the_source_declares() -> None:
+    declared = runtimereqs.Declared(requirements=("numpy", "torch-scatter<2", "bad line!"), where="PKG-INFO")
+    joined = runtimereqs.with_recipe(declared, ("Torch_Scatter>=2.1", "six"))
+    assert joined.requirements == ("numpy", "bad line!", "Torch_Scatter>=2.1", "six")
+    assert joined.where == "PKG-INFO and recipe.extra_requires"
+    assert runtimereqs.for_job(joined.requirements, package="demo", python="3.13").requirements == (
+        "numpy",
+        "torch-scatter>=2.1",
+        "six",
+    )
+    assert runtimereqs.with_recipe(declared, ()) is declared
+    unknown = runtimereqs.Declared(why="PKG-INFO: Dynamic: Requires-Dist")
+    alone = runtimereqs.with_recipe(unknown, ("six",))
+    assert alone.known and alone.requirements == ("six",)
+    assert (
+        alone.where == "recipe.extra_requires; the source's own not known: PKG-INFO: Dynamic: Requires-Dist"
+    )
+    assert runtimereqs.with_recipe(unknown, ()) is unknown

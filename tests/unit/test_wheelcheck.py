@@ -308,6 +308,18 @@ def test_manylinux_tags_are_accepted(tmp_path: Path) -> None:
     tag = "cp311-cp311-manylinux_2_28_x86_64"
     wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
     assert check_wheel(wheel, **JOB) == []
+    assert check_wheel(wheel, **JOB, glibc="2.28") == []
+
+
+def test_a_tag_above_the_matrix_glibc_floor_is_refused(tmp_path: Path) -> None:
+    tag = "cp311-cp311-manylinux_2_34_x86_64"
+    wheel = write_wheel(tmp_path / f"factory_demo_ext-{VERSION}-{tag}.whl", members(wheel=wheel_text(tag)))
+    problems = check_wheel(wheel, **JOB, glibc="2.28")
+    assert problems[0].startswith(
+        "filename: platform tag manylinux_2_34_x86_64 needs glibc 2.34, above the matrix's floor "
+        "build.glibc 2.28"
+    ), problems
+    assert check_wheel(wheel, **JOB, glibc="2.34") == check_wheel(wheel, **JOB)
 
 
 def test_the_renamed_wheel_trap(tmp_path: Path) -> None:
@@ -857,3 +869,31 @@ def test_parse_import_check_takes_the_last_marker_line() -> None:
     assert parse_import_check("no marker here") is None
     assert parse_import_check("FACTORY-IMPORT-CHECK {broken") is None
     assert parse_import_check("FACTORY-IMPORT-CHECK [1]") is None
+
+
+def test_the_recipes_extra_requires_go_after_the_pin_replacing_the_same_projects() -> None:
+    text = metadata_text(
+        requires=("einops", "torch>=2.0", "Torch-Scatter<2 ; python_version < '3.9'", "numpy")
+    )
+    pinned = pin_torch_in_metadata(text, "2.14.1", requires=("torch-scatter>=2.1", "six"))
+    headers = pinned.split("\n\n", 1)[0].splitlines()
+    assert [h for h in headers if h.startswith("Requires-Dist")] == [
+        "Requires-Dist: einops",
+        "Requires-Dist: torch==2.14.*",
+        "Requires-Dist: torch-scatter>=2.1",
+        "Requires-Dist: six",
+        "Requires-Dist: numpy",
+    ]
+    assert pin_torch_in_metadata(text, "2.14.1", requires=()) == pin_torch_in_metadata(text, "2.14.1")
+
+
+def test_a_wheel_pinned_with_the_recipes_extra_requires_passes_its_check(tmp_path: Path) -> None:
+    wheel = good_wheel(tmp_path, metadata=metadata_text(requires=("torch>=2.0", "einops")))
+    pin_torch_requirement(wheel, "2.14.1", requires=("torch-scatter>=2.1",))
+    assert check_wheel(wheel, **JOB) == []
+    with zipfile.ZipFile(wheel) as archive:
+        assert record_problems(archive, f"{DIST_INFO}/RECORD") == []
+        metadata = archive.read(f"{DIST_INFO}/METADATA").decode()
+    assert (
+        "Requires-Dist: torch==2.14.*\nRequires-Dist: torch-scatter>=2.1\nRequires-Dist: einops\n" in metadata
+    )

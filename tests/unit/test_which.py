@@ -264,6 +264,7 @@ PROBED = {
 def test_parse_probe_reads_the_last_line() -> None:
     found = parse_probe("a warning torch printed\n" + json.dumps(PROBED) + "\n", "/py")
     assert found == env(gpu_source="torch")
+    assert parse_probe(json.dumps({**PROBED, "machine": "aarch64"}), "/py").machine == "aarch64"
     cpu = parse_probe(json.dumps({**PROBED, "torch": None, "cuda": None, "abi": None, "gpus": []}), "/py")
     assert (cpu.torch, cpu.cuda, cpu.cxx11_abi, cpu.gpus) == (None, None, None, ())
 
@@ -295,6 +296,7 @@ def test_output_that_is_no_probe_answer_is_a_bad_python(output: str, line: str) 
         ({"abi": 1}, "probing /py: abi 1 is not true, false or null"),
         ({"gpu_source": "x"}, "probing /py: gpu_source 'x' is not 'torch' or 'none'"),
         ({"glibc": "banana"}, "probing /py: glibc 'banana' is not a glibc version like 2.36"),
+        ({"machine": "x86 64"}, "probing /py: machine 'x86 64' is not a machine name like x86_64"),
     ],
 )
 def test_a_malformed_probe_answer_is_a_probe_failure(change: dict[str, object], line: str) -> None:
