@@ -30,6 +30,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import random
+import re
 import shutil
 import tempfile
 import zipfile
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 # The most one published wheel may weigh (as a wheel a build hands back: `acceptance.MAX_WHEEL_BYTES`).
 MAX_WHEEL_BYTES = 16 << 30
 _CHUNK = 1 << 20
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+-]*\.whl")  # one file name: no path, no dot first
 CHECKS = (
     "index",
     "page",
@@ -225,6 +227,13 @@ def _read(fh: IO[bytes], size: int) -> bytes:
 
 
 # --- what a label and a provenance say ----------------------------------------------------------------------
+
+
+def _canonical(filename: str) -> str:
+    try:
+        return index.canonical_wheel_filename(filename)
+    except (InvalidWheelFilename, ValueError):
+        return ""
 
 
 def label_of(filename: str) -> VariantKey:
@@ -459,8 +468,6 @@ def audit_wheel(
     are the page's (for a rebuild), else None. `seen`: the content checks of files read before."""
     key = index.files_path(variant_id, rec.filename)
     found = _Found(key=key)
-    target = ctx.scratch / str(slot) / rec.filename
-    target.parent.mkdir()
 
     def done(sha256: str | None, size: int | None, job_id: str | None = None) -> WheelAudit:
         return WheelAudit(
@@ -468,6 +475,12 @@ def audit_wheel(
             checks=tuple(found.checks), problems=tuple(found.problems), job_id=job_id,
         )  # fmt: skip
 
+    if not _PLAIN_NAME.fullmatch(rec.filename) or _canonical(rec.filename) != rec.filename:
+        # never a path made of what a page says: the scratch copy and the keys beside it are named by it
+        found.add("page", "lists a name that is no canonical wheel filename; not read")
+        return done(None, None), None
+    target = ctx.scratch / str(slot) / rec.filename
+    target.parent.mkdir()
     got = _download(ctx.store, key, rec, target)
     if isinstance(got, str):
         found.add("page", got)

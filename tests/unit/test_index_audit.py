@@ -419,3 +419,22 @@ def test_the_command_exits_0_clean_1_on_a_problem_2_for_usage(
     ]:
         code, out = factory_cli(argv)
         assert code == 2 and says in out and "Traceback" not in out, out
+
+
+def test_a_name_a_page_lists_is_read_only_when_it_is_a_canonical_wheel_filename(
+    idx: Index, tmp_path: Path
+) -> None:
+    wheel = ext_wheel(tmp_path / "w")
+    idx.publish(wheel)
+    page = idx.path(index.project_page(VID, "factory-memext").state_key)
+    doc = json.loads(page.read_text())
+    spelt = "Factory.Memext" + doc["files"][0]["filename"].removeprefix("factory_memext")
+    doc["files"][0]["filename"] = spelt
+    page.write_text(json.dumps(doc))
+    audit = idx.audit()
+    (audited,) = audit.wheels
+    assert audited.sha256 is None
+    assert (
+        f"{index.files_path(VID, spelt)}: page: lists a name that is no canonical wheel filename; not read"
+        in (lines(audit))
+    )
