@@ -36,9 +36,9 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -213,17 +213,13 @@ def _download(store: Store, key: str, rec: FileRecord, target: Path) -> tuple[st
     digest = hashlib.sha256()
     read = 0
     with fh, target.open("xb") as out:
-        while chunk := _read(fh, min(_CHUNK, limit + 1 - read)):
+        while chunk := fh.read(min(_CHUNK, limit + 1 - read)):  # at least one byte: one past the limit
             read += len(chunk)
             digest.update(chunk)
             if read > limit:
                 return f"holds more than the {rec.size} bytes its page lists"
             out.write(chunk)
     return digest.hexdigest(), read
-
-
-def _read(fh: IO[bytes], size: int) -> bytes:
-    return fh.read(size) if size > 0 else b""
 
 
 # --- what a label and a provenance say ----------------------------------------------------------------------
@@ -617,12 +613,11 @@ def audit_index(
     chooser = rng or random.SystemRandom()
     chosen = {ns[0] for ns in chooser.sample(sorted(by_file.values()), min(max(rebuild, 0), len(by_file)))}
     planned = plan_index(jobs) if jobs is not None else None
-    ctx_project = project
     audits: list[WheelAudit] = []
     unplanned: list[str] = []
     seen: dict[tuple[str, str], Content] = {}
     with _scratch() as scratch:
-        ctx = _Context(store=store, key=key, jobs=planned, project=ctx_project, scratch=scratch)
+        ctx = _Context(store=store, key=key, jobs=planned, project=project, scratch=scratch)
         for n, (variant_id, rec) in enumerate(listed):
             log(f"auditing {index.files_path(variant_id, rec.filename)}")
             audited, local = audit_wheel(ctx, variant_id, rec, n, seen)
@@ -660,20 +655,15 @@ def _rebuilt(audited: WheelAudit, local: Path | None, rebuilder: Rebuild | None,
     try:
         result = rebuilder(local)
     except FactoryError as exc:
-        failed = Problem(where=audited.key, check="rebuild", message=f"cannot be rebuilt: {exc}")
-        return _with(audited, failed, None)
-    problem = None if result.ok else Problem(where=audited.key, check="rebuild", message=result.line())
-    return _with(audited, problem, result.to_json())
+        failed = f"cannot be rebuilt: {exc}"
+        return _with(audited, failed, {"wheel": audited.filename, "ok": False, "failure": str(exc)})
+    return _with(audited, None if result.ok else result.line(), result.to_json())
 
 
-def _with(audited: WheelAudit, problem: Problem | None, rebuilt: dict[str, Any] | None) -> WheelAudit:
-    from dataclasses import replace
-
+def _with(audited: WheelAudit, problem: str | None, rebuilt: dict[str, Any]) -> WheelAudit:
+    found = (Problem(where=audited.key, check="rebuild", message=problem),) if problem else ()
     return replace(
-        audited,
-        checks=(*audited.checks, "rebuild"),
-        problems=audited.problems + ((problem,) if problem else ()),
-        rebuilt=rebuilt if rebuilt is not None else {"wheel": audited.filename, "ok": False},
+        audited, checks=(*audited.checks, "rebuild"), problems=audited.problems + found, rebuilt=rebuilt
     )
 
 
