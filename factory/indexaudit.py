@@ -641,16 +641,26 @@ def audit_index(
     )
 
 
+def default_rebuilder(*, matrix: Path | None, trust_paths: bool, log: Log) -> Rebuild:
+    """`factory verify --rebuild` of a wheel, with the user's own matrix file (what it names the wheel's
+    document may use: patches by sha256, images, torch indexes, its source directory) when there is one."""
+    from factory.rebuild import RebuildOptions, verify_rebuild
+
+    options = RebuildOptions(matrix=matrix, trust_paths=trust_paths)
+
+    def rebuild(path: Path) -> RebuildResult:
+        return verify_rebuild(str(path), options, log=log)
+
+    return rebuild
+
+
 def _rebuilt(audited: WheelAudit, local: Path | None, rebuilder: Rebuild | None, log: Log) -> WheelAudit:
     """The audit with the rebuild of its wheel compared bit for bit; a wheel whose bytes are not its page's
     is not rebuilt (that is its problem already)."""
     if local is None:
         return audited
     if rebuilder is None:
-        from factory.rebuild import RebuildOptions, verify_rebuild
-
-        def rebuilder(path: Path) -> RebuildResult:
-            return verify_rebuild(str(path), RebuildOptions(), log=log)
+        rebuilder = default_rebuilder(matrix=None, trust_paths=False, log=log)
 
     try:
         result = rebuilder(local)
@@ -695,4 +705,14 @@ def audit_published(
     if to is None:
         raise ConfigError("--to or --matrix names the index to audit")
     store = open_store(to, endpoint_url=endpoint_url, existing=True)
-    return audit_index(to=to, store=store, key=public, jobs=jobs, project=project, rebuild=rebuild, log=log)
+    rebuilder = default_rebuilder(matrix=matrix, trust_paths=trust_paths, log=log)
+    return audit_index(
+        to=to,
+        store=store,
+        key=public,
+        jobs=jobs,
+        project=project,
+        rebuild=rebuild,
+        rebuilder=rebuilder,
+        log=log,
+    )

@@ -353,7 +353,7 @@ def chromium(*, width: int = 1280, height: int = 1000) -> Any:
 
 def relabelled(wheel: Path, label: str, directory: Path) -> Path:
     """A copy of `wheel` in `directory` as another variant's wheel: its local label replaced (file name,
-    .dist-info, METADATA's Version, RECORD) by the factory's own rewrite (`wheelcheck.rewrite_wheel`), all
+    .dist-info, METADATA's Version, RECORD) by the factory's own rewrite (`wheelcheck.set_version`), all
     else as built: device code, torch pin and provenance still the first variant's. A planted wrong wheel."""
     from packaging.utils import parse_wheel_filename
     from packaging.version import Version
@@ -364,14 +364,5 @@ def relabelled(wheel: Path, label: str, directory: Path) -> Path:
     new_version = Version(f"{version.public}+{label}")
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / wheelcheck.relabelled_name(wheel.name, new_version)
-    with zipfile.ZipFile(wheel) as archive:
-        (dist_info,) = {n.split("/")[0] for n in archive.namelist() if n.split("/")[0].endswith(".dist-info")}
-        stem, _, written = dist_info.removesuffix(".dist-info").rpartition("-")
-        text = archive.read(f"{dist_info}/METADATA").decode("utf-8")
-        metadata = wheelcheck.set_metadata_version(text, new_version).encode("utf-8")
-        renames = {
-            f"{stem}-{written}.dist-info/": f"{stem}-{new_version}.dist-info/",
-            f"{stem}-{written}.data/": f"{stem}-{new_version}.data/",
-        }
-        wheelcheck.rewrite_wheel(archive, target, dist_info=dist_info, metadata=metadata, renames=renames)
+    wheelcheck.set_version(wheel, target, new_version)
     return target
