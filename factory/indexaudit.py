@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import index, provenance, signing, wheelcheck, wheelprov
+from factory import bounded, index, provenance, signing, wheelcheck, wheelprov
 from factory.errors import CheckError, ConfigError, FactoryError
 from factory.index import FileRecord
 from factory.indexcheck import check_index
@@ -182,24 +182,17 @@ class Audit:
 # --- bounded reads from the store ---------------------------------------------------------------------------
 
 
-class _TooLarge(Exception):
-    pass
-
-
 def _read_small(store: Store, key: str, limit: int) -> bytes | None:
     """A small object of the store (a signature, .metadata, provenance file), read at most `limit` + 1 bytes
-    deep; None when there is none; _TooLarge beyond `limit`."""
+    deep (`bounded.read_capped`); None when there is none; bounded.Refused beyond `limit`."""
     opened = store.open(key)
     if opened is None:
         return None
     fh, size = opened
     with fh:
         if size > limit:
-            raise _TooLarge(f"{size} bytes, over the {limit} this file may have")
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise _TooLarge(f"over the {limit} bytes this file may have")
-    return bytes(data)
+            raise bounded.Refused(f"{size} bytes, over the {bounded.size_text(limit)} it may have")
+        return bounded.read_capped(fh, max_bytes=limit, shown=key)
 
 
 def _download(store: Store, key: str, rec: FileRecord, target: Path) -> tuple[str, int] | str:
@@ -417,7 +410,7 @@ def content_checks(wheel: Path, filename: str, label: VariantKey | None) -> Cont
         found.add("metadata", str(exc).removeprefix(f"{filename}: "))
         metadata = None
     try:
-        archive = zipfile.ZipFile(wheel)
+        archive = bounded.open_zip(wheel)  # a central directory of a million entries is refused unread
     except (OSError, zipfile.BadZipFile) as exc:
         found.add("archive", f"not a readable zip ({exc})")
         return Content(found=found, document=None)
@@ -519,7 +512,7 @@ def _signature(ctx: _Context, variant_id: str, filename: str, sha256: str, found
     sig_key = index.signature_path(variant_id, filename)
     try:
         data = _read_small(ctx.store, sig_key, signing.MAX_SIGNATURE_BYTES)
-    except _TooLarge as exc:
+    except bounded.Refused as exc:
         found.add("signature", f"{sig_key}: {exc}")
         return
     if data is None:
@@ -539,7 +532,7 @@ def _metadata_file(store: Store, variant_id: str, rec: FileRecord, wheel: Path, 
     meta_key = index.metadata_path(variant_id, rec.filename)
     try:
         data = _read_small(store, meta_key, MAX_METADATA_BYTES)
-    except _TooLarge as exc:
+    except bounded.Refused as exc:
         found.add("metadata", f"{meta_key}: {exc}")
         return
     if data is None:
@@ -561,7 +554,7 @@ def _published_provenance(store: Store, variant_id: str, filename: str, wheel: P
     prov_key = index.provenance_path(variant_id, filename)
     try:
         data = _read_small(store, prov_key, provenance.MAX_BYTES)
-    except _TooLarge as exc:
+    except bounded.Refused as exc:
         found.add("provenance", f"{prov_key}: {exc}")
         return
     inside = wheelprov.provenance_bytes(wheel)

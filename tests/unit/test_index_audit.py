@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import index, signing, wheelprov
+from factory import bounded, index, signing, wheelprov
 from factory.config import load_matrix_file
 from factory.errors import ConfigError
 from factory.indexaudit import (
@@ -187,7 +187,7 @@ def test_a_signature_by_another_key_or_too_large_is_a_problem(idx: Index, tmp_pa
     sig = key_of(wheel) + ".sig.json"
     assert line == (
         f"{key_of(wheel)}: signature: {sig}: {signing.MAX_SIGNATURE_BYTES + 10} bytes, over the "
-        f"{signing.MAX_SIGNATURE_BYTES} this file may have"
+        f"{bounded.size_text(signing.MAX_SIGNATURE_BYTES)} it may have"
     )
 
 
