@@ -49,6 +49,8 @@ class IndexCheck:
     planned: int = 0  # the planned jobs checked against the index
     missing: tuple[str, ...]  # planned job ids with no published wheel
     pages_written: tuple[str, ...]
+    # (variant id, record) of every wheel a readable project page lists: what `factory index audit` checks
+    listed: tuple[tuple[str, FileRecord], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -262,6 +264,7 @@ def check_index(
         planned=len(jobs) if project is not None else 0,
         missing=tuple(missing),
         pages_written=tuple(written),
+        listed=tuple(sorted((p.variant_id, r) for p, recs in listed.items() for r in recs)),
     )
 
 

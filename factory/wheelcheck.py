@@ -809,6 +809,14 @@ def stable_abi_problems(archive: zipfile.ZipFile) -> list[str]:
     return problems
 
 
+def device_code_problems(
+    archive: zipfile.ZipFile, archs: Sequence[str], *, host_only: Sequence[str] = ()
+) -> list[str]:
+    """Every extension module's cubins against exactly the targets of `archs` ("8.0", "9.0a"), as the wheel
+    check reads them (`_check_extensions`): what `factory index audit` holds a published wheel's label to."""
+    return _check_extensions(archive, _cubin_targets(archs), tuple(host_only))
+
+
 def _check_extensions(
     archive: zipfile.ZipFile, expected: frozenset[str], host_only: tuple[str, ...] = ()
 ) -> list[str]:

@@ -1,8 +1,9 @@
-"""`factory index repair` and `factory index check`: rebuild a published index's pages from the wheel
-files in it; check that it is whole."""
+"""`factory index repair`, `factory index check` and `factory index audit`: rebuild a published index's
+pages from the wheel files in it; check that it is whole; check every wheel in it against what it claims."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,8 @@ import typer
 
 from factory.cli import app
 from factory.cli.matrix import TRUST_PATHS
+from factory.cli.output import echo_json, json_option
+from factory.errors import ConfigError
 
 index_app = typer.Typer(help="Look after a published index.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -83,4 +86,88 @@ def check(
     if not result.ok:
         for line in result.advice():
             typer.echo(line, err=True)
+        raise typer.Exit(1)
+
+
+@index_app.command("audit")
+def audit(
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", metavar="DEST", help="Index directory or s3://bucket/prefix (default: publish.to)."
+        ),
+    ] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
+        ),
+    ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            metavar="PUB",
+            help="Every wheel must be signed with this Ed25519 public key (a missing signature: a problem).",
+        ),
+    ] = None,
+    matrix: Annotated[
+        Path | None,
+        typer.Option(
+            "--matrix",
+            "-m",
+            metavar="FILE",
+            help="Check each wheel's provenance against the job that builds it.",
+        ),
+    ] = None,
+    trust_paths: Annotated[bool, TRUST_PATHS] = False,
+    rebuild: Annotated[
+        int,
+        typer.Option(
+            "--rebuild",
+            metavar="N",
+            help="Rebuild N wheels chosen at random from their provenance and compare them bit for bit "
+            "(needs Docker; default 0).",
+        ),
+    ] = 0,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", metavar="FILE", help="Write the audit as JSON to FILE as well."),
+    ] = None,
+    as_json: Annotated[bool, json_option()] = False,
+) -> None:
+    """Check every published wheel against its page, signature, provenance and label; exit 1 on any problem.
+
+    Its size, sha256 and PEP 658 metadata; its signature (--key); its provenance against its label (and the
+    matrix's job); its device code against its label's archs; its torch pin; the stable-ABI symbol rule;
+    --rebuild N of them bit for bit. One line per problem; nothing is written to the index."""
+    from factory.indexaudit import audit_published
+
+    result = audit_published(
+        to=to,
+        endpoint_url=endpoint_url,
+        key=key,
+        matrix=matrix,
+        trust_paths=trust_paths,
+        rebuild=rebuild,
+        log=lambda line: typer.echo(line, err=True) if rebuild else None,
+    )
+    document = result.to_json()
+    if report is not None:
+        try:
+            report.write_text(json.dumps(document, indent=2) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"--report {report}: cannot write ({exc.strerror})") from None
+    if as_json:
+        echo_json(document)
+    else:
+        for problem in result.problems:
+            typer.echo(f"problem: {problem.line()}")
+        for audited in result.rebuilt:
+            if audited.rebuilt and audited.rebuilt.get("ok"):
+                typer.echo(f"rebuilt bit for bit: {audited.key}")
+        if result.unplanned:
+            typer.echo(f"{len(result.unplanned)} wheels no job of the matrix builds (not checked against it)")
+        typer.echo(result.summary())
+    if not result.ok:
         raise typer.Exit(1)

@@ -349,3 +349,20 @@ def chromium(*, width: int = 1280, height: int = 1000) -> Any:
                 f"--window-size={width},{height}"):  # fmt: skip
         options.add_argument(arg)
     return webdriver.Chrome(options=options, service=Service(driver))
+
+
+def relabelled(wheel: Path, label: str, directory: Path) -> Path:
+    """A copy of `wheel` in `directory` as another variant's wheel: its local label replaced (file name,
+    .dist-info, METADATA's Version, RECORD) by the factory's own rewrite (`wheelcheck.set_version`), all
+    else as built: device code, torch pin and provenance still the first variant's. A planted wrong wheel."""
+    from packaging.utils import parse_wheel_filename
+    from packaging.version import Version
+
+    from factory import wheelcheck
+
+    version = parse_wheel_filename(wheel.name)[1]
+    new_version = Version(f"{version.public}+{label}")
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / wheelcheck.relabelled_name(wheel.name, new_version)
+    wheelcheck.set_version(wheel, target, new_version)
+    return target

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from publish_helpers import relabelled
 from ruamel.yaml import YAML
 
 # The S3-protocol server fixture (moto in server mode) of the publish tests.
@@ -35,6 +36,7 @@ from test_publish_s3 import Moto, moto  # noqa: F401
 
 from bench import matrices
 from factory import index, signing
+from factory.publish import publish_wheels
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,7 +78,8 @@ def workflow_steps() -> dict[str, Step]:
     assert all(found == installs["plan"] and len(found) == 1 for found in installs.values()), installs
     (install,) = (s for s in jobs["plan"]["steps"] if s.get("name") == "Install the factory")
     steps = {"install": Step(job="plan", run=install["run"], env=install.get("env", {}))}
-    for name in ("plan", "build", "index"):
+    assert jobs["audit"]["needs"] == ["plan", "build", "index"]
+    for name in ("plan", "build", "index", "audit"):
         # the factory's step: the one after its install
         runs = [s for s in jobs[name]["steps"] if "run" in s]
         factory_step = runs[[s.get("name") for s in runs].index("Install the factory") + 1]
@@ -104,6 +107,12 @@ def expand(value: str, context: Mapping[str, Mapping[str, str]]) -> str:
     return out
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without AWS credentials and with nothing of the checkout on the factory's
+    path: it runs as installed."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "PYTHONPATH"}
+
+
 @dataclass
 class Runner:
     """One machine of the workflow: its checkout, $RUNNER_TEMP and $FACTORY_HOME."""
@@ -126,8 +135,7 @@ class Runner:
         return cls(root=root)
 
     def start(self, step: Step, context: Mapping[str, Mapping[str, str]]) -> subprocess.Popen[str]:
-        # nothing of the checkout on the factory's path: it runs as installed
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "PYTHONPATH"}
+        env = clean_env()
         env.update({k: expand(v, context) for k, v in step.env.items()})
         output = self.root / "github_output"
         output.write_text("")
@@ -153,11 +161,57 @@ class Runner:
         return dict(line.split("=", 1) for line in lines)
 
 
-def finish(proc: subprocess.Popen[str], timeout: float) -> str:
+def finish(proc: subprocess.Popen[str], timeout: float, *, returncode: int = 0) -> str:
     out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-4000:]
+    assert proc.returncode == returncode, out[-4000:]
     assert "Traceback" not in out, out[-4000:]
     return out
+
+
+def problems_by_key(out: str) -> dict[str, list[str]]:
+    """The audit's problem lines ("problem: KEY: CHECK: what") as the checks that found each key's."""
+    found: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line.startswith("problem: "):
+            where, check, _what = line.removeprefix("problem: ").split(": ", 2)
+            found.setdefault(where, []).append(check)
+    return found
+
+
+def plant_wrong_wheels(
+    built: Mapping[str, Path], directory: Path, *, publish: Any, tamper: Any, unsign: Any
+) -> dict[str, str]:
+    """Wrong wheels in an index the play published: the sm80 build relabelled as an sm86 wheel (wrong archs)
+    and the sm90 build as a torch 2.13 one (its pin still torch 2.14's), both published and signed as any
+    other (`publish`); the sm80 wheel's bytes swapped (`tamper`); the sm90 wheel's signature removed
+    (`unsign`). The store key of each and the check that must find it."""
+    sm80, sm90 = built["cu130-torch2.14-abi1-sm80"], built["cu130-torch2.14-abi1-sm90"]
+    archs = relabelled(sm80, "cu13.0.torch2.14.abi1.sm86", directory)
+    pin = relabelled(sm90, "cu13.0.torch2.13.abi1.sm90", directory)
+    publish([archs, pin])
+
+    def key(variant_id: str, wheel: Path) -> str:
+        return index.files_path(variant_id, index.canonical_wheel_filename(wheel.name))
+
+    tampered, unsigned = key("cu130-torch2.14-abi1-sm80", sm80), key("cu130-torch2.14-abi1-sm90", sm90)
+    data = bytearray(sm80.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tamper(tampered, bytes(data))
+    unsign(index.signature_path("cu130-torch2.14-abi1-sm90", index.canonical_wheel_filename(sm90.name)))
+    return {
+        key("cu130-torch2.14-abi1-sm86", archs): "device-code",
+        key("cu130-torch2.13-abi1-sm90", pin): "torch-pin",
+        tampered: "page",
+        unsigned: "signature",
+    }
+
+
+def assert_found(out: str, planted: Mapping[str, str]) -> None:
+    found = problems_by_key(out)
+    for key, check in planted.items():
+        assert check in found.get(key, []), (key, check, out[-4000:])
+    assert set(found) == set(planted), out[-4000:]  # the wheels the play built, untouched, are clean
+    assert found[next(k for k, c in planted.items() if c == "signature")] == ["signature"], out[-4000:]
 
 
 def files_containing(root: Path, needle: bytes) -> list[str]:
@@ -189,7 +243,12 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     cache_key = "play-cache-key-" + secrets.token_hex(16)
     sign_key, sign_pub = signing.generate_key()
     context: dict[str, dict[str, str]] = {
-        "inputs": {**inputs_of(), "matrix": "matrix.yaml", "factory": str(factory_wheel)},
+        "inputs": {
+            **inputs_of(),
+            "matrix": "matrix.yaml",
+            "factory": str(factory_wheel),
+            "verify-key": "play.pub",
+        },
         "secrets": {
             "AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER",
             "AWS_SECRET_ACCESS_KEY": secret,
@@ -232,12 +291,14 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         for job_id, r in runners.items()
     }
     local: dict[str, str] = {}  # wheel filename -> sha256 of what its runner built
+    wheels: dict[str, Path] = {}  # variant id -> the wheel its runner built
     for job_id, report in reports.items():
         assert [j["job_id"] for j in report["jobs"]] == [job_id]
         (job,) = report["jobs"]
         assert job["result"] == "ok", job.get("log_tail")
         wheel = runners[job_id].root / "temp" / "wheelhouse" / job["wheel"]
         local[index.canonical_wheel_filename(wheel.name)] = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        wheels[job["variant_id"]] = wheel
         assert re.search(rf"^published +{job['variant_id']}/\S+\.whl$", outs[job_id], re.M), outs[job_id]
         # the attest job's subjects: the sha256 of exactly the wheel this runner published
         context_of_job = {**context, "matrix": {"job_id": job_id}}
@@ -250,6 +311,12 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     said = finish(indexer.start(steps["index"], context), timeout=300)
     assert "2 of 2 planned jobs published" in said, said
     assert said.rstrip().endswith("2 wheels in 2 variant indexes, 0 problems"), said
+    # audit: after the index, every published wheel checked with the public key the caller names
+    (indexer.root / "checkout" / "play.pub").write_bytes(sign_pub)
+    audited = finish(indexer.start(steps["audit"], context), timeout=300)
+    key_id = signing.key_id(signing.load_public_key(sign_pub, shown="the play's key"))
+    assert f"2 wheels, 0 problems; signatures checked with {key_id}" in audited, audited
+    assert json.loads((indexer.root / "temp" / "audit.json").read_text())["ok"] is True
 
     # every wheel exactly once, none lost, each the bytes its runner built
     keys = moto.keys(BUCKET, PREFIX)
@@ -281,9 +348,55 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         assert signature is not None, filename
         signing.check(signature, filename=filename, sha256=local[filename], key=public)
 
+    # wrong wheels planted in the bucket: the audit step finds each, and exits 1
+    signer = signing.make_signer(signing.load_private_key(sign_key, shown="play"), source="play")
+    to, endpoint = f"s3://{BUCKET}/{PREFIX}", moto.endpoint
+    planted = plant_wrong_wheels(
+        wheels,
+        tmp_path / "planted",
+        publish=lambda found: publish_wheels(found, to=to, endpoint_url=endpoint, signer=signer),
+        # the sha256 the upload recorded kept: only hashing the bytes tells
+        tamper=lambda key, data: moto.client.put_object(
+            Bucket=BUCKET, Key=f"{PREFIX}/{key}", Body=data, Metadata={"sha256": local[key.split("/")[-1]]}
+        ),
+        unsign=lambda key: moto.client.delete_object(Bucket=BUCKET, Key=f"{PREFIX}/{key}"),
+    )
+    audited = finish(indexer.start(steps["audit"], context), timeout=300, returncode=1)
+    assert_found(audited, planted)
+    report = json.loads((indexer.root / "temp" / "audit.json").read_text())
+    assert report["ok"] is False and {p["where"] for p in report["problems"]} == set(planted)
+
+    # the same in a local index: the runners' wheels and the planted ones published to a directory
+    local_index = tmp_path / "local-index"
+    publish_wheels(list(wheels.values()), to=str(local_index), signer=signer)
+
+    def tamper_local(key: str, data: bytes) -> None:
+        (local_index / key).write_bytes(data)
+
+    planted = plant_wrong_wheels(
+        wheels,
+        tmp_path / "planted-local",
+        publish=lambda found: publish_wheels(found, to=str(local_index), signer=signer),
+        tamper=tamper_local,
+        unsign=lambda key: (local_index / key).unlink(),
+    )
+    pub = indexer.root / "checkout" / "play.pub"
+    audit_local = [
+        str(factory / "bin" / "factory"),
+        "index",
+        "audit",
+        "--to",
+        str(local_index),
+        "--key",
+        str(pub),
+    ]
+    proc = subprocess.run(audit_local, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert_found(proc.stdout, planted)
+
     # the secrets reached no output and no file a runner kept
     key_body = sign_key.decode().splitlines()[1]
-    for out in [*outs.values(), said]:
+    for out in [*outs.values(), said, audited]:
         assert secret not in out and cache_key not in out and key_body not in out
     assert files_containing(tmp_path, secret.encode()) == []
     assert files_containing(tmp_path, cache_key.encode()) == []

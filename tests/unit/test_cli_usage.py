@@ -190,14 +190,16 @@ def test_index_check_of_a_missing_directory_is_refused_and_not_made(
     tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
 ) -> None:
     missing = tmp_path / "no-index"
-    for command in (["index", "check"], ["index", "repair"]):
+    for command in (["index", "check"], ["index", "repair"], ["index", "audit"]):
         code, output = factory_cli([*command, "--to", str(missing)])
         assert (code, output.strip()) == (2, f"error: --to {missing}: no such index directory")
     assert not missing.exists()
 
 
 @pytest.mark.parametrize("to", ["s3:/bucket", "s3:bucket/x", "S3:/bucket"])
-@pytest.mark.parametrize("command", [["index", "check"], ["index", "repair"], ["publish", "."]])
+@pytest.mark.parametrize(
+    "command", [["index", "check"], ["index", "repair"], ["index", "audit"], ["publish", "."]]
+)
 def test_an_s3_url_a_slash_short_is_not_a_directory(
     to: str, command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     factory_cli: Callable[[list[str]], tuple[int, str]],

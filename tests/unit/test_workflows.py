@@ -71,7 +71,7 @@ def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
             if "FACTORY_SIGN_KEY" in passed:
                 wheel_signers.append(step)
         assert "secrets." not in str(step.get("with", "")) and "secrets." not in str(step.get("run", ""))
-    assert len(users) == 4 and len(signers) == 2  # plan, shard, build, index; shard and build sign
+    assert len(users) == 5 and len(signers) == 2  # plan, shard, build, index, audit; shard and build sign
     assert len(wheel_signers) == 1  # build
     assert text.count("secrets.") == len(users) * 2 + len(signers) + len(wheel_signers)
     assert all(s["run"].lstrip().startswith('"$RUNNER_TEMP/factory/bin/factory" ') for s in users)
@@ -117,3 +117,29 @@ def test_one_job_attests_the_published_wheels_and_alone_may() -> None:
     assert len(handed) == 1 and download["pattern"] == "subjects-*"
     listing = jobs["build"]["steps"][jobs["build"]["steps"].index(handed[0]) - 1]
     assert "sha256sum" in listing["run"] and "if" not in listing and "if" not in handed[0]
+
+
+def test_the_index_is_audited_after_publishing_and_weekly() -> None:
+    """The audit job runs after the builds and the index check whatever their result, and on a run that asks
+    for it when nothing was built; wheels.yml asks for it on its weekly schedule (and by hand)."""
+    doc = load("factory.yml")
+    audit = doc["jobs"]["audit"]
+    assert audit["needs"] == ["plan", "build", "index"]
+    assert audit["if"] == (
+        "always() && needs.plan.result == 'success' && (needs.plan.outputs.count != '0' || inputs.audit)"
+    )
+    (step,) = [s for s in audit["steps"] if "index audit" in s.get("run", "")]
+    assert step["run"].startswith('"$RUNNER_TEMP/factory/bin/factory" index audit --matrix "$MATRIX" ')
+    assert '${VERIFY_KEY:+--key "$VERIFY_KEY"}' in step["run"] and "--report" in step["run"]
+    assert step["env"]["VERIFY_KEY"] == "${{ inputs.verify-key }}"
+    inputs = doc["on"]["workflow_call"]["inputs"]
+    assert inputs["audit"] == {**inputs["audit"], "type": "boolean", "default": False}
+    assert inputs["verify-key"]["default"] == "" and inputs["audit-rebuild"]["default"] == 0
+    wheels = load("wheels.yml")
+    crons = [c["cron"] for c in wheels["on"]["schedule"]]
+    weekly = [c for c in crons if c.split()[4] != "*"]
+    assert len(weekly) == 1 and len(crons) == 2
+    (job,) = wheels["jobs"].values()
+    assert job["with"]["audit"] == (
+        f"${{{{ github.event.schedule == '{weekly[0]}' || github.event_name == 'workflow_dispatch' }}}}"
+    )
