@@ -96,8 +96,10 @@ def ring(*, writes_store: bool = True, trusted: tuple[Ed25519PublicKey, ...] = (
     return cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=writes_store, trusted=trusted)
 
 
-def verified(data: bytes, keyring: cachekeys.Keyring = KEY, **kw: object) -> compilecache.Entry | None:
-    return cachekeys.verified_entry(data, domain=DOMAIN, keyring=keyring, **kw)  # type: ignore[arg-type]
+def verified(
+    data: bytes, keyring: cachekeys.Keyring = KEY, *, from_store: bool = False
+) -> compilecache.Entry | None:
+    return cachekeys.verified_entry(data, domain=DOMAIN, keyring=keyring, from_store=from_store)
 
 
 def test_a_signed_manifest_verifies_for_its_domain_with_its_key_only() -> None:
