@@ -53,7 +53,8 @@ CACHE_KEY = "FACTORY_CACHE_SIGN_KEY"
 GATED = f"${{{{ needs.plan.outputs.cache_writer == 'true' && secrets.{CACHE_KEY} || '' }}}}"
 TRUSTED_EVENTS = (
     "${{ github.event_name == 'schedule' || ((github.event_name == 'push' || github.event_name == "
-    "'workflow_dispatch') && github.ref == format('refs/heads/{0}', github.event.repository.default_branch)) }}"
+    "'workflow_dispatch') && github.ref == format('refs/heads/{0}', "
+    "github.event.repository.default_branch)) }}"
 )
 
 
