@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.matrices import DEMO, MEMEXT, matrix_text
+from factory import signing
+from factory.cachekeys import SIGN_KEY_ENV
 from factory.container.protocol import parse_mark, parse_measurement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +123,8 @@ def compile_lines(log: Path) -> list[dict[str, Any]]:
     return out
 
 
-STORE_KEY = "bench-cache-key-shared-by-every-home-0123456789"
+# the store's private key (the homes stand for its trusted runners)
+STORE_KEY = signing.generate_key()[0].decode()
 
 
 def run_build(matrix: str, work: Path, name: str, *, store: Path | None, cache: str | None = None) -> dict:
@@ -134,8 +137,8 @@ def run_build(matrix: str, work: Path, name: str, *, store: Path | None, cache: 
         args += ["--cache", cache]
     start = time.monotonic()
     with PhaseClock(home) as clock:
-        # the homes stand for runners of one store: they share its signing key, as CI's runners do
-        env = {**os.environ, "FACTORY_HOME": str(home), "FACTORY_CACHE_KEY": STORE_KEY}
+        # the homes stand for trusted runners of one store: they hold its private key, as CI's do
+        env = {**os.environ, "FACTORY_HOME": str(home), SIGN_KEY_ENV: STORE_KEY}
         proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env)
     wall = time.monotonic() - start
     report = work / f"out-{name}" / "report.json"

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from bench.matrices import MEMEXT, write_matrix
+from factory import signing
+from factory.cachekeys import SIGN_KEY_ENV
 from factory.home import factory_home
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +45,7 @@ def home(work: Path, name: str) -> Path:
     return h
 
 
-STORE_KEY = "bench-shard-key-shared-by-every-runner-0123456789"
+STORE_KEY = signing.generate_key()[0].decode()  # the store's private key
 
 
 def start(m: Path, out: Path, h: Path, *extra: str) -> subprocess.Popen[str]:
@@ -51,8 +53,8 @@ def start(m: Path, out: Path, h: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         cmd,
         cwd=ROOT,
-        # the runners of one store share its signing key, as CI's do (FACTORY_CACHE_KEY)
-        env={**os.environ, "FACTORY_HOME": str(h), "FACTORY_CACHE_KEY": STORE_KEY},
+        # the trusted runners of one store hold its private key, as CI's do (FACTORY_CACHE_SIGN_KEY)
+        env={**os.environ, "FACTORY_HOME": str(h), SIGN_KEY_ENV: STORE_KEY},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

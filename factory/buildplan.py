@@ -78,7 +78,8 @@ def plan_build(request: BuildRequest, *, warn: Log) -> PlannedBuild:
     """Check `request` and plan its jobs (a preflight: each variant's first Python); a ConfigError (exit 2)
     for options that contradict each other or the matrix file, or an --only that keeps no job. `warn` gets
     the recipe's warnings and any about the compile cache."""
-    from factory.cache import KEY_ENV, resolve, shared_key
+    from factory.cache import resolve, writes_store
+    from factory.cachekeys import SIGN_KEY_ENV, check_environment
     from factory.preflight import lead_jobs
 
     _check_options(request)
@@ -98,10 +99,12 @@ def plan_build(request: BuildRequest, *, warn: Log) -> PlannedBuild:
         raise ConfigError("--verify-cache checks the compile cache's hits, and the cache is off")
     if request.shard is not None and compile_cache is None:
         raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
-    if request.shard is not None and compile_cache is not None and not shared_key(compile_cache):
+    if compile_cache is not None:
+        check_environment()  # the cache's keys: a bad or an old (HMAC) one is refused before any build
+    if request.shard is not None and compile_cache is not None and not writes_store(compile_cache):
         warn(
-            f"--shard without {KEY_ENV}: this host signs its compiles with its own key, and a final build "
-            "on another host will not use them"
+            f"--shard without {SIGN_KEY_ENV}: this host may not write the shared compile cache, and a final "
+            "build on another host will not see its compiles"
         )
     settings = BuildSettings(
         output=request.output,

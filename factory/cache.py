@@ -6,24 +6,23 @@ directory per trust domain (the code that builds: an sdist's sha256 and the reci
 path, a git URL). A build container sees its own domain's directory read-only, and writes what it compiles
 to an outbox of its job's (`Outbox`); the host imports from it only files of the cache's grammar that are
 regular files (no link followed, sizes bounded), objects whose content has the sha256 they are named by, and
-manifests it then signs (HMAC-SHA256 with a key no container sees: `Keyring`). Whatever a container plants
-is at most an entry of its own domain, used only by builds of the same code, which runs in them anyway.
+manifests it then signs (Ed25519, with a key no container sees: `factory/cachekeys.py`). Whatever a
+container plants is at most an entry of its own domain, used only by builds of the same code, which runs in
+them anyway.
 
-The host is the only one to talk to a store: before a job it downloads the store's files of the job's
-domain that the directory lacks, each checked as an import is (a manifest whose signature no trusted key
-made is a miss, never an error); while the job runs and after it, it uploads what the store lacks. Nothing
-is overwritten or deleted remotely, and a build container never sees the store, its URL, its credentials or
-the key.
+The host is the only one to talk to a store: before a job it downloads the store's manifests of the job's
+domain that the directory lacks, each kept only when a key of the store signed it (else a miss, never an
+error), and the objects those name, each checked as an import is; while the job runs and after it, a
+trusted writer (the store's private key) uploads the entries the store lacks; an untrusted build (public
+keys only) uploads nothing. Nothing is overwritten or deleted remotely, and a build container never sees
+the store, its URL, its credentials or a key.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
-import json
 import os
-import secrets
 import shutil
 import stat
 import threading
@@ -32,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from factory import leftovers, safefs
+from factory import cachekeys, leftovers, safefs
+from factory.cachekeys import Keyring, signed_manifest, verified_entry
 from factory.config import MatrixFile
 from factory.container import compilecache
 from factory.container.compilecache import MANIFEST, OBJECT
@@ -61,13 +61,6 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 # headers under 1 MiB
 MAX_OBJECT_BYTES = 4 << 30
 MAX_MANIFEST_BYTES = 64 << 20
-# the signing key: from the environment (a CI secret every runner that shares a store has), else made once
-# per $FACTORY_HOME; more keys to accept (not to sign with) while a key is being rotated
-KEY_ENV = "FACTORY_CACHE_KEY"
-TRUSTED_KEYS_ENV = "FACTORY_CACHE_TRUSTED_KEYS"
-KEY_FILE = "signing-key"
-MIN_KEY_CHARS = 32
-SIGNATURE_DOMAIN = b"factory-compilecache/v2"
 OUTBOX_UID = 10001  # the build containers' user (jobrun.CONTAINER_USER)
 
 Log = Callable[[str], None]
@@ -153,93 +146,10 @@ def trust_domain(code_id: str) -> str:
     return hashlib.sha256(b"factory-cache-domain\0" + code_id.encode()).hexdigest()
 
 
-def key_id(key: bytes) -> str:
-    """A key's public name, in each manifest it signs: which key to check with, and which to rotate out."""
-    return hashlib.sha256(b"factory-cache-key-id\0" + key).hexdigest()[:16]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Keyring:
-    """The key manifests are signed with, and the keys whose signatures are accepted (it among them)."""
-
-    signing: bytes
-    trusted: tuple[bytes, ...] = ()
-
-    def accepts(self) -> dict[str, bytes]:
-        return {key_id(k): k for k in (self.signing, *self.trusted)}
-
-
-def shared_key(config: CacheConfig, environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether other hosts can use what this one signs: no store (nothing to share), or a key from the
-    environment (a secret the runners of the store share) rather than this home's own."""
-    return config.store is None or bool(environ.get(KEY_ENV))
-
-
-def _key_bytes(text: str, *, what: str) -> bytes:
-    text = text.strip()
-    if len(text) < MIN_KEY_CHARS or any(c.isspace() or not c.isprintable() for c in text):
-        raise ConfigError(f"{what}: a cache key is at least {MIN_KEY_CHARS} printable characters, no spaces")
-    return text.encode()
-
-
-def load_keyring(home: Path | None = None, environ: Mapping[str, str] = os.environ) -> Keyring:
-    """FACTORY_CACHE_KEY, else `$FACTORY_HOME/cache/signing-key` (made, mode 0600, on first use), and the
-    keys FACTORY_CACHE_TRUSTED_KEYS adds (separated by commas or spaces)."""
-    given = environ.get(KEY_ENV, "")
-    if given:
-        signing = _key_bytes(given, what=KEY_ENV)
-    else:
-        path = local_dir(home).parent / KEY_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() and not path.is_symlink():
-            # written whole aside, then linked into place: a concurrent reader never sees it half made, and
-            # of two first runs one key wins
-            tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(secrets.token_hex(32) + "\n")
-                with contextlib.suppress(FileExistsError):
-                    os.link(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        try:
-            text = safefs.read_bytes(path.parent, path.name, max_bytes=4096).decode()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read the compile cache's key ({exc})") from None
-        signing = _key_bytes(text, what=str(path))
-    extra = environ.get(TRUSTED_KEYS_ENV, "").replace(",", " ").split()
-    return Keyring(signing=signing, trusted=tuple(_key_bytes(k, what=TRUSTED_KEYS_ENV) for k in extra))
-
-
-def _signed_text(domain: str, entry: compilecache.Entry) -> bytes:
-    return b"\0".join([SIGNATURE_DOMAIN, domain.encode(), compilecache.manifest_json(entry).encode()])
-
-
-def signed_manifest(entry: compilecache.Entry, *, domain: str, keyring: Keyring) -> bytes:
-    """A manifest as the local cache and the store hold it: the entry's fields, and the key id and HMAC
-    that bind them to the domain."""
-    tag = hmac.new(keyring.signing, _signed_text(domain, entry), hashlib.sha256).hexdigest()
-    raw = json.loads(compilecache.manifest_json(entry))
-    raw.update(key_id=key_id(keyring.signing), tag=tag)
-    return json.dumps(raw, sort_keys=True).encode()
-
-
-def verified_entry(data: bytes, *, domain: str, keyring: Keyring) -> compilecache.Entry | None:
-    """The entry of a signed manifest, when a key of the keyring signed it for this domain; else None."""
-    entry = compilecache.parse_manifest(data)
-    if entry is None:
-        return None
-    try:
-        raw = json.loads(data)
-        key = keyring.accepts().get(raw["key_id"])
-        tag = raw["tag"]
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return None
-    if key is None or not isinstance(tag, str) or not compilecache.is_key(tag):
-        return None
-    expected = hmac.new(key, _signed_text(domain, entry), hashlib.sha256).hexdigest()
-    return entry if hmac.compare_digest(expected, tag) else None
+def writes_store(config: CacheConfig, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether other hosts can use what this one compiles: no store (nothing to share), or the store's
+    private key (`cachekeys`: a trusted writer) rather than this home's own."""
+    return config.store is None or cachekeys.writes_store(environ)
 
 
 # --- where things are: the local directory and the store's keys --------------------------------------------
@@ -271,11 +181,6 @@ def local_files(root: Path) -> set[str]:
     """The committed files of a local cache, as store keys: regular files of the grammar, no link followed."""
     found = (f"{LAYOUT}/{f.relative.as_posix()}" for f in safefs.walk(root / LAYOUT))
     return {k for k in found if parse_store_key(k) is not None}
-
-
-def objects_first(keys: Iterable[str]) -> list[str]:
-    """Objects before manifests: a manifest is accepted only once its object is here."""
-    return sorted(keys, key=lambda k: (PurePosixPath(k).parts[2:3] != (OBJECT,), k))
 
 
 def ensure_local(root: Path) -> None:
@@ -454,36 +359,42 @@ def remote_files(store: Store, domain: str | None = None) -> set[str]:
     return {k for k in store.keys(prefix) if parse_store_key(k) is not None}
 
 
-def download(store: Store, root: Path, key: str, *, keyring: Keyring) -> int:
-    """One store file into the local cache, whole and checked or not at all: an object must have the sha256
-    it is named by, a manifest a trusted signature for its domain, and its object already here. Its size,
-    or 0 when the store no longer has it, it arrived short or too long, or it is not what it claims."""
+def _fetch_manifest(store: Store, key: str, *, keyring: Keyring) -> tuple[compilecache.Entry, bytes] | None:
+    """A manifest of the store, read whole (bounded) and kept only when a key of the store signed it for its
+    domain under its own name; None otherwise (gone, short, too long, unsigned, another key's or domain's)."""
     parsed = parse_store_key(key)
-    if parsed is None:
-        return 0
+    if parsed is None or parsed[2][0] != MANIFEST:
+        return None
     domain, _, named = parsed
+    opened = store.open(key)
+    if opened is None:
+        return None
+    stream, size = opened
+    with contextlib.closing(stream):
+        if size > MAX_MANIFEST_BYTES:
+            return None
+        data = b"".join(_bounded(iter(lambda: stream.read(1 << 20), b""), MAX_MANIFEST_BYTES))
+    entry = verified_entry(data, domain=domain, keyring=keyring, from_store=True)
+    if entry is None or (entry.direct_key, entry.result_key) != named[1:] or len(data) != size:
+        return None
+    return entry, data
+
+
+def _fetch_object(store: Store, root: Path, key: str, entry: compilecache.Entry) -> int:
+    """The object a verified manifest names, whole and of the sha256 and size it names, or nothing (0)."""
+    if entry.object_size > MAX_OBJECT_BYTES or safefs.exists(root, key):
+        return 0  # one here of another size is a truncated copy: a build that makes it anew replaces it
     opened = store.open(key)
     if opened is None:
         return 0
     stream, size = opened
     with contextlib.closing(stream):
-        chunks = iter(lambda: stream.read(1 << 20), b"")
-        if named[0] == OBJECT:
-            if size > MAX_OBJECT_BYTES or safefs.exists(root, key):
-                return 0
-            safefs.write_stream(
-                root, key, chunks, max_bytes=MAX_OBJECT_BYTES, expect_sha256=named[1], expect_size=size
-            )
-            return size
-        if size > MAX_MANIFEST_BYTES:
+        if size != entry.object_size:
             return 0
-        data = b"".join(_bounded(chunks, MAX_MANIFEST_BYTES))
-    entry = verified_entry(data, domain=domain, keyring=keyring)
-    if entry is None or (entry.direct_key, entry.result_key) != named[1:] or len(data) != size:
-        return 0
-    if not _has_object(domain_dir(root, domain), entry) or safefs.exists(root, key):
-        return 0
-    safefs.write_bytes(root, key, data)
+        chunks = iter(lambda: stream.read(1 << 20), b"")
+        safefs.write_stream(
+            root, key, chunks, max_bytes=size, expect_sha256=entry.object_sha256, expect_size=size
+        )
     return size
 
 
@@ -504,49 +415,86 @@ def pull(
     remote: set[str] | None = None,
     max_bytes: int | None = None,
 ) -> SyncResult:
-    """Download the files the store has (`remote`, else its listing) and `root` lacks, up to `max_bytes`:
-    more would only be pruned again. A file that fails its check counts as failed and is not kept."""
+    """Download the entries the store has (`remote`, else its listing) and `root` lacks, up to `max_bytes`
+    (more would only be pruned again): each manifest a key of the store signed, then the object it names
+    when it is not here, then the manifest. Nothing else: an object no verified manifest names is never
+    fetched. An entry that fails a check counts as failed and nothing of it is kept."""
     ensure_local(root)
     remote = remote_files(store) if remote is None else remote
     files = size = failed = 0
-    for key in objects_first(remote - local_files(root)):
+    for key in sorted(k for k in remote - local_files(root) if _is_manifest(k)):
         if max_bytes is not None and size >= max_bytes:
             break
         try:
-            got = download(store, root, key, keyring=keyring)
+            got = _fetch_manifest(store, key, keyring=keyring)
+            if got is None:
+                failed += 1
+                continue
+            entry, data = got
+            domain = key.split("/")[1]
+            if not _has_object(domain_dir(root, domain), entry):
+                if max_bytes is not None and size + entry.object_size + len(data) > max_bytes:
+                    break
+                obj = store_key(domain, compilecache.object_relative(entry.object_sha256))
+                fetched = _fetch_object(store, root, obj, entry)
+                if not fetched:
+                    failed += 1
+                    continue
+                files, size = files + 1, size + fetched
+            if not safefs.exists(root, key):
+                safefs.write_bytes(root, key, data)
+                files, size = files + 1, size + len(data)
         except (FactoryError, OSError):
-            got = 0
-        if got:
-            files, size = files + 1, size + got
-        else:
             failed += 1
     return SyncResult(files=files, bytes=size, failed=failed)
 
 
-def push(store: Store, root: Path, *, remote: set[str], domains: Iterable[str] | None = None) -> SyncResult:
-    """Upload every file of `root` (of `domains`, when given) that `remote` (what the store is known to have)
-    lacks; each one uploaded is added to `remote`. A file another writer put first is left as it is (same
-    name, same content)."""
+def _is_manifest(key: str) -> bool:
+    parsed = parse_store_key(key)
+    return parsed is not None and parsed[2][0] == MANIFEST
+
+
+def push(
+    store: Store,
+    root: Path,
+    *,
+    keyring: Keyring,
+    remote: set[str],
+    domains: Iterable[str] | None = None,
+) -> SyncResult:
+    """Upload the entries of `root` (of `domains`, when given) that `remote` (what the store is known to
+    have) lacks, each object before its manifest: only manifests a key of the store signed for their domain
+    (never what an untrusted build signed with its home's own key) and the objects they name, nothing else.
+    Each file uploaded is added to `remote`; one another writer put first is left as it is (same name, same
+    content)."""
     files = size = failed = 0
-    mine = local_files(root)
-    if domains is not None:
-        wanted = set(domains)
-        mine = {k for k in mine if (parsed := parse_store_key(k)) is not None and parsed[0] in wanted}
-    for key in objects_first(mine - remote):
-        path = root / key
+    wanted = None if domains is None else set(domains)
+    for key in sorted(local_files(root) - remote):
+        parsed = parse_store_key(key)
+        if parsed is None or parsed[2][0] != MANIFEST or (wanted is not None and parsed[0] not in wanted):
+            continue
+        domain, relative, _ = parsed
         try:
-            if not safefs.exists(root, key):  # pruned meanwhile
+            data = safefs.read_bytes(domain_dir(root, domain), relative, max_bytes=MAX_MANIFEST_BYTES)
+        except OSError:
+            continue  # pruned meanwhile
+        entry = verified_entry(data, domain=domain, keyring=keyring, from_store=True)
+        if entry is None:
+            continue
+        obj = store_key(domain, compilecache.object_relative(entry.object_sha256))
+        for name, body in ((obj, root / obj), (key, data)):
+            if name in remote:
                 continue
-            store.put(key, path, content_type=OCTETS, cache_control=IMMUTABLE, if_none_match=True)
-            files, size = files + 1, size + path.stat().st_size
-        except PreconditionFailed:
-            pass
-        except FileNotFoundError:
-            continue
-        except (FactoryError, OSError):
-            failed += 1
-            continue
-        remote.add(key)
+            try:
+                sent = len(body) if isinstance(body, bytes) else body.stat().st_size
+                store.put(name, body, content_type=OCTETS, cache_control=IMMUTABLE, if_none_match=True)
+                files, size = files + 1, size + sent
+            except PreconditionFailed:
+                pass
+            except (FactoryError, OSError):  # the object pruned meanwhile, or the store refused it
+                failed += 1
+                break  # never a manifest without its object
+            remote.add(name)
     return SyncResult(files=files, bytes=size, failed=failed)
 
 
@@ -580,7 +528,7 @@ class CacheSync:
         self.config = config
         self.local = config.local
         self.log = log
-        self.keyring = keyring or load_keyring(config.local.parent.parent)
+        self.keyring = keyring or cachekeys.load_keyring(config.local.parent)
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._remote: set[str] = set()  # what the store is known to have of the domains listed
@@ -600,6 +548,19 @@ class CacheSync:
         if self.config.store is None or self._broken:
             return None
         if self._store is None:
+            if not self.keyring.store_keys():
+                self._broken = True  # said once, as a store that fails is
+                self.log(
+                    f"compile cache store {self.config.store} not used: no key to verify its entries with "
+                    f"(${cachekeys.PUBLIC_KEYS_ENV}, or ${cachekeys.SIGN_KEY_ENV} to write it); this host's "
+                    "compiles stay in its local cache"
+                )
+                return None
+            if not self.keyring.writes_store:
+                self.log(
+                    f"compile cache store {self.config.store}: read only (no ${cachekeys.SIGN_KEY_ENV}): "
+                    "the entries its keys signed are used, this host's compiles stay in its local cache"
+                )
             try:
                 self._store = open_store(self.config.store, endpoint_url=self.config.endpoint_url)
             except (FactoryError, OSError) as exc:
@@ -673,7 +634,9 @@ class CacheSync:
 
     def upload(self) -> SyncResult:
         """Send up what the store lacks of this run's domains (what this host compiled since the last
-        upload)."""
+        upload); nothing unless this host holds the store's private key."""
+        if not self.keyring.writes_store:
+            return SyncResult()
         with self._lock:
             store = self._open()
             if store is None or not self._domains:
@@ -682,7 +645,9 @@ class CacheSync:
                 for domain in self._domains - self._listed:
                     self._remote |= remote_files(store, domain)
                     self._listed.add(domain)
-                return push(store, self.local, remote=self._remote, domains=self._domains)
+                return push(
+                    store, self.local, keyring=self.keyring, remote=self._remote, domains=self._domains
+                )
             except (FactoryError, OSError) as exc:
                 self._fail("written", exc)
                 return SyncResult()

@@ -45,7 +45,7 @@ from pathlib import Path, PurePosixPath
 
 from . import nvcccall, protocol
 
-LAYOUT_VERSION = "v2"
+LAYOUT_VERSION = "v3"  # v3: manifests signed with Ed25519 (v2 had HMAC tags: never read again)
 CACHE_DIR_ENV = protocol.ENV_CACHE_DIR
 CACHE_OUT_ENV = protocol.ENV_CACHE_OUT
 CACHE_VERIFY_ENV = protocol.ENV_CACHE_VERIFY

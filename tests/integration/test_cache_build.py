@@ -1,8 +1,9 @@
 """The compile cache through the real factory (dockerd, the pypi builder image, real nvcc), shared through a
 directory store between two `$FACTORY_HOME`s, as between two machines.
 
-- the demo extension built twice: the second build, from an empty home, compiles nothing (5 min on 2 busy
-  cores, images built: two builds of one job)
+- the demo extension built twice: the second build, from an empty home, compiles nothing; then a third, an
+  untrusted build (the store's public key only), hits the store's entries, compiles the one taken out of the
+  store and adds nothing to it (7 min on 2 busy cores, images built: three builds of one job)
 - resume: a memext build SIGKILLed (the factory and its container) once a compile reached the store; the
   rerun from an empty home serves those compiles from the store (4-5 min on 2 busy cores)
 """
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import time
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -23,11 +24,15 @@ from test_build import FACTORY, ROOT, demo_matrix
 from test_kill import build_containers
 from test_memory_build import SCALE, memext_matrix
 
+from factory import cachekeys, signing
 from factory.cache import LAYOUT, parse_store_key
 from factory.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-SHARED_KEY = "a-key-every-runner-of-this-store-has-0123456789"
+# the store's key pair: trusted runners hold the private key, untrusted builds the public one
+SHARED_KEY, SHARED_PUB = (k.decode() for k in signing.generate_key())
+WRITER = {cachekeys.SIGN_KEY_ENV: SHARED_KEY}
+READER = {cachekeys.PUBLIC_KEYS_ENV: SHARED_PUB}
 
 
 def fresh_home(tmp: Path, name: str, session_home: Path) -> Path:
@@ -43,15 +48,16 @@ def factory_build(matrix: Path, out: Path) -> list[str]:
 
 
 def run_build(
-    matrix: Path, out: Path, home: Path, *extra: str
+    matrix: Path, out: Path, home: Path, *extra: str, keys: dict[str, str] = WRITER
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_CACHE_")}
     proc = subprocess.run(
         [*factory_build(matrix, out), *extra],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        # runners that share a store share its key (a CI secret); each would sign with its own otherwise
-        env={**os.environ, "FACTORY_HOME": str(home), "FACTORY_CACHE_KEY": SHARED_KEY},
+        # the runners that write a store hold its private key (a CI secret); the others its public key
+        env={**env, "FACTORY_HOME": str(home), **keys},
     )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     (job,) = json.loads((out / "report.json").read_text())["jobs"]
@@ -103,6 +109,29 @@ def test_a_second_machine_compiles_nothing(
     # accepted means every check passed (tags, pin, archs, manylinux, install + import); and the code is there
     assert cubin_archs(tmp_path / "w2" / job2["wheel"]) == frozenset({80})
 
+    # an untrusted build (a pull request: the store's public key only) reads the shared cache and cannot add
+    # to it: one entry taken out of the store, it compiles that one, keeps it in its own local cache, and
+    # the store is as it was
+    (removed,) = kernel_entries(store)[:1]
+    relative = str(removed.relative_to(store))
+    removed.unlink()
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    home3 = fresh_home(tmp_path, "home3", session_factory_home)
+    third, job3 = run_build(matrix, tmp_path / "w3", home3, keys=READER)
+    assert job3["result"] == "ok", (job3["reason"], job3["log_tail"])
+    assert (job3["compiles_cached"], job3["compiles_compiled"]) == (job1["compiles_compiled"] - 1, 1)
+    assert "read only (no $FACTORY_CACHE_SIGN_KEY)" in third.stderr
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before  # nothing added or changed
+    mine = (home3 / "cache" / "compile" / relative).read_bytes()  # its own compile, for its own next build
+    domain = PurePosixPath(relative).parts[1]
+    own = cachekeys.load_keyring(home3 / "cache", {})
+    assert cachekeys.verified_entry(mine, domain=domain, keyring=own) is not None
+    store_keys = cachekeys.Keyring(
+        signing=own.signing, writes_store=False, trusted=cachekeys.public_keys(SHARED_PUB)
+    )
+    assert cachekeys.verified_entry(mine, domain=domain, keyring=store_keys, from_store=True) is None
+    assert cubin_archs(tmp_path / "w3" / job3["wheel"]) == frozenset({80})
+
 
 def test_a_killed_build_resumes_from_the_store_elsewhere(
     tmp_path: Path, docker_client: Any, session_factory_home: Path
@@ -117,7 +146,7 @@ def test_a_killed_build_resumes_from_the_store_elsewhere(
     proc = subprocess.Popen(
         factory_build(matrix, tmp_path / "w1"),
         cwd=ROOT,
-        env={**os.environ, "FACTORY_HOME": str(home1), "FACTORY_CACHE_KEY": SHARED_KEY},
+        env={**os.environ, "FACTORY_HOME": str(home1), **WRITER},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import cache
+from factory import cache, cachekeys
 from factory.container import compilecache
 from factory.stores import S3Store
 
@@ -52,7 +53,7 @@ def s3() -> Iterator[tuple[str, Any]]:
                 os.environ[k] = v
 
 
-KEY = cache.Keyring(signing=b"k" * 40)
+KEY = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
 DOMAIN, OTHER_DOMAIN = "d" * 64, "e" * 64
 
 
@@ -77,9 +78,12 @@ def keys_of(made: compilecache.Entry, domain: str = DOMAIN) -> tuple[str, str]:
     )
 
 
-def put_entry(root: Path, made: compilecache.Entry, data: bytes, *, keyring: cache.Keyring = KEY) -> None:
+def put_entry(root: Path, made: compilecache.Entry, data: bytes, *, keyring: cachekeys.Keyring = KEY) -> None:
     obj, manifest = keys_of(made)
-    for key, body in ((obj, data), (manifest, cache.signed_manifest(made, domain=DOMAIN, keyring=keyring))):
+    for key, body in (
+        (obj, data),
+        (manifest, cachekeys.signed_manifest(made, domain=DOMAIN, keyring=keyring)),
+    ):
         (root / key).parent.mkdir(parents=True, exist_ok=True)
         (root / key).write_bytes(body)
 
@@ -101,7 +105,11 @@ def test_two_machines_share_a_cache_through_s3_and_take_only_what_they_can_verif
     k_obj, k_manifest = keys_of(other_key)
     bad_obj = cache.store_key(DOMAIN, compilecache.object_relative("f" * 64))
     unsigned = compilecache.manifest_json(forged).encode()
-    theirs = cache.signed_manifest(other_key, domain=DOMAIN, keyring=cache.Keyring(signing=b"x" * 40))
+    theirs = cachekeys.signed_manifest(
+        other_key,
+        domain=DOMAIN,
+        keyring=cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True),
+    )
     for key, body in (
         (f_obj, forged_data), (f_manifest, unsigned), (k_obj, b"planted object 2"), (k_manifest, theirs),
         (bad_obj, b"not the bytes of its name"), ("team/idx/simple/index.html", b"the index's"),
@@ -117,11 +125,24 @@ def test_two_machines_share_a_cache_through_s3_and_take_only_what_they_can_verif
     h_obj, h_manifest = keys_of(honest)
     listed = {o["Key"] for o in client.list_objects_v2(Bucket="cache-store", Prefix=prefix)["Contents"]}
     assert {f"{prefix}/{h_obj}", f"{prefix}/{h_manifest}"} <= listed
-    # machine A took the planted objects (named by their content, harmless) but no manifest it cannot verify
-    assert cache.local_files(a) == {h_obj, h_manifest, f_obj, k_obj}
+    # machine A took no manifest it cannot verify, and no object only such manifests (or none) name
+    assert cache.local_files(a) == {h_obj, h_manifest}
     got = cache.pull(S3Store("cache-store", prefix, endpoint_url=endpoint), b, keyring=KEY)
-    assert got.failed == 3  # the unsigned manifest, the other key's, the object that is not its name
+    assert got.failed == 2  # the unsigned manifest, the other key's
     assert cache.local_files(b) == cache.local_files(a)
+    # a reader (the store's public key only) takes the same, and sends nothing up
+    reader = cachekeys.Keyring(
+        signing=Ed25519PrivateKey.generate(), writes_store=False, trusted=(KEY.signing.public_key(),)
+    )
+    before = {o["Key"] for o in client.list_objects_v2(Bucket="cache-store", Prefix=prefix)["Contents"]}
+    with cache.CacheSync(cache.CacheConfig(local=tmp_path / "r", store=store, endpoint_url=endpoint),
+                         keyring=reader) as sync:  # fmt: skip
+        sync.before_job("j1", DOMAIN)
+        put_entry(tmp_path / "r", *entry(b"the reader's own", "d" * 64), keyring=reader)
+        assert sync.upload().files == 0
+    assert cache.local_files(tmp_path / "r") - cache.local_files(a) != set()
+    after = {o["Key"] for o in client.list_objects_v2(Bucket="cache-store", Prefix=prefix)["Contents"]}
+    assert after == before and {h_obj, h_manifest} <= cache.local_files(tmp_path / "r")
     assert (b / h_manifest).read_bytes() == (a / h_manifest).read_bytes()
     # another domain's builds see none of it
     assert cache.pull(

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from conftest import require
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import cache
+from factory import cache, cachekeys
 from factory.cache import stats as cache_stats
 from factory.container import CONTAINER_DIR, compilecache, protocol
 
@@ -115,7 +116,7 @@ def obj_of(args: list[str]) -> Path:
     return Path(args[args.index("-o") + 1])
 
 
-KEYRING = cache.Keyring(signing=b"test-key-" * 4)
+KEYRING = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
 DOMAIN = "d" * 64
 
 
@@ -172,7 +173,7 @@ def run(
 
 def manifests(local: Path) -> list[compilecache.Entry]:
     found = [
-        cache.verified_entry(p.read_bytes(), domain=DOMAIN, keyring=KEYRING)
+        cachekeys.verified_entry(p.read_bytes(), domain=DOMAIN, keyring=KEYRING)
         for p in sorted((domain(local) / "m").rglob("*.json"))
     ]
     assert None not in found, "every manifest in the local cache is signed by the host"
@@ -327,7 +328,7 @@ def test_a_hit_checked_by_compiling_it_reports_an_object_that_differs(
     obj.parent.mkdir(parents=True, exist_ok=True)
     obj.write_bytes(planted)
     manifest = domain(local) / compilecache.manifest_relative(entry.direct_key, entry.result_key)
-    manifest.write_bytes(cache.signed_manifest(forged, domain=DOMAIN, keyring=KEYRING))
+    manifest.write_bytes(cachekeys.signed_manifest(forged, domain=DOMAIN, keyring=KEYRING))
     checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
     assert (checked.cache, checked.cache_check) == ("miss", "differs")
     assert obj_of(args_b).read_bytes() == honest

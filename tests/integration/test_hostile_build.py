@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_cache_build import fresh_home
 
 from bench.matrices import DEMO, write_matrix
-from factory import cache
+from factory import cache, cachekeys, signing
 from factory.cache import LAYOUT, parse_store_key
 from factory.stores import S3Store
 
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO_SRC = ROOT / "examples" / "demo-ext"
 FACTORY = [sys.executable, "-m", "factory.cli"]
 MARK = b"PLANTED-BY-A-HOSTILE-SETUP-PY"
-KEY = "the-runners-key-for-this-store-0123456789"
+KEY = signing.generate_key()[0].decode()  # the private key the runners of the store hold
 
 # Appended to the demo's setup.py: everything a build's code can do to the host through what it may write.
 HOSTILE = r'''
@@ -186,7 +187,7 @@ def s3() -> Iterator[tuple[str, Any, dict[str, str]]]:
 
 
 def build(matrix_file: Path, out: Path, home: Path, creds: dict[str, str]) -> dict[str, Any]:
-    env = {**os.environ, **creds, "FACTORY_HOME": str(home), "FACTORY_CACHE_KEY": KEY}
+    env = {**os.environ, **creds, "FACTORY_HOME": str(home), cachekeys.SIGN_KEY_ENV: KEY}
     proc = subprocess.run(
         [*FACTORY, "build", "--trust-paths", "--matrix", str(matrix_file), "--output", str(out), "--publish"],
         capture_output=True,
@@ -237,7 +238,7 @@ def test_a_hostile_setup_py_cannot_reach_the_host_the_store_or_another_build(
 
     # nothing written outside the places the container may write, nothing read from the host into them
     assert secret.read_text() == secret_text and not list(victim.iterdir())
-    needles = [secret_text.encode(), creds["AWS_SECRET_ACCESS_KEY"].encode(), KEY.encode()]
+    needles = [secret_text.encode(), creds["AWS_SECRET_ACCESS_KEY"].encode(), KEY.splitlines()[1].encode()]
     listed = client.list_objects_v2(Bucket="wheels", Prefix="")["Contents"]
     stored = {o["Key"]: client.get_object(Bucket="wheels", Key=o["Key"])["Body"].read() for o in listed}
     assert any(k.endswith(".whl") for k in stored), "the hostile package's wheel was published"
@@ -276,7 +277,7 @@ def test_a_hostile_setup_py_cannot_reach_the_host_the_store_or_another_build(
     assert len(hostile_domains) <= 1, "planted objects are in the hostile package's domain alone"
 
     # a runner with another key takes no manifest of this store
-    other = cache.Keyring(signing=b"another-runner-key-" * 3)
+    other = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
     os.environ.update(creds)
     try:
         store = S3Store("wheels", "idx/_cache/compile", endpoint_url=endpoint)

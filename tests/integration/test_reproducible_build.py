@@ -33,7 +33,7 @@ import pytest
 from test_build import DEMO_SRC, FACTORY, ROOT, demo_matrix
 from test_cache_build import fresh_home
 
-from factory import cache, wheeldiff
+from factory import cache, cachekeys, wheeldiff
 from factory.container import compilecache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,7 +44,7 @@ MODULE_ID = re.compile(rb"_GLOBAL__N__([0-9a-f]{8})_\d+_(\w+?)_cu_")
 
 
 def run_factory(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in (cache.KEY_ENV, cache.TRUSTED_KEYS_ENV)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_CACHE_")}
     return subprocess.run(
         [*FACTORY, *args], capture_output=True, text=True, cwd=ROOT, env={**env, "FACTORY_HOME": str(home)}
     )
@@ -153,12 +153,12 @@ def test_a_wheel_from_cache_hits_is_the_cold_ones_and_a_changed_byte_is_named(bu
 
 def poison(home: Path) -> str:
     """Replace the object of bindings.cpp's entry in `home`'s compile cache by one with a changed string,
-    signed with the home's key; the entry's manifest path."""
-    keyring = cache.load_keyring(home)
+    signed with the home's own key; the entry's manifest path."""
+    keyring = cachekeys.load_keyring(cache.local_dir(home).parent, {})
     local = cache.local_dir(home) / cache.LAYOUT
     for manifest in sorted(local.glob("*/m/*/*/*.json")):
         domain = manifest.relative_to(local).parts[0]
-        entry = cache.verified_entry(manifest.read_bytes(), domain=domain, keyring=keyring)
+        entry = cachekeys.verified_entry(manifest.read_bytes(), domain=domain, keyring=keyring)
         if entry is None:
             continue
         root = local / domain
@@ -171,7 +171,7 @@ def poison(home: Path) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bad)
         wrong = dataclasses.replace(entry, object_sha256=digest, object_size=len(bad))
-        manifest.write_bytes(cache.signed_manifest(wrong, domain=domain, keyring=keyring))
+        manifest.write_bytes(cachekeys.signed_manifest(wrong, domain=domain, keyring=keyring))
         return str(manifest)
     raise AssertionError(f"no entry of bindings.cpp in {local}")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from test_build import ROOT
-from test_cache_build import SHARED_KEY, cubin_archs, factory_build, fresh_home, run_build, store_entries
+from test_cache_build import WRITER, cubin_archs, factory_build, fresh_home, run_build, store_entries
 from test_memory_build import SCALE, memext_matrix
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,7 +37,7 @@ def test_two_shards_fill_the_cache_and_the_final_build_only_links(
             env={
                 **os.environ,
                 "FACTORY_HOME": str(fresh_home(tmp_path, f"home{i}", session_factory_home)),
-                "FACTORY_CACHE_KEY": SHARED_KEY,  # the runners of one store sign with its key
+                **WRITER,  # the runners of one store sign with its private key
             },
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

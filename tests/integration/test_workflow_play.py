@@ -43,8 +43,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "factory.yml"
 BUCKET, PREFIX = "play-wheels", "ci"
-# What the step scripts may expand: the workflow's inputs, its secrets and the build matrix's values.
+# What the step scripts may expand: the workflow's inputs, its secrets and the build matrix's values; and the
+# compile cache's private key behind the plan's verdict on the event (tests/unit/test_workflows.py).
 EXPRESSION = re.compile(r"\$\{\{\s*(inputs|secrets|matrix)\.([A-Za-z0-9_-]+)\s*\}\}")
+GATED = re.compile(
+    r"\$\{\{ needs\.plan\.outputs\.(cache_writer) == 'true' && secrets\.([A-Za-z0-9_-]+) \|\| '' \}\}"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +106,10 @@ def expand(value: str, context: Mapping[str, Mapping[str, str]]) -> str:
     def one(match: re.Match[str]) -> str:
         return context[match.group(1)][match.group(2)]
 
-    out = EXPRESSION.sub(one, str(value))
+    def gated(match: re.Match[str]) -> str:
+        return context["secrets"][match.group(2)] if context["needs"][match.group(1)] == "true" else ""
+
+    out = EXPRESSION.sub(one, GATED.sub(gated, str(value)))
     assert "${{" not in out, f"the play cannot evaluate {value!r}"
     return out
 
@@ -240,7 +247,8 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         publish={"to": f"s3://{BUCKET}/{PREFIX}", "endpoint_url": moto.endpoint},
     )
     secret = "play-" + secrets.token_hex(16)
-    cache_key = "play-cache-key-" + secrets.token_hex(16)
+    cache_private, cache_public = signing.generate_key()
+    cache_key = cache_private.decode().splitlines()[1]  # what of the cache's private key must never show
     sign_key, sign_pub = signing.generate_key()
     context: dict[str, dict[str, str]] = {
         "inputs": {
@@ -248,14 +256,16 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
             "matrix": "matrix.yaml",
             "factory": str(factory_wheel),
             "verify-key": "play.pub",
+            "cache-public-keys": cache_public.decode(),
         },
         "secrets": {
             "AWS_ACCESS_KEY_ID": "AKIAPLAYRUNNER",
             "AWS_SECRET_ACCESS_KEY": secret,
-            "FACTORY_CACHE_KEY": cache_key,
+            "FACTORY_CACHE_SIGN_KEY": cache_private.decode(),
             "FACTORY_SIGN_KEY": sign_key.decode(),
         },
         "matrix": {},
+        "needs": {"cache_writer": "true"},  # a scheduled run: trusted, it writes the shared compile cache
     }
     started = time.monotonic()
 

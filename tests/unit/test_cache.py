@@ -4,6 +4,7 @@ store (a directory here; S3 through moto in tests/integration/test_cache_s3.py),
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import textwrap
@@ -13,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import build, cache, jobrun, leftovers, report
+from factory import build, cache, cachekeys, jobrun, leftovers, report, signing
 from factory.cli.progress import progress_line, summary_lines
 from factory.config import load_matrix_file
 from factory.container import compilecache, driver, protocol
@@ -121,7 +123,7 @@ def test_parse_max_refuses_in_one_line(bad: str) -> None:
 
 # --- the local directory and the sync --------------------------------------------------------------------
 
-KEY = cache.Keyring(signing=b"k" * 40)
+KEY = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
 DOMAIN, OTHER_DOMAIN = "d" * 64, "e" * 64
 
 
@@ -160,7 +162,7 @@ def put_entry(
     """A signed entry (object, then manifest) as the local cache or a store holds it; its two keys."""
     made = make_entry(data, n)
     obj, manifest = keys_of(made, domain)
-    for key, body in ((obj, data), (manifest, cache.signed_manifest(made, domain=domain, keyring=KEY))):
+    for key, body in ((obj, data), (manifest, cachekeys.signed_manifest(made, domain=domain, keyring=KEY))):
         path = put(root, key, body)
         if mtime is not None:
             os.utime(path, (mtime, mtime))
@@ -173,22 +175,23 @@ SHA = hashlib.sha256(b"x").hexdigest()
 @pytest.mark.parametrize(
     ("key", "expected"),
     [
-        (f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}", (DOMAIN, f"o/{SHA[:2]}/{SHA}", ("o", SHA))),
+        (f"{cache.LAYOUT}/{DOMAIN}/o/{SHA[:2]}/{SHA}", (DOMAIN, f"o/{SHA[:2]}/{SHA}", ("o", SHA))),
         (
-            f"v2/{DOMAIN}/m/{SHA[:2]}/{SHA}/{'1' * 64}.json",
+            f"{cache.LAYOUT}/{DOMAIN}/m/{SHA[:2]}/{SHA}/{'1' * 64}.json",
             (DOMAIN, f"m/{SHA[:2]}/{SHA}/{'1' * 64}.json", ("m", SHA, "1" * 64)),
         ),
-        (f"v2/{DOMAIN}/h/{SHA}-{SHA}", None),  # an outbox's mark: never synced
-        (f"v2/{DOMAIN}/o/{SHA[:2]}/.tmp-{SHA}-12-ab12", None),
-        (f"v2/{DOMAIN}/o/{SHA[:3]}/{SHA}", None),
-        (f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}.tmp", None),
-        (f"v2/{DOMAIN}/../etc/passwd", None),
-        (f"v2/{DOMAIN[:63]}/o/{SHA[:2]}/{SHA}", None),
-        (f"v2/{DOMAIN.upper()}/o/{SHA[:2]}/{SHA}", None),
+        (f"{cache.LAYOUT}/{DOMAIN}/h/{SHA}-{SHA}", None),  # an outbox's mark: never synced
+        (f"{cache.LAYOUT}/{DOMAIN}/o/{SHA[:2]}/.tmp-{SHA}-12-ab12", None),
+        (f"{cache.LAYOUT}/{DOMAIN}/o/{SHA[:3]}/{SHA}", None),
+        (f"{cache.LAYOUT}/{DOMAIN}/o/{SHA[:2]}/{SHA}.tmp", None),
+        (f"{cache.LAYOUT}/{DOMAIN}/../etc/passwd", None),
+        (f"{cache.LAYOUT}/{DOMAIN[:63]}/o/{SHA[:2]}/{SHA}", None),
+        (f"{cache.LAYOUT}/{DOMAIN.upper()}/o/{SHA[:2]}/{SHA}", None),
         (f"v1/o/{SHA[:2]}/{SHA}", None),
-        (f"v2/o/{SHA[:2]}/{SHA}", None),
-        ("v2", None),
-        (f"_cache/v2/{DOMAIN}/o/{SHA[:2]}/{SHA}", None),
+        (f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}", None),  # the HMAC-signed layout: never synced again
+        (f"{cache.LAYOUT}/o/{SHA[:2]}/{SHA}", None),
+        (cache.LAYOUT, None),
+        (f"_cache/{cache.LAYOUT}/{DOMAIN}/o/{SHA[:2]}/{SHA}", None),
     ],
 )
 def test_parse_store_key(key: str, expected: tuple[str, str, tuple[str, ...]] | None) -> None:
@@ -202,12 +205,12 @@ def test_parse_store_key(key: str, expected: tuple[str, str, tuple[str, ...]] | 
 
 def test_local_files_are_committed_files_only(tmp_path: Path) -> None:
     obj, manifest = put_entry(tmp_path, b"object")
-    put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-{SHA}-1-x", b"half")
-    put(tmp_path, f"v2/{DOMAIN}/h/{SHA}-{SHA}", b"")
+    put(tmp_path, f"{cache.LAYOUT}/{DOMAIN}/o/ab/.tmp-{SHA}-1-x", b"half")
+    put(tmp_path, f"{cache.LAYOUT}/{DOMAIN}/h/{SHA}-{SHA}", b"")
     put(tmp_path, "stray.txt", b"x")
     put(tmp_path, f"v1/o/{SHA[:2]}/{SHA}", b"x")
-    (tmp_path / f"v2/{DOMAIN}/o/{SHA[:2]}").mkdir(parents=True)
-    (tmp_path / f"v2/{DOMAIN}/o/{SHA[:2]}/{SHA}").symlink_to(tmp_path / "stray.txt")
+    (tmp_path / f"{cache.LAYOUT}/{DOMAIN}/o/{SHA[:2]}").mkdir(parents=True)
+    (tmp_path / f"{cache.LAYOUT}/{DOMAIN}/o/{SHA[:2]}/{SHA}").symlink_to(tmp_path / "stray.txt")
     assert cache.local_files(tmp_path) == {obj, manifest}
     assert cache.local_files(tmp_path / "absent") == set()
 
@@ -216,18 +219,18 @@ def test_push_then_pull_is_the_union_and_never_overwrites(tmp_path: Path) -> Non
     a, b, store_dir = tmp_path / "a", tmp_path / "b", tmp_path / "store"
     store = LocalStore(store_dir)
     obj, manifest = put_entry(a, b"object", 1)
-    put(a, f"v2/{DOMAIN}/o/ab/.tmp-{SHA}-1-x", b"half")
+    put(a, f"{cache.LAYOUT}/{DOMAIN}/o/ab/.tmp-{SHA}-1-x", b"half")
     theirs = put_entry(store_dir, b"theirs", 2)  # another machine's
     put(store_dir, "profiles/x.json", b"not the cache's")
     put_entry(b, b"theirs", 2)  # a name is its content: never replaced either way
     os.utime(b / theirs[0], (1000.0, 1000.0))
     remote = cache.remote_files(store)
     assert remote == set(theirs)
-    sent = cache.push(store, a, remote=remote)
+    sent = cache.push(store, a, keyring=KEY, remote=remote)
     assert (sent.files, sent.failed) == (2, 0)
     assert sent.bytes == (a / obj).stat().st_size + (a / manifest).stat().st_size
     assert remote == {obj, manifest, *theirs}
-    assert cache.push(store, a, remote=cache.remote_files(store)).files == 0
+    assert cache.push(store, a, keyring=KEY, remote=cache.remote_files(store)).files == 0
     got = cache.pull(store, b, keyring=KEY)
     assert (got.files, got.failed) == (2, 0)
     assert cache.local_files(b) == {obj, manifest, *theirs}
@@ -248,16 +251,21 @@ def test_the_local_cache_is_the_host_s_alone(tmp_path: Path) -> None:
         assert path.stat().st_mode & 0o022 == 0, path
 
 
-def test_a_download_cut_short_is_not_committed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", ["o", "m"])
+def test_a_download_cut_short_is_not_committed(tmp_path: Path, cut: str) -> None:
     class Short(LocalStore):
         def open(self, key: str):  # type: ignore[no-untyped-def]
             opened = super().open(key)
             assert opened is not None
-            return opened[0], opened[1] + 10  # the store said more than came
+            if f"/{cut}/" not in key:
+                return opened
+            data = opened[0].read()
+            opened[0].close()
+            return io.BytesIO(data[:-3]), opened[1]  # the store said more than came
 
     put_entry(tmp_path / "store", b"object")
     got = cache.pull(Short(tmp_path / "store"), tmp_path / "local", keyring=KEY)
-    assert (got.files, got.failed) == (0, 2)  # the object cut short, then its manifest without it
+    assert (got.files, got.failed) == (0, 1)  # the entry: its manifest, or its object and so its manifest
     assert cache.local_files(tmp_path / "local") == set()
     assert not [p for p in (tmp_path / "local").rglob("*") if p.is_file()]
 
@@ -283,7 +291,7 @@ def test_cache_sync_pulls_before_a_job_and_imports_and_uploads_when_nudged(tmp_p
             time.sleep(0.05)
         assert (store_dir / obj).read_bytes() == b"compiled now"
         stored = (store_dir / manifest).read_bytes()
-        assert cache.verified_entry(stored, domain=DOMAIN, keyring=KEY) == made  # signed on the way in
+        assert cachekeys.verified_entry(stored, domain=DOMAIN, keyring=KEY) == made  # signed on the way in
     assert lines == [f"job1: compile cache: 2 file(s) fetched from {store_dir}"]
 
 
@@ -291,8 +299,10 @@ def test_a_pull_stops_at_the_bound_and_fetches_a_file_once_a_run(tmp_path: Path)
     store_dir = tmp_path / "store"
     one = put_entry(store_dir, b"x" * 1000, 1)
     two = put_entry(store_dir, b"y" * 1000, 2)
-    capped = cache.pull(LocalStore(store_dir), tmp_path / "capped", keyring=KEY, max_bytes=1500)
-    assert capped.files == 2  # both objects (first), then the bound is reached
+    bound = sum((store_dir / k).stat().st_size for k in one) + 100  # one entry fits, not two
+    capped = cache.pull(LocalStore(store_dir), tmp_path / "capped", keyring=KEY, max_bytes=bound)
+    assert capped.files == 2 and capped.bytes <= bound  # one entry, its object and manifest; then the bound
+    assert len(cache.local_files(tmp_path / "capped")) == 2
     config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
     sync = cache.CacheSync(config, keyring=KEY)
     sync.open_job("j1", domain=DOMAIN, run_id="r1")
@@ -318,13 +328,70 @@ def test_an_unreachable_store_costs_only_the_head_start(tmp_path: Path) -> None:
 def test_cache_sync_without_a_keyring_uses_the_home_s_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(cache.KEY_ENV, raising=False)
-    monkeypatch.delenv(cache.TRUSTED_KEYS_ENV, raising=False)
+    for name in (cachekeys.SIGN_KEY_ENV, cachekeys.PUBLIC_KEYS_ENV, *cachekeys.HMAC_KEY_ENVS):
+        monkeypatch.delenv(name, raising=False)
     home = tmp_path / "home"
     sync = cache.CacheSync(cache.CacheConfig(local=cache.local_dir(home)))
-    assert sync.keyring == cache.load_keyring(home, {})
-    assert (home / "cache" / cache.KEY_FILE).is_file()
-    assert not (cache.local_dir(home) / cache.KEY_FILE).exists()  # never inside what containers see
+    assert sync.keyring.key_id == cachekeys.load_keyring(home / "cache", {}).key_id
+    assert not sync.keyring.writes_store
+    assert (home / "cache" / cachekeys.KEY_FILE).is_file()
+    assert not (cache.local_dir(home) / cachekeys.KEY_FILE).exists()  # never inside what containers see
+
+
+def test_an_untrusted_build_reads_the_store_and_never_writes_it(tmp_path: Path) -> None:
+    """Public keys only (a pull request, a fork, a laptop): the store's signed entries come down, what the
+    build compiles is imported into its own local cache, signed with its home's key, and nothing goes up,
+    not even after the job or when nudged."""
+    store_dir = tmp_path / "store"
+    pulled = put_entry(store_dir, b"from the store", 1)
+    before = sorted(p for p in store_dir.rglob("*"))
+    reader = cachekeys.Keyring(
+        signing=Ed25519PrivateKey.generate(), writes_store=False, trusted=(KEY.signing.public_key(),)
+    )
+    lines: list[str] = []
+    config = cache.CacheConfig(local=tmp_path / "local", store=str(store_dir))
+    with cache.CacheSync(config, log=lines.append, keyring=reader) as sync:
+        job = sync.open_job("job1", domain=DOMAIN, run_id="r1")
+        sync.before_job("job1", DOMAIN)
+        assert all((tmp_path / "local" / k).is_file() for k in pulled)
+        made = make_entry(b"compiled here", 2)
+        put(job.outbox, compilecache.object_relative(made.object_sha256).as_posix(), b"compiled here")
+        put(job.outbox, compilecache.manifest_relative(made.direct_key, made.result_key).as_posix(),
+            compilecache.manifest_json(made).encode())  # fmt: skip
+        sync.nudge()
+        sync.after_job("job1")
+        assert sync.upload() == cache.SyncResult()
+    obj, manifest = keys_of(made)
+    mine = (tmp_path / "local" / manifest).read_bytes()
+    assert cachekeys.verified_entry(mine, domain=DOMAIN, keyring=reader) == made  # its own next builds hit
+    assert cachekeys.verified_entry(mine, domain=DOMAIN, keyring=KEY) is None  # no one else takes it
+    assert sorted(p for p in store_dir.rglob("*")) == before
+    assert lines[0] == (
+        f"compile cache store {store_dir}: read only (no $FACTORY_CACHE_SIGN_KEY): the entries its keys "
+        "signed are used, this host's compiles stay in its local cache"
+    )
+    assert not [line for line in lines if "sent to" in line]
+    # and a writer that shares its home later sends none of it: the home key's entry is not the store's
+    with cache.CacheSync(config, keyring=KEY) as writer:
+        writer.open_job("job2", domain=DOMAIN, run_id="r2")
+        writer.before_job("job2", DOMAIN)
+        writer.after_job("job2")
+    assert not (store_dir / manifest).exists() and not (store_dir / obj).exists()
+    assert not (tmp_path / "local" / manifest).exists()  # not the writer's to use either
+
+
+def test_without_any_key_of_the_store_it_is_not_used(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    put_entry(store_dir, b"from the store", 1)
+    lines: list[str] = []
+    own = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=False)
+    sync = cache.CacheSync(cache.CacheConfig(local=tmp_path / "local", store=str(store_dir)), keyring=own,
+                           log=lines.append)  # fmt: skip
+    sync.open_job("j", domain=DOMAIN, run_id="r1")
+    sync.before_job("j", DOMAIN)
+    sync.after_job("j")
+    assert cache.local_files(tmp_path / "local") == set()
+    assert len(lines) == 1 and "not used: no key to verify its entries with" in lines[0], lines
 
 
 def test_sync_writes_objects_before_their_manifests(tmp_path: Path) -> None:
@@ -337,10 +404,10 @@ def test_sync_writes_objects_before_their_manifests(tmp_path: Path) -> None:
             return super().put(key, data, **kwargs)  # type: ignore[arg-type]
 
     obj, manifest = put_entry(tmp_path / "a", b"object")
-    cache.push(Recording(tmp_path / "store"), tmp_path / "a", remote=set())
-    assert order == [obj, manifest]
-    other_obj, _ = keys_of(make_entry(b"other", 5))
-    assert cache.objects_first([manifest, other_obj, obj]) == [*sorted([obj, other_obj]), manifest]
+    stray, _ = keys_of(make_entry(b"no manifest names it", 5))
+    put(tmp_path / "a", stray, b"no manifest names it")
+    cache.push(Recording(tmp_path / "store"), tmp_path / "a", keyring=KEY, remote=set())
+    assert order == [obj, manifest]  # and never an object no manifest it vouches for names
 
 
 # --- factory cache stats|prune ------------------------------------------------------------------------------
@@ -378,7 +445,7 @@ def test_stats_count_every_domain(tmp_path: Path) -> None:
     assert cache.stats(tmp_path) == cache.CacheStats(entries=0, objects=0, bytes=0, oldest=None, newest=None)
     a = put_entry(tmp_path, b"a" * 100, 1, mtime=1000.0)
     b = put_entry(tmp_path, b"b" * 50, 2, domain=OTHER_DOMAIN, mtime=2000.0)
-    put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-half-written", b"x")
+    put(tmp_path, f"{cache.LAYOUT}/{DOMAIN}/o/ab/.tmp-half-written", b"x")
     put(tmp_path, f"v1/o/{SHA[:2]}/{SHA}", b"old layout")
     s = cache.stats(tmp_path)
     assert (s.entries, s.objects, s.oldest, s.newest) == (2, 2, 1000.0, 2000.0)
@@ -413,10 +480,10 @@ def test_prune_removes_other_layouts_and_stray_files_whatever_the_size(tmp_path:
     strays = [
         put(root, f"v1/o/{SHA[:2]}/{SHA}", b"old layout"),
         put(root, "stray.txt", b"x"),
-        put(root, f"v2/{DOMAIN}/stray", b"x"),
-        put(root, f"v2/{DOMAIN}/m/zz/junk", b"x"),
-        put(root, f"v2/{DOMAIN}/h/{SHA}-{SHA}", b""),
-        put(root, f"v2/{'f' * 63}/o/{SHA[:2]}/{SHA}", b"x"),
+        put(root, f"{cache.LAYOUT}/{DOMAIN}/stray", b"x"),
+        put(root, f"{cache.LAYOUT}/{DOMAIN}/m/zz/junk", b"x"),
+        put(root, f"{cache.LAYOUT}/{DOMAIN}/h/{SHA}-{SHA}", b""),
+        put(root, f"{cache.LAYOUT}/{'f' * 63}/o/{SHA[:2]}/{SHA}", b"x"),
     ]
     (root / "v0").symlink_to(outside.parent, target_is_directory=True)  # an old tree that is a link
     for path in strays:
@@ -435,8 +502,8 @@ def test_an_object_two_entries_share_stays_while_one_uses_it(tmp_path: Path) -> 
     obj, m1 = keys_of(first)
     _, m2 = keys_of(second)
     put(tmp_path, obj, shared)
-    put(tmp_path, m1, cache.signed_manifest(first, domain=DOMAIN, keyring=KEY))
-    put(tmp_path, m2, cache.signed_manifest(second, domain=DOMAIN, keyring=KEY))
+    put(tmp_path, m1, cachekeys.signed_manifest(first, domain=DOMAIN, keyring=KEY))
+    put(tmp_path, m2, cachekeys.signed_manifest(second, domain=DOMAIN, keyring=KEY))
     for key, age in ((obj, 300), (m1, 200), (m2, 100)):
         os.utime(tmp_path / key, (now - age, now - age))
     total = cache.stats(tmp_path).bytes
@@ -459,8 +526,8 @@ def test_prune_keeps_a_writer_at_work_and_removes_what_one_that_died_left(tmp_pa
     (tmp_path / young_m).unlink()  # its manifest is about to follow
     stale_obj, stale_m = put_entry(tmp_path, b"stale", 4, mtime=now - 2 * grace)
     (tmp_path / stale_m).unlink()
-    fresh_tmp = put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-x.1.aa", b"x")
-    stale_tmp = put(tmp_path, f"v2/{DOMAIN}/o/ab/.tmp-x.2.bb", b"x")
+    fresh_tmp = put(tmp_path, f"{cache.LAYOUT}/{DOMAIN}/o/ab/.tmp-x.1.aa", b"x")
+    stale_tmp = put(tmp_path, f"{cache.LAYOUT}/{DOMAIN}/o/ab/.tmp-x.2.bb", b"x")
     os.utime(stale_tmp, (now - 2 * grace, now - 2 * grace))
     result = cache.prune(10**9, tmp_path, now=now)
     assert result.removed_entries == 1
@@ -516,8 +583,8 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: int
 ) -> None:
     monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
-    secret_key = "the-signing-key-" * 3
-    monkeypatch.setenv(cache.KEY_ENV, secret_key)
+    secret_key = signing.generate_key()[0].decode()
+    monkeypatch.setenv(cachekeys.SIGN_KEY_ENV, secret_key)
     wheel_key = "-----BEGIN PRIVATE KEY-----the-wheel-signing-key"
     monkeypatch.setenv("FACTORY_SIGN_KEY", wheel_key)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -531,7 +598,7 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     )
     settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=config)
     runner = build.Runner(None, mf, settings)
-    assert runner.compile_cache is not None and runner.compile_cache.keyring.signing == secret_key.encode()
+    assert runner.compile_cache is not None and runner.compile_cache.keyring.writes_store
     job = plan_matrix(mf).jobs[0]
     run = jobrun.JobRun(runner.context, job, report.JobResult(job_id=job.id, variant_id="v", python="3.11"))
     run.job_cache = runner.compile_cache.open_job(job.id, domain=DOMAIN, run_id="r1")
@@ -543,9 +610,9 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     assert env[cache.ENV_DIR] == cache.MOUNT and env[cache.ENV_OUT] == cache.OUT_MOUNT
     assert env.get(cache.ENV_VERIFY) == (str(verify) if verify else None)
     assert "CXX" not in env  # the driver sets CXX (driver.cache_env)
-    assert cache.KEY_ENV not in env and cache.TRUSTED_KEYS_ENV not in env and "FACTORY_SIGN_KEY" not in env
+    assert cachekeys.SIGN_KEY_ENV not in env and "FACTORY_SIGN_KEY" not in env
     assert not [k for k in env if k.startswith("AWS_")]
-    leaks = ("secret-prefix", "s3.x", "do-not-leak", secret_key, wheel_key)
+    leaks = ("secret-prefix", "s3.x", "do-not-leak", secret_key.splitlines()[1], wheel_key)
     assert not [k for k, v in env.items() if any(x in v for x in leaks)]
     inputs = jobrun.JobInputs(image="img", source=tmp_path, wheelhouse=tmp_path, cache_domain=DOMAIN)
     mounts = run.mounts(inputs, tmp_path / "out")
@@ -611,7 +678,7 @@ def test_a_verified_hit_that_differs_is_reported_and_its_entry_removed(tmp_path:
     for made in (same, differs):
         obj, manifest = keys_of(made)
         put(sync.local, obj, b"x")
-        put(sync.local, manifest, cache.signed_manifest(made, domain=DOMAIN, keyring=sync.keyring))
+        put(sync.local, manifest, cachekeys.signed_manifest(made, domain=DOMAIN, keyring=sync.keyring))
     for made, check in ((same, "same"), (differs, "differs")):
         line = measurement_line(
             {"key": "k", "peak_bytes": 1, "wall_s": 1.0, "cache": "miss", "cache_check": check,

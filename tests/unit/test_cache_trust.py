@@ -5,6 +5,7 @@ domain directory may hold."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -13,14 +14,16 @@ import stat
 from pathlib import Path, PurePosixPath
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from factory import cache, leftovers
+from factory import cache, cachekeys, leftovers, signing
 from factory.container import compilecache
 from factory.errors import ConfigError
 from factory.stores import LocalStore
 
-KEY = cache.Keyring(signing=b"k" * 40)
-OTHER_KEY = cache.Keyring(signing=b"x" * 40)
+KEY = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
+OTHER_KEY = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
 DOMAIN, OTHER_DOMAIN = "d" * 64, "e" * 64
 SECRET = b"AWS_SECRET_ACCESS_KEY=do-not-leak-0123456789"
 
@@ -71,7 +74,7 @@ def every_byte(root: Path) -> bytes:
 
 @pytest.fixture
 def box(tmp_path: Path) -> dict[str, Path]:
-    outbox, dest = tmp_path / "outbox", tmp_path / "local" / "v2" / DOMAIN
+    outbox, dest = tmp_path / "outbox", tmp_path / "local" / cache.LAYOUT / DOMAIN
     outbox.mkdir()
     dest.mkdir(parents=True)
     secret = write(tmp_path / "host", "environ", SECRET)
@@ -85,20 +88,44 @@ def take(box: dict[str, Path]) -> cache.ImportResult:
 # --- signatures --------------------------------------------------------------------------------------------
 
 
-def signed(entry: compilecache.Entry, *, domain: str = DOMAIN, keyring: cache.Keyring = KEY) -> bytes:
-    return cache.signed_manifest(entry, domain=domain, keyring=keyring)
+def signed(entry: compilecache.Entry, *, domain: str = DOMAIN, keyring: cachekeys.Keyring = KEY) -> bytes:
+    return cachekeys.signed_manifest(entry, domain=domain, keyring=keyring)
+
+
+def ring(*, writes_store: bool = True, trusted: tuple[Ed25519PublicKey, ...] = ()) -> cachekeys.Keyring:
+    return cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=writes_store, trusted=trusted)
+
+
+def verified(
+    data: bytes, keyring: cachekeys.Keyring = KEY, *, from_store: bool = False
+) -> compilecache.Entry | None:
+    return cachekeys.verified_entry(data, domain=DOMAIN, keyring=keyring, from_store=from_store)
 
 
 def test_a_signed_manifest_verifies_for_its_domain_with_its_key_only() -> None:
     entry = make_entry(b"obj")
     data = signed(entry)
-    assert cache.verified_entry(data, domain=DOMAIN, keyring=KEY) == entry
+    assert verified(data) == entry
     assert compilecache.parse_manifest(data) == entry  # the container reads it as any manifest
-    assert cache.verified_entry(data, domain=DOMAIN, keyring=OTHER_KEY) is None
-    assert cache.verified_entry(data, domain=OTHER_DOMAIN, keyring=KEY) is None  # moved to another domain
-    assert (
-        cache.verified_entry(compilecache.manifest_json(entry).encode(), domain=DOMAIN, keyring=KEY) is None
-    )
+    assert verified(data, OTHER_KEY) is None
+    assert cachekeys.verified_entry(data, domain=OTHER_DOMAIN, keyring=KEY) is None  # moved to another domain
+    assert verified(compilecache.manifest_json(entry).encode()) is None
+    raw = json.loads(data)
+    assert raw["key"] == signing.key_id(KEY.signing.public_key())  # the OpenSSH fingerprint of wheels' keys
+
+
+def test_verifying_needs_only_the_public_key() -> None:
+    """What an untrusted build holds: the store's public key verifies the store's entries, and the entries
+    it signs itself (with its home's own key) are not the store's."""
+    entry = make_entry(b"obj")
+    reader = ring(writes_store=False, trusted=(KEY.signing.public_key(),))
+    assert verified(signed(entry), reader, from_store=True) == entry
+    own = signed(entry, keyring=reader)
+    assert verified(own, reader) == entry  # its own local cache
+    assert verified(own, reader, from_store=True) is None  # never taken from a store
+    assert verified(own, KEY) is None and verified(own, KEY, from_store=True) is None  # nor by anyone else
+    # a writer's home key is not the store's either: only its signing key is
+    assert verified(signed(entry), KEY, from_store=True) == entry
 
 
 def tampered(entry: compilecache.Entry, **fields: object) -> bytes:
@@ -124,107 +151,148 @@ def tampered(entry: compilecache.Entry, **fields: object) -> bytes:
     ],
 )
 def test_a_tampered_field_breaks_the_signature(fields: dict[str, object]) -> None:
-    assert cache.verified_entry(tampered(make_entry(b"obj"), **fields), domain=DOMAIN, keyring=KEY) is None
+    assert verified(tampered(make_entry(b"obj"), **fields)) is None
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        {"tag": None},
-        {"key_id": None},
-        {"tag": 7},
-        {"tag": ""},
-        {"key_id": ["x"]},
-        {"key_id": cache.key_id(OTHER_KEY.signing)},
+        {"signature": None},
+        {"key": None},
+        {"signature": 7},
+        {"signature": ""},
+        {"signature": base64.b64encode(b"\0" * 64).decode()},
+        {"signature": base64.b64encode(b"\0" * 63).decode()},
+        {"signature": "not base64!"},
+        {"key": ["x"]},
+        {"key": {"a": 1}},
+        {"key": signing.key_id(OTHER_KEY.signing.public_key())},
     ],
 )
-def test_a_missing_or_malformed_tag_is_refused(change: dict[str, object]) -> None:
+def test_a_missing_or_malformed_signature_is_refused(change: dict[str, object]) -> None:
     raw = json.loads(signed(make_entry(b"obj")))
     for name, value in change.items():
         if value is None:
             del raw[name]
         else:
             raw[name] = value
-    assert cache.verified_entry(json.dumps(raw).encode(), domain=DOMAIN, keyring=KEY) is None
+    assert verified(json.dumps(raw).encode()) is None
 
 
-def test_a_non_ascii_tag_is_refused_not_an_error() -> None:
-    """A store writer controls every byte of a manifest: hmac.compare_digest raises TypeError on a str with
-    non-ASCII characters, which must be a refusal (None), not an exception out of pull/before_job."""
-    raw = json.loads(signed(make_entry(b"obj")))
-    raw["tag"] = "é" * 64
-    try:
-        got = cache.verified_entry(json.dumps(raw).encode(), domain=DOMAIN, keyring=KEY)
-    except TypeError as exc:
-        pytest.fail(f"BUG factory/cache.py verified_entry: a non-ASCII tag raises instead of refusing: {exc}")
-    assert got is None
+def test_an_hmac_tag_of_an_earlier_factory_is_refused() -> None:
+    """A manifest of the HMAC days (its `key_id` and `tag`): refused, whatever it claims."""
+    raw = json.loads(compilecache.manifest_json(make_entry(b"obj")))
+    raw.update(key_id="0" * 16, tag="0" * 64)
+    assert verified(json.dumps(raw).encode()) is None
+
+
+def test_a_non_ascii_signature_is_refused_not_an_error() -> None:
+    """A store writer controls every byte of a manifest: a signature or key of non-ASCII characters must be a
+    refusal (None), not an exception out of pull/before_job."""
+    for field in ("signature", "key"):
+        raw = json.loads(signed(make_entry(b"obj")))
+        raw[field] = "é" * 64
+        try:
+            got = verified(json.dumps(raw, ensure_ascii=False).encode())
+        except (TypeError, ValueError) as exc:
+            pytest.fail(f"BUG factory/cachekeys.py verified_entry: a non-ASCII {field} raises: {exc}")
+        assert got is None
 
 
 def test_a_key_being_rotated_in_is_accepted_and_not_signed_with() -> None:
     entry = make_entry(b"obj")
-    old, new = b"o" * 40, b"n" * 40
-    by_old = signed(entry, keyring=cache.Keyring(signing=old))
-    assert cache.verified_entry(by_old, domain=DOMAIN, keyring=cache.Keyring(signing=new)) is None
-    rotating = cache.Keyring(signing=new, trusted=(old,))
-    assert cache.verified_entry(by_old, domain=DOMAIN, keyring=rotating) == entry
-    assert json.loads(signed(entry, keyring=rotating))["key_id"] == cache.key_id(new)
-    assert (
-        cache.verified_entry(
-            signed(entry, keyring=rotating), domain=DOMAIN, keyring=cache.Keyring(signing=old)
-        )
-        is None
-    )
+    old, new = ring(), ring()
+    by_old = signed(entry, keyring=old)
+    assert verified(by_old, new) is None
+    rotating = ring(trusted=(old.signing.public_key(),))
+    assert verified(by_old, rotating) == entry and verified(by_old, rotating, from_store=True) == entry
+    assert json.loads(signed(entry, keyring=rotating))["key"] == rotating.key_id
+    assert verified(signed(entry, keyring=rotating), old) is None
 
 
-# --- the key ------------------------------------------------------------------------------------------------
+# --- the keys -----------------------------------------------------------------------------------------------
 
 
-def test_the_environment_key_wins_and_no_file_is_made(tmp_path: Path) -> None:
-    key = "s" * 40
-    ring = cache.load_keyring(tmp_path, {cache.KEY_ENV: f" {key}\n"})
-    assert ring == cache.Keyring(signing=key.encode())
-    assert not (tmp_path / "cache" / cache.KEY_FILE).exists()
+def key_pair() -> tuple[str, str]:
+    private, public = signing.generate_key()
+    return private.decode(), public.decode()
 
 
-def test_the_key_file_is_made_once_0600_and_reused(tmp_path: Path) -> None:
-    first = cache.load_keyring(tmp_path, {})
-    path = tmp_path / "cache" / cache.KEY_FILE
+def test_the_environment_key_makes_a_writer_and_no_file_is_made(tmp_path: Path) -> None:
+    private, public = key_pair()
+    keys = cachekeys.load_keyring(tmp_path, {cachekeys.SIGN_KEY_ENV: f"{private}\n"})
+    assert keys.writes_store and keys.trusted == ()
+    assert keys.key_id == signing.key_id(signing.load_public_key(public.encode(), shown="pub"))
+    assert set(keys.store_keys()) == {keys.key_id}
+    assert not (tmp_path / cachekeys.KEY_FILE).exists()
+    assert cachekeys.writes_store({cachekeys.SIGN_KEY_ENV: private})
+    assert not cachekeys.writes_store({cachekeys.PUBLIC_KEYS_ENV: public})
+
+
+def test_the_home_key_is_made_once_0600_reused_and_trusted_by_no_store(tmp_path: Path) -> None:
+    first = cachekeys.load_keyring(tmp_path, {})
+    path = tmp_path / cachekeys.KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert len(first.signing) >= cache.MIN_KEY_CHARS
+    assert not first.writes_store and first.store_keys() == {}
     text = path.read_bytes()
-    assert cache.load_keyring(tmp_path, {}) == first and path.read_bytes() == text
-    assert cache.load_keyring(tmp_path / "elsewhere", {}).signing != first.signing  # made, not fixed
+    assert cachekeys.load_keyring(tmp_path, {}).key_id == first.key_id and path.read_bytes() == text
+    assert cachekeys.load_keyring(tmp_path / "elsewhere", {}).key_id != first.key_id  # made, not fixed
 
 
-def test_trusted_keys_are_added(tmp_path: Path) -> None:
-    env = {cache.KEY_ENV: "s" * 40, cache.TRUSTED_KEYS_ENV: f"{'a' * 32}, {'b' * 33}"}
-    ring = cache.load_keyring(tmp_path, env)
-    assert ring.trusted == (b"a" * 32, b"b" * 33)
-    assert set(ring.accepts()) == {cache.key_id(k) for k in (b"s" * 40, b"a" * 32, b"b" * 33)}
+def test_public_keys_make_a_reader_and_are_added_for_rotation(tmp_path: Path) -> None:
+    (_, pub_a), (_, pub_b), (_, pub_c) = key_pair(), key_pair(), key_pair()
+    pem = (
+        signing.load_public_key(pub_c.encode(), shown="c")
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    env = {cachekeys.PUBLIC_KEYS_ENV: f"{pub_a.strip()}, {pub_b.strip()}\n{pem}\n{pub_a}"}
+    reader = cachekeys.load_keyring(tmp_path, env)
+    ids = [signing.key_id(signing.load_public_key(p.encode(), shown="p")) for p in (pub_a, pub_b, pub_c)]
+    assert not reader.writes_store and set(reader.store_keys()) == set(ids)  # the duplicate once
+    assert set(reader.accepts()) == {*ids, reader.key_id}
+    private, _ = key_pair()
+    writer = cachekeys.load_keyring(tmp_path, {**env, cachekeys.SIGN_KEY_ENV: private})
+    assert writer.writes_store and set(writer.store_keys()) == {*ids, writer.key_id}
 
 
 @pytest.mark.parametrize(
-    "env",
+    ("env", "message"),
     [
-        {cache.KEY_ENV: "short"},
-        {cache.KEY_ENV: "s" * 20 + " " + "s" * 20},
-        {cache.KEY_ENV: "s" * 40, cache.TRUSTED_KEYS_ENV: "tooshort"},
+        ({cachekeys.SIGN_KEY_ENV: "s" * 40}, r"^\$FACTORY_CACHE_SIGN_KEY: not a private key"),
+        ({cachekeys.SIGN_KEY_ENV: "x" * 20000}, r"^\$FACTORY_CACHE_SIGN_KEY: larger than"),
+        ({cachekeys.PUBLIC_KEYS_ENV: "ssh-ed25519 AAAA"}, r"^\$FACTORY_CACHE_PUBLIC_KEYS \(key 1\): not a"),
+        ({cachekeys.PUBLIC_KEYS_ENV: "ssh-ed25519 AAAA\n" * 65}, r"^\$FACTORY_CACHE_PUBLIC_KEYS: 65 keys"),
+        # an earlier factory's HMAC key: never read, never a silent fallback to the home's own key
+        (
+            {"FACTORY_CACHE_KEY": "s" * 40},
+            r"^\$FACTORY_CACHE_KEY: the compile cache is now signed with an Ed",
+        ),
+        ({"FACTORY_CACHE_TRUSTED_KEYS": "a" * 40}, r"^\$FACTORY_CACHE_TRUSTED_KEYS: the compile cache is"),
     ],
 )
-def test_a_weak_key_is_a_config_error(tmp_path: Path, env: dict[str, str]) -> None:
-    with pytest.raises(ConfigError, match="at least 32"):
-        cache.load_keyring(tmp_path, env)
+def test_a_bad_or_old_key_setting_is_one_config_error(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    private, _ = key_pair()
+    for given in (env, {cachekeys.SIGN_KEY_ENV: private, **env}):
+        with pytest.raises(ConfigError, match=message) as raised:
+            cachekeys.load_keyring(tmp_path, given)
+        assert "\n" not in str(raised.value) and "s" * 40 not in str(raised.value)
+        with pytest.raises(ConfigError, match=message):
+            cachekeys.check_environment(given)
+    assert not (tmp_path / cachekeys.KEY_FILE).exists()
 
 
-def test_a_short_or_linked_key_file_is_a_config_error(tmp_path: Path) -> None:
-    write(tmp_path / "a" / "cache", cache.KEY_FILE, b"short\n")
-    with pytest.raises(ConfigError):
-        cache.load_keyring(tmp_path / "a", {})
-    planted = write(tmp_path, "planted", b"p" * 64)
-    (tmp_path / "b" / "cache").mkdir(parents=True)
-    (tmp_path / "b" / "cache" / cache.KEY_FILE).symlink_to(planted)
+def test_a_bad_or_linked_key_file_is_a_config_error(tmp_path: Path) -> None:
+    write(tmp_path / "a", cachekeys.KEY_FILE, b"0123456789abcdef" * 4 + b"\n")  # an HMAC key of old
+    with pytest.raises(ConfigError, match="not a private key"):
+        cachekeys.load_keyring(tmp_path / "a", {})
+    planted = write(tmp_path, "planted", signing.generate_key()[0])
+    (tmp_path / "b").mkdir(parents=True)
+    (tmp_path / "b" / cachekeys.KEY_FILE).symlink_to(planted)
     with pytest.raises(ConfigError):  # a link is never followed, not even to a good key
-        cache.load_keyring(tmp_path / "b", {})
+        cachekeys.load_keyring(tmp_path / "b", {})
 
 
 # --- what the host takes from a build's outbox ----------------------------------------------------------
@@ -237,9 +305,9 @@ def test_an_outbox_entry_is_imported_signed_and_the_outbox_emptied(box: dict[str
     assert (got.objects, got.entries, got.refused) == (1, 1, 0)
     assert (box["dest"] / object_of(entry)).read_bytes() == b"object bytes"
     data = (box["dest"] / manifest_of(entry)).read_bytes()
-    assert cache.verified_entry(data, domain=DOMAIN, keyring=KEY) == entry
-    assert cache.verified_entry(data, domain=DOMAIN, keyring=OTHER_KEY) is None
-    assert cache.verified_entry(data, domain=OTHER_DOMAIN, keyring=KEY) is None
+    assert cachekeys.verified_entry(data, domain=DOMAIN, keyring=KEY) == entry
+    assert cachekeys.verified_entry(data, domain=DOMAIN, keyring=OTHER_KEY) is None
+    assert cachekeys.verified_entry(data, domain=OTHER_DOMAIN, keyring=KEY) is None
     assert not [p for p in box["outbox"].rglob("*") if p.is_file()]
     assert take(box) == cache.ImportResult()  # read once
 
@@ -467,7 +535,7 @@ def test_after_job_imports_and_removes_the_outbox_and_suspect_removes_an_entry(t
     sync.after_job("j1")
     assert not outbox.exists()
     assert (
-        cache.verified_entry((job.dest / manifest_of(entry)).read_bytes(), domain=DOMAIN, keyring=KEY)
+        cachekeys.verified_entry((job.dest / manifest_of(entry)).read_bytes(), domain=DOMAIN, keyring=KEY)
         == entry
     )
     sync.open_job("j2", domain=DOMAIN, run_id="r1")
@@ -502,8 +570,8 @@ def test_a_pull_keeps_only_what_it_can_verify(tmp_path: Path, monkeypatch: pytes
         (by_other, signed(by_other, keyring=OTHER_KEY), b"o"),
         (moved, signed(moved, domain=OTHER_DOMAIN), b"v"),
     ):
-        harmless.add(put_store(store, DOMAIN, object_of(made), data))  # named by its content: kept, unused
-        put_store(store, DOMAIN, manifest_of(made), body)
+        harmless.add(put_store(store, DOMAIN, object_of(made), data))  # named by its content, by no verified
+        put_store(store, DOMAIN, manifest_of(made), body)  # manifest: never fetched
     put_store(store, DOMAIN, compilecache.object_relative(hashlib.sha256(b"named").hexdigest()), b"not named")
     huge = make_entry(b"h" * 1001, 5)
     put_store(store, DOMAIN, object_of(huge), b"h" * 1001)
@@ -517,8 +585,8 @@ def test_a_pull_keeps_only_what_it_can_verify(tmp_path: Path, monkeypatch: pytes
     local = tmp_path / "local"
     remote = cache.remote_files(LocalStore(store), DOMAIN)
     got = cache.pull(LocalStore(store), local, keyring=KEY, remote=remote)
-    assert cache.local_files(local) == good | harmless
-    assert got.files == 5 and got.failed == 7
+    assert cache.local_files(local) == good
+    assert got.files == 2 and got.failed == 5  # three manifests no key of the store signed, huge, long
     for key in cache.local_files(local):
         parsed = cache.parse_store_key(key)
         assert parsed is not None
@@ -547,10 +615,41 @@ def test_before_job_brings_only_the_job_s_domain(tmp_path: Path) -> None:
     assert lines == [f"j1: compile cache: 2 file(s) fetched from {store}"]
 
 
-@pytest.mark.parametrize("what", ["deep", "non-ascii tag"])
+def test_a_store_writer_cannot_fill_the_local_cache_past_its_bound(tmp_path: Path) -> None:
+    """Issue 41 §4: objects no verified manifest names, however many and big, are never fetched; a verified
+    manifest's object is fetched only at the size it names, and the pull keeps to its bound."""
+    store = tmp_path / "store"
+    for n in range(20):
+        data = bytes([n]) * 100_000
+        put_store(store, DOMAIN, compilecache.object_relative(hashlib.sha256(data).hexdigest()), data)
+    honest = make_entry(b"honest", 1)
+    put_store(store, DOMAIN, object_of(honest), b"honest")
+    put_store(store, DOMAIN, manifest_of(honest), signed(honest))
+    # a verified manifest whose object in the store is another size than it names: not downloaded
+    swapped = make_entry(b"small", 2)
+    put_store(store, DOMAIN, object_of(swapped), b"small" * 50_000)
+    put_store(store, DOMAIN, manifest_of(swapped), signed(swapped))
+    local = tmp_path / "local"
+    got = cache.pull(LocalStore(store), local, keyring=KEY, max_bytes=50_000)
+    assert (got.files, got.failed) == (2, 1)
+    assert cache.local_files(local) == {
+        cache.store_key(DOMAIN, object_of(honest)),
+        cache.store_key(DOMAIN, manifest_of(honest)),
+    }
+    assert sum(p.stat().st_size for p in local.rglob("*") if p.is_file()) < 50_000
+    # the bound: an entry that would go past it stops the pull
+    big = make_entry(b"b" * 60_000, 3)
+    put_store(tmp_path / "big", DOMAIN, object_of(big), b"b" * 60_000)
+    put_store(tmp_path / "big", DOMAIN, manifest_of(big), signed(big))
+    capped = tmp_path / "capped"
+    assert cache.pull(LocalStore(tmp_path / "big"), capped, keyring=KEY, max_bytes=50_000).files == 0
+    assert cache.local_files(capped) == set()
+
+
+@pytest.mark.parametrize("what", ["deep", "non-ascii signature"])
 def test_a_hostile_store_manifest_is_a_failed_file_not_an_error(tmp_path: Path, what: str) -> None:
     """Unverifiable is not kept and counted failed, never an error: a manifest of the store whose bytes make
-    the parser or the tag check raise must not fail the job (before_job catches OSError and FactoryError
+    the parser or the signature check raise must not fail the job (before_job catches OSError and FactoryError
     only)."""
     store = tmp_path / "store"
     made = make_entry(b"obj")
@@ -559,27 +658,28 @@ def test_a_hostile_store_manifest_is_a_failed_file_not_an_error(tmp_path: Path, 
         body = b"[" * 100_000 + b"]" * 100_000
     else:
         raw = json.loads(signed(made))
-        raw["tag"] = "é" * 64
+        raw["signature"] = "é" * 64
         body = json.dumps(raw, ensure_ascii=False).encode()
     put_store(store, DOMAIN, manifest_of(made), body)
     try:
         got = cache.pull(LocalStore(store), tmp_path / "local", keyring=KEY)
-    except (RecursionError, TypeError) as exc:
-        where = "compilecache.parse_manifest" if what == "deep" else "cache.verified_entry"
+    except (RecursionError, TypeError, ValueError) as exc:
+        where = "compilecache.parse_manifest" if what == "deep" else "cachekeys.verified_entry"
         pytest.fail(f"BUG factory/{where}: a hostile store manifest ({what}) raises {type(exc).__name__}")
-    assert (got.files, got.failed) == (1, 1)
+    assert (got.files, got.failed) == (0, 1)  # nor its object: no verified manifest names it
 
 
 def test_a_linked_local_domain_directory_gets_nothing_from_a_pull(tmp_path: Path) -> None:
     """Not a container's doing (the local cache is the host's), but the writes go through safefs all the same:
-    a local `v2/<domain>/o/ab` that is a link to another directory gets nothing written into it."""
+    a local `v3/<domain>/o/ab` that is a link to another directory gets nothing written into it."""
     store = tmp_path / "store"
     made = make_entry(b"obj")
     put_store(store, DOMAIN, object_of(made), b"obj")
+    put_store(store, DOMAIN, manifest_of(made), signed(made))
     local = tmp_path / "local"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    linked = local / "v2" / DOMAIN / "o" / made.object_sha256[:2]
+    linked = local / cache.LAYOUT / DOMAIN / "o" / made.object_sha256[:2]
     linked.parent.mkdir(parents=True)
     linked.symlink_to(elsewhere, target_is_directory=True)
     got = cache.pull(LocalStore(store), local, keyring=KEY)

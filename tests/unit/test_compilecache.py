@@ -16,8 +16,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import cache, safefs
+from factory import cache, cachekeys, safefs
 from factory.container import CONTAINER_DIR, compilecache, driver, protocol
 from factory.container.compilecache import Roots
 from factory.memory import profiles
@@ -163,7 +164,7 @@ def cache_files(root: Path, kind: str) -> list[Path]:
     ]
 
 
-KEY = cache.Keyring(signing=b"test-signing-key-" * 3)
+KEY = cachekeys.Keyring(signing=Ed25519PrivateKey.generate(), writes_store=True)
 DOMAIN = cache.trust_domain("demo-src")
 
 
@@ -197,7 +198,7 @@ def test_a_second_job_on_another_python_hits_with_the_same_object_and_its_own_de
     _, imported = host_import(world, out_a)
     assert (imported.objects, imported.entries, imported.refused) == (1, 1, 0)
     (manifest,) = cache_files(dest, "m")
-    assert cache.verified_entry(manifest.read_bytes(), domain=DOMAIN, keyring=KEY) is not None
+    assert cachekeys.verified_entry(manifest.read_bytes(), domain=DOMAIN, keyring=KEY) is not None
     second = run_cxx(world, b, args_b, root=dest, out=out_b)
     assert second.returncode == 0, second.stderr
     m = measurement(second)
@@ -554,7 +555,7 @@ def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: d
     assert measurement(run_cxx(world, jobs["a"], args["a"], root=dest, out=outs["a"])).cache == "miss"
     host_import(world, outs["a"])
     (manifest,) = cache_files(dest, "m")
-    entry = cache.verified_entry(manifest.read_bytes(), domain=DOMAIN, keyring=KEY)
+    entry = cachekeys.verified_entry(manifest.read_bytes(), domain=DOMAIN, keyring=KEY)
     assert entry is not None
     checked = run_cxx(world, jobs["b"], args["b"], root=dest, out=outs["b"], FACTORY_CACHE_VERIFY="1")
     assert checked.returncode == 0, checked.stderr
@@ -579,7 +580,7 @@ def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: d
     )
     compilecache.object_path(dest, poisoned.object_sha256).parent.mkdir(parents=True, exist_ok=True)
     compilecache.object_path(dest, poisoned.object_sha256).write_bytes(planted)
-    manifest.write_bytes(cache.signed_manifest(poisoned, domain=DOMAIN, keyring=KEY))
+    manifest.write_bytes(cachekeys.signed_manifest(poisoned, domain=DOMAIN, keyring=KEY))
     differs = measurement(
         run_cxx(world, jobs["c"], args["c"], root=dest, out=outs["c"], FACTORY_CACHE_VERIFY="1")
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from test_memory_wrapper import compile_cmd, setup
 
+from factory import cachekeys, signing
 from factory import shard as S
 from factory.container import protocol, shardskip
 from factory.container.protocol import ProfileEntry
@@ -357,15 +358,28 @@ def test_matrix_github_shards_outputs_and_the_256_limit(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    ("key", "warned"), [("", True), ("a-key-the-runners-of-this-store-share-0123", False)]
-)
-def test_a_shard_without_the_store_s_shared_key_is_warned(tmp_path: Path, key: str, warned: bool) -> None:
-    # a final build on another runner verifies this one's compiles only with the key they share
+@pytest.mark.parametrize(("key", "warned"), [("", True), ("private", False)])
+def test_a_shard_without_the_store_s_private_key_is_warned(tmp_path: Path, key: str, warned: bool) -> None:
+    # a final build on another runner takes this one's compiles only when the store's key signed them
     matrix = Path(__file__).parents[2] / "matrix.yaml"
     cmd = [sys.executable, "-m", "factory", "build", "-m", str(matrix), "--shard", "1/2", "--dry-run"]
     cmd += ["--cache", str(tmp_path / "store")]
-    env = {k: v for k, v in os.environ.items() if k != "FACTORY_CACHE_KEY"}
-    result = subprocess.run(cmd, capture_output=True, text=True, env={**env, "FACTORY_CACHE_KEY": key})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_CACHE_")}
+    value = signing.generate_key()[0].decode() if key else ""
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**env, cachekeys.SIGN_KEY_ENV: value})
     assert result.returncode == 0, result.stderr
-    assert ("warning: --shard without FACTORY_CACHE_KEY" in result.stderr) is warned, result.stderr
+    assert ("warning: --shard without FACTORY_CACHE_SIGN_KEY" in result.stderr) is warned, result.stderr
+
+
+def test_an_hmac_cache_key_of_an_earlier_factory_is_one_line_exit_2(tmp_path: Path) -> None:
+    matrix = Path(__file__).parents[2] / "matrix.yaml"
+    cmd = [sys.executable, "-m", "factory", "build", "-m", str(matrix), "--dry-run"]
+    cmd += ["--cache", str(tmp_path / "store")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FACTORY_CACHE_")}
+    hmac_key = "an-hmac-key-the-runners-of-this-store-shared-0123"
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**env, "FACTORY_CACHE_KEY": hmac_key})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        "error: $FACTORY_CACHE_KEY: the compile cache is now signed with an Ed25519"
+    )
+    assert hmac_key not in result.stderr and not (tmp_path / "store").exists()

@@ -48,26 +48,38 @@ def test_scripts_expand_nothing_and_actions_are_pinned(name: str) -> None:
             assert job.get("permissions") == {"contents": "read"}
 
 
+# The compile cache's private key reaches a step only through this gate: the plan's verdict on the event.
+CACHE_KEY = "FACTORY_CACHE_SIGN_KEY"
+GATED = f"${{{{ needs.plan.outputs.cache_writer == 'true' && secrets.{CACHE_KEY} || '' }}}}"
+TRUSTED_EVENTS = (
+    "${{ github.event_name == 'schedule' || ((github.event_name == 'push' || github.event_name == "
+    "'workflow_dispatch') && github.ref == format('refs/heads/{0}', "
+    "github.event.repository.default_branch)) }}"
+)
+
+
 def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
     text = (WORKFLOWS / "factory.yml").read_text()
     doc = load("factory.yml")
     declared = set(doc["on"]["workflow_call"]["secrets"])
     aws = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    assert declared == {*aws, "FACTORY_CACHE_KEY", "FACTORY_SIGN_KEY"}
+    assert declared == {*aws, CACHE_KEY, "FACTORY_SIGN_KEY"}
     users, signers, wheel_signers = [], [], []
     for step in steps(doc):
         env = step.get("env", {})
         passed = {k for k, v in env.items() if "secrets." in str(v)}
-        assert all(env[k] == f"${{{{ secrets.{k} }}}}" for k in passed)
+        assert all(env[k] == (GATED if k == CACHE_KEY else f"${{{{ secrets.{k} }}}}") for k in passed)
         if passed:
             # the cache's key only where compiles are signed: the steps that build; the wheels' signing key
             # only where wheels are published: the build that is no shard
             builds = " build " in step["run"]
             publishes = builds and "--publish" in step["run"] and "--shard" not in step["run"]
-            assert passed == (declared if publishes else {*aws, "FACTORY_CACHE_KEY"} if builds else aws)
+            assert passed == (declared if publishes else {*aws, CACHE_KEY} if builds else aws)
             users.append(step)
-            if "FACTORY_CACHE_KEY" in passed:
+            if CACHE_KEY in passed:
                 signers.append(step)
+                # and every step that builds verifies the shared cache with the public keys
+                assert env["FACTORY_CACHE_PUBLIC_KEYS"] == "${{ inputs.cache-public-keys }}"
             if "FACTORY_SIGN_KEY" in passed:
                 wheel_signers.append(step)
         assert "secrets." not in str(step.get("with", "")) and "secrets." not in str(step.get("run", ""))
@@ -75,6 +87,19 @@ def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
     assert len(wheel_signers) == 1  # build
     assert text.count("secrets.") == len(users) * 2 + len(signers) + len(wheel_signers)
     assert all(s["run"].lstrip().startswith('"$RUNNER_TEMP/factory/bin/factory" ') for s in users)
+
+
+def test_the_cache_s_private_key_goes_only_to_trusted_events() -> None:
+    """Issue 41 §5: push, schedule and workflow_dispatch of the default branch write the shared compile
+    cache; a pull request (a fork's or not) or another branch's run gets the public keys only."""
+    doc = load("factory.yml")
+    plan = doc["jobs"]["plan"]
+    assert plan["outputs"]["cache_writer"] == TRUSTED_EVENTS
+    for name in ("shard", "build"):
+        assert "plan" in doc["jobs"][name]["needs"]  # the gate's verdict is the plan's
+    assert "pull_request" not in TRUSTED_EVENTS and "merge_group" not in TRUSTED_EVENTS
+    inputs = doc["on"]["workflow_call"]["inputs"]
+    assert inputs["cache-public-keys"]["default"] == "" and inputs["cache-public-keys"]["type"] == "string"
 
 
 def test_wheels_yml_calls_the_reusable_workflow_on_schedule_and_dispatch() -> None:
@@ -85,9 +110,10 @@ def test_wheels_yml_calls_the_reusable_workflow_on_schedule_and_dispatch() -> No
     assert set(job["secrets"]) == {
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
-        "FACTORY_CACHE_KEY",
+        "FACTORY_CACHE_SIGN_KEY",
         "FACTORY_SIGN_KEY",
     }
+    assert job["with"]["cache-public-keys"] == "${{ vars.WHEELS_FACTORY_CACHE_PUBLIC_KEYS }}"
     matrix = Path(__file__).resolve().parents[2] / job["with"]["matrix"]
     publish = YAML(typ="safe").load(matrix.read_text())["publish"]
     assert publish["to"].startswith("s3://")  # a per-runner directory cannot tell one runner what another did
