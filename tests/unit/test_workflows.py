@@ -57,6 +57,7 @@ PRIVATE_KEYS = {CACHE_KEY, "FACTORY_SIGN_KEY"}
 def gated(secret: str) -> str:
     return f"${{{{ needs.plan.outputs.cache_writer == 'true' && secrets.{secret} || '' }}}}"
 
+
 TRUSTED_EVENTS = (
     "${{ github.event_name == 'schedule' || ((github.event_name == 'push' || github.event_name == "
     "'workflow_dispatch') && github.ref == format('refs/heads/{0}', "
