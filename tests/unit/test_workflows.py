@@ -48,9 +48,16 @@ def test_scripts_expand_nothing_and_actions_are_pinned(name: str) -> None:
             assert job.get("permissions") == {"contents": "read"}
 
 
-# The compile cache's private key reaches a step only through this gate: the plan's verdict on the event.
+# The private keys (the compile cache's, the wheels') reach a step only through this gate: the plan's verdict
+# on the event.
 CACHE_KEY = "FACTORY_CACHE_SIGN_KEY"
-GATED = f"${{{{ needs.plan.outputs.cache_writer == 'true' && secrets.{CACHE_KEY} || '' }}}}"
+PRIVATE_KEYS = {CACHE_KEY, "FACTORY_SIGN_KEY"}
+
+
+def gated(secret: str) -> str:
+    return f"${{{{ needs.plan.outputs.cache_writer == 'true' && secrets.{secret} || '' }}}}"
+
+
 TRUSTED_EVENTS = (
     "${{ github.event_name == 'schedule' || ((github.event_name == 'push' || github.event_name == "
     "'workflow_dispatch') && github.ref == format('refs/heads/{0}', "
@@ -68,7 +75,7 @@ def test_the_secrets_reach_only_the_steps_that_run_the_factory() -> None:
     for step in steps(doc):
         env = step.get("env", {})
         passed = {k for k, v in env.items() if "secrets." in str(v)}
-        assert all(env[k] == (GATED if k == CACHE_KEY else f"${{{{ secrets.{k} }}}}") for k in passed)
+        assert all(env[k] == (gated(k) if k in PRIVATE_KEYS else f"${{{{ secrets.{k} }}}}") for k in passed)
         if passed:
             # the cache's key only where compiles are signed: the steps that build; the wheels' signing key
             # only where wheels are published: the build that is no shard
