@@ -14,6 +14,13 @@ from factory.cli.matrix import TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.errors import ConfigError
 
+ENDPOINT_URL = typer.Option(
+    "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
+)
+DEST_OR_PUBLISH_TO = typer.Option(
+    "--to", metavar="DEST", help="Index directory or s3://bucket/prefix (default: publish.to)."
+)
+
 index_app = typer.Typer(help="Look after a published index.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 
@@ -23,12 +30,7 @@ def repair(
     to: Annotated[
         str, typer.Option("--to", metavar="DEST", help="Index directory or s3://bucket/prefix.")
     ] = ("./index"),
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option(
-            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
-        ),
-    ] = None,
+    endpoint_url: Annotated[str | None, ENDPOINT_URL] = None,
 ) -> None:
     """Rewrite every page of an index from the wheel files present in it.
 
@@ -46,18 +48,8 @@ def repair(
 
 @index_app.command("check")
 def check(
-    to: Annotated[
-        str | None,
-        typer.Option(
-            "--to", metavar="DEST", help="Index directory or s3://bucket/prefix (default: publish.to)."
-        ),
-    ] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option(
-            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
-        ),
-    ] = None,
+    to: Annotated[str | None, DEST_OR_PUBLISH_TO] = None,
+    endpoint_url: Annotated[str | None, ENDPOINT_URL] = None,
     matrix: Annotated[
         Path | None,
         typer.Option(
@@ -91,18 +83,8 @@ def check(
 
 @index_app.command("audit")
 def audit(
-    to: Annotated[
-        str | None,
-        typer.Option(
-            "--to", metavar="DEST", help="Index directory or s3://bucket/prefix (default: publish.to)."
-        ),
-    ] = None,
-    endpoint_url: Annotated[
-        str | None,
-        typer.Option(
-            "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
-        ),
-    ] = None,
+    to: Annotated[str | None, DEST_OR_PUBLISH_TO] = None,
+    endpoint_url: Annotated[str | None, ENDPOINT_URL] = None,
     key: Annotated[
         Path | None,
         typer.Option(
