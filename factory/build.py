@@ -254,28 +254,22 @@ class Runner:
     def _download_cuda_torch(
         self, job: Job, reqs: list[str], extra: tuple[str, ...], *, cuda: str, show: Callable[[str], None]
     ) -> Path:
-        target = job.platform.wheelhouse_tag
-        path = wheelhouse.download_wheelhouse(
-            reqs,
-            self.home / "wheelhouses",
-            python=job.python,
-            platform=target,
-            extra_index_urls=extra,
-            progress=show,
-        )
+        def download(reqs: list[str]) -> Path:
+            return wheelhouse.download_wheelhouse(
+                reqs,
+                self.home / "wheelhouses",
+                python=job.python,
+                platform=job.platform.wheelhouse_tag,
+                extra_index_urls=extra,
+                progress=show,
+            )
+
+        path = download(reqs)
         foreign = wheelhouse.foreign_torch(path, cuda=cuda)
         if foreign is None:
             return path
         self.log(f"{job.id}: the index's {reqs[0]} is {foreign}, no CUDA {cuda} build: refusing that version")
-        reqs = [wheelhouse.without_version(reqs[0], foreign), *reqs[1:]]
-        path = wheelhouse.download_wheelhouse(
-            reqs,
-            self.home / "wheelhouses",
-            python=job.python,
-            platform=target,
-            extra_index_urls=extra,
-            progress=show,
-        )
+        path = download([wheelhouse.without_version(reqs[0], foreign), *reqs[1:]])
         again = wheelhouse.foreign_torch(path, cuda=cuda)
         if again is not None:
             pytorch = PYTORCH_INDEX.format(tag=cuda.replace(".", ""))

@@ -46,7 +46,7 @@ from packaging.version import InvalidVersion, Version
 from factory import bounded, index, provenance, signing, wheelcheck, wheelprov
 from factory.errors import CheckError, ConfigError, FactoryError
 from factory.index import FileRecord
-from factory.indexcheck import check_index
+from factory.indexcheck import check_index, resolve_target
 from factory.publish import (
     MAX_METADATA_BYTES,
     check_metadata,
@@ -685,26 +685,17 @@ def audit_published(
     if rebuild < 0:
         raise ConfigError(f"--rebuild {rebuild}: the number of wheels to rebuild is 0 or more")
     public = signing.public_key_file(key) if key is not None else None
-    jobs: list[Job] | None = None
-    project = None
-    if matrix is not None:
-        from factory.config import load_matrix_file
-        from factory.plan import plan_matrix
-
-        mf = load_matrix_file(matrix, trust_paths=trust_paths)
-        jobs, project = list(plan_matrix(mf).jobs), mf.package.name
-        if to is None:
-            to, endpoint_url = mf.publish.to, endpoint_url or mf.publish.endpoint_url
-    if to is None:
-        raise ConfigError("--to or --matrix names the index to audit")
-    store = open_store(to, endpoint_url=endpoint_url, existing=True)
+    target = resolve_target(
+        to=to, endpoint_url=endpoint_url, matrix=matrix, trust_paths=trust_paths, what="audit"
+    )
+    store = open_store(target.to, endpoint_url=target.endpoint_url, existing=True)
     rebuilder = default_rebuilder(matrix=matrix, trust_paths=trust_paths, log=log)
     return audit_index(
-        to=to,
+        to=target.to,
         store=store,
         key=public,
-        jobs=jobs,
-        project=project,
+        jobs=list(target.jobs) if target.jobs is not None else None,
+        project=target.project,
         rebuild=rebuild,
         rebuilder=rebuilder,
         log=log,

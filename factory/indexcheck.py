@@ -277,16 +277,39 @@ def check_published(
 ) -> IndexCheck:
     """`factory index check`: `check_index` of `to`, or of the matrix file's publish.to; with `matrix`, its
     planned jobs are checked against the index too (`planned`, `missing`)."""
-    jobs: list[Job] = []
+    target = resolve_target(
+        to=to, endpoint_url=endpoint_url, matrix=matrix, trust_paths=trust_paths, what="check"
+    )
+    return check_index(
+        to=target.to, endpoint_url=target.endpoint_url, jobs=list(target.jobs or ()), project=target.project
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The index a command looks at and, given a matrix, the jobs it plans and its project."""
+
+    to: str
+    endpoint_url: str | None
+    jobs: tuple[Job, ...] | None  # None: no matrix given
+    project: str | None
+
+
+def resolve_target(
+    *, to: str | None, endpoint_url: str | None, matrix: Path | None, trust_paths: bool, what: str
+) -> Target:
+    """`to`, or the matrix file's publish.to (and endpoint) when only the matrix names the index; with
+    `matrix`, its planned jobs and project. ConfigError when neither names an index."""
+    jobs: tuple[Job, ...] | None = None
     project = None
     if matrix is not None:
         from factory.config import load_matrix_file
         from factory.plan import plan_matrix
 
         mf = load_matrix_file(matrix, trust_paths=trust_paths)
-        jobs, project = list(plan_matrix(mf).jobs), mf.package.name
+        jobs, project = tuple(plan_matrix(mf).jobs), mf.package.name
         if to is None:
             to, endpoint_url = mf.publish.to, endpoint_url or mf.publish.endpoint_url
     if to is None:
-        raise ConfigError("--to or --matrix names the index to check")
-    return check_index(to=to, endpoint_url=endpoint_url, jobs=jobs, project=project)
+        raise ConfigError(f"--to or --matrix names the index to {what}")
+    return Target(to=to, endpoint_url=endpoint_url, jobs=jobs, project=project)

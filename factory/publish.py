@@ -324,25 +324,27 @@ def converge_pages(
 
 
 def _state(
-    store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None, *, to: str
+    store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None, *, mend: str
 ) -> tuple[T, ...]:
     """What a state object says (nothing when it is absent); a damaged one is a PublishError naming it
-    and the command that rebuilds it."""
+    and what mends it (`mend`)."""
     if data is None:
         return ()
     try:
         return reader(data)
     except index.DamagedState as exc:
-        raise PublishError(
-            f"{key} in {store.description} is damaged ({exc}); {REPAIR_HINT.format(to=to)}"
-        ) from None
+        raise PublishError(f"{key} in {store.description} is damaged ({exc}); {mend}") from None
+
+
+# `factory index repair` does not cover the wheel variant channel
+CHANNEL_MEND = f"remove {wheelvariants.PREFIX} there and publish the wheels again with --variants"
 
 
 def state_reader(store: Store, page: PageRef, *, to: str) -> Callable[[bytes | None], site.Items]:
     """The items of `page`'s state object as publishing reads them: () when absent, PublishError (naming the
     repair) when damaged."""
     read = site.KINDS[page.kind].read
-    return lambda data: _state(store, page.state_key, read, data, to=to)
+    return lambda data: _state(store, page.state_key, read, data, mend=REPAIR_HINT.format(to=to))
 
 
 def _merged(page: PageRef, existing: site.Items, new: site.Items) -> site.Items | None:
@@ -711,25 +713,11 @@ def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned
     return list(planned.values()), notes
 
 
-def _channel_state(
-    store: Store, key: str, reader: Callable[[bytes], tuple[T, ...]], data: bytes | None
-) -> tuple[T, ...]:
-    """What a state object of the variant channel says; a damaged one is a PublishError naming it and what
-    mends it (`factory index repair` does not cover the channel)."""
-    if data is None:
-        return ()
-    try:
-        return reader(data)
-    except index.DamagedState as exc:
-        raise PublishError(
-            f"{key} in {store.description} is damaged ({exc}); remove {wheelvariants.PREFIX} there and "
-            "publish the wheels again with --variants"
-        ) from None
-
-
 def _variant_state(store: Store, key: str) -> tuple[wheelvariants.VariantFile, ...]:
     current = store.get(key)
-    return _channel_state(store, key, wheelvariants.files_from_state, current.data if current else None)
+    return _state(
+        store, key, wheelvariants.files_from_state, current.data if current else None, mend=CHANNEL_MEND
+    )
 
 
 def publish_variants(
@@ -800,7 +788,7 @@ def _sync_variant_page(
     key = wheelvariants.state_key(group, project)
 
     def swap(current: bytes | None) -> bytes | None:
-        existing = _channel_state(store, key, wheelvariants.files_from_state, current)
+        existing = _state(store, key, wheelvariants.files_from_state, current, mend=CHANNEL_MEND)
         try:
             merged = wheelvariants.merge_files(existing, files)
         except index.RecordConflict as exc:
@@ -848,7 +836,7 @@ def _sync_names(
     written: list[str] = []
 
     def swap(current: bytes | None) -> bytes | None:
-        merged = index.merge_names(_channel_state(store, state, read, current), names)
+        merged = index.merge_names(_state(store, state, read, current, mend=CHANNEL_MEND), names)
         return None if merged is None else dump(merged).encode()
 
     if compare_and_swap(
