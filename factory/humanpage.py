@@ -10,7 +10,8 @@ that reads without JavaScript:
   the page's own URL completing the relative index URL), so the command format has one owner.
 - each built cell carries its wheel's machine, the end of its filename (the row carries the shared start,
   which keeps the page small: under 100 KB for a 300-job matrix) and which files are published beside it
-  (`index.BESIDE`); the script turns them into links to the wheel, its provenance, signature and build record.
+  (`index.BESIDE`); the script turns them into links to the wheel, its provenance, SBOM, signature and
+  build record.
 - the GPU picker's names come from `factory.gpus`, the driver's CUDA choices from `factory.driver`.
 When no row fits, the script says what is missing and prints the matrix lines that would build it, in
 `variantrequest.matrix_lines`' format (a browser test checks both give the same lines).
@@ -37,6 +38,7 @@ _CPYTHON = re.compile(r"\d+\.\d+")
 # The one-letter spelling of index.BESIDE's names in a cell's data-s, and each link's text.
 _BESIDE_LETTERS = {
     "provenance": ("p", "provenance"),
+    "sbom": ("c", "SBOM"),  # CycloneDX
     "signature": ("s", "signature"),
     "build-record": ("b", "build"),
 }

@@ -7,7 +7,8 @@ records changed". Layout under an index root (all links relative, so the tree wo
     simple/<variant-id>/index.html|json        PEP 503 root of one variant index (its projects)
     simple/<variant-id>/<project>/index.html|json
     files/<variant-id>/<wheel>                 and <wheel>.metadata beside it (<wheel>.provenance.json
-                                               when it carries one, <wheel>.sig.json when signed,
+                                               and <wheel>.sbom.cdx.json when it carries them,
+                                               <wheel>.sig.json when signed,
                                                <wheel>.build.json when published with a report)
     index.html                                 human page: the build matrix and install commands
 """
@@ -142,6 +143,15 @@ def provenance_path(variant_id: str, filename: str) -> str:
     return f"{files_path(variant_id, filename)}{PROVENANCE_SUFFIX}"
 
 
+SBOM_SUFFIX = ".sbom.cdx.json"
+
+
+def sbom_path(variant_id: str, filename: str) -> str:
+    """The wheel's own SBOM (`factory.sbom`, the file its provenance names), byte for byte, beside it: a
+    client or scanner reads it without the wheel, as the provenance."""
+    return f"{files_path(variant_id, filename)}{SBOM_SUFFIX}"
+
+
 BUILD_RECORD_SUFFIX = ".build.json"
 
 
@@ -153,6 +163,7 @@ def build_record_path(variant_id: str, filename: str) -> str:
 # What may be published beside a wheel, by the name a matrix cell gives it: the suffix of its key.
 BESIDE: Mapping[str, str] = {
     "provenance": PROVENANCE_SUFFIX,
+    "sbom": SBOM_SUFFIX,
     "signature": SIGNATURE_SUFFIX,
     "build-record": BUILD_RECORD_SUFFIX,
 }

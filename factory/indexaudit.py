@@ -13,7 +13,8 @@ each wheel a page lists once, bounded (what a store hands back is hostile), and 
     device-code every extension module's cubins are exactly the label's archs (`wheelcheck`, `fatbin`)
     stable-abi  a stable-ABI label's modules call nothing of torch's C++ ABI (`stable_abi`)
     provenance  the in-wheel provenance is well formed and says the label's variant, torch, archs, name and
-                version; the published `<wheel>.provenance.json` is the same bytes
+                version; the published `<wheel>.provenance.json` is the same bytes, and
+                `<wheel>.sbom.cdx.json` those of the in-wheel SBOM
     matrix      with a matrix: the provenance is the planned job's (id, variant, Python)
     signature   with a public key: `<wheel>.sig.json` vouches for these bytes (a missing one is a problem)
     rebuild     N of them (chosen at random) rebuilt from their provenance and compared bit for bit
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory import bounded, index, provenance, signing, wheelcheck, wheelprov
+from factory import bounded, index, provenance, sbom, signing, wheelcheck, wheelprov
 from factory.errors import CheckError, ConfigError, FactoryError
 from factory.index import FileRecord
 from factory.indexcheck import check_index, resolve_target
@@ -183,8 +184,8 @@ class Audit:
 
 
 def _read_small(store: Store, key: str, limit: int) -> bytes | None:
-    """A small object of the store (a signature, .metadata, provenance file), read at most `limit` + 1 bytes
-    deep (`bounded.read_capped`); None when there is none; bounded.Refused beyond `limit`."""
+    """A small object of the store (a signature, .metadata, provenance or SBOM file), read at most `limit`
+    + 1 bytes deep (`bounded.read_capped`); None when there is none; bounded.Refused beyond `limit`."""
     opened = store.open(key)
     if opened is None:
         return None
@@ -499,6 +500,7 @@ def audit_wheel(
     for check in content.found.checks:
         found.add(check, [p.message for p in content.found.problems if p.check == check])
     _published_provenance(ctx.store, variant_id, rec.filename, target, found)
+    _published_sbom(ctx.store, variant_id, rec.filename, target, found)
     job = None
     if ctx.jobs is not None and ctx.project is not None and label is not None and content.document:
         job = planned_job(rec.filename, label, ctx.jobs, ctx.project)
@@ -564,6 +566,24 @@ def _published_provenance(store: Store, variant_id: str, filename: str, wheel: P
         found.add("provenance", f"{prov_key} is published, but the wheel carries no valid provenance")
     elif data != inside:
         found.add("provenance", f"{prov_key} is not the provenance inside the wheel")
+
+
+def _published_sbom(store: Store, variant_id: str, filename: str, wheel: Path, found: _Found) -> None:
+    """The SBOM published beside the wheel is the in-wheel one's bytes, as its provenance (a problem of the
+    provenance check: the provenance names the SBOM, and both are published from a valid pair)."""
+    sbom_key = index.sbom_path(variant_id, filename)
+    try:
+        data = _read_small(store, sbom_key, sbom.MAX_BYTES)
+    except bounded.Refused as exc:
+        found.add("provenance", f"{sbom_key}: {exc}")
+        return
+    inside = wheelprov.sbom_bytes(wheel)
+    if data is None and inside is not None:
+        found.add("provenance", f"{sbom_key} is missing (publishing writes the wheel's SBOM beside it)")
+    elif data is not None and inside is None:
+        found.add("provenance", f"{sbom_key} is published, but the wheel carries no valid SBOM")
+    elif data != inside:
+        found.add("provenance", f"{sbom_key} is not the SBOM inside the wheel")
 
 
 # --- the index ----------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Publishing wheels into per-variant simple indexes, safe under concurrent and interrupted publishers.
 
-Order of writes: wheel -> <wheel>.metadata (-> <wheel>.provenance.json, the one it carries) (->
-<wheel>.sig.json, signing) (-> <wheel>.build.json, with a build report) -> project page -> variant root ->
-root of variant indexes -> human page, so at every instant a page lists only files that exist, and
-rerunning an interrupted publish completes it.
+Order of writes: wheel -> <wheel>.metadata (-> <wheel>.provenance.json and <wheel>.sbom.cdx.json, the ones
+it carries) (-> <wheel>.sig.json, signing) (-> <wheel>.build.json, with a build report) -> project page ->
+variant root -> root of variant indexes -> human page, so at every instant a page lists only files that
+exist, and rerunning an interrupted publish completes it.
 
 The pages are those of `site.site_state` of the new files, each merged into the store's by `sync_page`
 with the reader, merge and renderers of its kind (`site.KINDS`). Each page has a JSON "state" object (the
@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Progress = Callable[[str, str], None]
-"""progress(event, key): event is "file", "metadata", "provenance", "signature", "build-record", "unchanged"
-(a file's key), "page" or "skip" (whether anything of a page was written; its HTML key)."""
+"""progress(event, key): event is "file", "metadata", "provenance", "sbom", "signature", "build-record",
+"unchanged" (a file's key), "page" or "skip" (whether anything of a page was written; its HTML key)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +68,7 @@ class WheelInfo:
     metadata: bytes
     requires_python: str | None
     provenance: bytes | None = None  # its .dist-info/factory-provenance.json, when it has a valid one
+    sbom: bytes | None = None  # the .dist-info/sboms/ file that provenance names, when it is a valid one
 
     @property
     def metadata_sha256(self) -> str:
@@ -188,7 +189,7 @@ def inspect_wheel(path: Path) -> WheelInfo:
     problems = wheel_archive_problems(path)
     if problems:
         raise PublishError(f"{path}: {problems[0]}; not published")
-    from factory.wheelprov import provenance_bytes
+    from factory.wheelprov import provenance_bytes, sbom_bytes
 
     return WheelInfo(
         path=path,
@@ -200,8 +201,11 @@ def inspect_wheel(path: Path) -> WheelInfo:
         metadata=metadata,
         requires_python=requires_python,
         provenance=provenance_bytes(path),
+        sbom=sbom_bytes(path),
     )
 
+
+SBOM_TYPE = "application/vnd.cyclonedx+json"  # CycloneDX's registered media type
 
 # A build report of the largest matrix (config.MAX_JOBS jobs of a few KiB each) is a few MiB; more is not one.
 MAX_REPORT_BYTES = 64 << 20
@@ -539,6 +543,7 @@ def _beside(info: WheelInfo, signer: Signer | None, records: Mapping[str, bytes]
         name
         for name, there in (
             ("provenance", info.provenance is not None),
+            ("sbom", info.sbom is not None),
             ("signature", signer is not None),
             ("build-record", info.filename in records),
         )
@@ -553,10 +558,10 @@ def _put_files(
     signer: Signer | None = None,
     records: Mapping[str, bytes] | None = None,
 ) -> list[PublishedFile]:
-    """Each wheel, then its .metadata, its provenance (the in-wheel file's bytes, when it has one), its
-    signature when `signer` and its build record when `records` has one, immutable: a page may only ever
-    point at complete files. A wheel published before, unsigned, gets its signature file now; one signed
-    before keeps the signature it has; so does a build record."""
+    """Each wheel, then its .metadata, its provenance and SBOM (the in-wheel files' bytes, when it has valid
+    ones), its signature when `signer` and its build record when `records` has one, immutable: a page may
+    only ever point at complete files. A wheel published before, unsigned, gets its signature file now; one
+    signed before keeps the signature it has; so does a build record."""
     results = []
     for variant_id, info in placed:
         key = index.files_path(variant_id, info.filename)
@@ -574,6 +579,11 @@ def _put_files(
                 store, prov_key, info.provenance, prov_sha, content_type="application/json"
             )
             notify("provenance" if wrote_prov else "unchanged", prov_key)
+        if info.sbom is not None:
+            sbom_key = index.sbom_path(variant_id, info.filename)
+            sbom_sha = hashlib.sha256(info.sbom).hexdigest()
+            wrote_sbom = _put_immutable(store, sbom_key, info.sbom, sbom_sha, content_type=SBOM_TYPE)
+            notify("sbom" if wrote_sbom else "unchanged", sbom_key)
         if signer is not None:
             sig_key = index.signature_path(variant_id, info.filename)
             body = signer.sign(info.filename, info.sha256)

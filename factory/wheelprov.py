@@ -80,6 +80,11 @@ def _member(archive: zipfile.ZipFile, name: str, limit: int, wheel: str) -> byte
 def read(wheel: Path) -> Found:
     """The provenance and SBOM a wheel carries; whatever is missing, too large or malformed is a CheckError
     of one line naming the wheel and the file."""
+    return _read(wheel)[0]
+
+
+def _read(wheel: Path) -> tuple[Found, bytes]:
+    """`read`, and the SBOM's bytes as they are in the archive."""
     name = wheel.name
     try:
         archive = bounded.open_zip(wheel)
@@ -95,8 +100,9 @@ def read(wheel: Path) -> Found:
         if not rel or rel.startswith("/") or ".." in parts or not rel.startswith(f"{provenance.SBOM_DIR}/"):
             raise CheckError(f"{name}: {path}: wheel.sbom {rel!r} is not a file under {provenance.SBOM_DIR}/")
         sbom_path = f"{dist_info}/{rel}"
-        summary = sbom.parse(_member(archive, sbom_path, sbom.MAX_BYTES, name), where=f"{name}: {sbom_path}")
-    return Found(wheel=name, provenance=document, sbom_path=sbom_path, sbom=summary)
+        sbom_data = _member(archive, sbom_path, sbom.MAX_BYTES, name)
+        summary = sbom.parse(sbom_data, where=f"{name}: {sbom_path}")
+    return Found(wheel=name, provenance=document, sbom_path=sbom_path, sbom=summary), sbom_data
 
 
 def _raw_provenance(wheel: Path) -> tuple[str, bytes] | None:
@@ -120,6 +126,16 @@ def provenance_bytes(wheel: Path) -> bytes | None:
     except CheckError:
         return None
     return data
+
+
+def sbom_bytes(wheel: Path) -> bytes | None:
+    """The wheel's SBOM file (the one its valid provenance names) as it is in the archive, when it is a valid
+    CycloneDX document (published beside the wheel); None when it has none or either cannot be read or
+    parsed (the wheel check says why)."""
+    try:
+        return _read(wheel)[1]
+    except CheckError:
+        return None
 
 
 def provenance_sha256(wheel: Path) -> str | None:

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from factory import buildrecord, index, provenance
+from factory import buildrecord, index, provenance, wheelprov
 from factory.buildrecord import BuildRecord
 from factory.cache import CacheConfig
 from factory.errors import CheckError
-from factory.publish import publish_wheels
+from factory.publish import publish_wheels, repair_index
 from factory.wheelcheck import record_hash
 
 SHA = "ab" * 32
@@ -155,11 +155,14 @@ DIST_INFO = f"demo_ext-{VERSION}.dist-info"
 PROVENANCE = b'{"format": 1}\n'  # its bytes are named by sha256; publishing does not parse them
 
 
-def wheel(directory: Path, provenance_file: bytes = PROVENANCE) -> Path:
+def wheel(
+    directory: Path, provenance_file: bytes = PROVENANCE, extra: dict[str, bytes] | None = None
+) -> Path:
     files = {
         "demo_ext/__init__.py": b"X = 1\n",
         f"{DIST_INFO}/METADATA": f"Metadata-Version: 2.1\nName: demo-ext\nVersion: {VERSION}\n\n".encode(),
         f"{DIST_INFO}/{provenance.FILE_NAME}": provenance_file,
+        **{f"{DIST_INFO}/{name}": data for name, data in (extra or {}).items()},
     }
     record = [f"{n},{record_hash(d)},{len(d)}" for n, d in files.items()] + [f"{DIST_INFO}/RECORD,,"]
     directory.mkdir(parents=True, exist_ok=True)
@@ -235,3 +238,38 @@ def test_a_valid_provenance_is_published_beside_its_wheel_byte_for_byte_once(tmp
     bad = wheel(tmp_path / "bad")
     publish_wheels([bad], to=str(tmp_path / "other"))
     assert not (tmp_path / "other" / key).exists()
+
+
+def test_a_valid_sbom_is_published_beside_its_wheel_byte_for_byte_once(tmp_path: Path) -> None:
+    from test_provenance import NEEDED, make_facts
+
+    made = wheelprov.files(make_facts(), NEEDED)
+    document = made.pop(provenance.FILE_NAME)
+    ((sbom_name, sbom_file),) = made.items()
+    built = wheel(tmp_path / "wh", document, made)
+    to = tmp_path / "index"
+    events: list[tuple[str, str]] = []
+    publish_wheels([built], to=str(to), progress=lambda e, k: events.append((e, k)))
+    key = index.sbom_path(VID, built.name)
+    assert key == index.files_path(VID, built.name) + ".sbom.cdx.json"
+    assert (to / key).read_bytes() == sbom_file
+    assert ("sbom", key) in events
+    # the grid records it, and the human page links it, as the provenance
+    assert 'data-s="pc"' in (to / "index.html").read_text()
+    events.clear()
+    publish_wheels([built], to=str(to), progress=lambda e, k: events.append((e, k)))
+    assert ("unchanged", key) in events
+    # repair finds what is beside each wheel in the store alone
+    (to / key).unlink()
+    repair_index(to=str(to))
+    assert 'data-s="p"' in (to / "index.html").read_text()
+    # an SBOM that is no CycloneDX document, or one a provenance that does not parse names, is not put
+    # where a client would take it for the wheel's SBOM
+    for name, wheel_prov, wheel_sbom in (
+        ("bad-sbom", document, b'{"bomFormat": "nonsense"}'),
+        ("bad-prov", PROVENANCE, sbom_file),
+    ):
+        bad = wheel(tmp_path / name, wheel_prov, {sbom_name: wheel_sbom})
+        publish_wheels([bad], to=str(tmp_path / name / "index"))
+        assert not (tmp_path / name / "index" / key).exists()
+        assert (tmp_path / name / "index" / index.files_path(VID, built.name)).is_file()

@@ -21,8 +21,8 @@ def built(vid: str, python: str, filename: str, **kw: object) -> MatrixCell:
 
 
 def matrix_300() -> list[MatrixCell]:
-    """A 300-job matrix, every wheel built, signed, with provenance and a build record: 2 CUDA x 6 torch x
-    5 arch sets x 5 Pythons."""
+    """A 300-job matrix, every wheel built, signed, with provenance, SBOM and a build record: 2 CUDA x
+    6 torch x 5 arch sets x 5 Pythons."""
     cells = []
     for cuda in ("12.8", "13.0"):
         for torch in ("2.9", "2.10", "2.11", "2.12", "2.13", "2.14"):
@@ -38,7 +38,7 @@ def matrix_300() -> list[MatrixCell]:
                             f"3.{minor}",
                             filename,
                             published="2026-12-07T10:11:12.123456Z",
-                            beside=("build-record", "provenance", "signature"),
+                            beside=("build-record", "provenance", "sbom", "signature"),
                         )
                     )
     return cells
@@ -53,7 +53,7 @@ def test_a_300_job_matrix_stays_under_100_kb() -> None:
     # everything is there: every cell, every variant's two commands, every wheel's link data
     assert text.count('class="built"') == 300
     assert text.count("<details>") == 60 and text.count("uv pip install") == 60
-    assert text.count('data-s="bps"') == 300
+    assert text.count('data-s="bpcs"') == 300
 
 
 def test_the_page_is_static_and_self_contained() -> None:
@@ -152,15 +152,22 @@ def test_the_same_wheel_again_keeps_its_date_and_gains_what_is_beside() -> None:
 def test_matrix_cells_take_the_upload_time_and_the_files_beside() -> None:
     rec = index.FileRecord(filename=FN, sha256="0" * 64, size=1, upload_time="2026-03-04T05:06:07.000000Z")
     (cell,) = index.matrix_cells(
-        [], [(VID, rec)], beside={(VID, FN): ["signature", "nonsense", "provenance"]}
+        [], [(VID, rec)], beside={(VID, FN): ["signature", "nonsense", "sbom", "provenance"]}
     )
-    assert (cell.published, cell.beside) == (rec.upload_time, ("provenance", "signature"))
+    assert (cell.published, cell.beside) == (rec.upload_time, ("provenance", "sbom", "signature"))
     jobs = [{"variant_id": VID, "python": "3.11", "result": "ok", "wheel": FN, "covers": ["3.12"]}]
     cells = index.matrix_cells(jobs, [(VID, rec)], beside={(VID, FN): ["signature"]})
     assert [(c.python, c.beside, c.published) for c in cells] == [
         ("3.11", ("signature",), rec.upload_time),
         ("3.12", ("signature",), rec.upload_time),
     ]
+
+
+def test_every_file_beside_a_wheel_has_its_link() -> None:
+    """The grid's script links each of index.BESIDE's files (the SBOM too) by its suffix."""
+    page = index.human_page([built(VID, "3.11", FN, beside=("provenance", "sbom"))])
+    assert set(humanpage._BESIDE_LETTERS) == set(index.BESIDE)
+    assert 'data-s="pc"' in page and '"c":[".sbom.cdx.json","SBOM"]' in page
 
 
 def test_the_module_owns_no_command_format() -> None:

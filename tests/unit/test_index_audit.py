@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import bounded, index, signing, wheelprov
+from factory import bounded, index, sbom, signing, wheelprov
 from factory.config import load_matrix_file
 from factory.errors import ConfigError
 from factory.indexaudit import (
@@ -240,6 +240,24 @@ def test_the_published_provenance_and_metadata_files_must_be_the_wheels(idx: Ind
     ]
     idx.path(key + ".provenance.json").unlink()
     assert f"{key}: provenance: {key}.provenance.json is missing" in "\n".join(lines(idx.audit()))
+
+
+def test_the_published_sbom_must_be_the_wheels(idx: Index, tmp_path: Path) -> None:
+    wheel = ext_wheel(tmp_path / "w")
+    idx.publish(wheel)
+    key = key_of(wheel)
+    published = idx.path(key + ".sbom.cdx.json")
+    assert published.read_bytes() == wheelprov.sbom_bytes(wheel)
+    assert lines(idx.audit()) == []
+    published.write_bytes(published.read_bytes().replace(b"factory", b"fact0ry"))
+    assert lines(idx.audit()) == [f"{key}: provenance: {key}.sbom.cdx.json is not the SBOM inside the wheel"]
+    published.unlink()
+    assert lines(idx.audit()) == [
+        f"{key}: provenance: {key}.sbom.cdx.json is missing (publishing writes the wheel's SBOM beside it)"
+    ]
+    published.write_bytes(b"x" * (sbom.MAX_BYTES + 1))
+    (line,) = lines(idx.audit())
+    assert line.startswith(f"{key}: provenance: {key}.sbom.cdx.json: ") and "over the 1 MiB" in line
 
 
 def test_a_file_larger_than_its_page_says_is_read_no_further(idx: Index, tmp_path: Path) -> None:

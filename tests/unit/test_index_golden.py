@@ -50,7 +50,7 @@ PAGES = {
                 status="built",
                 detail=RECORDS[0].filename,
                 published=RECORDS[0].upload_time,
-                beside=("build-record", "provenance", "signature"),
+                beside=("build-record", "provenance", "sbom", "signature"),
             ),
             MatrixCell(
                 project="flash-attn",

@@ -436,6 +436,19 @@ def test_an_sbom_path_outside_sboms_is_refused(tmp_path: Path) -> None:
     wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl", extra)
     with pytest.raises(CheckError, match="is not a file under sboms/"):
         wheelprov.read(wheel)
+    assert wheelprov.sbom_bytes(wheel) is None  # nothing of it is published beside the wheel
+
+
+def test_the_sbom_published_beside_is_the_archives_bytes_when_valid(tmp_path: Path) -> None:
+    made = wheelprov.files(make_facts(), NEEDED)
+    wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
+    pin_torch_requirement(wheel, "2.14.1", extra=made)
+    assert wheelprov.sbom_bytes(wheel) == made["sboms/factory-memext.cdx.json"]
+    broken = {**made, "sboms/factory-memext.cdx.json": b'{"bomFormat": "CycloneDX"}'}
+    (tmp_path / "o").mkdir()
+    other = write_wheel(tmp_path / "o" / wheel.name, {f"{DIST}/{n}": d for n, d in broken.items()})
+    assert wheelprov.sbom_bytes(other) is None
+    assert wheelprov.provenance_bytes(other) == made[provenance.FILE_NAME]  # the provenance alone is valid
 
 
 def test_factory_inspect(tmp_path: Path, factory_cli: Any) -> None:
