@@ -10,6 +10,11 @@ byte-identical rebuild; the record names the wheel and its provenance file by sh
 The record is informational: the signature (`factory.signing`) and the SLSA attestation cover the wheel
 and so its provenance, not the record. Publishing writes it once, from the build's report.json; it never
 changes afterwards, and a wheel published without a report has none.
+
+A job that failed has a record too (the human page's failed cell links it): no wheel (`"wheel": null`) and
+a `"failed"` object with the job's id, result and the first line of its reason; it is stored under the
+index's `_builds/` (`index.failed_record_path`), not beside a wheel. A wheel's record has no such field,
+so records written before failures had any are unchanged, byte for byte.
 """
 
 from __future__ import annotations
@@ -42,9 +47,18 @@ _RUN_URL = re.compile(
 
 
 @dataclass(frozen=True, kw_only=True)
+class Failure:
+    """What a failed job's record says of its failure (from its report.json job)."""
+
+    job_id: str  # a key's part (`index.failed_record_path`)
+    result: str  # one of index.FAILED_RESULTS
+    reason: str | None  # the first line of the job's reason (`index.reason_line`), at most MAX_TEXT long
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildRecord:
-    filename: str  # the wheel's, as the index spells it
-    sha256: str  # the wheel's
+    filename: str | None  # the wheel's, as the index spells it; None: a failed job's record (`failure`)
+    sha256: str | None  # the wheel's; None with `filename`
     provenance_sha256: str | None  # of its factory-provenance.json; None: the wheel has none
     compile_cache: str | None  # one of CACHE_SETTINGS; None: the report did not say
     cache_hits: int  # the job's compiles served from the compile cache
@@ -54,6 +68,7 @@ class BuildRecord:
     started: str | None  # the build run's start and end, UTC (`utc`)
     finished: str | None
     ci_run_url: str | None  # the CI run that built it (`ci_run_url`)
+    failure: Failure | None = None  # a failed job's record: why it has no wheel
 
 
 def cache_setting(config: CacheConfig | None) -> str:
@@ -90,9 +105,10 @@ def utc(timestamp: object) -> str | None:
 
 
 def compose(record: BuildRecord) -> dict[str, Any]:
-    return {
+    wheel = None if record.filename is None else {"filename": record.filename, "sha256": record.sha256}
+    document: dict[str, Any] = {
         "format": FORMAT,
-        "wheel": {"filename": record.filename, "sha256": record.sha256},
+        "wheel": wheel,
         "provenance_sha256": record.provenance_sha256,
         "compile_cache": {
             "setting": record.compile_cache,
@@ -105,13 +121,18 @@ def compose(record: BuildRecord) -> dict[str, Any]:
         "finished": record.finished,
         "ci_run_url": record.ci_run_url,
     }
+    if record.failure is not None:  # only here: a wheel's record stays as it was written before
+        f = record.failure
+        document["failed"] = {"job_id": f.job_id, "result": f.result, "reason": f.reason}
+    return document
 
 
 def dumps(record: BuildRecord) -> bytes:
     """The file's bytes, checked as `parse` checks them: a record this factory writes, it can read."""
     problem = _problem(compose(record))
     if problem:
-        raise CheckError(f"{record.filename}{SUFFIX}: {problem}")
+        name = record.filename or (record.failure.job_id if record.failure else "<wheel>")
+        raise CheckError(f"{name}{SUFFIX}: {problem}")
     text = json.dumps(compose(record), sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False)
     return (text + "\n").encode("ascii")
 
@@ -120,12 +141,14 @@ def from_report(
     report: Mapping[str, Any],
     job: Mapping[str, Any],
     *,
-    filename: str,
-    sha256: str,
+    filename: str | None,
+    sha256: str | None,
     provenance_sha256: str | None,
 ) -> BuildRecord:
     """The record of one job's wheel from its build's report.json (the top-level object and the job's);
-    a value of the wrong type is left out (None, or 0 for a count) rather than trusted."""
+    a value of the wrong type is left out (None, or 0 for a count) rather than trusted. A failed job
+    (`filename` None, its result one of index.FAILED_RESULTS) gets its `failure`; CheckError for a job of
+    another result, or one whose id cannot name a key."""
 
     def text(value: object) -> str | None:
         ok = isinstance(value, str) and value.isprintable() and 0 < len(value) <= MAX_TEXT
@@ -136,6 +159,15 @@ def from_report(
 
     setting = report.get("compile_cache")
     url = report.get("ci_run_url")
+    failure = None
+    if filename is None:
+        job_id, result = job.get("job_id"), job.get("result")
+        if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+            raise CheckError(f"job id {json.dumps(job_id)[:60]} cannot name a failed job's build record")
+        if result not in index.FAILED_RESULTS:
+            raise CheckError(f"job {job_id}: result {json.dumps(result)[:20]} is not a failure")
+        reason = index.reason_line(job.get("reason"), MAX_TEXT - 1)
+        failure = Failure(job_id=job_id, result=result, reason=reason or None)
     return BuildRecord(
         filename=filename,
         sha256=sha256,
@@ -148,6 +180,7 @@ def from_report(
         started=utc(report.get("started")),
         finished=utc(report.get("finished")),
         ci_run_url=url if isinstance(url, str) and _RUN_URL.fullmatch(url) else None,
+        failure=failure,
     )
 
 
@@ -160,6 +193,9 @@ _COUNT = "count"
 _OPT_TIME = "optional time"
 _OPT_SETTING = "optional setting"
 _OPT_URL = "optional run url"
+_NULL = "null"
+_JOB = "job id"
+_RESULT = "failed result"
 
 _SHAPE: dict[str, Any] = {
     "format": int,
@@ -172,6 +208,13 @@ _SHAPE: dict[str, Any] = {
     "finished": _OPT_TIME,
     "ci_run_url": _OPT_URL,
 }
+# A failed job's record: no wheel, and what failed.
+_FAILED_SHAPE: dict[str, Any] = {
+    **_SHAPE,
+    "wheel": _NULL,
+    "failed": {"job_id": _JOB, "result": _RESULT, "reason": _OPT_TEXT},
+}
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")  # as index.failed_record_path takes it
 
 
 def _value_problem(value: Any, shape: Any, where: str) -> str | None:
@@ -188,6 +231,8 @@ def _value_problem(value: Any, shape: Any, where: str) -> str | None:
             if problem:
                 return problem
         return None
+    if shape == _NULL:
+        return None if value is None else f"{where} must be null in a failed job's record"
     if shape is int or shape == _COUNT:
         ok = isinstance(value, int) and not isinstance(value, bool) and (shape is int or value >= 0)
         return None if ok else f"{where} must be a {'count' if shape == _COUNT else 'number'}"
@@ -203,6 +248,10 @@ def _value_problem(value: Any, shape: Any, where: str) -> str | None:
         return f"{where} must be one of {', '.join(CACHE_SETTINGS)}"
     if shape == _OPT_URL and not _RUN_URL.fullmatch(value):
         return f"{where} must be a CI run's https URL"
+    if shape == _JOB and not _JOB_ID.fullmatch(value):
+        return f"{where} must be a job id (letters, digits and _.+- only)"
+    if shape == _RESULT and value not in index.FAILED_RESULTS:
+        return f"{where} must be one of {', '.join(index.FAILED_RESULTS)}"
     return None
 
 
@@ -212,7 +261,7 @@ def _problem(document: Any) -> str | None:
     fmt = document.get("format")
     if fmt != FORMAT or isinstance(fmt, bool):
         return f"format {json.dumps(fmt)[:20]} is not {FORMAT}, the one this factory reads"
-    return _value_problem(document, _SHAPE, "record")
+    return _value_problem(document, _FAILED_SHAPE if "failed" in document else _SHAPE, "record")
 
 
 def parse(data: bytes, *, where: str = f"<wheel>{SUFFIX}") -> BuildRecord:
@@ -228,9 +277,11 @@ def parse(data: bytes, *, where: str = f"<wheel>{SUFFIX}") -> BuildRecord:
     if problem:
         raise CheckError(f"{where}: {problem}")
     cache = document["compile_cache"]
+    wheel = document["wheel"]
+    failed = document.get("failed")
     return BuildRecord(
-        filename=document["wheel"]["filename"],
-        sha256=document["wheel"]["sha256"],
+        filename=None if wheel is None else wheel["filename"],
+        sha256=None if wheel is None else wheel["sha256"],
         provenance_sha256=document["provenance_sha256"],
         compile_cache=cache["setting"],
         cache_hits=cache["hits"],
@@ -240,6 +291,7 @@ def parse(data: bytes, *, where: str = f"<wheel>{SUFFIX}") -> BuildRecord:
         started=document["started"],
         finished=document["finished"],
         ci_run_url=document["ci_run_url"],
+        failure=None if failed is None else Failure(**failed),
     )
 
 
@@ -249,6 +301,11 @@ def describe(record: BuildRecord) -> list[str]:
     when = f"{record.started or '?'} .. {record.finished or '?'}"
     lines = [
         f"built       {when} by factory {record.factory_version or '?'}",
+        *(
+            [f"failed      job {record.failure.job_id}: {record.failure.reason or record.failure.result}"]
+            if record.failure
+            else []
+        ),
         f"cache       {cache}: {record.cache_hits} hits, {record.compiled} compiled",
         f"image id    {record.image_id or '?'}",
     ]

@@ -146,7 +146,10 @@ def _cell(got: MatrixCell | None, shared: _Shared) -> str:
     if got is None:
         return '<td class="not-built">not built</td>'
     if got.status == "failed":
-        return f'<td class="failed">failed: {html.escape(got.detail or "no reason given")}</td>'
+        reason = html.escape(got.detail or "no reason given")
+        # the index's own key (publish wrote it, cells_from_json checked its shape), relative to the page
+        link = f' <a href="{html.escape(quote(got.record))}">build record</a>' if got.record else ""
+        return f'<td class="failed">failed: {reason}{link}</td>'
     if got.status != "built":
         title = f' title="{html.escape(got.detail)}"' if got.detail else ""
         return f'<td class="not-built"{title}>not built</td>'

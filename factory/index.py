@@ -104,6 +104,7 @@ class MatrixCell:
     detail: str = ""  # the wheel filename, or why it failed ("oom")
     published: str = ""  # a built cell's wheel: its upload time (PEP 700's, as its project page says)
     beside: tuple[str, ...] = ()  # a built cell's wheel: the BESIDE files published next to it
+    record: str = ""  # a failed cell's build record: its key (`failed_record_path`), where one was published
 
 
 # ---------------------------------------------------------------------------------------------- key layout
@@ -158,6 +159,35 @@ BUILD_RECORD_SUFFIX = ".build.json"
 def build_record_path(variant_id: str, filename: str) -> str:
     """The build record beside a wheel (`factory.buildrecord`'s format): the wheel's URL and this suffix."""
     return f"{files_path(variant_id, filename)}{BUILD_RECORD_SUFFIX}"
+
+
+# A failed job's build record has no wheel to sit beside: it is kept under a directory no PEP 503 page lists,
+# one immutable file per failure, named by its job and a prefix of its bytes' sha256 (a later failure of the
+# same job, in another run, gets its own key and never overwrites an earlier one).
+FAILED_RECORDS_DIR = "_builds/"
+_KEY_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")
+_RECORD_HASH = 16  # hex digits of the record's sha256 in its key
+
+
+def failed_record_path(variant_id: str, job_id: str, sha256: str) -> str:
+    """The key of a failed job's build record (`factory.buildrecord`'s format), its bytes' hash `sha256`."""
+    key = f"{FAILED_RECORDS_DIR}{variant_id}/{job_id}-{sha256[:_RECORD_HASH]}{BUILD_RECORD_SUFFIX}"
+    if parse_failed_record_key(key) is None:
+        raise ValueError(f"{variant_id!r}, {job_id!r}: not a failed build record's key")
+    return key
+
+
+def parse_failed_record_key(key: str) -> tuple[str, str] | None:
+    """(variant id, job id) of a key failed_record_path composes; None for any other key."""
+    if not key.startswith(FAILED_RECORDS_DIR) or not key.endswith(BUILD_RECORD_SUFFIX):
+        return None
+    parts = key[len(FAILED_RECORDS_DIR) : -len(BUILD_RECORD_SUFFIX)].split("/")
+    if len(parts) != 2 or not _KEY_PART.fullmatch(parts[0]):
+        return None
+    job_id, _, digest = parts[1].rpartition("-")
+    if not _KEY_PART.fullmatch(job_id) or not re.fullmatch(f"[0-9a-f]{{{_RECORD_HASH}}}", digest):
+        return None
+    return parts[0], job_id
 
 
 # What may be published beside a wheel, by the name a matrix cell gives it: the suffix of its key.
@@ -584,9 +614,11 @@ def matrix_cells(
     *,
     project_hint: str | None = None,
     beside: Mapping[tuple[str, str], Iterable[str]] | None = None,
+    failed_records: Mapping[str, str] | None = None,
 ) -> tuple[MatrixCell, ...]:
     """The cells a build report and the published (variant id, record) pairs say something about; `beside`
-    names, by (variant id, filename), the files (BESIDE's names) published next to a wheel.
+    names, by (variant id, filename), the files (BESIDE's names) published next to a wheel, and
+    `failed_records`, by job id, the key of a failed job's build record (`failed_record_path`).
 
     A published wheel is "built" whatever an older report said; a job that failed or ran out of memory is
     "failed"; any other job result (and "ok" whose wheel did not reach the index) is "not built".
@@ -627,31 +659,42 @@ def matrix_cells(
             for covered in _covered(job):
                 cells[(key[0], variant_id, covered)] = replace(built[wheel], python=covered)
             continue
-        if result in {"failed", "oom"}:
+        record = ""
+        if result in FAILED_RESULTS:
             status: CellStatus = "failed"
             detail = _failure(result, job.get("reason"))
+            record = (failed_records or {}).get(str(job.get("job_id", "")), "")
         else:
             status, detail = "not built", result if result != "ok" else "not published"
         existing = cells.get(key)
         if existing is None or existing.status != "built":
             cells[key] = MatrixCell(
-                project=key[0], variant_id=variant_id, python=python, status=status, detail=detail
-            )
+                project=key[0], variant_id=variant_id, python=python, status=status, detail=detail,
+                record=record,
+            )  # fmt: skip
     return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
 
 
 MAX_REASON = 200  # characters of a failed job's reason the grid shows (the build log has the rest)
+FAILED_RESULTS = ("failed", "oom")  # a report job's results that make its cell "failed"
+
+
+def reason_line(reason: object, limit: int) -> str:
+    """The first line of a report's reason, printable characters only, cut at `limit` characters and an
+    ellipsis then ("" for none): a build container wrote it."""
+    if not isinstance(reason, str):
+        return ""
+    line = "".join(ch for ch in (reason.strip().splitlines() or [""])[0] if ch.isprintable()).strip()
+    return f"{line[:limit]}…" if len(line) > limit else line
 
 
 def _failure(result: str, reason: object) -> str:
     """A failed cell's detail: the job's result and, where the report gives one, the first line of its
-    reason, printable characters only and cut at MAX_REASON (a build container wrote it)."""
-    if not isinstance(reason, str):
-        return result
-    line = "".join(ch for ch in (reason.strip().splitlines() or [""])[0] if ch.isprintable()).strip()
+    reason (`reason_line`, cut at MAX_REASON)."""
+    line = reason_line(reason, MAX_REASON)
     if not line or line == result:
         return result
-    return f"{result}: {line[:MAX_REASON]}{'…' if len(line) > MAX_REASON else ''}"
+    return f"{result}: {line}"
 
 
 def _covered(job: Mapping[str, object]) -> list[str]:
@@ -697,6 +740,8 @@ def cells_to_json(cells: Iterable[MatrixCell]) -> str:
             row["published"] = c.published
         if c.beside:
             row["beside"] = list(c.beside)
+        if c.record:
+            row["record"] = c.record
         rows.append(row)
     return json.dumps({"cells": rows}, indent=2) + "\n"
 
@@ -719,6 +764,9 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
             raise DamagedState(
                 f"{where}: beside {json.dumps(beside)[:60]} is not a list of {', '.join(BESIDE)}"
             )
+        record = _state_optional_str(r, "record", where=where) or ""
+        if record and (status != "failed" or parse_failed_record_key(record) is None):
+            raise DamagedState(f"{where}: record {record[:80]!r} is not a failed job's build record key")
         cells.append(
             MatrixCell(
                 project=fields["project"],
@@ -728,6 +776,7 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
                 detail=_state_optional_str(r, "detail", where=where) or "",
                 published=_state_optional_str(r, "published", where=where) or "",
                 beside=tuple(sorted(set(beside))),
+                record=record,
             )
         )
     return tuple(cells)

@@ -39,7 +39,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from factory import bounded, checkrecord, index, site, wheelvariants
-from factory.errors import ConfigError, PublishError
+from factory.errors import CheckError, ConfigError, PublishError
 from factory.index import FileRecord, PageRef
 from factory.stores import CONFLICT_ATTEMPTS, PreconditionFailed, Store, backoff, compare_and_swap, open_store
 from factory.tags import python_tag
@@ -537,6 +537,33 @@ def build_records(
     return out
 
 
+def failed_records(report: Path, jobs: Sequence[Mapping[str, object]]) -> dict[str, tuple[str, bytes]]:
+    """The build record (`factory.buildrecord`) of each job of the report that failed: its job id -> the
+    record's key under the index (`index.failed_record_path`, named by a hash of its bytes) and bytes. A
+    job whose id or variant cannot name a key has none (its cell still shows the failure)."""
+    from factory import buildrecord
+
+    try:
+        doc = json.loads(bounded.read_file(report, max_bytes=MAX_REPORT_BYTES))
+    except (OSError, ValueError):  # as build_records: a report changed under us has no records
+        return {}
+    top: Mapping[str, object] = doc if isinstance(doc, dict) else {}
+    out: dict[str, tuple[str, bytes]] = {}
+    for job in jobs:
+        if job.get("result") not in index.FAILED_RESULTS:
+            continue
+        try:
+            record = buildrecord.from_report(top, job, filename=None, sha256=None, provenance_sha256=None)
+            data = buildrecord.dumps(record)
+            key = index.failed_record_path(
+                str(job.get("variant_id")), str(job.get("job_id")), hashlib.sha256(data).hexdigest()
+            )
+        except (CheckError, ValueError):
+            continue
+        out[str(job["job_id"])] = (key, data)
+    return out
+
+
 def _beside(info: WheelInfo, signer: Signer | None, records: Mapping[str, bytes]) -> list[str]:
     """What `_put_files` publishes beside a wheel (index.BESIDE's names), for the human page."""
     return [
@@ -653,16 +680,21 @@ def publish_wheels(
     published = [(variant_id, rec) for (variant_id, _p), recs in records.items() for rec in recs]
     projects = {info.project for info in infos.values()}
     beside = build_records(report, jobs, infos) if report is not None else {}
+    failures = failed_records(report, jobs) if report is not None else {}
     cells = index.matrix_cells(
         jobs,
         published,
         project_hint=next(iter(projects)) if len(projects) == 1 else None,
         beside={(variant_id, info.filename): _beside(info, signer, beside) for variant_id, info in placed},
+        failed_records={job_id: key for job_id, (key, _data) in failures.items()},
     )
     new = site.site_state(records, cells)
     _check_before_writing(store, new, to=to)
 
     results = _put_files(store, placed, notify, signer, beside)
+    for key, data in failures.values():  # immutable, and before the grid that links it
+        wrote = _put_once(store, key, data, content_type="application/json")
+        notify("build-record" if wrote else "unchanged", key)
     written: list[str] = []
     for page, items in site.pages(new):
         read = state_reader(store, page, to=to)

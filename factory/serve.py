@@ -96,7 +96,8 @@ def content_type_of(key: str) -> str:
 
 
 def cache_control_of(key: str) -> str:
-    return index.FILE_CACHE_CONTROL if key.startswith("files/") else index.PAGE_CACHE_CONTROL
+    immutable = key.startswith("files/") or key.startswith(index.FAILED_RECORDS_DIR)
+    return index.FILE_CACHE_CONTROL if immutable else index.PAGE_CACHE_CONTROL
 
 
 def parse_basic_auth(value: str) -> tuple[str, str]:

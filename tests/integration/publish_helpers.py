@@ -287,7 +287,8 @@ def plan_and_build(matrix: Path, *, index: Path) -> dict[str, Any]:
 
 
 # The human page's browser test and its screenshot (scripts/selector_screenshot.py): a small, realistic index
-# of fake flash-attn wheels (no build), signed, with build records, a failed and a skipped job.
+# of fake flash-attn wheels (no build), signed, with build records, a failed job (its record too) and a
+# skipped one.
 SELECTOR_ARCHS = "sm80.90.100.120"
 SELECTOR_GRID: tuple[tuple[str, str, dict[str, str]], ...] = (
     # (CUDA label part, torch, {python: job result})
@@ -322,7 +323,8 @@ def selector_index(tmp: Path) -> Path:
                 )
                 wheels.append(path)
                 wheel = path.name
-            job = {"variant_id": vid, "python": python, "result": result, "wheel": wheel}
+            job_id = f"{vid}-py{python.replace('.', '')}"
+            job = {"job_id": job_id, "variant_id": vid, "python": python, "result": result, "wheel": wheel}
             jobs.append({**job, "package": "flash-attn"})
     report = tmp / "wh" / "report.json"
     report.write_text(json.dumps({"jobs": jobs, "factory_version": "demo"}))

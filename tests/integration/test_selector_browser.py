@@ -144,8 +144,8 @@ def test_the_selector_over_factory_serve_and_its_links(browser: Any, served: str
     browser.get(served)
     with screenshot_on_failure(browser, tmp_path):
         check_choices(browser, served)
-        # the grid: a failed job with its reason; each built wheel links to itself, its signature and build
-        # record, and the links work
+        # the grid: a failed job with its reason and its build record; each built wheel links to itself, its
+        # signature and build record, and the links work
         text = browser.find_element(By.TAG_NAME, "table").text
         assert "failed: oom" in text and "not built" in text
         links = browser.find_elements(By.CSS_SELECTOR, "td.built a")
@@ -162,6 +162,11 @@ def test_the_selector_over_factory_serve_and_its_links(browser: Any, served: str
             assert answer.status == 200 and body
         with urllib.request.urlopen(hrefs["build"], timeout=30) as answer:
             assert json.load(answer)["wheel"]["filename"] == wheel.rsplit("/", 1)[1].replace("%2B", "+")
+        # the failed job's build record, linked from its cell, is served too
+        [failed] = browser.find_elements(By.CSS_SELECTOR, "td.failed a")
+        assert failed.text == "build record" and failed.get_attribute("href").startswith(f"{served}_builds/")
+        with urllib.request.urlopen(failed.get_attribute("href"), timeout=30) as answer:
+            assert json.load(answer)["failed"]["result"] == "oom"
 
 
 def test_without_javascript_the_grid_reads(browser: Any, idx: Path, tmp_path: Path) -> None:

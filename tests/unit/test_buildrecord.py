@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import http.client
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -273,3 +275,161 @@ def test_a_valid_sbom_is_published_beside_its_wheel_byte_for_byte_once(tmp_path:
         publish_wheels([bad], to=str(tmp_path / name / "index"))
         assert not (tmp_path / name / "index" / key).exists()
         assert (tmp_path / name / "index" / index.files_path(VID, built.name)).is_file()
+
+
+# --- a failed job's record ---------------------------------------------------------------------------------
+
+FAILED_JOB = {
+    "job_id": f"{VID}-py312", "variant_id": VID, "python": "3.12", "result": "oom", "package": "demo-ext",
+    "wheel": None, "reason": "killed at 9.5 GiB\nTraceback (most recent call last):", "image_id": None,
+    "compiles_cached": 2, "compiles_compiled": 7,
+}  # fmt: skip
+TOP = {"started": 1796601600, "finished": 1796602200, "factory_version": "0.1.0", "compile_cache": "s3"}
+
+
+def failed_record() -> BuildRecord:
+    return buildrecord.from_report(TOP, FAILED_JOB, filename=None, sha256=None, provenance_sha256=None)
+
+
+def test_a_failed_jobs_record_round_trips() -> None:
+    record = failed_record()
+    assert record.failure == buildrecord.Failure(
+        job_id=f"{VID}-py312", result="oom", reason="killed at 9.5 GiB"
+    )
+    assert (record.filename, record.sha256, record.compiled, record.cache_hits) == (None, None, 7, 2)
+    data = buildrecord.dumps(record)
+    doc = json.loads(data)
+    assert doc["wheel"] is None and doc["failed"]["result"] == "oom"
+    assert buildrecord.parse(data) == record and buildrecord.dumps(buildrecord.parse(data)) == data
+    assert any(line.startswith("failed      job ") for line in buildrecord.describe(record))
+    # a reason of any length is cut to fit the format
+    long = buildrecord.from_report(
+        TOP, {**FAILED_JOB, "reason": "x" * 5000}, filename=None, sha256=None, provenance_sha256=None
+    )
+    assert buildrecord.parse(buildrecord.dumps(long)) == long
+
+
+def test_a_wheels_record_is_written_as_before() -> None:
+    """Records written before failed jobs had any keep their bytes: no field was added to a wheel's."""
+    expected = {
+        "format": 1,
+        "wheel": {"filename": RECORD.filename, "sha256": SHA},
+        "provenance_sha256": "cd" * 32,
+        "compile_cache": {"setting": "s3", "hits": 12, "compiled": 3},
+        "image_id": "sha256:" + "ef" * 32,
+        "factory_version": "0.1.0",
+        "started": "2026-12-07T00:00:00Z",
+        "finished": "2026-12-07T00:10:00Z",
+        "ci_run_url": "https://github.com/acme/wheels/actions/runs/123456",
+    }
+    text = json.dumps(expected, sort_keys=True, indent=2, ensure_ascii=True) + "\n"
+    assert buildrecord.dumps(RECORD) == text.encode()
+
+
+@pytest.mark.parametrize(
+    ("job", "why"),
+    [
+        ({**FAILED_JOB, "result": "ok"}, "is not a failure"),
+        ({**FAILED_JOB, "job_id": "../../etc"}, "cannot name a failed job's build record"),
+        ({**FAILED_JOB, "job_id": 7}, "cannot name a failed job's build record"),
+    ],
+)
+def test_only_a_failed_job_with_a_key_safe_id_gets_a_failed_record(job: dict[str, object], why: str) -> None:
+    with pytest.raises(CheckError, match=why):
+        buildrecord.from_report(TOP, job, filename=None, sha256=None, provenance_sha256=None)
+
+
+def failed_document(**changes: object) -> bytes:
+    doc = json.loads(buildrecord.dumps(failed_record()))
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        target = doc
+        for key in parents:
+            target = target[key]
+        if value is KeyError:
+            del target[last]
+        else:
+            target[last] = value
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (failed_document(wheel={"filename": "w.whl", "sha256": SHA}), "record.wheel must be null"),
+        (failed_document(failed=KeyError), "record.wheel must be a mapping"),
+        (document(failed={"job_id": "j", "result": "oom", "reason": None}), "record.wheel must be null"),
+        (failed_document(failed__result="ok"), "record.failed.result must be one of failed, oom"),
+        (failed_document(failed__job_id="a/b"), "record.failed.job_id must be a job id"),
+        (failed_document(failed__reason="a\nb"), "record.failed.reason must be printable text"),
+        (failed_document(failed__extra=1), "record.failed.extra is not a field"),
+        (failed_document(failed__job_id=KeyError), "record.failed.job_id is missing"),
+        (failed_document(failed=[]), "record.failed must be a mapping"),
+    ],
+)
+def test_hostile_failed_records_are_refused_in_one_line(data: bytes, why: str) -> None:
+    with pytest.raises(CheckError, match=why) as caught:
+        buildrecord.parse(data, where="f.build.json")
+    assert str(caught.value).startswith("f.build.json: ") and "\n" not in str(caught.value)
+
+
+def failed_report(path: Path, wheel_name: str, *, started: float) -> Path:
+    path = report(path, wheel_name, hits=0, started=started)
+    doc = json.loads(path.read_text())
+    doc["jobs"].append(FAILED_JOB)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_publish_writes_a_failed_jobs_record_once_per_failure_and_the_cell_links_it(tmp_path: Path) -> None:
+    from factory.indexcheck import check_index
+    from factory.serve import ServeOptions, make_server
+    from factory.stores import LocalStore
+
+    built = wheel(tmp_path / "wh")
+    to = tmp_path / "index"
+    events: list[tuple[str, str]] = []
+    first = failed_report(tmp_path / "r1.json", built.name, started=1796601600)
+    publish_wheels([built], to=str(to), report=first, progress=lambda e, k: events.append((e, k)))
+    [key] = [k for e, k in events if k.startswith(index.FAILED_RECORDS_DIR)]
+    assert events.count(("build-record", key)) == 1
+    assert index.parse_failed_record_key(key) == (VID, f"{VID}-py312")
+    written = (to / key).read_bytes()
+    assert key == index.failed_record_path(VID, f"{VID}-py312", hashlib.sha256(written).hexdigest())
+    assert buildrecord.parse(written).failure is not None
+    [cell] = [c for c in index.cells_from_json((to / index.MATRIX_STATE).read_text()) if c.status == "failed"]
+    assert cell.record == key and cell.detail == "oom: killed at 9.5 GiB"
+    assert f'<a href="{key}">build record</a>' in (to / "index.html").read_text()
+    # the same report again: nothing new, nothing rewritten
+    events.clear()
+    publish_wheels([built], to=str(to), report=first, progress=lambda e, k: events.append((e, k)))
+    assert ("unchanged", key) in events and (to / key).read_bytes() == written
+    # the job failing again in a later run: its own record, the earlier one kept, the cell links the later
+    later = failed_report(tmp_path / "r2.json", built.name, started=1796605200)
+    publish_wheels([built], to=str(to), report=later)
+    records = sorted(p.relative_to(to).as_posix() for p in (to / "_builds").rglob("*.build.json"))
+    assert len(records) == 2 and key in records and (to / key).read_bytes() == written
+    [newer] = [r for r in records if r != key]
+    [cell] = [c for c in index.cells_from_json((to / index.MATRIX_STATE).read_text()) if c.status == "failed"]
+    assert cell.record == newer
+    # `factory index check` takes the records as the index's own; `factory serve` serves them, immutable
+    checked = check_index(to=str(to))
+    assert checked.ok, checked.problems
+    repair_index(to=str(to))
+    assert (to / key).read_bytes() == written and (to / newer).is_file()
+    assert newer in [c.record for c in index.cells_from_json((to / index.MATRIX_STATE).read_text())]
+    server = make_server(LocalStore(to), ServeOptions(port=0), log=lambda _line: None)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+        conn.request("GET", f"/{key}")
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (200, written)
+        assert resp.getheader("Content-Type") == "application/json"
+        assert resp.getheader("Cache-Control") == index.FILE_CACHE_CONTROL
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(30)

@@ -175,6 +175,47 @@ def test_matrix_cells_statuses() -> None:
     assert by[("cu128-torch2.10-abi1-sm80", "3.11")].status == "not built"
 
 
+def test_a_failed_cell_keeps_its_build_records_key() -> None:
+    key = index.failed_record_path(VID, "j2", "ab" * 32)
+    assert key == f"_builds/{VID}/j2-{'ab' * 8}.build.json"
+    assert index.parse_failed_record_key(key) == (VID, "j2")
+    assert index.parse_page_key(key) is None and index.parse_wheel_key(key) is None  # on no PEP 503 page
+    jobs = [
+        {"job_id": "j2", "variant_id": VID, "python": "3.12", "result": "oom", "wheel": None},
+        {"job_id": "j3", "variant_id": VID, "python": "3.13", "result": "skipped", "wheel": None},
+    ]
+    cells = index.matrix_cells(jobs, [], project_hint="p", failed_records={"j2": key, "j3": key})
+    assert [(c.status, c.record) for c in cells] == [("failed", key), ("not built", "")]
+    assert index.cells_from_json(index.cells_to_json(cells)) == cells
+    page = index.human_page(cells)
+    assert f'failed: oom <a href="{key}">build record</a></td>' in page
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "_builds/v/j.build.json",  # no hash
+        "_builds/v/j-ABABABABABABABAB.build.json",
+        "_builds/../j-abababababababab.build.json",
+        "_builds/v/x/j-abababababababab.build.json",
+        "files/v/j-abababababababab.build.json",
+        "_builds/v/j-abababababababab.json",
+        "javascript:alert(1)//_builds/v/j-abababababababab.build.json",
+    ],
+)
+def test_only_failed_record_keys_parse_and_a_cell_takes_no_other(key: str) -> None:
+    assert index.parse_failed_record_key(key) is None
+    cell = MatrixCell(project="p", variant_id=VID, python="3.12", status="failed", detail="oom", record=key)
+    with pytest.raises(index.DamagedState, match="is not a failed job's build record key"):
+        index.cells_from_json(index.cells_to_json([cell]))
+
+
+def test_failed_record_path_refuses_what_cannot_be_a_key() -> None:
+    for variant_id, job_id in (("..", "j"), (VID, "../j"), (VID, ""), ("a/b", "j")):
+        with pytest.raises(ValueError):
+            index.failed_record_path(variant_id, job_id, "ab" * 32)
+
+
 def test_matrix_ok_but_unpublished_is_not_built() -> None:
     jobs = [{"variant_id": VID, "python": "3.11", "result": "ok", "wheel": FN}]
     (cell,) = index.matrix_cells(jobs, [])
