@@ -189,8 +189,8 @@ class Runner:
     def source_info(self) -> SourceInfo:
         """The source's provenance for the report; only its kind while no job has prepared it."""
         kind = self.mf.package.source.kind
-        prepared: PreparedSource | None = self._cache.get("source")
-        if prepared is None:
+        prepared = self._cache.get("source")
+        if not isinstance(prepared, PreparedSource):  # not prepared yet, or its failure (`_once` keeps it)
             return SourceInfo(kind=kind)
         commit = git_commit(prepared.tree) if kind == "git" else None
         return SourceInfo(kind=kind, sdist=prepared.sdist, sha256=prepared.sha256, commit=commit)
