@@ -499,8 +499,22 @@ def audit_wheel(
         content = seen[(rec.filename, sha256)] = content_checks(target, rec.filename, label)
     for check in content.found.checks:
         found.add(check, [p.message for p in content.found.problems if p.check == check])
-    _published_provenance(ctx.store, variant_id, rec.filename, target, found)
-    _published_sbom(ctx.store, variant_id, rec.filename, target, found)
+    _published_beside(
+        ctx.store,
+        index.provenance_path(variant_id, rec.filename),
+        limit=provenance.MAX_BYTES,
+        inside=wheelprov.provenance_bytes(target),
+        what="provenance",
+        found=found,
+    )
+    _published_beside(
+        ctx.store,
+        index.sbom_path(variant_id, rec.filename),
+        limit=sbom.MAX_BYTES,
+        inside=wheelprov.sbom_bytes(target),
+        what="SBOM",
+        found=found,
+    )
     job = None
     if ctx.jobs is not None and ctx.project is not None and label is not None and content.document:
         job = planned_job(rec.filename, label, ctx.jobs, ctx.project)
@@ -550,40 +564,23 @@ def _metadata_file(store: Store, variant_id: str, rec: FileRecord, wheel: Path, 
     found.add("metadata", problems)
 
 
-def _published_provenance(store: Store, variant_id: str, filename: str, wheel: Path, found: _Found) -> None:
-    """The provenance published beside the wheel is the in-wheel file's bytes (publishing writes it for
-    every wheel that has one); neither without the other."""
-    prov_key = index.provenance_path(variant_id, filename)
+def _published_beside(
+    store: Store, key: str, *, limit: int, inside: bytes | None, what: str, found: _Found
+) -> None:
+    """A file published beside the wheel (its provenance, its SBOM) is the in-wheel file's bytes: publishing
+    writes it for every wheel that carries a valid one; neither without the other. Problems of the
+    provenance check (the provenance names the SBOM, and both are published from a valid pair)."""
     try:
-        data = _read_small(store, prov_key, provenance.MAX_BYTES)
+        data = _read_small(store, key, limit)
     except bounded.Refused as exc:
-        found.add("provenance", f"{prov_key}: {exc}")
+        found.add("provenance", f"{key}: {exc}")
         return
-    inside = wheelprov.provenance_bytes(wheel)
     if data is None and inside is not None:
-        found.add("provenance", f"{prov_key} is missing (publishing writes the wheel's provenance beside it)")
+        found.add("provenance", f"{key} is missing (publishing writes the wheel's {what} beside it)")
     elif data is not None and inside is None:
-        found.add("provenance", f"{prov_key} is published, but the wheel carries no valid provenance")
+        found.add("provenance", f"{key} is published, but the wheel carries no valid {what}")
     elif data != inside:
-        found.add("provenance", f"{prov_key} is not the provenance inside the wheel")
-
-
-def _published_sbom(store: Store, variant_id: str, filename: str, wheel: Path, found: _Found) -> None:
-    """The SBOM published beside the wheel is the in-wheel one's bytes, as its provenance (a problem of the
-    provenance check: the provenance names the SBOM, and both are published from a valid pair)."""
-    sbom_key = index.sbom_path(variant_id, filename)
-    try:
-        data = _read_small(store, sbom_key, sbom.MAX_BYTES)
-    except bounded.Refused as exc:
-        found.add("provenance", f"{sbom_key}: {exc}")
-        return
-    inside = wheelprov.sbom_bytes(wheel)
-    if data is None and inside is not None:
-        found.add("provenance", f"{sbom_key} is missing (publishing writes the wheel's SBOM beside it)")
-    elif data is not None and inside is None:
-        found.add("provenance", f"{sbom_key} is published, but the wheel carries no valid SBOM")
-    elif data != inside:
-        found.add("provenance", f"{sbom_key} is not the SBOM inside the wheel")
+        found.add("provenance", f"{key} is not the {what} inside the wheel")
 
 
 # --- the index ----------------------------------------------------------------------------------------------
