@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.matrices import DEMO, MEMEXT, matrix_text
-from factory import signing
-from factory.cachekeys import SIGN_KEY_ENV
 from factory.container.protocol import parse_mark, parse_measurement
+from factory.trust import signing
+from factory.trust.cachekeys import SIGN_KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "cache.json"
@@ -55,7 +55,7 @@ MATRICES = {"demo": demo_matrix, "memext": memext_matrix}
 
 def fresh_home(parent: Path, name: str) -> Path:
     """An empty `$FACTORY_HOME` but for the wheelhouse cache (torch's wheels, keyed by their inputs)."""
-    from factory.home import factory_home
+    from factory.core.home import factory_home
 
     home = parent / name
     home.mkdir()

@@ -12,7 +12,8 @@ and host compiler: `{"toolchain": ...}`); the host folds them into the learned p
 (`$FACTORY_HOME/profiles/<name>/<version>.json`: peak, mean wall time and course per compile key, no CPU time
 and no provenance). This tool reads both, never writes there, and writes:
 
-- a CSV in the columns of `factory/data/flash-attn-compiles.csv` (what `factory.measured` reads: the first
+- a CSV in the columns of `factory/data/flash-attn-compiles.csv` (what `factory.spec.measured` reads: the
+first
   column holds the package version) plus where each row came from: `toolkit` (nvcc's release), `torch`,
   `host_compiler`, `python`, `date` (the log's last write, UTC), `source` (`run/<run id>/<job id>`, or
   `profile` for a compile the profile has and no kept log does: peak, mean wall time and course only);
@@ -46,18 +47,18 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from factory.config import load_matrix_file
 from factory.container import admission, protocol
 from factory.container.admission import DEFAULT_BASE_BYTES, GIB, PAST_PEAK_DROP
-from factory.errors import ConfigError
-from factory.home import factory_home
+from factory.core.errors import ConfigError
+from factory.core.home import factory_home
+from factory.core.variants import VariantKey
 from factory.memory import profiles
 from factory.memory.jobmemory import file_estimate_bytes
-from factory.options import PackageSpec, Recipe
-from factory.recipes import default_recipe_for
-from factory.variants import VariantKey
+from factory.spec.config import load_matrix_file
+from factory.spec.options import PackageSpec, Recipe
+from factory.spec.recipes import default_recipe_for
 
-# The shipped CSV's columns (what factory.measured reads), then where each row came from.
+# The shipped CSV's columns (what factory.spec.measured reads), then where each row came from.
 COLUMNS = (
     "flash_attn_version", "tu", "gencodes", "nvcc_threads", "peak_gib", "cpu_s", "wall_s", "after_peak",
     "note",
@@ -316,7 +317,8 @@ def csv_rows(collected: Collected) -> list[dict[str, str]]:
 
 
 def csv_text(collected: Sequence[Collected]) -> str:
-    """The CSV of one or more versions' compiles, behind a comment line (factory.measured skips those)."""
+    """The CSV of one or more versions' compiles, behind a comment line (factory.spec.measured skips
+    those)."""
     out = io.StringIO()
     names = ", ".join(f"{c.package} {c.version}" for c in collected)
     out.write(

@@ -3,7 +3,7 @@
 Each generated table sits between two marker comments, `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`;
 `python -m bench.docs` (`make bench-docs`) rewrites what is between them from the results files and leaves the
 prose around them alone. `--check` rewrites nothing and exits 1 when the file is not what the results render
-(tests/unit/test_bench_docs.py runs the same check in CI).
+(tests/unit/bench/test_bench_docs.py runs the same check in CI).
 """
 
 from __future__ import annotations

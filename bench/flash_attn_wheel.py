@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from factory.container.protocol import parse_measurement
-from factory.home import factory_home
+from factory.core.home import factory_home
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = ROOT / "examples" / "flash-attn" / "sm80-cu13.yaml"
@@ -125,7 +125,7 @@ def runtime_requirements(index: Path, variant: str, wheel: str) -> list[str]:
     factory's install check takes them (markers evaluated, torch and flash-attn itself left out)."""
     from packaging.metadata import parse_email
 
-    from factory.runtimereqs import for_job
+    from factory.build.runtimereqs import for_job
 
     raw, _ = parse_email((index / "files" / variant / f"{wheel}.metadata").read_text())
     return list(for_job(raw.get("requires_dist", []), package="flash-attn", python="3.13").requirements)
@@ -135,10 +135,10 @@ def install_from_index(index: Path, wheel: str) -> dict[str, Any]:
     """pip in a fresh Python 3.13 venv (the forky base: this host's Python is 3.11) installs flash-attn from
     the published variant index as a consumer would (`--index-url .../simple/<variant>/`), with no network:
     torch from the build's wheelhouse, flash-attn's other requirements (einops) downloaded on the host."""
-    from factory.config import load_matrix_file
-    from factory.jobspec import requirements
-    from factory.plan import plan_matrix
-    from factory.wheelhouse import download_wheelhouse
+    from factory.build.jobspec import requirements
+    from factory.build.wheelhouse import download_wheelhouse
+    from factory.plan.plan import plan_matrix
+    from factory.spec.config import load_matrix_file
 
     mf = load_matrix_file(MATRIX)
     (job,) = plan_matrix(mf).jobs

@@ -31,11 +31,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from factory import measured
 from factory.container import admission
-from factory.measured import interpolate
 from factory.memory.simulate import Task
-from factory.options import Recipe
+from factory.spec import measured
+from factory.spec.measured import interpolate
+from factory.spec.options import Recipe
 
 GIB = 1 << 30
 HOST_BYTES = 432 * GIB
@@ -199,7 +199,7 @@ def hand_recipe() -> Recipe:
     before the factory measured a whole wheel). The model replays those courses, so a first build in it knows
     what a first build knew of them: the shipped recipe's tables now come from the factory's own compiles,
     whose peaks read a few percent lower than the hand runs' for the same files."""
-    from factory.recipes import FLASH_ATTN
+    from factory.spec.recipes import FLASH_ATTN
 
     rows = measured.parse_rows(HAND_CSV.read_text(encoding="utf-8"))
     return replace(

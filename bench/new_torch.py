@@ -40,8 +40,9 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from bench import matrices
-from factory import index, wheelhouse
-from factory.home import factory_home
+from factory.build import wheelhouse
+from factory.core.home import factory_home
+from factory.publish import index
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "new-torch.json"
@@ -217,9 +218,9 @@ def _factory(argv: Sequence[str], env: Mapping[str, str], *, timeout: float = 36
 
 
 def requirements_of(matrix: Path, job_id: str) -> list[str]:
-    """The requirements of the job's build wheelhouse (`factory.jobspec.requirements`)."""
-    from factory.jobspec import requirements
-    from factory.plan import plan_file
+    """The requirements of the job's build wheelhouse (`factory.build.jobspec.requirements`)."""
+    from factory.build.jobspec import requirements
+    from factory.plan.plan import plan_file
 
     mf, plan = plan_file(matrix, only=job_id, warn=lambda _line: None)
     (job,) = plan.jobs
@@ -237,8 +238,8 @@ def _inputs(made: Path) -> tuple[str, ...]:
 def prefetch_wheelhouse(matrix: Path, job_id: str, home: Path) -> float:
     """Download the job's build wheelhouse as its build would (the same inputs, so the same cache entry);
     the seconds it took."""
-    from factory.jobspec import requirements
-    from factory.plan import plan_file
+    from factory.build.jobspec import requirements
+    from factory.plan.plan import plan_file
 
     started = time.monotonic()
     mf, plan = plan_file(matrix, only=job_id, warn=lambda _line: None)

@@ -28,8 +28,8 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from factory.publish import publish_wheels
-from factory.wheelcheck import record_hash
+from factory.publish.publisher import publish_wheels
+from factory.wheel.checks import record_hash
 
 RESULTS = Path(__file__).resolve().parent / "results" / "serve.json"
 HOST = "127.0.0.1"  # loopback only: the load never leaves this machine

@@ -3,7 +3,7 @@
 The 72 kernel compiles of `bench.model` (measured courses, the seed's time scale) on runners of RUNNER_GIB /
 RUNNER_CORES each, under the factory's own admission and OOM retries (`simulate_factory`), as
 `factory build --shard I/N` runs them: every shard is one runner compiling its share, balanced by
-`factory.shard.partition` on the weights a shard job has, then one final job links from the cache.
+`factory.plan.shard.partition` on the weights a shard job has, then one final job links from the cache.
 
   one runner     the profiled build of all 72 compiles on one runner (its profile learned by a first build)
   sharded        setup + the slowest shard + the final job (setup, link, package, check: FINAL_S)
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench import model as M
-from factory import shard as sharding
 from factory.memory import simulate as S
+from factory.plan import shard as sharding
 
 RESULTS = Path(__file__).resolve().parent / "results" / "shard.json"
 GIB = 1 << 30
@@ -51,7 +51,7 @@ def runner_kw() -> dict[str, object]:
 
 def weights_by(basis: str, tasks: Sequence[S.Task], learned: Mapping[str, object]) -> dict[str, float]:
     """What a shard job balances on: the learned profile's times, the recipe's per-file seconds, or 1 each
-    (`factory.shard.unit_weights` with the same inputs)."""
+    (`factory.plan.shard.unit_weights` with the same inputs)."""
     names = [t.name for t in tasks]
     if basis == "profile":
         return {n: float(learned[n].wall_s or 0.0) for n in names}  # type: ignore[attr-defined]

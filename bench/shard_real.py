@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from bench.matrices import MEMEXT, write_matrix
-from factory import signing
-from factory.cachekeys import SIGN_KEY_ENV
-from factory.home import factory_home
+from factory.core.home import factory_home
+from factory.trust import signing
+from factory.trust.cachekeys import SIGN_KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "shard_real.json"

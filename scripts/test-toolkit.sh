@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA toolkit the tests compile with, from NVIDIA's PyPI wheels into the test venv, as the builder image
-# gets it (factory/images.py names the wheels, factory/data/docker/Dockerfile.pypi makes the same links), so a machine
+# gets it (factory/build/images.py names the wheels, factory/data/docker/Dockerfile.pypi makes the same links), so a machine
 # without a CUDA install runs every test and a host's /usr/local/cuda is never the one tested.
 # Usage: test-toolkit.sh PYTHON CUDA   (PYTHON: the venv's interpreter; CUDA: major.minor, 13 or newer)
 set -euo pipefail
@@ -9,7 +9,7 @@ cuda=$2
 major=${cuda%%.*}
 
 mapfile -t wheels < <("$python" -c \
-    'import sys; from factory.images import toolkit_requirements; print(*toolkit_requirements(sys.argv[1]), sep="\n")' \
+    'import sys; from factory.build.images import toolkit_requirements; print(*toolkit_requirements(sys.argv[1]), sep="\n")' \
     "$cuda")
 # cuobjdump: the fatbin tests' independent reading; its wheels start at 13.2 and read older toolkits' output.
 "$python" -m pip install -q "${wheels[@]}" "nvidia-cuda-cuobjdump==${major}.*"

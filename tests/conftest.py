@@ -33,7 +33,7 @@ def empty_work_cache() -> bool:
     volume or image. Only between modules: no build runs then."""
     import docker
 
-    from factory import jobspec
+    from factory.build import jobspec
 
     client = docker.from_env(timeout=600)
     try:
@@ -118,7 +118,7 @@ def session_factory_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     the path a test takes. The wheelhouse cache is shared: its entries are keyed by a hash of their inputs,
     never change once made, and hold GBs of torch wheels that each session would otherwise download again.
     """
-    from factory.home import factory_home
+    from factory.core.home import factory_home
 
     shared = factory_home() / "wheelhouses"
     shared.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import typer
 
 from factory import version
 from factory.cli.helpstyle import FactoryGroup
-from factory.errors import ConfigError, FactoryError
+from factory.core.errors import ConfigError, FactoryError
 
 app = typer.Typer(
     name="factory",
@@ -72,7 +72,7 @@ def _register() -> None:
 # before _register(): the command modules import it
 def cpus_option(value: float | None) -> float | None:
     """A --cpus option as given: None, or a finite number of CPUs from MIN_CPUS to MAX_CPUS."""
-    from factory.options import MAX_CPUS, MIN_CPUS
+    from factory.spec.options import MAX_CPUS, MIN_CPUS
 
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ConfigError(f"--cpus must be a positive number of CPUs, not {value:g}")
@@ -85,8 +85,8 @@ def cpus_option(value: float | None) -> float | None:
 
 def size_option(value: str, option: str, *, minimum: int = 1) -> int:
     """A size option (--memory 16GiB) in bytes, from `minimum` to MAX_SIZE."""
-    from factory.options import MAX_SIZE
-    from factory.units import format_size, parse_size
+    from factory.core.units import format_size, parse_size
+    from factory.spec.options import MAX_SIZE
 
     try:
         size = parse_size(value)

@@ -1,4 +1,4 @@
-"""`factory build`: parse options, call `factory.buildplan`, show progress."""
+"""`factory build`: parse options, call `factory.build.request`, show progress."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from factory.cli.matrix import FLAVOR_OPTION, MATRIX_OPTION, ONLY_OPTION, TRUST_
 from factory.cli.output import echo_json, json_option
 from factory.cli.progress import BuildDisplay
 from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
-from factory.config import MIN_CONTAINER_MEMORY
-from factory.errors import ConfigError
-from factory.shard import Shard, parse_shard
+from factory.core.errors import ConfigError
+from factory.plan.shard import Shard, parse_shard
+from factory.spec.config import MIN_CONTAINER_MEMORY
 
 
 def shard_option(value: str | None) -> Shard | None:
@@ -94,7 +94,7 @@ def build(
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
-    from factory.buildplan import BuildRequest, dry_run_line, plan_build, run_planned
+    from factory.build.request import BuildRequest, dry_run_line, plan_build, run_planned
 
     if as_json and not dry_run:
         raise ConfigError("--json applies to --dry-run (a build writes its report to OUTPUT/report.json)")

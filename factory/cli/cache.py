@@ -18,9 +18,9 @@ def stats(
     as_json: Annotated[bool, json_option()] = False,
 ) -> None:
     """Entries, objects and bytes in the local compile cache, and its oldest and newest use."""
-    from factory.cache import local_dir
-    from factory.cache import stats as cache_stats
-    from factory.units import format_size
+    from factory.cache.sync import local_dir
+    from factory.cache.sync import stats as cache_stats
+    from factory.core.units import format_size
 
     root = local_dir()
     s = cache_stats(root)
@@ -40,9 +40,9 @@ def prune(
     ] = None,
 ) -> None:
     """Remove the least recently used entries until the local compile cache fits in --max."""
-    from factory.cache import DEFAULT_MAX_BYTES, local_dir, parse_max
-    from factory.cache import prune as cache_prune
-    from factory.units import format_size
+    from factory.cache.sync import DEFAULT_MAX_BYTES, local_dir, parse_max
+    from factory.cache.sync import prune as cache_prune
+    from factory.core.units import format_size
 
     limit = DEFAULT_MAX_BYTES if max_size is None else parse_max(max_size, what="--max")
     result = cache_prune(limit, local_dir())

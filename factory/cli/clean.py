@@ -40,7 +40,7 @@ def clean(
     """Remove what factory runs that died (killed, crashed) left behind.
 
     One line each; a live run's stay. Half-made downloads and source trees in $FACTORY_HOME go too."""
-    from factory.cleanup import clean as remove_leftovers
+    from factory.build.cleanup import clean as remove_leftovers
 
     for item in remove_leftovers(outputs=output or [], indexes=to or [], containers=containers):
         typer.echo(f"removed {item}")

@@ -8,10 +8,10 @@ import typer
 
 from factory.cli import app
 from factory.cli.output import echo_json, json_option
-from factory.errors import ConfigError
-from factory.torchcompat import compat_report
-from factory.urls import INDEX_SCHEMES, checked_url
-from factory.variants import TORCH_VERSION
+from factory.core.errors import ConfigError
+from factory.core.urls import INDEX_SCHEMES, checked_url
+from factory.core.variants import TORCH_VERSION
+from factory.plan.torchcompat import compat_report
 
 compat_app = typer.Typer(help="Compatibility knowledge: derived from the index, and compat.json.")
 app.add_typer(compat_app, name="compat")

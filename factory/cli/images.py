@@ -34,8 +34,8 @@ def bootstrap(
     ] = None,
 ) -> None:
     """Make a base image from the distribution mirror (debootstrap, then docker import)."""
-    from factory import images
-    from factory.engine import connect
+    from factory.build import images
+    from factory.build.engine import connect
 
     client = connect()
     tag = images.bootstrap_base(
@@ -65,8 +65,8 @@ def standin_devel(
 
     The image is factory-standin:cuda<cuda>-devel, with the layout of nvidia/cuda:<cuda>-devel; a matrix
     uses it with build.base_image: factory-standin:cuda<cuda>-devel."""
-    from factory import images
-    from factory.engine import connect
+    from factory.build import images
+    from factory.build.engine import connect
 
     images.standin_build_args(cuda=cuda, base_image=base)  # a bad value is one line, without a daemon
     client = connect()
@@ -104,7 +104,7 @@ def build(
     ] = False,
 ) -> None:
     """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
-    from factory import images
+    from factory.build import images
 
     tags = images.build_images(
         cuda=cuda,
@@ -125,8 +125,8 @@ def list_(
     """List the factory's images with their labels."""
     from rich.table import Table
 
-    from factory import images
-    from factory.engine import connect
+    from factory.build import images
+    from factory.build.engine import connect
 
     found = images.list_images(connect())
     if json_output:

@@ -12,7 +12,7 @@ import typer
 from factory.cli import app
 from factory.cli.matrix import TRUST_PATHS
 from factory.cli.output import echo_json, json_option
-from factory.errors import ConfigError
+from factory.core.errors import ConfigError
 
 ENDPOINT_URL = typer.Option(
     "--endpoint-url", metavar="URL", help="S3-compatible endpoint (credentials: AWS chain)."
@@ -35,7 +35,7 @@ def repair(
     """Rewrite every page of an index from the wheel files present in it.
 
     For an index that was damaged; not while anyone publishes to it."""
-    from factory.publish import repair_index
+    from factory.publish.publisher import repair_index
 
     result = repair_index(to=to, endpoint_url=endpoint_url)
     for line in result.skipped:
@@ -62,7 +62,7 @@ def check(
 
     Every page lists only files that are there with its bytes, every wheel is listed and every page is its
     state's rendering."""
-    from factory.indexcheck import check_published
+    from factory.publish.indexcheck import check_published
 
     result = check_published(to=to, endpoint_url=endpoint_url, matrix=matrix, trust_paths=trust_paths)
     for line in result.problems:
@@ -123,7 +123,7 @@ def audit(
     Its size, sha256 and PEP 658 metadata; its signature (--key); its provenance against its label (and the
     matrix's job); its device code against its label's archs; its torch pin; the stable-ABI symbol rule;
     --rebuild N of them bit for bit. One line per problem; nothing is written to the index."""
-    from factory.indexaudit import audit_published
+    from factory.publish.indexaudit import audit_published
 
     result = audit_published(
         to=to,

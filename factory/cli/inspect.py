@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from factory import checkrecord, wheelprov
+from factory.build import checkrecord
 from factory.cli import app
 from factory.cli.output import echo_json, json_option
+from factory.wheel import embedded
 
 
 @app.command("inspect")
@@ -28,15 +29,15 @@ def inspect_command(
     when there is one and it names this wheel; for a wheel file, its check's result: failed, with the
     reason, when its failure record (<wheel>.check-failed.json) is beside it, else what the build's
     report.json beside it says."""
-    found = wheelprov.inspect(wheel)
+    found = embedded.inspect(wheel)
     local = None if "://" in wheel else Path(wheel)
     if as_json:
-        doc = wheelprov.to_json(found)
+        doc = embedded.to_json(found)
         if local is not None:
             doc["check"] = checkrecord.to_json(local)
         echo_json(doc)
         return
-    for line in wheelprov.describe(found):
+    for line in embedded.describe(found):
         typer.echo(line)
     if local is not None:
         typer.echo(checkrecord.describe(local))

@@ -9,16 +9,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from factory import glibcfloor, stable_abi
-from factory import shard as sharding
-from factory.ci import Chunk, parse_chunk
+from factory.build.source import prepare_matrix_source
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
-from factory.config import MatrixFile
-from factory.errors import ConfigError
-from factory.plan import Job, Plan, plan_file
-from factory.source import prepare_matrix_source
-from factory.validate import shown_name
+from factory.core.errors import ConfigError
+from factory.core.validate import shown_name
+from factory.plan import glibcfloor
+from factory.plan import shard as sharding
+from factory.plan.ci import Chunk, parse_chunk
+from factory.plan.plan import Job, Plan, plan_file
+from factory.spec import stable_abi
+from factory.spec.config import MatrixFile
 
 # Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
 TRUST_PATHS = typer.Option(
@@ -206,8 +207,8 @@ def matrix_command(
         warn=lambda line: typer.echo(f"warning: {line}", err=True),
     )
     if requests is not None:
-        from factory.requestplan import add_requests
-        from factory.variantrequest import read_requests, requests_directory
+        from factory.plan.requestplan import add_requests
+        from factory.plan.variantrequest import read_requests, requests_directory
 
         said = read_requests(
             requests_directory(requests), warn=lambda line: typer.echo(f"warning: {line}", err=True)
@@ -226,7 +227,7 @@ def matrix_command(
         echo_json([j.to_json() for j in plan.jobs])
         return
     if fmt is Format.github:
-        from factory.pipeline import github_plan
+        from factory.build.pipeline import github_plan
 
         def say(line: str) -> None:
             typer.echo(line, err=True)

@@ -9,7 +9,7 @@ import typer
 
 from factory.cli import app, cpus_option, size_option
 from factory.cli.output import echo_json, json_option
-from factory.errors import ConfigError
+from factory.core.errors import ConfigError
 from factory.memory import profiles
 
 memory_app = typer.Typer(help="Memory planning and learned compile profiles.", no_args_is_help=True)

@@ -17,8 +17,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from factory.report import BuildReport, JobResult
-from factory.units import format_size
+from factory.build.report import BuildReport, JobResult
+from factory.core.units import format_size
 
 STYLE = {"ok": "green", "failed": "red", "oom": "magenta", "interrupted": "yellow", "skipped": "dim"}
 FINISHED = frozenset(STYLE)
@@ -324,7 +324,7 @@ def show_report(console: Console, report: BuildReport, report_path: str, *, inte
 class BuildDisplay:
     """What `factory build` shows on `console` while jobs run: the live table on a terminal, else plain
     lines (`PlainProgress`) from a ticking thread; then the report. Its methods are the callbacks of
-    `factory.buildplan.run_planned`, called from the job threads."""
+    `factory.build.request.run_planned`, called from the job threads."""
 
     def __init__(self, console: Console, *, report_path: str) -> None:
         self.console = console

@@ -10,7 +10,7 @@ import typer
 
 from factory.cli import app
 from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
-from factory.errors import ConfigError
+from factory.core.errors import ConfigError
 
 
 @app.command()
@@ -53,8 +53,8 @@ def publish(
 
     A wheel that failed its checks (kept under check-failed/ with its failure record, or kept by a job of
     the report) is refused, and nothing is published, unless --force-failed."""
-    from factory.publish import describe, publish_directory
-    from factory.signing import signer_from
+    from factory.publish.publisher import describe, publish_directory
+    from factory.trust.signing import signer_from
 
     signer = signer_from(path=sign_key, env_name=sign_key_env)
     result = publish_directory(
@@ -109,7 +109,7 @@ def serve(
     ] = False,
 ) -> None:
     """Serve a published index over HTTP (PEP 503 HTML and PEP 691 JSON by content negotiation)."""
-    from factory.serve import serve as serve_index
+    from factory.publish.serve import serve as serve_index
 
     def announce(line: str) -> None:
         typer.echo(line)
@@ -179,8 +179,8 @@ def which(
     torch: its driver), or what is missing and the matrix lines that would build it."""
     import os
 
-    from factory.installcmd import DEFAULT_INDEX
-    from factory.which import advise
+    from factory.consume.which import advise
+    from factory.publish.installcmd import DEFAULT_INDEX
 
     if index is None:
         index = os.environ.get("FACTORY_INDEX_URL")

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
-from factory.options import Recipe
-from factory.recipes import BUILTIN_RECIPES
+from factory.spec.options import Recipe
+from factory.spec.recipes import BUILTIN_RECIPES
 
 
 def recipe_row(recipe: Recipe) -> dict[str, str]:

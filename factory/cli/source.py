@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
+from factory.build.source import PreparedSource, diff_trees, prepare_matrix_source, unpack_for_editing
 from factory.cli import app
 from factory.cli.matrix import MATRIX_OPTION
-from factory.config import load_matrix_file
-from factory.errors import ConfigError
-from factory.source import PreparedSource, diff_trees, prepare_matrix_source, unpack_for_editing
+from factory.core.errors import ConfigError
+from factory.spec.config import load_matrix_file
 
 source_app = typer.Typer(help="Unpack a package's source to edit, and turn the edits into a patch.")
 app.add_typer(source_app, name="source")

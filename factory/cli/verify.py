@@ -13,10 +13,10 @@ import typer
 from factory.cli import app
 from factory.cli.matrix import TRUST_PATHS
 from factory.cli.output import echo_json, json_option
-from factory.errors import ConfigError
+from factory.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from factory.rebuild import RebuildOptions
+    from factory.build.rebuild import RebuildOptions
 
 SIGN_KEY_OPTION = typer.Option(
     "--sign-key",
@@ -117,13 +117,13 @@ def verify(
             "(build the wheel again from its provenance and compare)"
         )
     if key is not None:
-        from factory.signing import public_key_file
-        from factory.verify import verify_signature
+        from factory.consume.verify import verify_signature
+        from factory.trust.signing import public_key_file
 
         verified = verify_signature(wheel, key=public_key_file(key), signature=signature)
         typer.echo(f"OK {verified.filename}: sha256 {verified.sha256}, signed by key {verified.key_id}")
     if rebuild:
-        from factory.rebuild import RebuildOptions, check_allowed
+        from factory.build.rebuild import RebuildOptions, check_allowed
 
         options = RebuildOptions(
             cache=cache,
@@ -143,8 +143,8 @@ def rebuild_and_compare(wheel: str, options: RebuildOptions, *, as_json: bool) -
     exit 0 when the rebuild is byte-identical, else 1."""
     from rich.console import Console
 
+    from factory.build.rebuild import Hooks, verify_rebuild
     from factory.cli.progress import BuildDisplay
-    from factory.rebuild import Hooks, verify_rebuild
 
     if options.workdir is not None:
         report = str(options.workdir / "out" / "report.json")
@@ -167,7 +167,7 @@ def keygen(
     ],
 ) -> None:
     """Make an Ed25519 key pair for signing published wheels (the private key mode 0600; never overwrites)."""
-    from factory.signing import write_key_pair
+    from factory.trust.signing import write_key_pair
 
     pub, key_id = write_key_pair(path)
     typer.echo(f"private key: {path} (keep it secret: a CI secret, or a file only the publisher reads)")

@@ -1,7 +1,8 @@
 """The compile cache: its on-disk format, its keys, and the lookup and store of one compile. The one owner of
-the cache's format and its grammar (`classify`); the host (`factory.cache`) imports, signs, syncs and prunes.
+the cache's format and its grammar (`classify`); the host (`factory.cache.sync`) imports, signs, syncs and
+prunes.
 
-A cache root (one trust domain's: `factory.cache`) holds
+A cache root (one trust domain's: `factory.cache.sync`) holds
   m/<dk[:2]>/<dk>/<rk>.json   a manifest: the files one compile of direct key dk read, with their sha256, and
                               the sha256 of the object it wrote
   o/<sha[:2]>/<sha>           an object, named by the sha256 of its content

@@ -52,7 +52,7 @@ def run(cmd: list[str], **kwargs: object) -> None:
 
 
 def environment() -> protocol.DriverEnv:
-    """What the host set for this phase (`factory.jobspec`)."""
+    """What the host set for this phase (`factory.build.jobspec`)."""
     return protocol.DriverEnv.from_env(os.environ)
 
 

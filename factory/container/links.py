@@ -3,7 +3,7 @@
 The nvcc wrapper records each compile's object (its measurement's "object"); the `c++` launcher, which the
 driver makes the build's CXX, sees the link of every extension setuptools links as C++ (torch's
 cpp_extension does) and prints one `::factory-link::` line for it. From the two the host tells which
-modules carry no object nvcc compiled, so no kernels (`factory.buildlog.module_kinds`). Paths are made
+modules carry no object nvcc compiled, so no kernels (`factory.build.logs.module_kinds`). Paths are made
 absolute and normal here, with the call's working directory, so the two sides compare as strings.
 Standard library only.
 """

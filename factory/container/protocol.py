@@ -95,7 +95,7 @@ ENV_CACHE_OUT = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the j
 ENV_CACHE_VERIFY = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
 
 
-# Where a build container finds what the host mounts for it (`factory.jobspec` binds them there).
+# Where a build container finds what the host mounts for it (`factory.build.jobspec` binds them there).
 SOURCE_MOUNT = "/src"  # the prepared source, read-only
 WHEELHOUSE_MOUNT = "/wheelhouse"  # the build's wheelhouse, read-only
 CHECK_WHEELHOUSE_MOUNT = "/wheelhouse-check"  # the package's runtime requirements, when the host found any
@@ -618,7 +618,8 @@ def _lines_text(value: object) -> str:
 @dataclass(frozen=True, kw_only=True)
 class DriverEnv(_Environment):
     """What the driver (and its heartbeat watch) reads from a build container's environment: the host writes
-    it (`factory.jobspec`, with `to_env`), the driver reads it (`from_env`); each phase gets the fields it
+    it (`factory.build.jobspec`, with `to_env`), the driver reads it (`from_env`); each phase gets the fields
+    it
     uses.
 
     FACTORY_JOB_DIR         the job's directory in the work volume (every phase)

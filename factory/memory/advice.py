@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from factory.config import load_matrix_file
 from factory.container import cgroup
 from factory.container.admission import GIB
-from factory.errors import ConfigError
+from factory.core.errors import ConfigError
+from factory.core.units import format_size
 from factory.memory.jobmemory import initial_parallelism
 from factory.memory.planner import Parallelism, plan_parallelism
-from factory.options import Recipe
-from factory.units import format_size
+from factory.spec.config import load_matrix_file
+from factory.spec.options import Recipe
 
 DEFAULT_RECIPE = "flash-attn"
 # Beyond any machine; past it a plan is arithmetic on nonsense (--cpus 1e308 printed a 300-digit MAX_JOBS).
@@ -81,8 +81,8 @@ def _count(value: int | None, option: str) -> None:
 
 def _recipe(request: PlanRequest) -> tuple[Recipe, int | None, tuple[str, str] | None]:
     """The recipe, the matrix file's largest arch set and its (package, version), by --matrix or --recipe."""
-    from factory.plan import plan_matrix
-    from factory.recipes import BUILTIN_RECIPES
+    from factory.plan.plan import plan_matrix
+    from factory.spec.recipes import BUILTIN_RECIPES
 
     if request.matrix is not None and request.recipe is not None:
         raise ConfigError("--matrix and --recipe: give one (the matrix file names its recipe)")

@@ -13,10 +13,10 @@ from pathlib import Path
 from factory.container import NVCC_LAUNCHER
 from factory.container.admission import DEFAULT_BASE_BYTES, GIB, raised_by_file
 from factory.container.protocol import WrapperEnv
+from factory.core.validate import container_limits
 from factory.memory import profiles
 from factory.memory.planner import Parallelism, plan_parallelism
-from factory.options import Recipe
-from factory.validate import container_limits
+from factory.spec.options import Recipe
 
 __all__ = [
     "PROFILE_DIR",

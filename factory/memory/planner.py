@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, replace
 
 from factory.container.admission import DEFAULT_BASE_BYTES, default_headroom, per_compile_estimate
-from factory.errors import ConfigError
-from factory.units import format_gib
+from factory.core.errors import ConfigError
+from factory.core.units import format_gib
 
 # flash-attn's setup.py default; more threads than archs buy nothing since each thread compiles one arch.
 DEFAULT_NVCC_THREADS = 4

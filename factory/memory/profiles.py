@@ -15,9 +15,9 @@ from packaging.utils import canonicalize_name
 
 from factory.container import protocol
 from factory.container.protocol import Measurement, ProfileEntry
-from factory.errors import ConfigError
-from factory.home import factory_home
-from factory.units import format_size
+from factory.core.errors import ConfigError
+from factory.core.home import factory_home
+from factory.core.units import format_size
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from factory.index import PAGE_CACHE_CONTROL
 from factory.memory.profiles import (
     load_profile,
     merge_profiles,
@@ -19,7 +18,8 @@ from factory.memory.profiles import (
     profile_path,
     save_profile,
 )
-from factory.stores import Store, compare_and_swap
+from factory.publish.index import PAGE_CACHE_CONTROL
+from factory.publish.stores import Store, compare_and_swap
 
 
 def profile_key(package: str, version: str) -> str:

@@ -110,7 +110,7 @@ def static_index(root: Path, projects: dict[str, list[Path]]) -> str:
 
 def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str) -> dict[str, set[str]]:
     """The filenames each stored form of a project page lists (JSON state, HTML), by key."""
-    from factory import index
+    from factory.publish import index
 
     out: dict[str, set[str]] = {}
     page = index.project_page(variant_id, project)
@@ -125,7 +125,7 @@ def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str
 
 def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -> None:
     """Every project page lists only files (and their .metadata) that exist, each link's hash right."""
-    from factory import index
+    from factory.publish import index
 
     keys = set(keys)
     for key in sorted(keys):
@@ -154,7 +154,7 @@ def publisher_script(
         f"sys.path.insert(0, {str(helpers)!r})\n"
         "from pathlib import Path\n"
         "from publish_helpers import make_wheel\n"
-        "from factory.publish import publish_wheels\n"
+        "from factory.publish.publisher import publish_wheels\n"
         f"for r in range({rounds}):\n"
         f"    w = make_wheel(Path({str(workdir)!r}) / f'w{worker}-{{r}}', version=f'1.{worker}.{{r}}')\n"
         f"    publish_wheels([w], to={to!r}, endpoint_url={endpoint!r})\n"
@@ -164,7 +164,7 @@ def publisher_script(
 KILL_AFTER_METADATA = (
     "import os, signal, sys\n"
     "from pathlib import Path\n"
-    "from factory.publish import publish_wheels\n"
+    "from factory.publish.publisher import publish_wheels\n"
     "def progress(event, key):\n"
     "    if event == 'metadata':\n"
     "        os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -246,9 +246,9 @@ def sha256_file(path: Path) -> str:
 def torch_wheelhouse(matrix: Path, output: Path) -> Path:
     """The wheelhouse a build of `matrix`'s first job installs from: torch and its CUDA wheels (GBs,
     downloaded once into the wheelhouse cache that every session shares)."""
-    from factory import build
-    from factory.config import load_matrix_file
-    from factory.plan import plan_matrix
+    from factory.build import runner as build
+    from factory.plan.plan import plan_matrix
+    from factory.spec.config import load_matrix_file
 
     mf = load_matrix_file(matrix, trust_paths=True)
     return build.Runner(None, mf, build.BuildSettings(output=output)).wheelhouse_for(plan_matrix(mf).jobs[0])
@@ -302,8 +302,8 @@ def selector_index(tmp: Path) -> Path:
     """Publish SELECTOR_GRID to tmp/idx (wheels in tmp/wh, the report beside them); the index's path."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from factory.publish import publish_wheels
-    from factory.signing import make_signer
+    from factory.publish.publisher import publish_wheels
+    from factory.trust.signing import make_signer
 
     jobs: list[dict[str, Any]] = []
     wheels = []
@@ -360,11 +360,11 @@ def relabelled(wheel: Path, label: str, directory: Path) -> Path:
     from packaging.utils import parse_wheel_filename
     from packaging.version import Version
 
-    from factory import wheelcheck
+    from factory.wheel import checks
 
     version = parse_wheel_filename(wheel.name)[1]
     new_version = Version(f"{version.public}+{label}")
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / wheelcheck.relabelled_name(wheel.name, new_version)
-    wheelcheck.set_version(wheel, target, new_version)
+    target = directory / checks.relabelled_name(wheel.name, new_version)
+    checks.set_version(wheel, target, new_version)
     return target

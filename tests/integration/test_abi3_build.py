@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from factory.wheelhouse import compatible_platforms
+from factory.build.wheelhouse import compatible_platforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

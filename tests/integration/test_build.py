@@ -25,8 +25,8 @@ import pytest
 from test_publish_s3 import moto  # noqa: F401
 
 from bench.matrices import DEMO, write_matrix
-from factory import engine
-from factory.fatbin import device_code
+from factory.build import engine
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -213,12 +213,13 @@ def test_every_published_wheel_has_provenance_and_an_sbom_its_library_accepts(
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
-    from factory import buildrecord, wheelprov
+    from factory.wheel import embedded
+    from factory.wheel import record as buildrecord
 
     wheels = sorted((demo_build["index"] / "files").glob("*/*.whl"))
     assert len(wheels) == 2
     for wheel in wheels:
-        found = wheelprov.read(wheel)
+        found = embedded.read(wheel)
         prov = found.provenance
         job = demo_build["jobs"][prov["job"]["id"]]
         assert job["wheel"] == wheel.name
@@ -238,7 +239,7 @@ def test_every_published_wheel_has_provenance_and_an_sbom_its_library_accepts(
         # the build record beside it: what differs between runs, from report.json, naming this wheel
         record = buildrecord.parse(wheel.with_name(wheel.name + buildrecord.SUFFIX).read_bytes())
         assert record.sha256 == hashlib.sha256(wheel.read_bytes()).hexdigest()
-        assert record.provenance_sha256 == wheelprov.provenance_sha256(wheel)
+        assert record.provenance_sha256 == embedded.provenance_sha256(wheel)
         assert record.image_id == job["image_id"] and record.started and record.finished
         assert record.compile_cache == demo_build["report"]["compile_cache"]
         assert (record.cache_hits, record.compiled) == (job["compiles_cached"], job["compiles_compiled"])
@@ -296,7 +297,7 @@ def test_consumer_installs_the_real_wheel_straight_from_an_s3_bucket(
     keeps the torch the venv has, which the wheel's pin accepts."""
     from publish_helpers import fresh_venv, pip_install, torch_wheelhouse, uv_install
 
-    from factory.publish import publish_wheels
+    from factory.publish.publisher import publish_wheels
 
     out = demo_build["out"]
     wheels = [out / j["wheel"] for j in demo_build["report"]["jobs"] if j["wheel"]]

@@ -24,9 +24,9 @@ from test_build import FACTORY, ROOT, demo_matrix
 from test_kill import build_containers
 from test_memory_build import SCALE, memext_matrix
 
-from factory import cachekeys, signing
-from factory.cache import LAYOUT, parse_store_key
-from factory.fatbin import device_code
+from factory.cache.sync import LAYOUT, parse_store_key
+from factory.trust import cachekeys, signing
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # the store's key pair: trusted runners hold the private key, untrusted builds the public one

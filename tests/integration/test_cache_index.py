@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 from publish_helpers import VID_NEW, make_wheel
 
-from factory import cache
-from factory.publish import publish_wheels, repair_index
-from factory.serve import ServeOptions, is_cache_path, make_server
-from factory.stores import LocalStore
+from factory.cache import sync
+from factory.publish.publisher import publish_wheels, repair_index
+from factory.publish.serve import ServeOptions, is_cache_path, make_server
+from factory.publish.stores import LocalStore
 
 pytestmark = pytest.mark.integration
-OBJ = cache.store_key("d" * 64, "o/ab/ab" + "1" * 62)
+OBJ = sync.store_key("d" * 64, "o/ab/ab" + "1" * 62)
 
 
 def test_the_cache_under_a_publish_store_is_no_project(tmp_path: Path) -> None:
     to = tmp_path / "index"
-    store_dir = Path(cache.under(str(to)))
+    store_dir = Path(sync.under(str(to)))
     assert store_dir == to / "_cache" / "compile"
     (store_dir / OBJ).parent.mkdir(parents=True)
     (store_dir / OBJ).write_bytes(b"object")

@@ -26,8 +26,8 @@ import pytest
 from conftest import require
 from test_build import FACTORY, ROOT
 
-from factory import engine
-from factory.fatbin import device_code
+from factory.build import engine
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import cache, cachekeys
+from factory.cache import sync as cache
 from factory.container import compilecache
-from factory.stores import S3Store
+from factory.publish.stores import S3Store
+from factory.trust import cachekeys
 
 pytestmark = pytest.mark.integration
 CREDS = {

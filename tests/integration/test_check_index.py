@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from publish_helpers import LABEL_NEW, VID_NEW, make_wheel
 
-from factory import glibcfloor, runtimereqs
-from factory.errors import FactoryError
-from factory.options import BuildOptions
-from factory.publish import publish_wheels
+from factory.build import runtimereqs
+from factory.core.errors import FactoryError
+from factory.plan import glibcfloor
+from factory.publish.publisher import publish_wheels
+from factory.spec.options import BuildOptions
 
 pytestmark = [pytest.mark.integration]
 

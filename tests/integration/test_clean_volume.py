@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from factory import engine, images, jobspec, leftovers
+from factory.build import engine, images, jobspec, leftovers
 
 pytestmark = [pytest.mark.integration]
 

@@ -18,9 +18,10 @@ import pytest
 from conftest import require
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory import cache, cachekeys
-from factory.cache import stats as cache_stats
+from factory.cache import sync as cache
+from factory.cache.sync import stats as cache_stats
 from factory.container import CONTAINER_DIR, compilecache, protocol
+from factory.trust import cachekeys
 
 pytestmark = pytest.mark.integration
 

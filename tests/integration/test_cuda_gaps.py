@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from factory.fatbin import device_code
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

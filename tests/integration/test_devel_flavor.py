@@ -1,7 +1,7 @@
 """The devel flavor end to end on the local stand-in for nvidia/cuda:13.0-devel, and the manylinux flavor's
 answer when its image cannot be pulled (no registry is reachable here).
 
-The stand-in (factory-standin:cuda13.0-devel, made by factory.images from the PyPI toolkit wheels on the
+The stand-in (factory-standin:cuda13.0-devel, made by factory.build.images from the PyPI toolkit wheels on the
 bootstrapped base) is reused while its inputs hash is unchanged; one job of the demo extension (one arch, one
 Python) then goes through factory/data/docker/Dockerfile.devel and every phase of the driver, wheel checks
 included.
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from bench.matrices import DEMO, write_matrix
-from factory import images
-from factory.errors import ImageError
-from factory.fatbin import device_code
+from factory.build import images
+from factory.core.errors import ImageError
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,4 +1,5 @@
-"""factory.fatbin against shared objects compiled by a real nvcc (the test venv's CUDA toolkit), read back by
+"""factory.wheel.fatbin against shared objects compiled by a real nvcc (the test venv's CUDA toolkit), read
+back by
 the toolkit's cuobjdump as well."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.fatbin import read_device_code
+from factory.wheel.fatbin import read_device_code
 
 pytestmark = pytest.mark.integration
 

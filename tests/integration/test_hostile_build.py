@@ -27,9 +27,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_cache_build import fresh_home
 
 from bench.matrices import DEMO, write_matrix
-from factory import cache, cachekeys, signing
-from factory.cache import LAYOUT, parse_store_key
-from factory.stores import S3Store
+from factory.cache import sync
+from factory.cache.sync import LAYOUT, parse_store_key
+from factory.publish.stores import S3Store
+from factory.trust import cachekeys, signing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -281,9 +282,9 @@ def test_a_hostile_setup_py_cannot_reach_the_host_the_store_or_another_build(
     os.environ.update(creds)
     try:
         store = S3Store("wheels", "idx/_cache/compile", endpoint_url=endpoint)
-        got = cache.pull(store, tmp_path / "other-runner", keyring=other)
+        got = sync.pull(store, tmp_path / "other-runner", keyring=other)
     finally:
         for k in creds:
             os.environ.pop(k, None)
     assert got.failed > 0  # the manifests: each one signed by a key it does not hold
-    assert not [k for k in cache.local_files(tmp_path / "other-runner") if "/m/" in k]
+    assert not [k for k in sync.local_files(tmp_path / "other-runner") if "/m/" in k]

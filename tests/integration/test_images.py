@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from conftest import require
 
-from factory import engine, images
-from factory.errors import FactoryError, ImageError
-from factory.wheelhouse import POOL, download_wheelhouse, link_wheels, wheel_files
+from factory.build import engine, images
+from factory.build.wheelhouse import POOL, download_wheelhouse, link_wheels, wheel_files
+from factory.core.errors import FactoryError, ImageError
 
 pytestmark = pytest.mark.integration
 

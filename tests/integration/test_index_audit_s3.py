@@ -18,15 +18,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from publish_helpers import relabelled
 from test_publish_s3 import Moto, moto  # noqa: F401
 
-from factory import index, signing
-from factory.publish import publish_wheels
+from factory.publish import index
+from factory.publish.publisher import publish_wheels
+from factory.trust import signing
 
 pytestmark = pytest.mark.integration
 BUCKET, PREFIX = "audit", "idx"
 
 
 def _unit_helpers() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "unit" / "test_index_audit.py"
+    path = Path(__file__).resolve().parents[1] / "unit" / "publish" / "test_index_audit.py"
     name = "_factory_test_helpers_test_index_audit"
     if name in sys.modules:
         return sys.modules[name]

@@ -53,9 +53,10 @@ def test_the_installed_factory_reads_its_files_from_the_venv(venv: Path, tmp_pat
     proc = run(venv, "factory", "--version", cwd=tmp_path, timeout=120)
     assert (proc.returncode, proc.stdout) == (0, f"factory {factory.__version__}\n"), proc.stderr
     script = (
-        "import json, factory.container, factory.images, factory.recipes, factory.resources;"
-        "print(json.dumps([str(factory.images.dockerfile_path('pypi')), str(factory.resources.DATA_DIR),"
-        " str(factory.recipes.recipes_dir()), str(factory.container.CONTAINER_DIR)]))"
+        "import json, factory.container, factory.build.images, factory.spec.recipes, factory.core.resources;"
+        "print(json.dumps([str(factory.build.images.dockerfile_path('pypi')),"
+        " str(factory.core.resources.DATA_DIR), str(factory.spec.recipes.recipes_dir()),"
+        " str(factory.container.CONTAINER_DIR)]))"
     )
     proc = run(venv, "python", "-c", script, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_build import FACTORY, ROOT, demo_matrix, run_factory
 
-from factory import engine, jobspec
+from factory.build import engine, jobspec
 from factory.container import heartbeat, protocol
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from bench.matrices import MEMEXT, write_matrix
-from factory.fatbin import device_code
 from factory.memory import profiles
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

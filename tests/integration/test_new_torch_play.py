@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench import new_torch
-from factory import index
+from factory.publish import index
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

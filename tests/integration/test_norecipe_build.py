@@ -30,9 +30,10 @@ from conftest import require
 from packaging.utils import parse_wheel_filename
 from test_build import FACTORY, ROOT
 
-from factory import engine, wheelcheck
-from factory.fatbin import device_code
+from factory.build import engine
 from factory.memory import profiles
+from factory.wheel import checks
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -130,7 +131,7 @@ def test_the_wheel_carries_the_label_everywhere_and_pip_installs_it(
     wheel = out / job["wheel"]
     name, version, _build, _tags = parse_wheel_filename(wheel.name)
     assert (name, str(version)) == ("factory-norecipe", f"0.1.0+{LABEL}")
-    assert wheelcheck.wheel_archive_problems(wheel) == []  # RECORD matches every file, paths and hashes
+    assert checks.wheel_archive_problems(wheel) == []  # RECORD matches every file, paths and hashes
     with zipfile.ZipFile(wheel) as zf:
         dist_info = f"factory_norecipe-0.1.0+{LABEL}.dist-info"
         assert {n.split("/")[0] for n in zf.namelist() if ".dist-info/" in n} == {dist_info}

@@ -15,15 +15,15 @@ import pytest
 from publish_helpers import make_wheel
 
 from bench.matrices import DEMO, write_matrix
-from factory.config import MatrixFile, load_matrix_file
-from factory.errors import ConfigError
+from factory.build.pipeline import build_matrix
+from factory.build.report import BuildReport, JobResult
+from factory.build.reuse import Reuse
+from factory.core.errors import ConfigError
 from factory.memory import profiles
 from factory.memory.shipping import profile_key
-from factory.pipeline import build_matrix
-from factory.plan import Job, plan_matrix
-from factory.report import BuildReport, JobResult
-from factory.reuse import Reuse
-from factory.stores import LocalStore
+from factory.plan.plan import Job, plan_matrix
+from factory.publish.stores import LocalStore
+from factory.spec.config import MatrixFile, load_matrix_file
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ import pytest
 from test_build import DEMO_SRC, ROOT, demo_matrix
 from test_cache_build import factory_build, fresh_home
 
-from factory import engine
-from factory.cache import LAYOUT
+from factory.build import engine
+from factory.cache.sync import LAYOUT
 from factory.container import protocol
-from factory.fatbin import device_code
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

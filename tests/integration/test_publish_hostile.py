@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from publish_helpers import LABEL_NEW, VID_NEW, make_wheel
 
-from factory import index
+from factory.publish import index
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))

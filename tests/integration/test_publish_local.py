@@ -22,12 +22,12 @@ from publish_helpers import (
     publisher_script,
 )
 
-from factory import index
-from factory.config import load_matrix_file
-from factory.errors import ConfigError, PublishError
-from factory.plan import plan_matrix
-from factory.publish import inspect_wheel, publish_wheels, published_files, published_wheel
-from factory.stores import LocalStore
+from factory.core.errors import ConfigError, PublishError
+from factory.plan.plan import plan_matrix
+from factory.publish import index
+from factory.publish.publisher import inspect_wheel, publish_wheels, published_files, published_wheel
+from factory.publish.stores import LocalStore
+from factory.spec.config import load_matrix_file
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

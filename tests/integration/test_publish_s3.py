@@ -30,10 +30,11 @@ from publish_helpers import (
     uv_install,
 )
 
-from factory import buildrecord, index
-from factory.errors import PublishError
-from factory.publish import publish_wheels, published_files
-from factory.stores import S3Store
+from factory.core.errors import PublishError
+from factory.publish import index
+from factory.publish.publisher import publish_wheels, published_files
+from factory.publish.stores import S3Store
+from factory.wheel import record as buildrecord
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -170,7 +171,7 @@ def test_wheel_variants_on_s3_install_straight_from_the_bucket(
     """The experimental variant channel (publish --variants) on S3: its pages under their directory keys
     too, the variant wheels immutable and each release's variants.json revalidated (it grows), and real uv
     (its preview; a stood-in GPU, NV_VARIANT_PROVIDER_FORCE_*) picks the variant from the bucket URL."""
-    from factory import wheelvariants
+    from factory.publish import wheelvariants
 
     wheels = [make_wheel(tmp_path / "w", label=LABEL_NEW), make_wheel(tmp_path / "w", label=LABEL_OLD)]
     moto.bucket("variants")

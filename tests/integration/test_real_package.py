@@ -24,13 +24,13 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from packaging.utils import parse_wheel_filename
 
-from factory.config import load_matrix_file
-from factory.fatbin import device_code
-from factory.home import factory_home
-from factory.jobspec import requirements
-from factory.plan import plan_matrix
-from factory.recipes import BUILTIN_RECIPES
-from factory.wheelhouse import download_wheelhouse
+from factory.build.jobspec import requirements
+from factory.build.wheelhouse import download_wheelhouse
+from factory.core.home import factory_home
+from factory.plan.plan import plan_matrix
+from factory.spec.config import load_matrix_file
+from factory.spec.recipes import BUILTIN_RECIPES
+from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -33,8 +33,10 @@ import pytest
 from test_build import DEMO_SRC, FACTORY, ROOT, demo_matrix
 from test_cache_build import fresh_home
 
-from factory import cache, cachekeys, wheeldiff
+from factory.cache import sync
 from factory.container import compilecache
+from factory.trust import cachekeys
+from factory.wheel import wheeldiff
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SO = "factory_demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
@@ -154,8 +156,8 @@ def test_a_wheel_from_cache_hits_is_the_cold_ones_and_a_changed_byte_is_named(bu
 def poison(home: Path) -> str:
     """Replace the object of bindings.cpp's entry in `home`'s compile cache by one with a changed string,
     signed with the home's own key; the entry's manifest path."""
-    keyring = cachekeys.load_keyring(cache.local_dir(home).parent, {})
-    local = cache.local_dir(home) / cache.LAYOUT
+    keyring = cachekeys.load_keyring(sync.local_dir(home).parent, {})
+    local = sync.local_dir(home) / sync.LAYOUT
     for manifest in sorted(local.glob("*/m/*/*/*.json")):
         domain = manifest.relative_to(local).parts[0]
         entry = cachekeys.verified_entry(manifest.read_bytes(), domain=domain, keyring=keyring)

@@ -32,9 +32,9 @@ from publish_helpers import (
 from test_signed_index import STUB_TORCH
 from test_which_requests import FAKE_SMI
 
-from factory.index import signature_path
-from factory.publish import publish_wheels
-from factory.signing import signer_from, write_key_pair
+from factory.publish.index import signature_path
+from factory.publish.publisher import publish_wheels
+from factory.trust.signing import signer_from, write_key_pair
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

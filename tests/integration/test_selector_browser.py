@@ -17,7 +17,8 @@ import pytest
 from conftest import require
 from publish_helpers import chromium, selector_index
 
-from factory import installcmd, variantrequest
+from factory.plan import variantrequest
+from factory.publish import installcmd
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))
@@ -190,7 +191,7 @@ def test_a_pure_wheel_serves_every_python(browser: Any, tmp_path: Path) -> None:
     """A py3 wheel's column is no CPython: any Python picked takes it (and any platform)."""
     from publish_helpers import LABEL_NEW, VID_NEW, make_wheel
 
-    from factory.publish import publish_wheels
+    from factory.publish.publisher import publish_wheels
 
     publish_wheels([make_wheel(tmp_path / "wh")], to=str(tmp_path / "idx"))
     browser.get((tmp_path / "idx" / "index.html").as_uri())
@@ -213,7 +214,7 @@ def test_a_pure_wheel_serves_every_python(browser: Any, tmp_path: Path) -> None:
 
 def test_repair_rebuilds_the_same_page(tmp_path: Path) -> None:
     """What the grid says of each wheel (upload time, files beside it), rebuilt from the store alone."""
-    from factory.publish import repair_index
+    from factory.publish.publisher import repair_index
 
     idx = selector_index(tmp_path)
     page, state = (idx / "index.html").read_bytes(), (idx / "matrix.json").read_bytes()

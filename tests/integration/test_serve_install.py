@@ -32,9 +32,9 @@ from publish_helpers import (
     uv_install,
 )
 
-from factory import index
-from factory.publish import publish_wheels
-from factory.wheelhouse import wheel_files
+from factory.build.wheelhouse import wheel_files
+from factory.publish import index
+from factory.publish.publisher import publish_wheels
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))
@@ -246,7 +246,8 @@ def test_which_prints_the_matching_install_commands(
     torch = torch_wheel_version[1].split("+")[0]
     assert lines[0] == f"python {PYTHON}, torch {torch}, CUDA 13.0, cxx11 ABI 1, GPUs none (from none)"
     assert f"variant: {VID_NEW}" in lines
-    # the wheel by URL and hash, torch pinned to the release installed (factory.installcmd; installed by
+    # the wheel by URL and hash, torch pinned to the release installed (factory.publish.installcmd; installed
+    # by
     # these commands in tests/integration/test_safe_commands.py)
     wheel = served.wheels[VID_NEW]
     pinned = f"tinyvar @ {served.url}files/{VID_NEW}/{quote(wheel.name)}#sha256={sha256_file(wheel)}"

@@ -18,7 +18,7 @@ import pytest
 from publish_helpers import LABEL_NEW, VID_NEW, make_wheel
 from test_publish_s3 import CREDS, Moto, moto  # noqa: F401 -- moto is the S3 server fixture
 
-from factory.publish import publish_wheels
+from factory.publish.publisher import publish_wheels
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))

@@ -20,8 +20,8 @@ import pytest
 from publish_helpers import LABEL_NEW, VID_NEW, make_wheel
 from test_publish_s3 import Moto, moto  # noqa: F401 -- the module's moto server fixture
 
-from factory.index import SIGNATURE_SUFFIX, signature_path
-from factory.signing import write_key_pair
+from factory.publish.index import SIGNATURE_SUFFIX, signature_path
+from factory.trust.signing import write_key_pair
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from factory.errors import BuildError, ConfigError
-from factory.source import PreparedSource, prepare_source, read_pip_settings
-from factory.urls import without_credentials
+from factory.build.source import PreparedSource, prepare_source, read_pip_settings
+from factory.core.errors import BuildError, ConfigError
+from factory.core.urls import without_credentials
 
 pytestmark = pytest.mark.integration
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from factory import index as index_mod
-from factory.publish import publish_wheels
-from factory.signing import Signer, load_private_key, make_signer, write_key_pair
-from factory.wheelhouse import compatible_platforms
+from factory.build.wheelhouse import compatible_platforms
+from factory.publish import index as index_mod
+from factory.publish.publisher import publish_wheels
+from factory.trust.signing import Signer, load_private_key, make_signer, write_key_pair
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -147,7 +147,7 @@ def test_as_a_wheel_variant_uv_takes_the_one_wheel_for_the_gpu_it_runs_on(
     from publish_helpers import fresh_venv, uv_install
     from variantlib.variant_dist_info import VariantDistInfo
 
-    from factory import wheelvariants
+    from factory.publish import wheelvariants
 
     job = stable_build["jobs"][GOOD]
     index = tmp_path / "index"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import require
 
-from factory import engine, images
+from factory.build import engine, images
 
 pytestmark = pytest.mark.integration
 

@@ -37,8 +37,8 @@ from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
 from variantlib.variant_dist_info import VariantDistInfo
 from variantlib.variants_json import VariantsJson
 
-from factory import wheelvariants
-from factory.wheelcheck import wheel_archive_problems
+from factory.publish import wheelvariants
+from factory.wheel.checks import wheel_archive_problems
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,9 +246,9 @@ def test_on_a_gpu_host_uv_reads_the_driver_and_the_gpu_itself(
     """The check left for a host with an NVIDIA GPU (CI has none, and skips it): with nothing stood in, uv's
     NVIDIA provider reads the driver and the GPU, and takes the wheel built for this GPU's arch over one
     built for another GPU generation."""
-    from factory.driver import detect_driver
-    from factory.publish import publish_wheels
-    from factory.variants import Arch
+    from factory.consume.hostgpu import detect_driver
+    from factory.core.variants import Arch
+    from factory.publish.publisher import publish_wheels
 
     driver = detect_driver()
     if driver.cuda is None or not driver.gpus:

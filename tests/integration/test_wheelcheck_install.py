@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from factory.wheelcheck import check_wheel, pin_torch_requirement, record_hash
+from factory.wheel.checks import check_wheel, pin_torch_requirement, record_hash
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def _load_sibling(path: Path) -> ModuleType:
     return module
 
 
-_helpers = _load_sibling(Path(__file__).resolve().parents[1] / "unit" / "test_wheelcheck.py")
+_helpers = _load_sibling(Path(__file__).resolve().parents[1] / "unit" / "wheel" / "test_wheelcheck.py")
 JOB, TAG, VERSION = _helpers.JOB, _helpers.TAG, _helpers.VERSION
 members, metadata_text, write_wheel = _helpers.members, _helpers.metadata_text, _helpers.write_wheel
 

@@ -20,9 +20,9 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from publish_helpers import LABEL_NEW, LABEL_OLD, VID_NEW, fresh_venv, make_wheel, torch_wheelhouse
 
-from factory.publish import publish_wheels
-from factory.variantrequest import FORMAT, make_request, parse, store_request
-from factory.wheelhouse import wheel_files
+from factory.build.wheelhouse import wheel_files
+from factory.plan.variantrequest import FORMAT, make_request, parse, store_request
+from factory.publish.publisher import publish_wheels
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))
@@ -133,7 +133,7 @@ def test_without_torch_one_command_installs_torch_and_the_extension(
     assert lines[1] == f"variant: {VID_NEW}"  # the newest torch the driver runs, covering the GPU
     (command,) = [line for line in lines if line.startswith("pip ")]
     # torch 2.14's default build is the CUDA 13.0 one: from the default index; the variant's wheel by URL
-    # and hash (factory.installcmd)
+    # and hash (factory.publish.installcmd)
     (wheel,) = (served.root / "files" / VID_NEW).glob("*.whl")
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert shlex.split(command) == [

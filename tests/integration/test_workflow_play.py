@@ -35,8 +35,9 @@ from ruamel.yaml import YAML
 from test_publish_s3 import Moto, moto  # noqa: F401
 
 from bench import matrices
-from factory import index, signing
-from factory.publish import publish_wheels
+from factory.publish import index
+from factory.publish.publisher import publish_wheels
+from factory.trust import signing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from factory.config import MAX_JOBS, load_matrix_file
-from factory.errors import ConfigError
-from factory.validate import requirement_problem
-from factory.wheelhouse import pip_download_args
-from factory.yamlload import MAX_BYTES, MAX_NODES
+from factory.build.wheelhouse import pip_download_args
+from factory.core.errors import ConfigError
+from factory.core.validate import requirement_problem
+from factory.spec.config import MAX_JOBS, load_matrix_file
+from factory.spec.yamlload import MAX_BYTES, MAX_NODES
 
 Cli = Callable[[list[str]], tuple[int, str]]
 
@@ -333,7 +333,7 @@ def test_a_recipe_too_large_to_plan_is_refused_before_planning(tmp_path: Path, f
 
 @pytest.mark.parametrize("cpus", [0.0, 1e-12, 0.009, 4097.0, float("inf"), float("nan")])
 def test_docker_never_gets_a_cpu_limit_it_reads_as_none(cpus: float) -> None:
-    from factory.engine import nano_cpus
+    from factory.build.engine import nano_cpus
 
     with pytest.raises(ConfigError, match=r"^a container's CPU limit must be 0.01 to 4096"):
         nano_cpus(cpus)
@@ -342,11 +342,11 @@ def test_docker_never_gets_a_cpu_limit_it_reads_as_none(cpus: float) -> None:
 
 def test_a_trailing_newline_passes_no_pattern() -> None:
     """`$` matches before a final newline: every pattern that must match a whole value is matched whole."""
-    from factory.imageref import is_image_reference
-    from factory.images import base_suite_of
-    from factory.stores import tmp_writer
-    from factory.tags import parse_manylinux
-    from factory.variants import VariantKey
+    from factory.build.images import base_suite_of
+    from factory.core.tags import parse_manylinux
+    from factory.core.variants import VariantKey
+    from factory.publish.stores import tmp_writer
+    from factory.spec.imageref import is_image_reference
 
     assert is_image_reference("ubuntu:22.04") and not is_image_reference("ubuntu:22.04\n")
     assert base_suite_of("factory-base:bookworm") == "bookworm"

@@ -16,11 +16,13 @@ import pytest
 import typer
 
 import factory
-from factory import images, recipes, resources
+from factory.build import images
+from factory.build.report import BuildReport
 from factory.cli import app
 from factory.container import CONTAINER_DIR
-from factory.options import FLAVORS
-from factory.report import BuildReport
+from factory.core import resources
+from factory.spec import recipes
+from factory.spec.options import FLAVORS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "factory"
@@ -134,7 +136,7 @@ def test_pytest_alone_imports_the_checkout() -> None:
     """`pytest tests/unit` as well as `python -m pytest`: the tests import bench/ from the checkout."""
     pytest_script = Path(sys.executable).with_name("pytest")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    files = ["tests/unit/test_bench_model.py", "tests/unit/test_bench_compiles_export.py"]
+    files = ["tests/unit/bench/test_bench_model.py", "tests/unit/bench/test_bench_compiles_export.py"]
     proc = subprocess.run(
         [str(pytest_script), "--collect-only", "-q", "-p", "no:cacheprovider", *files],
         cwd=ROOT,

@@ -1,0 +1,4 @@
+"""What is read from and written into a wheel: the acceptance checks and relabelling (`checks`), its
+provenance (`provenance`), SBOM (`sbom`), the two as files of a wheel (`embedded`), the build record beside it
+(`record`), device code (`fatbin`), the manylinux tag its symbols allow (`platform_tag`) and the difference of
+two wheels (`wheeldiff`). It may import `core`, `spec` and `container`."""
