@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from packaging.utils import parse_wheel_filename
 
 from factory import version
-from factory.build import checkrecord, jobspec, leftovers, logs
+from factory.build import checkrecord, jobspec, logs
+from factory.core import leftovers
 from factory.build import facts as buildfacts
 from factory.core import bounded, reproducible, safefs
 from factory.core.urls import printable

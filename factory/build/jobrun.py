@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from factory.build import facts as buildfacts
-from factory.build import jobspec, leftovers, logs, preflight, reuse
+from factory.build import jobspec, logs, preflight, reuse
+from factory.core import leftovers
 from factory.build.acceptance import Acceptance, oldest_torch_job
 from factory.build.engine import Engine, Interrupted
 from factory.build.report import Attempt, JobResult

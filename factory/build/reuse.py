@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from factory.build import leftovers
+from factory.core import leftovers
 from factory.core.errors import CheckError
 from factory.core.variants import VariantKey
 from factory.publish import index

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from factory.build import domainnote, facts, images, leftovers, runtimereqs, wheelhouse
+from factory.build import domainnote, facts, images, runtimereqs, wheelhouse
+from factory.core import leftovers
 from factory.build.engine import (
     RUN_LABEL,
     Engine,

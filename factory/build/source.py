@@ -53,7 +53,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory.build import leftovers
+from factory.core import leftovers
 from factory.core import bounded, reproducible
 from factory.core.bounded import Deadline, DeadlineHTTPHandler, DeadlineHTTPSHandler
 from factory.core.errors import BuildError, ConfigError, PatchError

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from factory.build import leftovers
+from factory.core import leftovers
 from factory.container import compilecache
 from factory.container.compilecache import MANIFEST, OBJECT
 from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASUREMENT_MARK, parse_measurement

@@ -51,7 +51,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.build import leftovers
+from factory.core import leftovers
 from factory.build.source import (
     ACCEPT,
     LOCAL_LINK_SCHEMES,

@@ -22,7 +22,7 @@ from typing import IO, Any, Protocol
 
 import psutil
 
-from factory.build import leftovers
+from factory.core import leftovers
 from factory.core import safefs
 from factory.core.errors import ConfigError, PublishError
 from factory.core.urls import urls_without_credentials, without_credentials

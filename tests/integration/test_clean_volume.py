@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from factory.build import engine, images, jobspec, leftovers
+from factory.build import cleanup, engine, images, jobspec
+from factory.core import leftovers
 
 pytestmark = [pytest.mark.integration]
 
@@ -52,7 +53,7 @@ def test_clean_removes_dead_runs_job_dirs_from_the_work_volume(docker_client: An
     }
     box.run_short(image, ["sh", "-c", script], user=jobspec.CONTAINER_USER, mounts=volume, env=env)
     try:
-        removed = leftovers.remove_stale_job_dirs(docker_client, image=image)
+        removed = cleanup.remove_stale_job_dirs(docker_client, image=image)
         assert f"{root}/{dead}" in removed and f"{root}/{old}" in removed
         assert f"{root}/{live}" not in removed
         left = box.run_short(image, ["ls", root], user=jobspec.CONTAINER_USER, mounts=volume).split()

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from factory.build import leftovers
 from factory.build.source import (
     IndexPageError,
     PipSettings,
@@ -36,6 +35,7 @@ from factory.build.source import (
     prepare_source,
     read_pip_settings,
 )
+from factory.core import leftovers
 from factory.core.errors import BuildError, ConfigError
 from factory.publish.index import PYPI_JSON_TYPE
 from factory.spec.options import FetchLimits

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.build import acceptance, jobrun, leftovers, report, runner
+from factory.build import acceptance, jobrun, report, runner
+from factory.core import leftovers
 from factory.plan.plan import plan_matrix
 from factory.spec.config import load_matrix_file
 

@@ -16,12 +16,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory.build import jobrun, leftovers, report
+from factory.build import jobrun, report
 from factory.build import runner as build
 from factory.cache import sync as cache
 from factory.cli.progress import progress_line, summary_lines
 from factory.container import compilecache, driver, protocol
 from factory.container.protocol import measurement_line
+from factory.core import leftovers
 from factory.core.errors import ConfigError
 from factory.memory import jobmemory
 from factory.plan.plan import plan_matrix

@@ -17,9 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from factory.build import leftovers
 from factory.cache import sync as cache
 from factory.container import compilecache
+from factory.core import leftovers
 from factory.core.errors import ConfigError
 from factory.publish.stores import LocalStore
 from factory.trust import cachekeys, signing

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from factory.build import leftovers
 from factory.cli import app
+from factory.core import leftovers
 
 
 def dead_pid() -> int:

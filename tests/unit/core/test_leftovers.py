@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.build import leftovers
 from factory.container import driver, protocol
+from factory.core import leftovers
 from factory.publish.stores import LocalStore, is_stale_tmp, tmp_prefix, tmp_writer
 
 

@@ -4,7 +4,8 @@ A run killed with SIGKILL cleans nothing up: its `.tmp-<job>-<run>` directories 
 directories in the work volume, a publish's half-written temporaries in a local index, a download or unpack
 in `$FACTORY_HOME` (`sdists/.partial-*`, `sources/.partial-*`). Each records its owner (process id and host),
 so the next run (or `factory clean`) removes those whose owner is gone, and never a live one's. The work
-volume is reached through Docker (`factory.build.engine`), in a container of a builder image.
+volume is reached through Docker, in a container of a builder image, by `factory.build.cleanup`, which asks
+this module which of its job directories are stale.
 """
 
 from __future__ import annotations
@@ -13,18 +14,15 @@ import os
 import re
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from factory.container import DRIVER, IMPORT_ROOT, protocol
+from factory.container import protocol
 from factory.core import safefs
-from factory.core.errors import BuildError, DockerError
 
 OWNER_FILE = protocol.OWNER_FILE  # inside a run's temporary output directory
 OUTPUT_TMP_PREFIX = ".tmp-"
@@ -141,42 +139,6 @@ def stale_job_dirs(
         if not any(d.name.endswith(f"-{run}") for run in running_runs)
         and is_stale_output_dir(parse_owner(d.owner), age_s=d.idle_s, host=host, pid_exists=pid_exists)
     ]
-
-
-def remove_stale_job_dirs(client: Any, *, image: str | None) -> list[str]:
-    """Remove the work volume's job directories that runs now gone left (a finished job removes its own; a
-    killed or interrupted run's stay), by `stale_job_dirs`, with the driver's housekeeping phases in `image`
-    (a builder image: `images.housekeeping_image`); their paths in the volume. Nothing when the volume, or
-    such an image, is not on this host."""
-    # Docker only here: stores and wheelhouses, which the matrix loader imports, use the rest of this module;
-    # and jobspec imports cache, which imports it.
-    from factory.build import engine, jobspec
-
-    if image is None or not engine.volume_exists(client, jobspec.WORK_VOLUME):
-        return []
-    box = engine.Engine(client, labels=engine.run_labels(f"clean-{os.getpid()}"), stop=threading.Event())
-
-    def driver(*args: str) -> str:
-        try:
-            return box.run_short(
-                image,
-                [*DRIVER, *args],
-                env={"PYTHONPATH": IMPORT_ROOT},
-                user=jobspec.CONTAINER_USER,
-                mounts=jobspec.work_mounts(),
-            )
-        except DockerError as exc:
-            raise BuildError(
-                f"volume {jobspec.WORK_VOLUME}: the driver's {args[0]} in {image} failed: {exc}"
-            ) from None
-
-    listed = protocol.parse_job_listing(driver("jobs", jobspec.JOBS_ROOT))
-    # read after the listing, so that a container started meanwhile is seen
-    stale = stale_job_dirs(listed, running_runs=engine.running_runs(client))
-    if not stale:
-        return []
-    removed = protocol.parse_removed(driver("remove-jobs", jobspec.JOBS_ROOT, *stale))
-    return [f"{jobspec.JOBS_ROOT}/{name}" for name in removed]
 
 
 _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9-]")
