@@ -18,9 +18,8 @@ from packaging.utils import parse_wheel_filename
 
 from factory import version
 from factory.build import checkrecord, jobspec, logs
-from factory.core import leftovers
 from factory.build import facts as buildfacts
-from factory.core import bounded, reproducible, safefs
+from factory.core import bounded, leftovers, reproducible, safefs
 from factory.core.urls import printable
 from factory.plan.plan import Job
 from factory.wheel import checks, embedded, platform_tag, provenance

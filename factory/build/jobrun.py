@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from factory.build import facts as buildfacts
 from factory.build import jobspec, logs, preflight, reuse
-from factory.core import leftovers
 from factory.build.acceptance import Acceptance, oldest_torch_job
 from factory.build.engine import Engine, Interrupted
 from factory.build.report import Attempt, JobResult
 from factory.cache import sync
 from factory.container import DRIVER, compilecache, heartbeat, protocol
-from factory.core import reproducible
+from factory.core import leftovers, reproducible
 from factory.core.errors import FactoryError
 from factory.core.units import format_size
 from factory.core.urls import printable

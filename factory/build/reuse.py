@@ -33,6 +33,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.core import leftovers
 from factory.core.errors import CheckError
+from factory.core.tags import canonical_wheel_filename
 from factory.core.variants import VariantKey
 from factory.publish import index
 from factory.publish.index import FileRecord
@@ -231,7 +232,7 @@ def fetch(
     if reuse.problem is not None:
         raise ReuseError(reuse.problem)
     try:
-        canonical = index.canonical_wheel_filename(reuse.filename)
+        canonical = canonical_wheel_filename(reuse.filename)
     except (InvalidWheelFilename, ValueError):
         canonical = ""
     if canonical != reuse.filename or not _PLAIN_NAME.fullmatch(canonical):

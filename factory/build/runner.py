@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from factory.build import domainnote, facts, images, runtimereqs, wheelhouse
-from factory.core import leftovers
 from factory.build.engine import (
     RUN_LABEL,
     Engine,
@@ -43,7 +42,7 @@ from factory.build.report import BuildReport, JobResult, SourceInfo, write_repor
 from factory.build.source import PreparedSource, prepare_package
 from factory.cache import sync
 from factory.container import heartbeat, protocol
-from factory.core import home
+from factory.core import home, leftovers
 from factory.core.errors import BuildError, ConfigError, FactoryError, PatchError
 from factory.memory import jobmemory
 from factory.plan import glibcfloor

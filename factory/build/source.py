@@ -53,15 +53,14 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from factory.core import leftovers
-from factory.core import bounded, reproducible
+from factory.core import bounded, leftovers, reproducible
 from factory.core.bounded import Deadline, DeadlineHTTPHandler, DeadlineHTTPSHandler
 from factory.core.errors import BuildError, ConfigError, PatchError
 from factory.core.home import factory_home
+from factory.core.simpleapi import PYPI_JSON_TYPE, parse_anchors
 from factory.core.units import format_size
 from factory.core.urls import urls_without_credentials, without_credentials
 from factory.core.validate import GIT_TRANSPORTS, git_transport, git_url_problem, shown_name
-from factory.publish.index import PYPI_JSON_TYPE, parse_anchors
 from factory.spec.options import FetchLimits, PackageSpec, Recipe
 
 if TYPE_CHECKING:

@@ -31,11 +31,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from factory.core import leftovers
 from factory.container import compilecache
 from factory.container.compilecache import MANIFEST, OBJECT
 from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASUREMENT_MARK, parse_measurement
-from factory.core import safefs
+from factory.core import leftovers, safefs
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.home import factory_home
 from factory.core.units import parse_size

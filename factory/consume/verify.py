@@ -21,8 +21,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
+from factory.core.simpleapi import parse_anchors
 from factory.core.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
-from factory.publish.index import SIGNATURE_SUFFIX, parse_anchors
+from factory.publish.index import SIGNATURE_SUFFIX
 from factory.publish.installcmd import Host, choose
 from factory.trust.signing import MAX_SIGNATURE_BYTES, SignatureError, check
 

@@ -43,13 +43,14 @@ from factory.consume.hostgpu import detect_driver, run_tool
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.platforms import DEFAULT_PLATFORM
+from factory.core.simpleapi import parse_anchors
 from factory.core.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.core.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
 from factory.core.variants import Arch, VariantKey, torch_minor, version_tuple
 from factory.plan import variantrequest
 from factory.plan.variantrequest import VariantRequest
 from factory.publish import installcmd, wheelvariants
-from factory.publish.index import DamagedState, parse_anchors, projects_from_root_json
+from factory.publish.index import DamagedState, projects_from_root_json
 from factory.publish.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
 from factory.spec.compat import CompatData
 from factory.spec.options import MAX_PAGE, PAGE_DEADLINE_S, PYTORCH_INDEX

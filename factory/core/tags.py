@@ -1,9 +1,12 @@
-"""Wheel tags: the interpreter tag of a job's Python and the manylinux platform tags of its wheels."""
+"""Wheel tags: the interpreter tag of a job's Python, the manylinux platform tags of its wheels and the one
+spelling of a wheel's filename."""
 
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
+
+from packaging.utils import parse_wheel_filename
 
 _MANYLINUX = re.compile(r"^manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<machine>.+)$")
 # The pre-PEP 600 names and the glibc each stands for (PEP 513, 571, 599).
@@ -43,3 +46,14 @@ def parse_glibc(version: str) -> tuple[int, int] | None:
     """ "2.36" (what `os.confstr("CS_GNU_LIBC_VERSION")` ends with) -> (2, 36); None for anything else."""
     match = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)*", version.strip())
     return (int(match[1]), int(match[2])) if match else None
+
+
+def canonical_wheel_filename(filename: str) -> str:
+    """The one spelling of a wheel's filename: normalised project name with "_", normalised version,
+    lower-case tags ("Demo_Ext-0.1.0+CU13...-PY3-none-any.whl" -> "demo_ext-0.1.0+cu13...-py3-none-any.whl").
+
+    Raises InvalidWheelFilename."""
+    name, version, build, _tags = parse_wheel_filename(filename)
+    tag_part = "-".join(filename[: -len(".whl")].split("-")[-3:]).lower()
+    build_part = f"-{build[0]}{build[1]}" if build else ""
+    return f"{name.replace('-', '_')}-{version}{build_part}-{tag_part}.whl"

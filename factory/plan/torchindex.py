@@ -51,7 +51,6 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.core import leftovers
 from factory.build.source import (
     ACCEPT,
     LOCAL_LINK_SCHEMES,
@@ -66,10 +65,10 @@ from factory.build.source import (
     _TooLarge,
     parse_project_page,
 )
-from factory.core import bounded, safefs
+from factory.core import bounded, leftovers, safefs
 from factory.core.platforms import DEFAULT_PLATFORM, Platform
+from factory.core.simpleapi import PYPI_JSON_TYPE, parse_anchors
 from factory.core.urls import without_credentials
-from factory.publish.index import PYPI_JSON_TYPE, parse_anchors
 from factory.spec.options import FetchLimits
 
 PROJECT = "torch"

@@ -20,7 +20,6 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from html.parser import HTMLParser
 from typing import Literal
 from urllib.parse import quote
 
@@ -33,8 +32,6 @@ from factory.core.variants import is_variant_id
 
 API_VERSION = "1.1"
 HTML_TYPE = "text/html; charset=utf-8"
-PYPI_HTML_TYPE = "application/vnd.pypi.simple.v1+html"
-PYPI_JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # Pages change on every publish; files never change once published (publish refuses different bytes).
 PAGE_CACHE_CONTROL = "public, max-age=60, must-revalidate"
 FILE_CACHE_CONTROL = "public, max-age=31536000, immutable"
@@ -52,17 +49,6 @@ class DamagedState(PublishError):
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A variant id names a directory: no "/", no dot segments (see factory.core.variants.Variant.id).
-
-
-def canonical_wheel_filename(filename: str) -> str:
-    """The one spelling of a wheel's filename: normalised project name with "_", normalised version,
-    lower-case tags ("Demo_Ext-0.1.0+CU13...-PY3-none-any.whl" -> "demo_ext-0.1.0+cu13...-py3-none-any.whl").
-
-    Raises InvalidWheelFilename."""
-    name, version, build, _tags = parse_wheel_filename(filename)
-    tag_part = "-".join(filename[: -len(".whl")].split("-")[-3:]).lower()
-    build_part = f"-{build[0]}{build[1]}" if build else ""
-    return f"{name.replace('-', '_')}-{version}{build_part}-{tag_part}.whl"
 
 
 def release_of(filename: str) -> tuple[str, Version, frozenset[Tag]]:
@@ -566,45 +552,6 @@ def variant_ids_from_top_root_json(text: str | bytes) -> tuple[str, ...]:
             raise DamagedState(f"variant {n + 1}: {vid!r} is not a variant id")
         ids.append(vid)
     return tuple(ids)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Anchor:
-    href: str
-    text: str
-    attrs: Mapping[str, str]
-
-
-class _AnchorParser(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.anchors: list[Anchor] = []
-        self._open: dict[str, str] | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._open = {k: v or "" for k, v in attrs}
-            self._text = []
-
-    def handle_data(self, data: str) -> None:
-        if self._open is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._open is not None:
-            self.anchors.append(
-                Anchor(href=self._open.get("href", ""), text="".join(self._text).strip(), attrs=self._open)
-            )
-            self._open = None
-
-
-def parse_anchors(page: str) -> tuple[Anchor, ...]:
-    """The links of a simple-repository HTML page (used by `factory which` and the tests)."""
-    parser = _AnchorParser()
-    parser.feed(page)
-    parser.close()
-    return tuple(parser.anchors)
 
 
 # ---------------------------------------------------------------------------------------------- human page

@@ -46,6 +46,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.core import bounded
 from factory.core.errors import CheckError, ConfigError, FactoryError
+from factory.core.tags import canonical_wheel_filename
 from factory.core.urls import printable
 from factory.core.variants import Arch, VariantKey, version_tuple
 from factory.publish import index
@@ -225,7 +226,7 @@ def _download(store: Store, key: str, rec: FileRecord, target: Path) -> tuple[st
 
 def _canonical(filename: str) -> str:
     try:
-        return index.canonical_wheel_filename(filename)
+        return canonical_wheel_filename(filename)
     except (InvalidWheelFilename, ValueError):
         return ""
 

@@ -35,10 +35,10 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from factory.core.simpleapi import parse_anchors
 from factory.core.tags import parse_glibc, parse_manylinux, python_tag
 from factory.core.urls import INDEX_SCHEMES
 from factory.core.variants import VariantKey
-from factory.publish.index import parse_anchors
 from factory.spec.options import PYTORCH_INDEX
 
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -42,7 +42,7 @@ from packaging.version import InvalidVersion, Version
 from factory.build import checkrecord
 from factory.core import bounded
 from factory.core.errors import CheckError, ConfigError, PublishError
-from factory.core.tags import python_tag
+from factory.core.tags import canonical_wheel_filename, python_tag
 from factory.core.validate import check_destination
 from factory.publish import index, site, wheelvariants
 from factory.publish.index import FileRecord, PageRef
@@ -165,12 +165,12 @@ def inspect_wheel(path: Path) -> WheelInfo:
     """Name, variant, hashes and core metadata of a wheel; ConfigError for anything but a factory wheel,
     PublishError for one an installer would refuse (`wheelcheck.archive_problems`).
 
-    `filename` is the canonical spelling (index.canonical_wheel_filename), whatever the file is called."""
+    `filename` is the canonical spelling (`tags.canonical_wheel_filename`), whatever the file is called."""
     from factory.core.variants import variant_id_from_local_version
 
     try:
         name, version, _build, _tags = parse_wheel_filename(path.name)
-        filename = index.canonical_wheel_filename(path.name)
+        filename = canonical_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
         raise ConfigError(f"{path}: not a wheel filename ({exc})") from None
     if version.local is None:
@@ -480,8 +480,7 @@ def stable_pages(info: WheelInfo, jobs: Sequence[Mapping[str, object]]) -> tuple
     torches = [
         job.get("torches")
         for job in jobs
-        if isinstance(job.get("wheel"), str)
-        and index.canonical_wheel_filename(str(job["wheel"])) == info.filename
+        if isinstance(job.get("wheel"), str) and canonical_wheel_filename(str(job["wheel"])) == info.filename
     ]
     listed = next((t for t in torches if isinstance(t, list) and t), None)
     if listed is None:
@@ -537,7 +536,7 @@ def build_records(
         wheel = job.get("wheel")
         if job.get("result") != "ok" or not isinstance(wheel, str):
             continue
-        info = infos.get(index.canonical_wheel_filename(wheel))
+        info = infos.get(canonical_wheel_filename(wheel))
         if info is None:
             continue
         record = buildrecord.from_report(
@@ -1063,7 +1062,7 @@ def wheel_name_problem(filename: str, variant_id: str) -> str | None:
 
     try:
         _name, version, _build, _tags = parse_wheel_filename(filename)
-        canonical = index.canonical_wheel_filename(filename)
+        canonical = canonical_wheel_filename(filename)
     except InvalidWheelFilename:
         return "not a wheel filename"
     if canonical != filename:

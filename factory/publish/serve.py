@@ -38,14 +38,15 @@ from urllib.parse import unquote, urlsplit
 
 from factory.cache.sync import STORE_PREFIX
 from factory.core.errors import ConfigError, FactoryError
+from factory.core.simpleapi import PYPI_HTML_TYPE, PYPI_JSON_TYPE
 from factory.core.urls import printable
 from factory.core.validate import check_destination, parse_s3_url
 from factory.plan import variantrequest
 from factory.publish import index, site
 from factory.publish.stores import LocalStore, S3Store, Store
 
-_JSON_TYPES = {index.PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
-_HTML_TYPES = {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}
+_JSON_TYPES = {PYPI_JSON_TYPE, "application/vnd.pypi.simple.latest+json"}
+_HTML_TYPES = {PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html", "text/html", "*/*"}
 
 
 def negotiate(accept: str | None) -> str:
@@ -71,9 +72,9 @@ def negotiate(accept: str | None) -> str:
         if q <= 0:
             continue
         if media in _JSON_TYPES:
-            choice = (q, 2, index.PYPI_JSON_TYPE)
-        elif media in {index.PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html"}:
-            choice = (q, 1, index.PYPI_HTML_TYPE)
+            choice = (q, 2, PYPI_JSON_TYPE)
+        elif media in {PYPI_HTML_TYPE, "application/vnd.pypi.simple.latest+html"}:
+            choice = (q, 1, PYPI_HTML_TYPE)
         elif media in _HTML_TYPES:
             choice = (q, 0, index.HTML_TYPE)
         else:
@@ -289,11 +290,11 @@ class _Handler(BaseHTTPRequestHandler):
             kind = negotiate(self.headers.get("Accept"))
             page = index.parse_page_key(path)
             # project pages and variant index roots have a PEP 691 twin; the list of variant indexes has not
-            if kind == index.PYPI_JSON_TYPE and page is not None and page[0].kind in {"project", "variant"}:
+            if kind == PYPI_JSON_TYPE and page is not None and page[0].kind in {"project", "variant"}:
                 key = page[0].state_key
             else:
                 key = f"{path}index.html"
-                kind = kind if kind != index.PYPI_JSON_TYPE else index.HTML_TYPE
+                kind = kind if kind != PYPI_JSON_TYPE else index.HTML_TYPE
             headers["Content-Type"] = kind
         else:
             key = path

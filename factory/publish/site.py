@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from factory.core import simpleapi
 from factory.publish import index
 from factory.publish.index import FileRecord, MatrixCell, PageKind, PageRef
 
@@ -36,14 +37,14 @@ class Kind:
 
 KINDS: Mapping[PageKind, Kind] = {
     "project": Kind(
-        state_type=index.PYPI_JSON_TYPE,
+        state_type=simpleapi.PYPI_JSON_TYPE,
         read=index.records_from_project_json,
         merge=index.merge_records,
         state=lambda page, recs: index.project_json(page.project, recs, variant_id=page.variant_id),
         html=lambda page, recs: index.project_html(page.project, recs, variant_id=page.variant_id),
     ),
     "variant": Kind(
-        state_type=index.PYPI_JSON_TYPE,
+        state_type=simpleapi.PYPI_JSON_TYPE,
         read=index.projects_from_root_json,
         merge=index.merge_names,
         state=lambda _page, projects: index.variant_root_json(projects),

@@ -22,8 +22,7 @@ from typing import IO, Any, Protocol
 
 import psutil
 
-from factory.core import leftovers
-from factory.core import safefs
+from factory.core import leftovers, safefs
 from factory.core.errors import ConfigError, PublishError
 from factory.core.urls import urls_without_credentials, without_credentials
 from factory.core.validate import check_destination, check_endpoint_url, parse_s3_url

@@ -37,8 +37,8 @@ from packaging.utils import InvalidWheelFilename
 
 from factory.core import bounded, strictjson
 from factory.core.errors import ConfigError, FactoryError
+from factory.core.tags import canonical_wheel_filename
 from factory.core.urls import printable
-from factory.publish.index import canonical_wheel_filename
 
 FORMAT = "wheel-factory-signature"
 VERSION = 1

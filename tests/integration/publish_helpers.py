@@ -110,6 +110,7 @@ def static_index(root: Path, projects: dict[str, list[Path]]) -> str:
 
 def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str) -> dict[str, set[str]]:
     """The filenames each stored form of a project page lists (JSON state, HTML), by key."""
+    from factory.core import simpleapi
     from factory.publish import index
 
     out: dict[str, set[str]] = {}
@@ -119,12 +120,13 @@ def page_files(get: Callable[[str], bytes | None], variant_id: str, project: str
         out[page.state_key] = {r.filename for r in index.records_from_project_json(json_page)}
     html_page = get(page.html_key)
     if html_page is not None:
-        out[page.html_key] = {a.text for a in index.parse_anchors(html_page.decode())}
+        out[page.html_key] = {a.text for a in simpleapi.parse_anchors(html_page.decode())}
     return out
 
 
 def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -> None:
     """Every project page lists only files (and their .metadata) that exist, each link's hash right."""
+    from factory.core import simpleapi
     from factory.publish import index
 
     keys = set(keys)
@@ -134,7 +136,7 @@ def assert_consistent(get: Callable[[str], bytes | None], keys: Iterable[str]) -
             variant_id = parsed[0].variant_id
             page = get(key)
             assert page is not None
-            for a in index.parse_anchors(page.decode()):
+            for a in simpleapi.parse_anchors(page.decode()):
                 target = index.files_path(variant_id, a.text)
                 assert target in keys, f"{key} lists {a.text}, which is not in the store"
                 assert index.metadata_path(variant_id, a.text) in keys, (

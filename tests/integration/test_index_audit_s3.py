@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from publish_helpers import relabelled
 from test_publish_s3 import Moto, moto  # noqa: F401
 
+from factory.core.tags import canonical_wheel_filename
 from factory.publish import index
 from factory.publish.publisher import publish_wheels
 from factory.trust import signing
@@ -70,9 +71,9 @@ def test_the_audit_finds_swapped_bytes_a_missing_signature_and_wrong_archs_on_s3
     # planted: the sm80 build relabelled as an sm86 wheel, published and signed as any other
     planted = relabelled(sm80, "cu13.0.torch2.14.abi1.sm86", tmp_path / "planted")
     publish_wheels([planted], to=to, endpoint_url=moto.endpoint, signer=signer)
-    k80 = index.files_path(helpers.VID, index.canonical_wheel_filename(sm80.name))
-    k90 = index.files_path("cu130-torch2.14-abi1-sm90", index.canonical_wheel_filename(sm90.name))
-    k86 = index.files_path("cu130-torch2.14-abi1-sm86", index.canonical_wheel_filename(planted.name))
+    k80 = index.files_path(helpers.VID, canonical_wheel_filename(sm80.name))
+    k90 = index.files_path("cu130-torch2.14-abi1-sm90", canonical_wheel_filename(sm90.name))
+    k86 = index.files_path("cu130-torch2.14-abi1-sm86", canonical_wheel_filename(planted.name))
     # a store writer swaps the sm80 wheel's bytes and keeps the sha256 its upload recorded
     data = bytearray(sm80.read_bytes())
     data[len(data) // 2] ^= 0xFF

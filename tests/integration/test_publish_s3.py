@@ -30,6 +30,7 @@ from publish_helpers import (
     uv_install,
 )
 
+from factory.core import simpleapi
 from factory.core.errors import PublishError
 from factory.publish import index
 from factory.publish.publisher import publish_wheels, published_files
@@ -160,7 +161,7 @@ def test_layout_content_types_and_directory_keys(moto: Moto, published: dict[str
     for key in (page_dir, f"{page_dir}index.html"):
         assert head(key)["ContentType"] == index.HTML_TYPE
         assert head(key)["CacheControl"] == index.PAGE_CACHE_CONTROL
-    assert head(f"{page_dir}index.json")["ContentType"] == index.PYPI_JSON_TYPE
+    assert head(f"{page_dir}index.json")["ContentType"] == simpleapi.PYPI_JSON_TYPE
     get = moto.getter("wheels", "team/idx")
     assert get(page_dir) == get(f"{page_dir}index.html")
 

@@ -33,6 +33,7 @@ from publish_helpers import (
 )
 
 from factory.build.wheelhouse import wheel_files
+from factory.core import simpleapi
 from factory.publish import index
 from factory.publish.publisher import publish_wheels
 
@@ -138,11 +139,11 @@ def test_content_negotiation_and_headers(served: Served) -> None:
     status, headers, body = get(page)
     assert status == 200 and headers["Content-Type"] == index.HTML_TYPE and b"Links for tinyvar" in body
     status, headers, body = get(page, "application/vnd.pypi.simple.v1+json")
-    assert headers["Content-Type"] == index.PYPI_JSON_TYPE
+    assert headers["Content-Type"] == simpleapi.PYPI_JSON_TYPE
     assert json.loads(body)["meta"]["api-version"] == "1.1"
     assert "max-age=60" in headers["Cache-Control"] and headers["Vary"] == "Accept"
     status, headers, _ = get(page, "application/vnd.pypi.simple.v1+html")
-    assert headers["Content-Type"] == index.PYPI_HTML_TYPE
+    assert headers["Content-Type"] == simpleapi.PYPI_HTML_TYPE
     status, headers, body = get(f"{served.url}simple/{VID_NEW}/", "application/vnd.pypi.simple.v1+json")
     assert json.loads(body)["projects"] == [{"name": "tinyvar"}]
     wheel = served.wheels[VID_NEW].name

@@ -35,6 +35,7 @@ from ruamel.yaml import YAML
 from test_publish_s3 import Moto, moto  # noqa: F401
 
 from bench import matrices
+from factory.core.tags import canonical_wheel_filename
 from factory.publish import index
 from factory.publish.publisher import publish_wheels
 from factory.trust import signing
@@ -199,13 +200,13 @@ def plant_wrong_wheels(
     publish([archs, pin])
 
     def key(variant_id: str, wheel: Path) -> str:
-        return index.files_path(variant_id, index.canonical_wheel_filename(wheel.name))
+        return index.files_path(variant_id, canonical_wheel_filename(wheel.name))
 
     tampered, unsigned = key("cu130-torch2.14-abi1-sm80", sm80), key("cu130-torch2.14-abi1-sm90", sm90)
     data = bytearray(sm80.read_bytes())
     data[len(data) // 2] ^= 0xFF
     tamper(tampered, bytes(data))
-    unsign(index.signature_path("cu130-torch2.14-abi1-sm90", index.canonical_wheel_filename(sm90.name)))
+    unsign(index.signature_path("cu130-torch2.14-abi1-sm90", canonical_wheel_filename(sm90.name)))
     return {
         key("cu130-torch2.14-abi1-sm86", archs): "device-code",
         key("cu130-torch2.13-abi1-sm90", pin): "torch-pin",
@@ -308,14 +309,14 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
         (job,) = report["jobs"]
         assert job["result"] == "ok", job.get("log_tail")
         wheel = runners[job_id].root / "temp" / "wheelhouse" / job["wheel"]
-        local[index.canonical_wheel_filename(wheel.name)] = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        local[canonical_wheel_filename(wheel.name)] = hashlib.sha256(wheel.read_bytes()).hexdigest()
         wheels[job["variant_id"]] = wheel
         assert re.search(rf"^published +{job['variant_id']}/\S+\.whl$", outs[job_id], re.M), outs[job_id]
         # the attest job's subjects: the sha256 of exactly the wheel this runner published
         context_of_job = {**context, "matrix": {"job_id": job_id}}
         finish(runners[job_id].start(steps["digests"], context_of_job), timeout=60)
         subjects = (runners[job_id].root / "temp" / "subjects" / f"{job_id}.sha256").read_text()
-        assert subjects == f"{local[index.canonical_wheel_filename(wheel.name)]}  {wheel.name}\n", subjects
+        assert subjects == f"{local[canonical_wheel_filename(wheel.name)]}  {wheel.name}\n", subjects
 
     # index: after every build
     indexer = Runner.make(tmp_path / "index", matrix_text, factory=factory)

@@ -11,7 +11,7 @@ import pytest
 
 from bench import docs as D
 from bench import new_torch
-from factory.publish import index
+from factory.core import simpleapi
 
 WHEELS = {
     "2.12.1": "torch-2.12.1-cp311-cp311-manylinux_2_28_x86_64.whl",
@@ -31,7 +31,7 @@ def listed(root: Path) -> list[tuple[str, str]]:
     """(file name, the page's href resolved to a path) of each anchor on the torch project page."""
     page = root / "simple" / "cu130" / "torch" / "index.html"
     out = []
-    for anchor in index.parse_anchors(page.read_text()):
+    for anchor in simpleapi.parse_anchors(page.read_text()):
         href, _, digest = anchor.href.partition("#sha256=")
         target = (page.parent / href).resolve()
         assert digest == hashlib.sha256(target.read_bytes()).hexdigest()
@@ -49,7 +49,7 @@ def test_the_index_offers_exactly_the_versions_given_each_time(tmp_path: Path) -
     t.offer(["2.12.1"])  # a repeat of the play starts from one torch again
     assert [name for name, _ in listed(tmp_path)] == [WHEELS["2.12.1"]]
     root_page = (tmp_path / "simple" / "cu130" / "index.html").read_text()
-    assert [a.text for a in index.parse_anchors(root_page)] == ["torch"]
+    assert [a.text for a in simpleapi.parse_anchors(root_page)] == ["torch"]
     assert not list(tmp_path.rglob(".*.tmp"))
 
 

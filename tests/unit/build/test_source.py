@@ -37,7 +37,7 @@ from factory.build.source import (
 )
 from factory.core import leftovers
 from factory.core.errors import BuildError, ConfigError
-from factory.publish.index import PYPI_JSON_TYPE
+from factory.core.simpleapi import PYPI_JSON_TYPE
 from factory.spec.options import FetchLimits
 
 PATCH = """\

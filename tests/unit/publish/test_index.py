@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from factory.core import simpleapi
 from factory.publish import index
 from factory.publish.index import FileRecord, MatrixCell
 
@@ -26,8 +27,8 @@ def rec(filename: str = FN, sha: str = "a" * 64, **kw: object) -> FileRecord:
     return FileRecord(**fields)  # type: ignore[arg-type]
 
 
-def anchors_of(page: str) -> tuple[index.Anchor, ...]:
-    return index.parse_anchors(page)
+def anchors_of(page: str) -> tuple[simpleapi.Anchor, ...]:
+    return simpleapi.parse_anchors(page)
 
 
 def test_href_percent_encodes_plus_and_points_at_files() -> None:

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from factory.build.rebuild import RebuildResult
 from factory.core import bounded
 from factory.core.errors import ConfigError
+from factory.core.tags import canonical_wheel_filename
 from factory.core.variants import VariantKey
 from factory.plan.plan import plan_matrix
 from factory.publish import index
@@ -129,7 +130,7 @@ def lines(audit: Audit) -> list[str]:
 
 
 def key_of(wheel: Path, variant_id: str = VID) -> str:
-    return index.files_path(variant_id, index.canonical_wheel_filename(wheel.name))
+    return index.files_path(variant_id, canonical_wheel_filename(wheel.name))
 
 
 # --- a clean index ------------------------------------------------------------------------------------------

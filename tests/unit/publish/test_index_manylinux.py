@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+from factory.core import simpleapi
 from factory.publish import index
 from factory.publish.publisher import published_wheel
 
@@ -27,7 +28,7 @@ def test_records_and_matrix_columns_of_manylinux_wheels() -> None:
 
 def test_project_pages_link_the_full_filename() -> None:
     page = index.project_html("factory-demo-ext", [record(ALIASED)], variant_id=VARIANT)
-    (anchor,) = index.parse_anchors(page)
+    (anchor,) = simpleapi.parse_anchors(page)
     assert anchor.text == ALIASED
     assert anchor.href.startswith(
         f"../../../files/{VARIANT}/factory_demo_ext-0.1.0%2B{LABEL}-cp311-cp311-"

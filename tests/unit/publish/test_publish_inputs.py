@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from factory.core.errors import ConfigError
+from factory.core.tags import canonical_wheel_filename
 from factory.core.urls import urls_without_credentials
 from factory.core.validate import parse_s3_url
 from factory.publish import index
@@ -48,7 +49,7 @@ def rec(filename: str, sha: str = "a" * 64) -> index.FileRecord:
     ],
 )
 def test_canonical_wheel_filename(given: str, canonical: str) -> None:
-    assert index.canonical_wheel_filename(given) == canonical
+    assert canonical_wheel_filename(given) == canonical
 
 
 def test_inspect_wheel_gives_the_canonical_filename(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from factory.core import simpleapi
 from factory.publish import index, site
 from factory.publish.index import FileRecord, MatrixCell, PageRef
 
@@ -131,8 +132,8 @@ def test_keys_that_are_no_wheel(key: str) -> None:
 
 
 def test_content_types_by_kind() -> None:
-    assert site.content_type(f"simple/{VID}/demo-ext/index.json") == index.PYPI_JSON_TYPE
-    assert site.content_type(f"simple/{VID}/index.json") == index.PYPI_JSON_TYPE
+    assert site.content_type(f"simple/{VID}/demo-ext/index.json") == simpleapi.PYPI_JSON_TYPE
+    assert site.content_type(f"simple/{VID}/index.json") == simpleapi.PYPI_JSON_TYPE
     assert site.content_type("simple/variants.json") == "application/json"
     assert site.content_type("matrix.json") == "application/json"
     assert site.content_type(f"simple/{VID}/") == index.HTML_TYPE

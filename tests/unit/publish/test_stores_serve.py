@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from factory.core import simpleapi
 from factory.core.errors import ConfigError
 from factory.publish import index
 from factory.publish.serve import cache_control_of, content_type_of, negotiate, parse_basic_auth
@@ -21,10 +22,10 @@ UV_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1
         ("", index.HTML_TYPE),
         ("text/html", index.HTML_TYPE),
         ("*/*", index.HTML_TYPE),
-        (PIP_ACCEPT, index.PYPI_JSON_TYPE),
-        (UV_ACCEPT, index.PYPI_JSON_TYPE),
-        ("application/vnd.pypi.simple.latest+json", index.PYPI_JSON_TYPE),
-        ("application/vnd.pypi.simple.v1+html", index.PYPI_HTML_TYPE),
+        (PIP_ACCEPT, simpleapi.PYPI_JSON_TYPE),
+        (UV_ACCEPT, simpleapi.PYPI_JSON_TYPE),
+        ("application/vnd.pypi.simple.latest+json", simpleapi.PYPI_JSON_TYPE),
+        ("application/vnd.pypi.simple.v1+html", simpleapi.PYPI_HTML_TYPE),
         ("application/vnd.pypi.simple.v1+json;q=0.5, text/html", index.HTML_TYPE),
         ("application/vnd.pypi.simple.v1+json;q=0, text/html;q=0.1", index.HTML_TYPE),
         ("image/png", index.HTML_TYPE),
@@ -37,7 +38,7 @@ def test_negotiate(accept: str | None, expected: str) -> None:
 def test_content_types() -> None:
     assert content_type_of("files/v/x-1.0-py3-none-any.whl") == "application/octet-stream"
     assert content_type_of("files/v/x-1.0-py3-none-any.whl.metadata").startswith("text/plain")
-    assert content_type_of("simple/v/x/index.json") == index.PYPI_JSON_TYPE
+    assert content_type_of("simple/v/x/index.json") == simpleapi.PYPI_JSON_TYPE
     assert content_type_of("simple/variants.json") == "application/json"
     assert content_type_of("index.html") == index.HTML_TYPE
 
