@@ -16,6 +16,7 @@ from factory.core.platforms import DEFAULT_PLATFORM, Platform, named
 from factory.core.tags import python_tag
 from factory.core.variants import Variant, arch_set_str, parse_arch_set, version_tuple
 from factory.plan import glibcfloor
+from factory.plan.pipindex import IndexClient, read_pip_settings
 from factory.plan.specs import Resolution, Resolver, has_specifiers, resolve_combinations
 from factory.plan.torchindex import TorchIndex, TorchSource
 from factory.spec.abi3 import ABI3, covers, python_key, wheel_tag
@@ -252,7 +253,6 @@ def _job_floor(mf: MatrixFile, compat: CompatData, *, cuda: str, torch: str, pyt
 
 def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
     """A Resolver reading, for each CUDA of `combos`, the index its torch comes from (build.torch_index)."""
-    from factory.build.source import IndexClient, read_pip_settings
     from factory.core.home import factory_home
 
     pip = read_pip_settings()

@@ -19,10 +19,10 @@ from typing import Any
 
 from packaging.version import Version
 
-from factory.build.source import IndexClient, PipSettings, read_pip_settings
 from factory.core.home import factory_home
 from factory.core.platforms import DEFAULT_PLATFORM, Platform
 from factory.core.variants import torch_minor
+from factory.plan.pipindex import IndexClient, PipSettings, read_pip_settings
 from factory.plan.torchindex import (
     HEADER,
     TorchFile,

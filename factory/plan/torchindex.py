@@ -51,7 +51,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.build.source import (
+from factory.core import bounded, leftovers, safefs
+from factory.core.platforms import DEFAULT_PLATFORM, Platform
+from factory.core.simpleapi import PYPI_JSON_TYPE, parse_anchors
+from factory.core.urls import without_credentials
+from factory.plan.pipindex import (
     ACCEPT,
     LOCAL_LINK_SCHEMES,
     REMOTE_LINK_SCHEMES,
@@ -65,10 +69,6 @@ from factory.build.source import (
     _TooLarge,
     parse_project_page,
 )
-from factory.core import bounded, leftovers, safefs
-from factory.core.platforms import DEFAULT_PLATFORM, Platform
-from factory.core.simpleapi import PYPI_JSON_TYPE, parse_anchors
-from factory.core.urls import without_credentials
 from factory.spec.options import FetchLimits
 
 PROJECT = "torch"

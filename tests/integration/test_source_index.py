@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from factory.build.source import PreparedSource, prepare_source, read_pip_settings
+from factory.build.source import PreparedSource, prepare_source
 from factory.core.errors import BuildError, ConfigError
 from factory.core.urls import without_credentials
+from factory.plan.pipindex import read_pip_settings
 
 pytestmark = pytest.mark.integration
 

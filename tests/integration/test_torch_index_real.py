@@ -10,7 +10,7 @@ import pytest
 from conftest import require
 from packaging.version import Version
 
-from factory.build.source import IndexClient, read_pip_settings
+from factory.plan.pipindex import IndexClient, read_pip_settings
 from factory.plan.torchindex import TorchFile, TorchIndex, TorchSource, _RangeFile, facts_of_zip
 
 pytestmark = pytest.mark.integration

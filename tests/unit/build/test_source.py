@@ -25,19 +25,17 @@ from typing import Any
 
 import pytest
 
-from factory.build.source import (
-    IndexPageError,
-    PipSettings,
-    PreparedSource,
-    git_env,
-    parse_pip_config,
-    parse_project_page,
-    prepare_source,
-    read_pip_settings,
-)
+from factory.build.source import PreparedSource, git_env, prepare_source
 from factory.core import leftovers
 from factory.core.errors import BuildError, ConfigError
 from factory.core.simpleapi import PYPI_JSON_TYPE
+from factory.plan.pipindex import (
+    IndexPageError,
+    PipSettings,
+    parse_pip_config,
+    parse_project_page,
+    read_pip_settings,
+)
 from factory.spec.options import FetchLimits
 
 PATCH = """\

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from factory.build.source import IndexClient, PipSettings
 from factory.core.errors import BuildError, ConfigError
 from factory.core.validate import is_specifier, parse_specifier, specifier_problem
+from factory.plan.pipindex import IndexClient, PipSettings
 from factory.plan.plan import plan_matrix
 from factory.plan.torchindex import TorchFile, TorchIndex, TorchSource, WheelFacts, parse_torch_file
 from factory.spec.compat import CompatData

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from factory.build.source import IndexClient, PipSettings
+from factory.plan.pipindex import IndexClient, PipSettings
 from factory.plan.torchindex import (
     MAX_HEADER,
     TorchIndex,
