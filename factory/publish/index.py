@@ -29,6 +29,7 @@ from packaging.version import Version
 
 from factory.core.errors import PublishError
 from factory.core.variants import is_variant_id
+from factory.wheel import record as buildrecord
 
 API_VERSION = "1.1"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -141,12 +142,9 @@ def sbom_path(variant_id: str, filename: str) -> str:
     return f"{files_path(variant_id, filename)}{SBOM_SUFFIX}"
 
 
-BUILD_RECORD_SUFFIX = ".build.json"
-
-
 def build_record_path(variant_id: str, filename: str) -> str:
     """The build record beside a wheel (`factory.wheel.record`'s format): the wheel's URL and this suffix."""
-    return f"{files_path(variant_id, filename)}{BUILD_RECORD_SUFFIX}"
+    return f"{files_path(variant_id, filename)}{buildrecord.SUFFIX}"
 
 
 # A failed job's build record has no wheel to sit beside: it is kept under a directory no PEP 503 page lists,
@@ -159,7 +157,7 @@ _RECORD_HASH = 16  # hex digits of the record's sha256 in its key
 
 def failed_record_path(variant_id: str, job_id: str, sha256: str) -> str:
     """The key of a failed job's build record (`factory.wheel.record`'s format), its bytes' hash `sha256`."""
-    key = f"{FAILED_RECORDS_DIR}{variant_id}/{job_id}-{sha256[:_RECORD_HASH]}{BUILD_RECORD_SUFFIX}"
+    key = f"{FAILED_RECORDS_DIR}{variant_id}/{job_id}-{sha256[:_RECORD_HASH]}{buildrecord.SUFFIX}"
     if parse_failed_record_key(key) is None:
         raise ValueError(f"{variant_id!r}, {job_id!r}: not a failed build record's key")
     return key
@@ -167,9 +165,9 @@ def failed_record_path(variant_id: str, job_id: str, sha256: str) -> str:
 
 def parse_failed_record_key(key: str) -> tuple[str, str] | None:
     """(variant id, job id) of a key failed_record_path composes; None for any other key."""
-    if not key.startswith(FAILED_RECORDS_DIR) or not key.endswith(BUILD_RECORD_SUFFIX):
+    if not key.startswith(FAILED_RECORDS_DIR) or not key.endswith(buildrecord.SUFFIX):
         return None
-    parts = key[len(FAILED_RECORDS_DIR) : -len(BUILD_RECORD_SUFFIX)].split("/")
+    parts = key[len(FAILED_RECORDS_DIR) : -len(buildrecord.SUFFIX)].split("/")
     if len(parts) != 2 or not _KEY_PART.fullmatch(parts[0]):
         return None
     job_id, _, digest = parts[1].rpartition("-")
@@ -183,7 +181,7 @@ BESIDE: Mapping[str, str] = {
     "provenance": PROVENANCE_SUFFIX,
     "sbom": SBOM_SUFFIX,
     "signature": SIGNATURE_SUFFIX,
-    "build-record": BUILD_RECORD_SUFFIX,
+    "build-record": buildrecord.SUFFIX,
 }
 
 
@@ -609,7 +607,7 @@ def matrix_cells(
                 cells[(key[0], variant_id, covered)] = replace(built[wheel], python=covered)
             continue
         record = ""
-        if result in FAILED_RESULTS:
+        if result in buildrecord.FAILED_RESULTS:
             status: CellStatus = "failed"
             detail = _failure(result, job.get("reason"))
             record = (failed_records or {}).get(str(job.get("job_id", "")), "")
@@ -625,22 +623,12 @@ def matrix_cells(
 
 
 MAX_REASON = 200  # characters of a failed job's reason the grid shows (the build log has the rest)
-FAILED_RESULTS = ("failed", "oom")  # a report job's results that make its cell "failed"
-
-
-def reason_line(reason: object, limit: int) -> str:
-    """The first line of a report's reason, printable characters only, cut at `limit` characters and an
-    ellipsis then ("" for none): a build container wrote it."""
-    if not isinstance(reason, str):
-        return ""
-    line = "".join(ch for ch in (reason.strip().splitlines() or [""])[0] if ch.isprintable()).strip()
-    return f"{line[:limit]}…" if len(line) > limit else line
 
 
 def _failure(result: str, reason: object) -> str:
     """A failed cell's detail: the job's result and, where the report gives one, the first line of its
-    reason (`reason_line`, cut at MAX_REASON)."""
-    line = reason_line(reason, MAX_REASON)
+    reason (`buildrecord.reason_line`, cut at MAX_REASON)."""
+    line = buildrecord.reason_line(reason, MAX_REASON)
     if not line or line == result:
         return result
     return f"{result}: {line}"

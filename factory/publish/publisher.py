@@ -560,7 +560,7 @@ def failed_records(report: Path, jobs: Sequence[Mapping[str, object]]) -> dict[s
     top: Mapping[str, object] = doc if isinstance(doc, dict) else {}
     out: dict[str, tuple[str, bytes]] = {}
     for job in jobs:
-        if job.get("result") not in index.FAILED_RESULTS:
+        if job.get("result") not in buildrecord.FAILED_RESULTS:
             continue
         try:
             record = buildrecord.from_report(top, job, filename=None, sha256=None, provenance_sha256=None)

@@ -26,15 +26,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from factory.cache.sync import CacheConfig
 from factory.core import strictjson
 from factory.core.errors import CheckError
-from factory.publish import index
 
 FORMAT = 1
-SUFFIX = index.BUILD_RECORD_SUFFIX  # beside the wheel, as `<wheel>.sig.json` and `<wheel>.metadata` are
+SUFFIX = ".build.json"  # beside the wheel, as `<wheel>.sig.json` and `<wheel>.metadata` are
 MAX_BYTES = 64 << 10  # a record read from an index nobody here controls
 MAX_TEXT = 512  # any one string of it
 CACHE_SETTINGS = ("off", "local", "directory", "s3")  # local: the home's cache alone; else its store's kind
@@ -52,8 +50,8 @@ class Failure:
     """What a failed job's record says of its failure (from its report.json job)."""
 
     job_id: str  # a key's part (`index.failed_record_path`)
-    result: str  # one of index.FAILED_RESULTS
-    reason: str | None  # the first line of the job's reason (`index.reason_line`), at most MAX_TEXT long
+    result: str  # one of FAILED_RESULTS
+    reason: str | None  # the first line of the job's reason (`reason_line`), at most MAX_TEXT long
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +70,26 @@ class BuildRecord:
     failure: Failure | None = None  # a failed job's record: why it has no wheel
 
 
-def cache_setting(config: CacheConfig | None) -> str:
+FAILED_RESULTS = ("failed", "oom")  # a report job's results that make its cell "failed"
+
+
+def reason_line(reason: object, limit: int) -> str:
+    """The first line of a report's reason, printable characters only, cut at `limit` characters and an
+    ellipsis then ("" for none): a build container wrote it."""
+    if not isinstance(reason, str):
+        return ""
+    line = "".join(ch for ch in (reason.strip().splitlines() or [""])[0] if ch.isprintable()).strip()
+    return f"{line[:limit]}…" if len(line) > limit else line
+
+
+class CacheSetting(Protocol):
+    """What the record says of a run's compile cache (`factory.cache.sync.CacheConfig` is one)."""
+
+    @property
+    def store(self) -> str | None: ...
+
+
+def cache_setting(config: CacheSetting | None) -> str:
     """The compile cache as the record names it: off, local, or the kind of store it is synced with (never
     its path or URL, which may name a bucket or a user)."""
     if config is None:
@@ -148,7 +165,7 @@ def from_report(
 ) -> BuildRecord:
     """The record of one job's wheel from its build's report.json (the top-level object and the job's);
     a value of the wrong type is left out (None, or 0 for a count) rather than trusted. A failed job
-    (`filename` None, its result one of index.FAILED_RESULTS) gets its `failure`; CheckError for a job of
+    (`filename` None, its result one of FAILED_RESULTS) gets its `failure`; CheckError for a job of
     another result, or one whose id cannot name a key."""
 
     def text(value: object) -> str | None:
@@ -165,9 +182,9 @@ def from_report(
         job_id, result = job.get("job_id"), job.get("result")
         if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
             raise CheckError(f"job id {json.dumps(job_id)[:60]} cannot name a failed job's build record")
-        if result not in index.FAILED_RESULTS:
+        if result not in FAILED_RESULTS:
             raise CheckError(f"job {job_id}: result {json.dumps(result)[:20]} is not a failure")
-        reason = index.reason_line(job.get("reason"), MAX_TEXT - 1)
+        reason = reason_line(job.get("reason"), MAX_TEXT - 1)
         failure = Failure(job_id=job_id, result=result, reason=reason or None)
     return BuildRecord(
         filename=filename,
@@ -251,8 +268,8 @@ def _value_problem(value: Any, shape: Any, where: str) -> str | None:
         return f"{where} must be a CI run's https URL"
     if shape == _JOB and not _JOB_ID.fullmatch(value):
         return f"{where} must be a job id (letters, digits and _.+- only)"
-    if shape == _RESULT and value not in index.FAILED_RESULTS:
-        return f"{where} must be one of {', '.join(index.FAILED_RESULTS)}"
+    if shape == _RESULT and value not in FAILED_RESULTS:
+        return f"{where} must be one of {', '.join(FAILED_RESULTS)}"
     return None
 
 
