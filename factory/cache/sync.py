@@ -39,6 +39,7 @@ from factory.core.errors import ConfigError, FactoryError
 from factory.core.home import factory_home
 from factory.core.units import parse_size
 from factory.core.validate import check_destination
+from factory.publish.index import COMPILE_CACHE_PREFIX
 from factory.publish.stores import PreconditionFailed, Store, open_store
 from factory.spec.config import MatrixFile
 from factory.spec.options import DEFAULT_CACHE_MAX
@@ -51,9 +52,6 @@ OUT_MOUNT = "/var/factory-cache-out"  # where it writes what it compiles (its jo
 ENV_DIR = compilecache.CACHE_DIR_ENV
 ENV_OUT = compilecache.CACHE_OUT_ENV
 ENV_VERIFY = compilecache.CACHE_VERIFY_ENV
-# Under a publish store: index code lists only files/, simple/ and profiles/, and no project or variant name
-# starts with "_", so nothing of the cache is taken for a project; `factory serve` refuses it.
-STORE_PREFIX = "_cache/compile"
 DEFAULT_MAX_BYTES = DEFAULT_CACHE_MAX
 PUSH_INTERVAL_S = 2.0  # while a job runs, its new entries go up at most this long after they are made
 OCTETS = "application/octet-stream"
@@ -95,7 +93,7 @@ class CacheConfig:
     verify: int = 0  # hits per job compiled again and compared (`build --verify-cache`)
 
 
-def under(to: str, prefix: str = STORE_PREFIX) -> str:
+def under(to: str, prefix: str = COMPILE_CACHE_PREFIX) -> str:
     """The cache store under a publish destination: s3://b/p -> s3://b/p/_cache/compile; a directory alike."""
     if to.startswith("s3://"):
         return f"{to.rstrip('/')}/{prefix}"

@@ -2,7 +2,7 @@
 
 Three sources, first that answers wins: `nvidia-smi`'s header ("CUDA Version: 13.0"), libcuda's
 `cuDriverGetVersion` (13000), and /proc/driver/nvidia/version's driver version mapped through
-`DRIVER_CUDA` below. Parsing is pure; `detect_driver` runs the tools.
+`factory.core.gpus.DRIVER_CUDA`. Parsing is pure; `detect_driver` runs the tools.
 """
 
 from __future__ import annotations
@@ -17,33 +17,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from factory.core import bounded
-
-# The minimum Linux driver of each CUDA toolkit release (NVIDIA's CUDA Toolkit release notes, table
-# "CUDA Toolkit and Corresponding Driver Versions"), newest first: a driver at or above one runs that CUDA
-# and, by minor version compatibility, every CUDA of the same major. A driver newer than the first row
-# runs at least that CUDA; add rows as CUDA releases come out.
-DRIVER_CUDA: tuple[tuple[str, str], ...] = (
-    ("590.44.01", "13.1"),
-    ("580.65.06", "13.0"),
-    ("575.51.03", "12.9"),
-    ("570.26", "12.8"),
-    ("560.28.03", "12.6"),
-    ("555.42.02", "12.5"),
-    ("550.54.14", "12.4"),
-    ("545.23.06", "12.3"),
-    ("535.54.03", "12.2"),
-    ("530.30.02", "12.1"),
-    ("525.60.13", "12.0"),
-    ("520.61.05", "11.8"),
-    ("515.43.04", "11.7"),
-    ("510.39.01", "11.6"),
-    ("495.29.05", "11.5"),
-    ("470.42.01", "11.4"),
-    ("465.19.01", "11.3"),
-    ("460.27.03", "11.2"),
-    ("455.23", "11.1"),
-    ("450.36.06", "11.0"),
-)
+from factory.core.gpus import DRIVER_CUDA
 
 _SMI_CUDA = re.compile(r"CUDA Version:\s*([1-9][0-9]?\.[0-9]{1,2})\b", re.ASCII)
 _DRIVER_VERSION = re.compile(r"[1-9][0-9]{2,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?", re.ASCII)

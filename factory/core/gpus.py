@@ -2,7 +2,8 @@
 wheel must carry code for (NVIDIA's CUDA GPUs list, developer.nvidia.com/cuda-gpus). The index's human page
 offers these names in its GPU picker and matches them with the same rule (`capability`); a name not listed
 is typed as its compute capability ("9.0", "sm_90"). Add rows as GPUs come out; keep the names as NVIDIA
-writes them.
+writes them. Also the minimum driver of each CUDA release (`DRIVER_CUDA`), which the consumer's driver probe
+(`factory.consume.hostgpu`) and the human page's driver picker read.
 """
 
 from __future__ import annotations
@@ -58,3 +59,31 @@ def capability(text: str) -> Arch | None:
     except ValueError:
         return None
     return None if arch.suffix else arch
+
+
+# The minimum Linux driver of each CUDA toolkit release (NVIDIA's CUDA Toolkit release notes, table
+# "CUDA Toolkit and Corresponding Driver Versions"), newest first: a driver at or above one runs that CUDA
+# and, by minor version compatibility, every CUDA of the same major. A driver newer than the first row
+# runs at least that CUDA; add rows as CUDA releases come out.
+DRIVER_CUDA: tuple[tuple[str, str], ...] = (
+    ("590.44.01", "13.1"),
+    ("580.65.06", "13.0"),
+    ("575.51.03", "12.9"),
+    ("570.26", "12.8"),
+    ("560.28.03", "12.6"),
+    ("555.42.02", "12.5"),
+    ("550.54.14", "12.4"),
+    ("545.23.06", "12.3"),
+    ("535.54.03", "12.2"),
+    ("530.30.02", "12.1"),
+    ("525.60.13", "12.0"),
+    ("520.61.05", "11.8"),
+    ("515.43.04", "11.7"),
+    ("510.39.01", "11.6"),
+    ("495.29.05", "11.5"),
+    ("470.42.01", "11.4"),
+    ("465.19.01", "11.3"),
+    ("460.27.03", "11.2"),
+    ("455.23", "11.1"),
+    ("450.36.06", "11.0"),
+)

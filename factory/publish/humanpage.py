@@ -13,8 +13,8 @@ that reads without JavaScript:
   which keeps the page small: under 100 KB for a 300-job matrix) and which files are published beside it
   (`index.BESIDE`); the script turns them into links to the wheel, its provenance, SBOM, signature and
   build record.
-- the GPU picker's names come from `factory.core.gpus`, the driver's CUDA choices from
-`factory.consume.hostgpu`.
+- the GPU picker's names and the driver's CUDA choices come from `factory.core.gpus` (`GPUS`,
+  `DRIVER_CUDA`).
 When no row fits, the script says what is missing and prints the matrix lines that would build it, in
 `variantrequest.matrix_lines`' format (a browser test checks both give the same lines).
 """
@@ -31,7 +31,6 @@ from urllib.parse import quote
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from factory.consume import hostgpu
 from factory.core import gpus
 from factory.core.tags import parse_manylinux
 from factory.core.variants import VariantKey, version_tuple
@@ -209,7 +208,7 @@ def _selector(cells: Sequence[MatrixCell]) -> list[str]:
     )
     abis = sorted({str(int(k.cxx11_abi)) for k in keys}, reverse=True)
     low = min((version_tuple(c)[0] for c in cudas), default=12)
-    drivers = [cuda for _version, cuda in hostgpu.DRIVER_CUDA if version_tuple(cuda)[0] >= low - 1]
+    drivers = [cuda for _version, cuda in gpus.DRIVER_CUDA if version_tuple(cuda)[0] >= low - 1]
     cuda_options = (
         '<option value="">any</option><optgroup label="torch\'s CUDA (torch.version.cuda)">'
         + "".join(f'<option value="t:{html.escape(c)}">{html.escape(c)}</option>' for c in cudas)

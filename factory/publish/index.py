@@ -151,6 +151,10 @@ def build_record_path(variant_id: str, filename: str) -> str:
 # one immutable file per failure, named by its job and a prefix of its bytes' sha256 (a later failure of the
 # same job, in another run, gets its own key and never overwrites an earlier one).
 FAILED_RECORDS_DIR = "_builds/"
+# The compile cache's part of a publish store (`factory.cache.sync`): index code lists only files/, simple/
+# and profiles/, and no project or variant name starts with "_", so nothing of the cache is taken for a
+# project; `factory serve` refuses it.
+COMPILE_CACHE_PREFIX = "_cache/compile"
 _KEY_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")
 _RECORD_HASH = 16  # hex digits of the record's sha256 in its key
 
@@ -717,12 +721,3 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
             )
         )
     return tuple(cells)
-
-
-def human_page(cells: Iterable[MatrixCell]) -> str:
-    """index.html at the index root: the install selector and the build matrix
-    (`factory.publish.humanpage`)."""
-    # humanpage composes install commands (installcmd reads pages with this module): imported where rendered
-    from factory.publish import humanpage
-
-    return humanpage.human_page(cells)

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory.cache.sync import STORE_PREFIX
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.simpleapi import PYPI_HTML_TYPE, PYPI_JSON_TYPE
 from factory.core.urls import printable
@@ -148,7 +147,7 @@ def path_problem(path: str) -> HTTPStatus | None:
 
 def is_cache_path(path: str) -> bool:
     """Whether a request path lies in the compile cache's part of a publish store."""
-    top = STORE_PREFIX.split("/", 1)[0]
+    top = index.COMPILE_CACHE_PREFIX.split("/", 1)[0]
     return path == top or path.startswith(f"{top}/")
 
 

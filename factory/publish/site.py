@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.core import simpleapi
-from factory.publish import index
+from factory.publish import humanpage, index
 from factory.publish.index import FileRecord, MatrixCell, PageKind, PageRef
 
 Items = tuple[Any, ...]
@@ -62,7 +62,7 @@ KINDS: Mapping[PageKind, Kind] = {
         read=index.cells_from_json,
         merge=index.merge_cells,
         state=lambda _page, cells: index.cells_to_json(cells),
-        html=lambda _page, cells: index.human_page(cells),
+        html=lambda _page, cells: humanpage.human_page(cells),
     ),
 }
 

@@ -49,7 +49,7 @@ def matrix_300() -> list[MatrixCell]:
 def test_a_300_job_matrix_stays_under_100_kb() -> None:
     cells = matrix_300()
     assert len(cells) == 300
-    page = index.human_page(cells).encode()
+    page = humanpage.human_page(cells).encode()
     assert len(page) < 100_000, len(page)
     text = page.decode()
     # everything is there: every cell, every variant's two commands, every wheel's link data
@@ -59,7 +59,7 @@ def test_a_300_job_matrix_stays_under_100_kb() -> None:
 
 
 def test_the_page_is_static_and_self_contained() -> None:
-    page = index.human_page(matrix_300())
+    page = humanpage.human_page(matrix_300())
     assert "<script src" not in page and "<link" not in page and "@import" not in page and "url(" not in page
     assert "//" not in re.sub(
         r"https://(download\.pytorch\.org|pypi\.org)/[^ <]*", "", page.split("<script>")[0]
@@ -68,7 +68,7 @@ def test_the_page_is_static_and_self_contained() -> None:
 
 def test_rows_carry_what_the_variant_id_says_and_cells_their_wheel() -> None:
     other = FN.replace("cp311-cp311", "cp312-cp312")
-    page = index.human_page(
+    page = humanpage.human_page(
         [
             built(VID, "3.11", FN, published="2026-01-02T00:00:00Z", beside=("signature",)),
             built(VID, "3.12", other),
@@ -91,7 +91,7 @@ def test_rows_carry_what_the_variant_id_says_and_cells_their_wheel() -> None:
 
 def test_hostile_cells_are_text_and_unparsed_rows_are_not_offered() -> None:
     evil = '"><script>alert(1)</script>.whl'
-    page = index.human_page(
+    page = humanpage.human_page(
         [
             MatrixCell(
                 project="<b>x</b>", variant_id="../../etc", python="3.11", status="built", detail=evil
@@ -105,7 +105,7 @@ def test_hostile_cells_are_text_and_unparsed_rows_are_not_offered() -> None:
 
 
 def test_nothing_published() -> None:
-    page = index.human_page([])
+    page = humanpage.human_page([])
     assert "Nothing published yet." in page and 'id="pick"' not in page
 
 
@@ -167,7 +167,7 @@ def test_matrix_cells_take_the_upload_time_and_the_files_beside() -> None:
 
 def test_every_file_beside_a_wheel_has_its_link() -> None:
     """The grid's script links each of index.BESIDE's files (the SBOM too) by its suffix."""
-    page = index.human_page([built(VID, "3.11", FN, beside=("provenance", "sbom"))])
+    page = humanpage.human_page([built(VID, "3.11", FN, beside=("provenance", "sbom"))])
     assert set(humanpage._BESIDE_LETTERS) == set(index.BESIDE)
     assert 'data-s="pc"' in page and '"c":[".sbom.cdx.json","SBOM"]' in page
 

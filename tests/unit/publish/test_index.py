@@ -7,7 +7,7 @@ import json
 import pytest
 
 from factory.core import simpleapi
-from factory.publish import index
+from factory.publish import humanpage, index
 from factory.publish.index import FileRecord, MatrixCell
 
 VID = "cu130-torch2.14-abi1-sm80.90"
@@ -188,7 +188,7 @@ def test_a_failed_cell_keeps_its_build_records_key() -> None:
     cells = index.matrix_cells(jobs, [], project_hint="p", failed_records={"j2": key, "j3": key})
     assert [(c.status, c.record) for c in cells] == [("failed", key), ("not built", "")]
     assert index.cells_from_json(index.cells_to_json(cells)) == cells
-    page = index.human_page(cells)
+    page = humanpage.human_page(cells)
     assert f'failed: oom <a href="{key}">build record</a></td>' in page
 
 
@@ -245,7 +245,7 @@ def test_human_page_grid_and_install_commands() -> None:
             detail="failed",
         ),
     ]
-    page = index.human_page(cells)
+    page = humanpage.human_page(cells)
     assert page.count('class="built"') == 1
     assert page.count('class="failed"') == 2
     assert page.count('class="not-built"') == 1  # cu128 x 3.11: in the grid, never built
@@ -271,8 +271,8 @@ def test_human_page_grid_and_install_commands() -> None:
         status="built",
         detail=FN.replace("2.8.3", "2.8.4"),
     )
-    assert f"flash-attn=={version.replace('2.8.3', '2.8.4')}</code>" in index.human_page([*cells, newer])
-    junk = index.human_page(
+    assert f"flash-attn=={version.replace('2.8.3', '2.8.4')}</code>" in humanpage.human_page([*cells, newer])
+    junk = humanpage.human_page(
         [MatrixCell(project="x", variant_id=VID, python="3.11", status="built", detail="$(x)")]
     )
     assert "<code data-index" not in junk

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.publish import index, site
+from factory.publish import humanpage, index, site
 from factory.publish.index import FileRecord, MatrixCell
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -41,7 +41,7 @@ PAGES = {
     "variant_root.html": lambda: index.variant_root_html(["flash-attn", "causal_conv1d"]),
     "variant_root.json": lambda: index.variant_root_json(["flash-attn", "causal_conv1d"]),
     "top_root.html": lambda: index.top_root_html([VID, "cu128-torch2.10-abi0-sm80.90.100.120"]),
-    "human.html": lambda: index.human_page(
+    "human.html": lambda: humanpage.human_page(
         [
             MatrixCell(
                 project="flash-attn",
@@ -94,4 +94,4 @@ def test_the_site_renders_the_published_bytes() -> None:
     assert built[f"simple/{VID}/flash-attn/index.html"] == (GOLDEN / "project.html").read_bytes()
     assert built[f"simple/{VID}/index.json"] == index.variant_root_json(["flash-attn"]).encode()
     assert built["simple/index.html"] == index.top_root_html([VID]).encode()
-    assert built["index.html"] == index.human_page([]).encode()
+    assert built["index.html"] == humanpage.human_page([]).encode()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from factory.core.errors import FactoryError
-from factory.publish import index
+from factory.publish import humanpage, index
 
 # Text with lone surrogates too: a JSON "\\ud800" reads back as a string no page can be encoded with.
 TEXT = st.text(st.characters(codec=None), max_size=20)
@@ -92,7 +92,7 @@ def _variants(data: bytes) -> None:
 
 def _matrix(data: bytes) -> None:
     cells = index.cells_from_json(data)
-    index.human_page(cells).encode()
+    humanpage.human_page(cells).encode()
     index.cells_to_json(cells).encode()
 
 
