@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 from packaging.utils import parse_wheel_filename
 
 from factory import version
-from factory.build import checkrecord, jobspec, logs
 from factory.build import facts as buildfacts
+from factory.build import jobspec, logs
 from factory.core import bounded, leftovers, reproducible, safefs
 from factory.core.urls import printable
 from factory.plan.plan import Job
-from factory.wheel import checks, embedded, platform_tag, provenance
+from factory.wheel import checkrecord, checks, embedded, platform_tag, provenance
 
 if TYPE_CHECKING:
     from factory.build.jobrun import JobInputs, JobRun

@@ -62,14 +62,6 @@ class InputFacts:
     build_requirements: tuple[tuple[str, str], ...]
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with bounded.open_file(path, max_bytes=None) as fh:  # a regular file: a FIFO is refused, not waited on
-        while block := fh.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tree_digest(tree: Path) -> str:
     """A digest of a directory tree's content: each regular file's relative path, mode's executable bit and
     sha256, each link's target (never followed), in sorted order; times and owners are left out."""
@@ -83,7 +75,7 @@ def tree_digest(tree: Path) -> str:
             if stat.S_ISLNK(info.st_mode):
                 entry = f"link {rel} {os.readlink(path)}"
             elif stat.S_ISREG(info.st_mode):
-                entry = f"file {rel} {bool(info.st_mode & 0o111):d} {file_sha256(path)}"
+                entry = f"file {rel} {bool(info.st_mode & 0o111):d} {bounded.file_sha256(path)}"
             else:
                 continue
             digest.update(entry.encode("utf-8", "surrogateescape") + b"\n")
@@ -91,7 +83,7 @@ def tree_digest(tree: Path) -> str:
 
 
 def patch_facts(patches: Sequence[Path]) -> tuple[tuple[str, str], ...]:
-    return tuple((p.name, file_sha256(p)) for p in patches)
+    return tuple((p.name, bounded.file_sha256(p)) for p in patches)
 
 
 def source_facts(mf: MatrixFile, prepared: PreparedSource, *, commit: str | None) -> provenance.SourceFacts:
@@ -115,7 +107,7 @@ def source_facts(mf: MatrixFile, prepared: PreparedSource, *, commit: str | None
 
 def wheelhouse_facts(directory: Path) -> tuple[tuple[str, str], ...]:
     """Each wheel of a job's wheelhouse (torch and the build backend among them) with its sha256."""
-    return tuple((w.name, file_sha256(w)) for w in wheel_files(directory))
+    return tuple((w.name, bounded.file_sha256(w)) for w in wheel_files(directory))
 
 
 def image_identity(mf: MatrixFile, job: Job, labels: Mapping[str, str]) -> dict[str, str]:
@@ -165,7 +157,7 @@ def _recipe_values(recipe: Recipe) -> dict[str, Any]:
         if f.name in _NEWER_FIELDS and value == f.default:
             continue  # a recipe that does not use it keeps the digest and document it had before it existed
         if f.name == "patches":
-            value = [[p.name, file_sha256(p)] for p in value]
+            value = [[p.name, bounded.file_sha256(p)] for p in value]
         elif isinstance(value, Mapping):
             value = dict(sorted(value.items()))
         elif isinstance(value, tuple):

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from factory.core import bounded
 from factory.core.errors import BuildError, ConfigError
 from factory.core.urls import without_credentials
 from factory.core.validate import REMOTE_GIT_TRANSPORTS, git_url_problem, shown_name
@@ -149,7 +150,7 @@ class Trusted:
         b = mf.build
         indexes = {url for url in b.torch_index.values() if url != "default"}
         return cls(
-            patches={wheeldiff.file_sha256(p): p for p in mf.recipe.patches},
+            patches={bounded.file_sha256(p): p for p in mf.recipe.patches},
             images=frozenset([*b.images.values(), *([b.base_image] if b.base_image else [])]),
             torch_indexes=frozenset(indexes),
             source=mf.package.source.path if mf.package.source.kind == "path" else None,
@@ -440,7 +441,7 @@ def find_patches(
 
 def _sha256(path: Path) -> str | None:
     try:
-        return wheeldiff.file_sha256(path)
+        return bounded.file_sha256(path)
     except OSError:
         return None
 
@@ -594,6 +595,18 @@ def _source_dir(plan: RebuildPlan, options: RebuildOptions, trusted: Trusted, lo
     return None
 
 
+def rebuilder(*, matrix: Path | None, trust_paths: bool, log: Log) -> Callable[[Path], RebuildResult]:
+    """`factory verify --rebuild` of a wheel, with the user's own matrix file (what it names the wheel's
+    document may use: patches by sha256, images, torch indexes, its source directory) when there is one: the
+    rebuilder `factory index audit --rebuild` hands to `indexaudit.audit_published`."""
+    options = RebuildOptions(matrix=matrix, trust_paths=trust_paths)
+
+    def rebuild(path: Path) -> RebuildResult:
+        return verify_rebuild(str(path), options, log=log)
+
+    return rebuild
+
+
 def verify_rebuild(
     wheel_or_url: str, options: RebuildOptions, *, log: Log, hooks: Hooks | None = None
 ) -> RebuildResult:
@@ -613,7 +626,7 @@ def verify_rebuild(
         source = _source_dir(plan, options, trusted, log)
         patches = find_patches(plan.patches, trusted=trusted, workdir=options.workdir, wheel=given.name)
         matrix, cache = with_cache(plan.document, options.cache)
-        sha = wheeldiff.file_sha256(given)
+        sha = bounded.file_sha256(given)
         with _workdir(options.workdir) as work:
             document = write_workdir(work, matrix, source=source, source_name=plan.source_name)
             copy_patches(work, patches, plan.patches)
@@ -634,6 +647,6 @@ def verify_rebuild(
                 difference = explain(difference, given, built.wheel)
             return RebuildResult(
                 wheel=given.name, job_id=plan.job_id, sha256=sha, rebuilt=str(built.wheel),
-                rebuilt_sha256=wheeldiff.file_sha256(built.wheel), difference=difference,
+                rebuilt_sha256=bounded.file_sha256(built.wheel), difference=difference,
                 failure=built.failure,
             )  # fmt: skip

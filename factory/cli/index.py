@@ -123,7 +123,12 @@ def audit(
     Its size, sha256 and PEP 658 metadata; its signature (--key); its provenance against its label (and the
     matrix's job); its device code against its label's archs; its torch pin; the stable-ABI symbol rule;
     --rebuild N of them bit for bit. One line per problem; nothing is written to the index."""
+    from factory.build.rebuild import rebuilder
     from factory.publish.indexaudit import audit_published
+
+    def log(line: str) -> None:
+        if rebuild:
+            typer.echo(line, err=True)
 
     result = audit_published(
         to=to,
@@ -132,7 +137,8 @@ def audit(
         matrix=matrix,
         trust_paths=trust_paths,
         rebuild=rebuild,
-        log=lambda line: typer.echo(line, err=True) if rebuild else None,
+        rebuilder=rebuilder(matrix=matrix, trust_paths=trust_paths, log=log),
+        log=log,
     )
     document = result.to_json()
     if report is not None:

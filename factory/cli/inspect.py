@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from factory.build import checkrecord
 from factory.cli import app
 from factory.cli.output import echo_json, json_option
-from factory.wheel import embedded
+from factory.wheel import checkrecord, embedded
 
 
 @app.command("inspect")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import select
 import socket
@@ -75,6 +76,16 @@ def open_file(path: Path | str, *, max_bytes: int | None) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "rb")
+
+
+def file_sha256(path: Path | str) -> str:
+    """The sha256 of the regular file `path`, read block by block (a FIFO or device is Refused, not waited
+    on)."""
+    digest = hashlib.sha256()
+    with open_file(path, max_bytes=None) as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_capped(fh: IO[bytes], *, max_bytes: int, shown: str) -> bytes:

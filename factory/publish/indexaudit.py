@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -68,7 +68,6 @@ from factory.wheel import embedded, provenance, sbom
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from factory.build.rebuild import RebuildResult
     from factory.plan.plan import Job
 
 # The most one published wheel may weigh (as a wheel a build hands back: `acceptance.MAX_WHEEL_BYTES`).
@@ -90,7 +89,22 @@ CHECKS = (
     "rebuild",
 )
 Log = Callable[[str], None]
-Rebuild = Callable[[Path], "RebuildResult"]
+
+
+class Rebuilt(Protocol):
+    """What the rebuild of a wheel tells the audit (`factory.build.rebuild.RebuildResult` is one)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def line(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+# A wheel rebuilt from its provenance and compared bit for bit: `factory.build.rebuild.rebuilder`, handed
+# down by the CLI (publish sits below build and never starts a build itself).
+Rebuild = Callable[[Path], Rebuilt]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -619,7 +633,10 @@ def audit_index(
 ) -> Audit:
     """Audit every wheel the pages of `store` list (module docstring): with `key`, their signatures; with
     the planned `jobs` of `project`, their provenance against the job that builds each; `rebuild` of them
-    (distinct files, chosen by `rng`) rebuilt by `rebuilder` (default: `rebuild.verify_rebuild`)."""
+    (distinct files, chosen by `rng`) rebuilt by `rebuilder` (`factory.build.rebuild.rebuilder`), which
+    a rebuild needs."""
+    if rebuild > 0 and rebuilder is None:
+        raise ValueError("auditing with a rebuild needs a rebuilder")
     checked = check_index(to=to, store=store)
     listed = checked.listed
     by_file: dict[tuple[str, str], list[int]] = {}
@@ -638,8 +655,8 @@ def audit_index(
             audited, local = audit_wheel(ctx, variant_id, rec, n, seen)
             if planned is not None and audited.job_id is None and local is not None:
                 unplanned.append(audited.key)
-            if n in chosen:
-                audited = _rebuilt(audited, local, rebuilder, log)
+            if n in chosen and rebuilder is not None:
+                audited = _rebuilt(audited, local, rebuilder)
             shutil.rmtree(scratch / str(n), ignore_errors=True)
             audits.append(audited)
     page_problems = {a.key for a in audits if any(p.check == "page" for p in a.problems)}
@@ -656,27 +673,11 @@ def audit_index(
     )
 
 
-def default_rebuilder(*, matrix: Path | None, trust_paths: bool, log: Log) -> Rebuild:
-    """`factory verify --rebuild` of a wheel, with the user's own matrix file (what it names the wheel's
-    document may use: patches by sha256, images, torch indexes, its source directory) when there is one."""
-    from factory.build.rebuild import RebuildOptions, verify_rebuild
-
-    options = RebuildOptions(matrix=matrix, trust_paths=trust_paths)
-
-    def rebuild(path: Path) -> RebuildResult:
-        return verify_rebuild(str(path), options, log=log)
-
-    return rebuild
-
-
-def _rebuilt(audited: WheelAudit, local: Path | None, rebuilder: Rebuild | None, log: Log) -> WheelAudit:
+def _rebuilt(audited: WheelAudit, local: Path | None, rebuilder: Rebuild) -> WheelAudit:
     """The audit with the rebuild of its wheel compared bit for bit; a wheel whose bytes are not its page's
     is not rebuilt (that is its problem already)."""
     if local is None:
         return audited
-    if rebuilder is None:
-        rebuilder = default_rebuilder(matrix=None, trust_paths=False, log=log)
-
     try:
         result = rebuilder(local)
     except FactoryError as exc:
@@ -700,10 +701,12 @@ def audit_published(
     matrix: Path | None = None,
     trust_paths: bool = False,
     rebuild: int = 0,
+    rebuilder: Rebuild | None = None,
     log: Log = lambda _line: None,
 ) -> Audit:
     """`factory index audit`: `audit_index` of `to`, or of the matrix file's publish.to; with `matrix`, each
-    wheel's provenance against its planned job; `key`: the public key every wheel must be signed with."""
+    wheel's provenance against its planned job; `key`: the public key every wheel must be signed with;
+    `rebuild` of the wheels rebuilt by `rebuilder`."""
     if rebuild < 0:
         raise ConfigError(f"--rebuild {rebuild}: the number of wheels to rebuild is 0 or more")
     public = signing.public_key_file(key) if key is not None else None
@@ -711,7 +714,6 @@ def audit_published(
         to=to, endpoint_url=endpoint_url, matrix=matrix, trust_paths=trust_paths, what="audit"
     )
     store = open_store(target.to, endpoint_url=target.endpoint_url, existing=True)
-    rebuilder = default_rebuilder(matrix=matrix, trust_paths=trust_paths, log=log)
     return audit_index(
         to=target.to,
         store=store,

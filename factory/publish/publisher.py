@@ -39,7 +39,6 @@ from typing import IO, TYPE_CHECKING, Literal, NoReturn, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.build import checkrecord
 from factory.core import bounded
 from factory.core.errors import CheckError, ConfigError, PublishError
 from factory.core.tags import canonical_wheel_filename, python_tag
@@ -54,6 +53,7 @@ from factory.publish.stores import (
     compare_and_swap,
     open_store,
 )
+from factory.wheel import checkrecord
 from factory.wheel.checks import wheel_archive_problems
 
 if TYPE_CHECKING:
@@ -733,7 +733,6 @@ class _Planned:
 def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned], list[str]]:
     """Each wheel's variant wheel, made in `tmp`, or the note saying why it has none. Two wheels that would
     make one variant file (the same properties: {8.0} and {8.0, 9.0a}) give it to the first by variant id."""
-    from factory.build.facts import file_sha256
     from factory.core.variants import VariantKey
 
     planned: dict[tuple[str, str], _Planned] = {}
@@ -755,7 +754,7 @@ def _plan_variants(infos: Iterable[WheelInfo], tmp: Path) -> tuple[list[_Planned
         metadata = read_metadata(path, str(path))
         file = wheelvariants.VariantFile(
             filename=name,
-            sha256=file_sha256(path),
+            sha256=bounded.file_sha256(path),
             size=path.stat().st_size,
             properties=props,
             metadata_sha256=hashlib.sha256(metadata).hexdigest(),

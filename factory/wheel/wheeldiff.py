@@ -40,14 +40,6 @@ class Difference:
         return f"{self.member}: {self.what}" if self.member is not None else self.what
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with bounded.open_file(path, max_bytes=None) as fh:  # a regular file: a FIFO is refused, not waited on
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # --- inside one member -----------------------------------------------------------------------------------
 
 
@@ -190,7 +182,7 @@ def compare_archives(za: zipfile.ZipFile, zb: zipfile.ZipFile) -> Difference | N
 def compare_wheels(a: Path, b: Path) -> Difference | None:
     """The first difference between the wheels at `a` and `b` (`compare_archives`), or between their files
     around the members (zip structure); None when they are byte-identical. CheckError: one cannot be read."""
-    if a.stat().st_size == b.stat().st_size and file_sha256(a) == file_sha256(b):
+    if a.stat().st_size == b.stat().st_size and bounded.file_sha256(a) == bounded.file_sha256(b):
         return None
     try:
         with bounded.open_zip(a) as za, bounded.open_zip(b) as zb:

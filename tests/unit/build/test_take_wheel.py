@@ -68,7 +68,7 @@ def test_a_link_or_a_fifo_named_as_the_wheel_is_no_wheel(
 
 
 def test_a_kept_wheel_has_its_failure_record_beside_it(run: acceptance.Acceptance, tmp_path: Path) -> None:
-    from factory.build import checkrecord
+    from factory.wheel import checkrecord
 
     (tmp_path / "out").mkdir(exist_ok=True)
     (tmp_path / "out" / ".log").mkdir()

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from test_publish_inputs import LABEL, wheel
 
-from factory.build import checkrecord
 from factory.core.errors import PublishError
 from factory.publish.publisher import publish_directory
+from factory.wheel import checkrecord
 
 ROOT = Path(__file__).resolve().parents[3]
 NAME = f"demo_ext-0.1.0+{LABEL}-py3-none-any.whl"
