@@ -28,6 +28,7 @@ from factory.core import bounded
 from factory.core.errors import FactoryError
 from factory.core.urls import without_credentials
 from factory.plan.plan import Job, matrix_env
+from factory.spec import toolchains
 from factory.spec.config import MatrixFile
 from factory.spec.options import Recipe
 from factory.spec.recipes import BUILTIN_RECIPES, default_recipe_for
@@ -120,9 +121,9 @@ def image_identity(mf: MatrixFile, job: Job, labels: Mapping[str, str]) -> dict[
     if explicit:
         return {"reference": explicit}
     cuda, python, flavor = job.variant.cuda, job.python, b.flavor
-    name = images.builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
+    name = toolchains.builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
     base = images.base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
-    toolchain = images.job_toolchain(python=python, flavor=flavor, base_image=b.base_image)
+    toolchain = toolchains.job_toolchain(python=python, flavor=flavor, base_image=b.base_image)
     if toolchain is not None:
         dockerfile = images.toolchain_dockerfile_text()
         args = images.toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base)

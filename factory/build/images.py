@@ -43,7 +43,28 @@ from factory.core.home import factory_home
 from factory.core.platforms import DEFAULT_PLATFORM
 from factory.core.resources import data_path
 from factory.spec.imageref import check_image_reference
-from factory.spec.options import FLAVORS
+from factory.spec.toolchains import (
+    _SUITE_RE,
+    _VERSION_RE,
+    BASE_REPOSITORY,
+    DEFAULT_DEVEL_OS,
+    DEFAULT_SUITE,
+    MANYLINUX_REPOSITORY,
+    STANDIN_REPOSITORY,
+    Toolchain,
+    _check_flavor,
+    _check_pypi_toolkit,
+    _check_version,
+    base_suite_of,
+    builder_image_for,
+    cuda_major,
+    debian_toolchain,
+    job_toolchain,
+    python_suite_for,
+    standin_cuda_of,
+    toolchain_image_name,
+    toolchain_named,
+)
 
 Progress = Callable[[str], None]
 
@@ -60,53 +81,11 @@ LABEL_MIRROR = "io.wheel-factory.mirror"
 # The GCC every compile in the image uses ("14"); absent where the suite's one default g++ is it.
 LABEL_GCC = "io.wheel-factory.gcc"
 
-BASE_REPOSITORY = "factory-base"
-BUILDER_REPOSITORY = "factory-builder"
-STANDIN_REPOSITORY = "factory-standin"
-MANYLINUX_REPOSITORY = "pytorch/manylinux2_28-builder"
-DEFAULT_SUITE = "bookworm"
 DEFAULT_BASE_IMAGE = f"{BASE_REPOSITORY}:{DEFAULT_SUITE}"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_INCLUDE = ("python3", "python3-venv", "python3-dev", "g++", "ca-certificates")
-DEFAULT_DEVEL_OS = "ubuntu22.04"
 FACTORY_UID = 10001
 
-
-@dataclass(frozen=True, kw_only=True)
-class Toolchain:
-    """A Debian suite as the pypi flavor's base: the Pythons it ships side by side and the one GCC that
-    compiles for all of them. Every job whose Python is here runs in one builder image, so a compile of one
-    Python's job is the same compile (same compiler, same headers but Python's) for the others."""
-
-    suite: str
-    pythons: tuple[str, ...]
-    # The pinned g++ major ("14"), made the image's gcc/g++/cc/c++; None: the suite's default g++.
-    gcc: str | None = None
-    # The CUDA release of the suite's own `nvidia-cuda-toolkit` (non-free), the debian flavor's toolkit; None:
-    # the suite has none the factory uses.
-    cuda: str | None = None
-    # The suite's glibc: no symbol a wheel compiled here needs is newer, so it bounds the wheel's manylinux
-    # tag (`builder_glibc`; measured with `ldd --version` in factory-base:<suite>).
-    glibc: str | None = None
-
-    @property
-    def multi(self) -> bool:
-        return len(self.pythons) > 1
-
-
-# forky (Debian testing) ships python3.13, 3.14 and 3.15 and g++-12..16; nvcc 13.0 refuses GCC > 15, and
-# g++-14 is the compiler of trixie and of the most CUDA 13 builds, so it is the one pinned.
-# trixie's nvidia-cuda-toolkit is CUDA 12.4, whose nvcc takes GCC <= 13: g++-13 is pinned there. Listed after
-# forky, so the pypi flavor's Python 3.13 keeps forky's multi-Python toolchain.
-TOOLCHAINS = (
-    Toolchain(suite="bookworm", pythons=("3.11",), glibc="2.36"),
-    Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14", glibc="2.43"),
-    Toolchain(suite="trixie", pythons=("3.13",), gcc="13", cuda="12.4", glibc="2.41"),
-)
-# The glibc of the other flavors' bases: NVIDIA's devel images by their OS, PyTorch's manylinux_2_28 builder
-# (AlmaLinux 8; its gcc-toolset links libstdc++'s newer parts statically, so 2.28 is the wheels' whole need).
-DEVEL_OS_GLIBC = {"ubuntu22.04": "2.35", "ubuntu24.04": "2.39", "ubuntu20.04": "2.31"}
-MANYLINUX_GLIBC = "2.28"
 
 # nvidia/cuda tags carry the full version; a matrix names major.minor.
 _DEVEL_CUDA_RELEASES = {
@@ -119,9 +98,6 @@ _DEVEL_CUDA_RELEASES = {
     "13.0": "13.0.1",
 }
 
-# Every Debian suite name that can appear in a factory-base tag; other tags are never bootstrapped.
-_SUITE_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
 _STEP_ID_RE = re.compile(r"^---> ([0-9a-f]{12})$")
 # The legacy builder wraps a step's stderr in colour codes; a `factory:` line must still be found.
@@ -151,31 +127,6 @@ class ImageInfo:
 
 
 # ---------------------------------------------------------------------------------------------- pure parts
-
-
-def toolchain_named(suite: str) -> Toolchain | None:
-    """The toolchain of a suite, None for a suite the factory bootstraps with its default packages."""
-    return next((t for t in TOOLCHAINS if t.suite == suite), None)
-
-
-def toolchain_for(pythons: Sequence[str]) -> Toolchain:
-    """The toolchain that carries every one of `pythons` (["3.13", "3.14"] -> forky)."""
-    for python in pythons:
-        _check_version("Python", python)
-    for toolchain in TOOLCHAINS:
-        if all(p in toolchain.pythons for p in pythons):
-            return toolchain
-    known = "; ".join(f"{t.suite}: {', '.join(t.pythons)}" for t in TOOLCHAINS)
-    what = f"Python {pythons[0]}" if len(pythons) == 1 else f"Pythons {', '.join(pythons)} together"
-    raise ImageError(
-        f"no Debian suite ships {what} for a bootstrapped base (known: {known}); pass a base image with "
-        "that Python"
-    )
-
-
-def python_suite_for(python: str) -> str:
-    """The Debian suite whose packages give the pypi flavor `python` ("3.11" -> bookworm, "3.13" -> forky)."""
-    return toolchain_for([python]).suite
 
 
 def base_include(suite: str) -> tuple[str, ...]:
@@ -225,125 +176,6 @@ def default_base_image(python: str) -> str:
     return f"{BASE_REPOSITORY}:{python_suite_for(python)}"
 
 
-def _check_version(what: str, value: str) -> None:
-    if not _VERSION_RE.fullmatch(value):
-        raise ConfigError(f"invalid {what} version {value!r}: expected MAJOR.MINOR")
-
-
-def _check_flavor(flavor: str) -> None:
-    if flavor not in FLAVORS:
-        raise ConfigError(f"unknown image flavor {flavor!r}: expected one of {', '.join(FLAVORS)}")
-
-
-def builder_image_name(*, cuda: str, python: str, flavor: str) -> str:
-    """The tag of a one-Python builder image: `factory-builder:cu13.0-py3.11-pypi`."""
-    _check_version("CUDA", cuda)
-    _check_version("Python", python)
-    _check_flavor(flavor)
-    return f"{BUILDER_REPOSITORY}:cu{cuda}-py{python}-{flavor}"
-
-
-def toolchain_image_name(*, cuda: str, suite: str, flavor: str) -> str:
-    """The tag of a builder image with every Python of a toolchain: `factory-builder:cu13.0-forky-pypi`."""
-    _check_version("CUDA", cuda)
-    _check_flavor(flavor)
-    if not _SUITE_RE.fullmatch(suite):
-        raise ConfigError(f"invalid suite name {suite!r}")
-    return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}"
-
-
-def job_toolchain(*, python: str, flavor: str, base_image: str | None) -> Toolchain | None:
-    """The multi-Python toolchain a job builds with: the pypi flavor on a factory base (the default, or the
-    toolchain's own base named in build.base_image) whose suite ships several Pythons, `python` among them.
-    None: the job gets a builder image of its own Python."""
-    if flavor != "pypi":
-        return None
-    try:
-        toolchain = toolchain_for([python])
-    except ImageError:
-        return None
-    if base_image is not None and base_suite_of(base_image) != toolchain.suite:
-        return None
-    return toolchain if toolchain.multi else None
-
-
-def debian_toolchain(*, cuda: str, python: str) -> Toolchain:
-    """The suite whose own nvidia-cuda-toolkit builds a CUDA `cuda` variant for `python` (the debian flavor):
-    the toolkit's CUDA major must be the variant's (torch's extension builder refuses another major) and its
-    minor not above it (a lower minor is a warning there, and the wheel links the same libcudart soname)."""
-    _check_version("CUDA", cuda)
-    _check_version("Python", python)
-    wanted = version_key(cuda)
-    for toolchain in TOOLCHAINS:
-        if toolchain.cuda is None or python not in toolchain.pythons:
-            continue
-        have = version_key(toolchain.cuda)
-        if have[0] == wanted[0] and have <= wanted:
-            return toolchain
-    known = "; ".join(
-        f"{t.suite}: CUDA {t.cuda}, Python {', '.join(t.pythons)}" for t in TOOLCHAINS if t.cuda is not None
-    )
-    raise ImageError(
-        f"flavor debian: no Debian suite's nvidia-cuda-toolkit builds CUDA {cuda} for Python {python} "
-        f"({known}); use flavor pypi (CUDA >= 13) or devel"
-    )
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """ "12.4" -> (12, 4): CUDA versions compared as numbers ("12.10" above "12.9")."""
-    return tuple(int(part) for part in version.split("."))
-
-
-def toolkit_cuda(*, cuda: str, python: str, flavor: str) -> str:
-    """The CUDA release whose nvcc compiles a variant of CUDA `cuda`: the distribution's package for the
-    debian flavor, the variant's own release for the others (NVIDIA's image, the PyPI wheels)."""
-    _check_flavor(flavor)
-    if flavor == "debian":
-        toolkit = debian_toolchain(cuda=cuda, python=python).cuda
-        assert toolkit is not None
-        return toolkit
-    return cuda
-
-
-def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
-    """The builder image a job of (cuda, python) runs in: the toolchain image when the job has one (every
-    Python of a variant then compiles with one compiler), else the image of its own Python. The debian
-    flavor's image is its suite's, named by the toolkit's CUDA (every CUDA 12 variant shares it)."""
-    if flavor == "debian":
-        debian = debian_toolchain(cuda=cuda, python=python)
-        assert debian.cuda is not None
-        return toolchain_image_name(cuda=debian.cuda, suite=debian.suite, flavor=flavor)
-    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
-    if toolchain is not None:
-        return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)
-    return builder_image_name(cuda=cuda, python=python, flavor=flavor)
-
-
-def builder_glibc(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str | None:
-    """The glibc of the builder a (cuda, python) job of `flavor` compiles in ("2.36" for bookworm), the
-    newest a wheel made there can need; None where the factory does not know the base (an image of the
-    user's own). ImageError where the flavor has no builder for the job (the debian flavor's CUDA, a Python
-    no suite ships)."""
-    _check_flavor(flavor)
-    if flavor == "debian":
-        return debian_toolchain(cuda=cuda, python=python).glibc
-    suite = base_suite_of(base_image) if base_image is not None else None
-    if flavor == "pypi":
-        _check_pypi_toolkit(cuda)
-        if base_image is None:
-            return toolchain_for([python]).glibc
-        return toolchain_glibc(suite) if suite is not None else None
-    if base_image is not None and suite is None:  # the image named replaces NVIDIA's or PyTorch's
-        # the devel stand-in is made on the default bootstrapped base
-        return toolchain_glibc(DEFAULT_SUITE) if standin_cuda_of(base_image) is not None else None
-    return DEVEL_OS_GLIBC.get(DEFAULT_DEVEL_OS) if flavor == "devel" else MANYLINUX_GLIBC
-
-
-def toolchain_glibc(suite: str) -> str | None:
-    toolchain = toolchain_named(suite)
-    return None if toolchain is None else toolchain.glibc
-
-
 def devel_base_image(cuda: str, *, os_name: str = DEFAULT_DEVEL_OS) -> str:
     """NVIDIA's devel image for a CUDA version: "12.8" -> `nvidia/cuda:12.8.1-devel-ubuntu22.04`."""
     _check_version("CUDA", cuda)
@@ -376,28 +208,6 @@ def standin_devel_image(cuda: str) -> str:
     """The local stand-in for NVIDIA's devel image: "13.0" -> `factory-standin:cuda13.0-devel`."""
     _check_version("CUDA", cuda)
     return f"{STANDIN_REPOSITORY}:cuda{cuda}-devel"
-
-
-def standin_cuda_of(image: str) -> str | None:
-    """The CUDA version of a stand-in tag (`factory-standin:cuda13.0-devel` -> "13.0"), else None."""
-    repo, sep, tag = image.rpartition(":")
-    match = re.fullmatch(r"cuda(\d+\.\d+)-devel", tag)
-    if not sep or repo != STANDIN_REPOSITORY or match is None:
-        return None
-    return match.group(1)
-
-
-def cuda_major(cuda: str) -> int:
-    _check_version("CUDA", cuda)
-    return int(cuda.split(".", 1)[0])
-
-
-def _check_pypi_toolkit(cuda: str) -> None:
-    if cuda_major(cuda) < 13:
-        raise ImageError(
-            f"the PyPI toolkit (flavor pypi, the devel stand-in) needs CUDA >= 13 (CUDA {cuda}'s PyPI wheels "
-            "do not form one toolkit tree); use flavor devel with NVIDIA's image"
-        )
 
 
 def toolkit_requirements(cuda: str) -> tuple[str, ...]:
@@ -594,14 +404,6 @@ def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str | None:
             elif path.suffix == ".list":
                 sources += parse_apt_sources(path.read_text(errors="replace"), deb822=False)
     return pick_mirror(sources)
-
-
-def base_suite_of(image: str) -> str | None:
-    """The suite of a factory-bootstrapped base tag (`factory-base:bookworm` -> "bookworm"), else None."""
-    repo, sep, tag = image.rpartition(":")
-    if not sep or repo != BASE_REPOSITORY or not _SUITE_RE.fullmatch(tag):
-        return None
-    return tag
 
 
 def base_changes(*, suite: str, mirror: str, include: Sequence[str], gcc: str | None = None) -> list[str]:

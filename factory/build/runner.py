@@ -49,6 +49,7 @@ from factory.plan import glibcfloor
 from factory.plan.plan import Job
 from factory.plan.schedule import Schedule
 from factory.plan.shard import Shard
+from factory.spec import toolchains
 from factory.spec.config import MatrixFile
 from factory.spec.options import PYTORCH_INDEX
 from factory.wheel import provenance, record
@@ -195,7 +196,7 @@ class Runner:
         if explicit:
             return self._once(f"image:{explicit}", lambda: self._explicit_image(explicit))
         # Keyed by the image, not the Python: the Pythons of one toolchain share one image, made once.
-        name = images.builder_image_for(
+        name = toolchains.builder_image_for(
             cuda=job.variant.cuda, python=job.python, flavor=b.flavor, base_image=b.base_image
         )
         return self._once(

@@ -36,12 +36,13 @@ def bootstrap(
     """Make a base image from the distribution mirror (debootstrap, then docker import)."""
     from factory.build import images
     from factory.build.engine import connect
+    from factory.spec import toolchains
 
     client = connect()
     tag = images.bootstrap_base(
         client,
         suite=suite,
-        name=name or f"{images.BASE_REPOSITORY}:{suite}",
+        name=name or f"{toolchains.BASE_REPOSITORY}:{suite}",
         mirror=mirror,
         progress=_progress,
     )

@@ -18,36 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from factory.build import images
 from factory.core.errors import ConfigError, ImageError
 from factory.core.platforms import DEFAULT_PLATFORM, Platform
 from factory.core.tags import parse_glibc
+from factory.spec import toolchains
 from factory.spec.compat import CompatData
+from factory.spec.config import GLIBC_TORCH
 from factory.spec.options import FLAVORS, BuildOptions
 
-BUILDER = "builder"
-TORCH = "torch"
-# manylinux_2_5 (manylinux1) is the oldest platform tag there is
-OLDEST = (2, 5)
 # The flavors whose default base is pulled from a registry (NVIDIA's, PyTorch's), not made from the mirror.
 PULLED = ("devel", "manylinux")
-
-
-def parse_floor(value: str) -> str | None:
-    """build.glibc's value: "2.28" -> "2.28", "torch" -> "torch", "builder" -> None (no floor declared);
-    ConfigError for anything else."""
-    text = value.strip()
-    if text == BUILDER:
-        return None
-    if text == TORCH:
-        return TORCH
-    parsed = parse_glibc(text) if text.count(".") == 1 else None
-    if parsed is None or parsed[0] != 2 or parsed < OLDEST:
-        raise ConfigError(
-            f'{value!r} is not a glibc version like 2.28 (2.5 or newer; quote it: "2.30" is not 2.3), '
-            f"{TORCH} or {BUILDER}"
-        )
-    return f"{parsed[0]}.{parsed[1]}"
 
 
 def glibc_key(version: str) -> tuple[int, int]:
@@ -60,7 +40,7 @@ def glibc_key(version: str) -> tuple[int, int]:
 def job_floor(build: BuildOptions, compat: CompatData, *, torch: str) -> str | None:
     """The floor a job of `torch` is held to ("2.28"), None where the matrix declares none. ConfigError
     where build.glibc is `torch` and the data knows no floor of that torch."""
-    if build.glibc != TORCH:
+    if build.glibc != GLIBC_TORCH:
         return build.glibc
     found = compat.torch_glibc(torch)
     if found is None:
@@ -81,15 +61,15 @@ class Builder:
 
 
 def builder_of(build: BuildOptions, *, cuda: str, python: str) -> Builder:
-    """The builder of a (cuda, python) job and its glibc (`images.builder_glibc`)."""
+    """The builder of a (cuda, python) job and its glibc (`toolchains.builder_glibc`)."""
     explicit = build.images.get(cuda)
     if explicit:
         return Builder(image=explicit, glibc=None, explicit=True)
     try:
-        image = images.builder_image_for(
+        image = toolchains.builder_image_for(
             cuda=cuda, python=python, flavor=build.flavor, base_image=build.base_image
         )
-        glibc = images.builder_glibc(
+        glibc = toolchains.builder_glibc(
             cuda=cuda, python=python, flavor=build.flavor, base_image=build.base_image
         )
     except ImageError as exc:
@@ -116,7 +96,7 @@ def flavors_meeting(floor: str, *, cuda: str, python: str) -> list[tuple[str, st
     found = []
     for flavor in FLAVORS:
         try:
-            glibc = images.builder_glibc(cuda=cuda, python=python, flavor=flavor, base_image=None)
+            glibc = toolchains.builder_glibc(cuda=cuda, python=python, flavor=flavor, base_image=None)
         except (ImageError, ConfigError):
             continue
         if glibc is not None and glibc_key(glibc) <= glibc_key(floor):

@@ -10,7 +10,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import cast
 
-from factory.build.images import cuda_major, toolkit_cuda
 from factory.core.errors import ConfigError, ImageError
 from factory.core.platforms import DEFAULT_PLATFORM, Platform, named
 from factory.core.tags import python_tag
@@ -25,6 +24,7 @@ from factory.spec.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.spec.matrix import expand, expand_with_origin
 from factory.spec.recipes import recipe_env, recipe_warnings
 from factory.spec.stable_abi import covers_torch
+from factory.spec.toolchains import cuda_major, toolkit_cuda
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.core import platforms
 from factory.core.errors import ConfigError
+from factory.core.tags import parse_glibc
 from factory.core.units import format_size, parse_size
 from factory.core.urls import INDEX_SCHEMES
 from factory.core.validate import (
@@ -801,11 +802,32 @@ def _check_indexes(check: Checker, node: Mapping[str, Any]) -> tuple[str, ...]:
 
 _GLIBC = re.compile(r"^2\.\d{1,3}$")
 
+# build.glibc's words besides a version: each torch's own floor, or none declared (`factory.plan.glibcfloor`)
+GLIBC_BUILDER = "builder"
+GLIBC_TORCH = "torch"
+# manylinux_2_5 (manylinux1) is the oldest platform tag there is
+GLIBC_OLDEST = (2, 5)
+
+
+def parse_glibc_floor(value: str) -> str | None:
+    """build.glibc's value: "2.28" -> "2.28", "torch" -> "torch", "builder" -> None (no floor declared);
+    ConfigError for anything else."""
+    text = value.strip()
+    if text == GLIBC_BUILDER:
+        return None
+    if text == GLIBC_TORCH:
+        return GLIBC_TORCH
+    parsed = parse_glibc(text) if text.count(".") == 1 else None
+    if parsed is None or parsed[0] != 2 or parsed < GLIBC_OLDEST:
+        raise ConfigError(
+            f'{value!r} is not a glibc version like 2.28 (2.5 or newer; quote it: "2.30" is not 2.3), '
+            f"{GLIBC_TORCH} or {GLIBC_BUILDER}"
+        )
+    return f"{parsed[0]}.{parsed[1]}"
+
 
 def _glibc_floor(check: Checker, node: Mapping[str, Any]) -> str | None:
     """build.glibc: a glibc version ("2.28"; YAML may read 2.28 as a number), `torch` or `builder`."""
-    from factory.plan.glibcfloor import parse_floor
-
     value = node["glibc"]
     if isinstance(value, float | int) and not isinstance(value, bool):
         value = str(value)
@@ -816,7 +838,7 @@ def _glibc_floor(check: Checker, node: Mapping[str, Any]) -> str | None:
             "glibc",
         )
     try:
-        return parse_floor(value)
+        return parse_glibc_floor(value)
     except ConfigError as exc:
         raise check.fail(f"build.glibc: {exc}", node, "glibc") from None
 

@@ -24,6 +24,7 @@ import pytest
 from bench.matrices import DEMO, write_matrix
 from factory.build import images
 from factory.core.errors import ImageError
+from factory.spec import toolchains
 from factory.wheel.fatbin import device_code
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -104,7 +105,9 @@ def test_devel_flavor_builds_the_one_job_a_workflow_runner_is_given(
             assert device_code(zf.read(so)).cubin_archs == frozenset({80})
     log = Path(job["log"]).read_text()
     assert '"phase": "install-check"' in log and '"phase": "done"' in log
-    builder = docker_client.images.get(images.builder_image_name(cuda=CUDA, python="3.11", flavor="devel"))
+    builder = docker_client.images.get(
+        toolchains.builder_image_name(cuda=CUDA, python="3.11", flavor="devel")
+    )
     assert builder.labels[images.LABEL_BASE] == standin
     assert builder.labels[images.LABEL_FLAVOR] == "devel"
 
@@ -138,7 +141,7 @@ def fake_manylinux(standin: str, docker_client: Any) -> Iterator[str]:
     dockerfile = FAKE_MANYLINUX.format(base=images.DEFAULT_BASE_IMAGE, standin=standin)
     docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, network_mode="none")
     yield tag
-    for name in (images.builder_image_name(cuda=CUDA, python="3.11", flavor="manylinux"), tag):
+    for name in (toolchains.builder_image_name(cuda=CUDA, python="3.11", flavor="manylinux"), tag):
         with contextlib.suppress(Exception):
             docker_client.images.remove(name)
 

@@ -342,11 +342,11 @@ def test_docker_never_gets_a_cpu_limit_it_reads_as_none(cpus: float) -> None:
 
 def test_a_trailing_newline_passes_no_pattern() -> None:
     """`$` matches before a final newline: every pattern that must match a whole value is matched whole."""
-    from factory.build.images import base_suite_of
     from factory.core.tags import parse_manylinux
     from factory.core.variants import VariantKey
     from factory.publish.stores import tmp_writer
     from factory.spec.imageref import is_image_reference
+    from factory.spec.toolchains import base_suite_of
 
     assert is_image_reference("ubuntu:22.04") and not is_image_reference("ubuntu:22.04\n")
     assert base_suite_of("factory-base:bookworm") == "bookworm"

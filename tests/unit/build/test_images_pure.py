@@ -10,13 +10,15 @@ import pytest
 
 from factory.build import images
 from factory.core.errors import ConfigError, ImageError
+from factory.spec import toolchains
+from factory.spec.options import FLAVORS
 
 
 def test_builder_image_name() -> None:
-    assert images.builder_image_name(cuda="13.0", python="3.11", flavor="pypi") == (
+    assert toolchains.builder_image_name(cuda="13.0", python="3.11", flavor="pypi") == (
         "factory-builder:cu13.0-py3.11-pypi"
     )
-    assert images.builder_image_name(cuda="12.8", python="3.12", flavor="devel") == (
+    assert toolchains.builder_image_name(cuda="12.8", python="3.12", flavor="devel") == (
         "factory-builder:cu12.8-py3.12-devel"
     )
 
@@ -32,13 +34,13 @@ def test_builder_image_name() -> None:
 )
 def test_builder_image_name_rejects_bad_input(cuda: str, python: str, flavor: str) -> None:
     with pytest.raises(ConfigError):
-        images.builder_image_name(cuda=cuda, python=python, flavor=flavor)
+        toolchains.builder_image_name(cuda=cuda, python=python, flavor=flavor)
 
 
 def test_python_suite_for() -> None:
-    assert images.python_suite_for("3.11") == "bookworm"
+    assert toolchains.python_suite_for("3.11") == "bookworm"
     for python in ("3.13", "3.14", "3.15"):
-        assert images.python_suite_for(python) == "forky"
+        assert toolchains.python_suite_for(python) == "forky"
     assert images.default_base_image("3.13") == "factory-base:forky"
 
 
@@ -71,7 +73,7 @@ def test_each_python_gets_the_base_whose_suite_ships_it() -> None:
 
 def test_python_suite_for_unknown_names_the_version() -> None:
     with pytest.raises(ImageError, match=r"Python 3\.12"):
-        images.python_suite_for("3.12")
+        toolchains.python_suite_for("3.12")
 
 
 def test_devel_base_image() -> None:
@@ -130,13 +132,13 @@ def test_manylinux_dockerfile_links_the_chosen_python() -> None:
 
 def test_standin_names() -> None:
     assert images.standin_devel_image("13.0") == "factory-standin:cuda13.0-devel"
-    assert images.standin_cuda_of("factory-standin:cuda13.0-devel") == "13.0"
+    assert toolchains.standin_cuda_of("factory-standin:cuda13.0-devel") == "13.0"
     for other in (
         "factory-standin:13.0",
         "nvidia/cuda:13.0.1-devel-ubuntu22.04",
         "x/factory-standin:cuda13.0-devel",
     ):
-        assert images.standin_cuda_of(other) is None
+        assert toolchains.standin_cuda_of(other) is None
     # The stand-in is the devel flavor's base when the matrix names it.
     standin = images.standin_devel_image("13.0")
     assert images.base_image_for(cuda="13.0", python="3.11", flavor="devel", base_image=standin) == standin
@@ -226,7 +228,7 @@ def test_image_requirements_per_flavor() -> None:
     assert "ninja" in pypi and "uv" in pypi and "nvidia-nvvm==13.0.*" in pypi
 
 
-@pytest.mark.parametrize("flavor", images.FLAVORS)
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_build_args_match_the_dockerfile(flavor: str) -> None:
     text = images.dockerfile_text(flavor)
     cuda, python = ("12.8", "3.13") if flavor == "debian" else ("13.0", "3.11")
@@ -359,11 +361,11 @@ def test_host_apt_mirror_none_when_unconfigured(tmp_path: Path) -> None:
 
 
 def test_base_suite_of() -> None:
-    assert images.base_suite_of("factory-base:bookworm") == "bookworm"
-    assert images.base_suite_of("factory-base:trixie") == "trixie"
-    assert images.base_suite_of("debian:bookworm") is None
-    assert images.base_suite_of("registry:5000/factory-base:bookworm") is None
-    assert images.base_suite_of("factory-base") is None
+    assert toolchains.base_suite_of("factory-base:bookworm") == "bookworm"
+    assert toolchains.base_suite_of("factory-base:trixie") == "trixie"
+    assert toolchains.base_suite_of("debian:bookworm") is None
+    assert toolchains.base_suite_of("registry:5000/factory-base:bookworm") is None
+    assert toolchains.base_suite_of("factory-base") is None
 
 
 def test_base_changes_label_the_base() -> None:
@@ -388,7 +390,7 @@ def test_image_labels_are_not_the_container_ownership_labels() -> None:
 def test_the_pythons_of_a_variant_share_the_forky_toolchain_image() -> None:
     """3.13, 3.14 and 3.15 of the pypi flavor run in one image with one compiler; 3.11 keeps its own image."""
     names = {
-        p: images.builder_image_for(cuda="13.0", python=p, flavor="pypi", base_image=None)
+        p: toolchains.builder_image_for(cuda="13.0", python=p, flavor="pypi", base_image=None)
         for p in ("3.11", "3.13", "3.14", "3.15")
     }
     assert names == {
@@ -398,7 +400,7 @@ def test_the_pythons_of_a_variant_share_the_forky_toolchain_image() -> None:
         "3.15": "factory-builder:cu13.0-forky-pypi",
     }
     # The toolchain's own base named in build.base_image is the same choice.
-    assert images.builder_image_for(
+    assert toolchains.builder_image_for(
         cuda="13.0", python="3.14", flavor="pypi", base_image="factory-base:forky"
     ) == ("factory-builder:cu13.0-forky-pypi")
 
@@ -414,32 +416,32 @@ def test_the_pythons_of_a_variant_share_the_forky_toolchain_image() -> None:
     ],
 )
 def test_other_jobs_get_their_own_pythons_image(python: str, flavor: str, base_image: str | None) -> None:
-    assert images.job_toolchain(python=python, flavor=flavor, base_image=base_image) is None
-    assert images.builder_image_for(cuda="13.0", python=python, flavor=flavor, base_image=base_image) == (
-        images.builder_image_name(cuda="13.0", python=python, flavor=flavor)
+    assert toolchains.job_toolchain(python=python, flavor=flavor, base_image=base_image) is None
+    assert toolchains.builder_image_for(cuda="13.0", python=python, flavor=flavor, base_image=base_image) == (
+        toolchains.builder_image_name(cuda="13.0", python=python, flavor=flavor)
     )
 
 
 def test_toolchain_for_several_pythons() -> None:
-    assert images.toolchain_for(["3.13", "3.14"]).suite == "forky"
-    assert images.toolchain_for(["3.11"]).suite == "bookworm"
+    assert toolchains.toolchain_for(["3.13", "3.14"]).suite == "forky"
+    assert toolchains.toolchain_for(["3.11"]).suite == "bookworm"
     with pytest.raises(ImageError, match=r"Pythons 3\.11, 3\.13 together"):
-        images.toolchain_for(["3.11", "3.13"])
+        toolchains.toolchain_for(["3.11", "3.13"])
     with pytest.raises(ConfigError, match="'3'"):
-        images.toolchain_for(["3"])
+        toolchains.toolchain_for(["3"])
 
 
 def test_toolchain_image_name() -> None:
-    assert images.toolchain_image_name(cuda="13.0", suite="forky", flavor="pypi") == (
+    assert toolchains.toolchain_image_name(cuda="13.0", suite="forky", flavor="pypi") == (
         "factory-builder:cu13.0-forky-pypi"
     )
     with pytest.raises(ConfigError):
-        images.toolchain_image_name(cuda="13.0", suite="Forky;x", flavor="pypi")
+        toolchains.toolchain_image_name(cuda="13.0", suite="Forky;x", flavor="pypi")
 
 
 def test_the_pinned_gcc_is_one_nvcc_13_accepts() -> None:
     # nvcc 13.0's crt/host_config.h refuses GCC > 15.
-    forky = images.toolchain_named("forky")
+    forky = toolchains.toolchain_named("forky")
     assert forky is not None and forky.gcc is not None
     assert 11 <= int(forky.gcc) <= 15
 
@@ -464,7 +466,7 @@ def test_compiler_links_name_every_way_a_build_finds_its_compiler() -> None:
 
 
 def test_missing_toolchain_files(tmp_path: Path) -> None:
-    forky = images.toolchain_named("forky")
+    forky = toolchains.toolchain_named("forky")
     assert forky is not None
     missing = images.missing_toolchain_files(tmp_path, forky)
     assert "usr/bin/python3.14" in missing and "usr/bin/g++-14" in missing
@@ -556,7 +558,7 @@ def test_a_toolchain_image_is_dockerfile_pypi_plus_its_steps() -> None:
 
 
 def test_toolchain_build_args() -> None:
-    forky = images.toolchain_named("forky")
+    forky = toolchains.toolchain_named("forky")
     assert forky is not None
     args = images.toolchain_build_args(cuda="13.0", toolchain=forky, base_image="factory-base:forky")
     assert args["PYTHON"] == "3.13"  # the toolkit venv's
@@ -596,11 +598,11 @@ def test_the_housekeeping_image_is_a_tagged_builder() -> None:
 
 @pytest.mark.parametrize("cuda", ["12.4", "12.6", "12.8", "12.9"])
 def test_debian_flavor_builds_cuda_12_variants_with_trixies_toolkit(cuda: str) -> None:
-    toolchain = images.debian_toolchain(cuda=cuda, python="3.13")
+    toolchain = toolchains.debian_toolchain(cuda=cuda, python="3.13")
     assert (toolchain.suite, toolchain.cuda, toolchain.gcc) == ("trixie", "12.4", "13")
-    assert images.toolkit_cuda(cuda=cuda, python="3.13", flavor="debian") == "12.4"
+    assert toolchains.toolkit_cuda(cuda=cuda, python="3.13", flavor="debian") == "12.4"
     # one image for every CUDA 12 variant, named by its toolkit, on the suite's own base
-    name = images.builder_image_for(cuda=cuda, python="3.13", flavor="debian", base_image=None)
+    name = toolchains.builder_image_for(cuda=cuda, python="3.13", flavor="debian", base_image=None)
     assert name == "factory-builder:cu12.4-trixie-debian"
     base = images.base_image_for(cuda=cuda, python="3.13", flavor="debian", base_image="factory-base:forky")
     assert base == "factory-base:trixie"
@@ -616,7 +618,7 @@ def test_debian_flavor_builds_cuda_12_variants_with_trixies_toolkit(cuda: str) -
 )
 def test_debian_flavor_refuses_what_no_suite_toolkit_builds(cuda: str, python: str) -> None:
     with pytest.raises(ImageError) as err:
-        images.debian_toolchain(cuda=cuda, python=python)
+        toolchains.debian_toolchain(cuda=cuda, python=python)
     message = str(err.value)
     assert f"CUDA {cuda} for Python {python}" in message
     assert "trixie: CUDA 12.4, Python 3.13" in message and "flavor pypi" in message
@@ -625,12 +627,12 @@ def test_debian_flavor_refuses_what_no_suite_toolkit_builds(cuda: str, python: s
 
 def test_other_flavors_compile_with_the_variants_cuda() -> None:
     for flavor in ("devel", "pypi", "manylinux"):
-        assert images.toolkit_cuda(cuda="12.8", python="3.11", flavor=flavor) == "12.8"
+        assert toolchains.toolkit_cuda(cuda="12.8", python="3.11", flavor=flavor) == "12.8"
 
 
 def test_the_pypi_flavors_python_313_keeps_forky() -> None:
     # trixie is listed for the debian flavor; the pypi flavor's 3.13 stays on forky's multi-Python toolchain
-    assert images.python_suite_for("3.13") == "forky"
+    assert toolchains.python_suite_for("3.13") == "forky"
 
 
 def test_trixie_base_pins_the_gcc_cuda_12_4_accepts() -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from factory.build import images
 from factory.core.errors import ConfigError, ImageError
 from factory.plan import glibcfloor
 from factory.plan.plan import plan_matrix
+from factory.spec import toolchains
 from factory.spec.compat import CompatData
-from factory.spec.config import load_matrix_file
+from factory.spec.config import load_matrix_file, parse_glibc_floor
 from factory.spec.options import BuildOptions
 from factory.wheel.checks import floor_problems
 
@@ -44,19 +44,19 @@ def matrix(tmp_path: Path, build: str, *, pythons: str = '"3.11", "3.13"', cuda:
     ("value", "floor"),
     [("2.28", "2.28"), (" 2.36 ", "2.36"), ("2.5", "2.5"), ("torch", "torch"), ("builder", None)],
 )
-def test_parse_floor(value: str, floor: str | None) -> None:
-    assert glibcfloor.parse_floor(value) == floor
+def test_parse_glibc_floor(value: str, floor: str | None) -> None:
+    assert parse_glibc_floor(value) == floor
 
 
 @pytest.mark.parametrize("value", ["2.3", "2.4", "3.1", "2", "2.28.1", "two", "", "Torch", "1.9"])
 def test_a_bad_floor_is_refused(value: str) -> None:
     with pytest.raises(ConfigError, match=r"is not a glibc version like 2\.28"):
-        glibcfloor.parse_floor(value)
+        parse_glibc_floor(value)
 
 
 def test_each_flavor_knows_its_builders_glibc() -> None:
     def glibc(flavor: str, python: str = "3.13", cuda: str = "13.0", base: str | None = None) -> str | None:
-        return images.builder_glibc(cuda=cuda, python=python, flavor=flavor, base_image=base)
+        return toolchains.builder_glibc(cuda=cuda, python=python, flavor=flavor, base_image=base)
 
     assert glibc("pypi", "3.11") == "2.36"  # bookworm
     assert glibc("pypi", "3.13") == glibc("pypi", "3.14") == "2.43"  # forky

@@ -137,11 +137,12 @@ def test_a_runs_pythons_of_one_toolchain_make_their_image_once(
     """build.Runner makes each builder image once per run: 3.13 and 3.14 share forky's, 3.11 has its own."""
     from factory.build import images
     from factory.build import runner as build
+    from factory.spec import toolchains
 
     made: list[str] = []
 
     def ensure(client: object, *, cuda: str, python: str, **_kw: object) -> str:
-        name = images.builder_image_for(cuda=cuda, python=python, flavor="pypi", base_image=None)
+        name = toolchains.builder_image_for(cuda=cuda, python=python, flavor="pypi", base_image=None)
         made.append(name)
         return name
 
