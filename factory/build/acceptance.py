@@ -12,20 +12,22 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from packaging.utils import parse_wheel_filename
 
 from factory import version
 from factory.build import facts as buildfacts
 from factory.build import jobspec, logs
+from factory.build.jobcontext import DriverOutcome, JobContext, JobInputs
+from factory.build.report import JobResult
+from factory.build.reuse import Reuse, provenance_problems, reused_torch
 from factory.core import bounded, leftovers, reproducible, safefs
+from factory.core.errors import CheckError
 from factory.core.urls import printable
 from factory.plan.plan import Job
+from factory.spec.config import MatrixFile
 from factory.wheel import checkrecord, checks, embedded, platform_tag, provenance
-
-if TYPE_CHECKING:
-    from factory.build.jobrun import JobInputs, JobRun
 
 CHECK_FAILED_DIR = "check-failed"  # under the output: a wheel that built and failed a check, kept
 # a wheel the driver names: one plain file name of the wheel format, nothing that could leave its directory
@@ -58,10 +60,39 @@ def oldest_torch_job(job: Job) -> Job | None:
     return None
 
 
+class _Trace(Protocol):
+    @property
+    def trace(self) -> logs.BuildTrace: ...
+
+
+class JobSide(Protocol):
+    """What the acceptance of a wheel needs of its job's run (`jobrun.JobRun` is one): its context, job and
+    result, its log, and a driver phase run in its containers."""
+
+    ctx: JobContext
+    mf: MatrixFile
+    job: Job
+    result: JobResult
+    log_path: Path
+
+    @property
+    def lines(self) -> _Trace: ...
+
+    def note(self, line: str) -> None: ...
+
+    def changed(self) -> None: ...
+
+    def driver_env(self, python: str | None = None) -> dict[str, str]: ...
+
+    def run_driver(
+        self, phase: str, *, image: str, env: Mapping[str, str], mounts: Mapping[str, Mapping[str, str]]
+    ) -> DriverOutcome: ...
+
+
 class Acceptance:
     """The wheel side of one `JobRun`: what it records goes into the run's result and log."""
 
-    def __init__(self, run: JobRun) -> None:
+    def __init__(self, run: JobSide) -> None:
         self.run = run
         self.ctx = run.ctx
         self.mf = run.mf
@@ -289,3 +320,80 @@ class Acceptance:
             )
         except OSError as exc:
             self.run.note(f"the wheel's failure record could not be written: {exc}")
+
+
+def reused_provenance(acceptance: Acceptance, wheel: Path, *, inputs: JobInputs) -> list[str]:
+    """Where a reused wheel's provenance is missing or says another job or source made it."""
+    try:
+        found = embedded.read(wheel)
+    except CheckError as exc:
+        return [str(exc).removeprefix(f"{wheel.name}: ")]
+    torch = reused_torch(found.provenance) or acceptance.job.variant.torch
+    facts = acceptance.facts(wheel, torch=torch, inputs=inputs, toolchain=None)
+    if facts is None:  # nothing to compare it with: not taken on its word
+        return ["provenance: the job's inputs came without their facts, so the wheel's cannot be checked"]
+    return provenance_problems(found.provenance, provenance.compose(facts))
+
+
+def accept_reused(
+    acceptance: Acceptance,
+    reuse: Reuse,
+    *,
+    image: str,
+    mounts: Mapping[str, Mapping[str, str]],
+    prepare: Callable[[Job], JobInputs],
+    inputs: JobInputs,
+) -> None:
+    """Take a published stable-ABI wheel (fetched) as the job's, its bytes unchanged: the wheel check with
+    its stable-ABI symbol check, its provenance against the job's, then install and import with each torch
+    whose page lacks it (`Acceptance.install_check`); only then is it moved to the output for publishing. A
+    failure fails the job, with its reason, and nothing is published."""
+    job, result, run = acceptance.job, acceptance.result, acceptance.run
+    result.phase = "check"
+    result.reused_from = reuse.source
+    run.changed()
+    if reuse.problem is not None or reuse.wheel is None:
+        result.result = "failed"
+        result.reason = f"the published wheel cannot be reused: {reuse.problem or 'not fetched'}"
+        return
+    run.note(
+        f"reusing {reuse.filename} (sha256 {reuse.sha256}) published on {reuse.source}: no compile; "
+        f"checked with torch {', '.join(reuse.torches)} for {', '.join(reuse.missing)}"
+    )
+    shutil.rmtree(acceptance.wheel_dir, ignore_errors=True)
+    leftovers.make_output_tmp_dir(acceptance.wheel_dir)
+    wheel = acceptance.wheel_dir / reuse.filename
+    shutil.copyfile(reuse.wheel, wheel)
+    problems = checks.check_wheel(
+        wheel,
+        name=acceptance.mf.package.name,
+        version=acceptance.mf.package.version,
+        local_version=job.variant.local_version,
+        python=job.python,
+        torch_version=job.variant.torch,
+        archs=job.variant.archs,
+        machine=job.platform.name,
+        limited_api=job.limited_api,
+        host_only=acceptance.host_only(wheel),
+        stable_abi=job.variant.stable_abi,
+        glibc=job.glibc,
+    )
+    if not problems:
+        problems += reused_provenance(acceptance, wheel, inputs=inputs)
+    if problems:
+        result.result = "failed"
+        result.reason = f"the published wheel {reuse.filename} fails its check: " + "; ".join(problems)
+        return
+    for torch in reuse.torches:
+        for python in job.pythons:
+            if not acceptance.install_check(
+                wheel, python=python, image=image, mounts=mounts, prepare=prepare, torch=torch
+            ):
+                result.reason = f"the published wheel {reuse.filename}: {result.reason}"
+                return
+    final = acceptance.ctx.output / wheel.name
+    os.replace(wheel, final)
+    final.chmod(0o644)
+    result.wheel = final.name
+    result.result = "ok"
+    result.reason = f"reused from {reuse.source}"

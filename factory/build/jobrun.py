@@ -10,20 +10,18 @@ import contextlib
 import re
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from factory.build import facts as buildfacts
-from factory.build import jobspec, logs, preflight, reuse
-from factory.build.acceptance import Acceptance, oldest_torch_job
-from factory.build.engine import Engine, Interrupted
+from factory.build import jobspec, logs, preflight
+from factory.build.acceptance import Acceptance, accept_reused, oldest_torch_job
+from factory.build.engine import Interrupted
+from factory.build.jobcontext import DriverOutcome, JobContext, JobInputs
 from factory.build.report import Attempt, JobResult
 from factory.cache import sync
-from factory.container import DRIVER, compilecache, heartbeat, protocol
+from factory.container import DRIVER, compilecache, protocol
 from factory.core import leftovers, reproducible
 from factory.core.errors import FactoryError
 from factory.core.units import format_size
@@ -35,60 +33,7 @@ from factory.plan import shard as sharding
 from factory.plan.plan import Job
 from factory.spec.config import MatrixFile
 
-if TYPE_CHECKING:
-    from factory.build.reuse import Reuse
-
 LOG_TAIL_LINES = 40
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobInputs:
-    """What a job builds from, prepared once per run and shared by its jobs."""
-
-    image: str
-    source: Path
-    wheelhouse: Path
-    cache_domain: str = ""  # the compile cache's trust domain of the source (`cache.trust_domain`)
-    toolkit: str | None = None  # the CUDA release of the image's nvcc, when the image says
-    # the install check's own wheelhouse: the package's runtime requirements (`runtimereqs`); None: none
-    check_wheelhouse: Path | None = None
-    check_requirements: tuple[str, ...] = ()
-    check_note: str = ""  # what the log says of them
-    image_id: str | None = None  # the image's docker id, for report.json
-    facts: buildfacts.InputFacts | None = None  # what the wheel's provenance says of its inputs
-    # SOURCE_DATE_EPOCH of the job's builds and of its wheel's archive (`reproducible`)
-    source_date_epoch: int = reproducible.DEFAULT_EPOCH
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobContext:
-    """What every job of one run shares."""
-
-    mf: MatrixFile
-    engine: Engine
-    run_id: str
-    run_dir: Path
-    output: Path
-    memory_limit: int
-    cpus: float
-    on_change: Callable[[JobResult], None]
-    log: Callable[[str], None]
-    heartbeat_stale_s: float = heartbeat.STALE_S  # how long a build container outlives a silent factory
-    shard: sharding.Shard | None = None  # --shard I/N: each job compiles that share into the cache, no wheel
-    preflight: bool = False  # --preflight: each job compiles its host sources and one device source, no wheel
-    compile_cache: sync.CacheSync | None = None  # None: the cache is off
-    # stable-ABI jobs (by id) that take their published wheel instead of compiling (`factory.build.reuse`)
-    reuse: Mapping[str, Reuse] = field(default_factory=dict)
-
-    @property
-    def heartbeat_file(self) -> Path:
-        """The file the run touches while it lives (`engine.Heartbeat`); its directory is mounted into
-        every build container."""
-        return self.run_dir / "heartbeat" / heartbeat.FILE_NAME
-
-    @property
-    def stop(self) -> threading.Event:
-        return self.engine.stop
 
 
 ERROR_LINE = re.compile(r"(\berror\b|^FAILED:|#error|Killed|out of memory)", re.IGNORECASE)
@@ -124,14 +69,6 @@ def read_from(path: Path, offset: int) -> str:
     with path.open("rb") as fh:
         fh.seek(offset)
         return fh.read().decode("utf-8", "replace")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DriverOutcome:
-    exit_code: int
-    oom_killed: bool
-    peak_bytes: int
-    markers: Mapping[str, Any]
 
 
 def record_attempt(record: Attempt, outcome: DriverOutcome, segment: str) -> Outcome:
@@ -436,7 +373,7 @@ class JobRun:
                 )
             mounts = self.mounts(inputs, out_tmp)
             if reused is not None:  # its wheel is published for older torches: checked, not compiled
-                reuse.accept_reused(
+                accept_reused(
                     self.acceptance, reused, image=image, mounts=mounts, prepare=prepare, inputs=inputs
                 )
                 return

@@ -5,7 +5,7 @@ newer torch, the matrix (a specifier like ">=2.12") covers it and the job's whee
 alone: building again would make other bytes under the same filename, which the pages that list the first
 build refuse (nothing published changes). So the job takes the published file instead (`decide` says which
 and from where, `fetch` copies it, bounded and checked against the sha256 its page lists), checks it
-(`Acceptance.accept_reused`: the wheel check, its provenance, install and import with each torch whose page
+(`acceptance.accept_reused`: the wheel check, its provenance, install and import with each torch whose page
 lacks it) and publishing lists the same bytes on the pages that lack them; the pages that list it stay as
 they are.
 
@@ -21,9 +21,7 @@ Without signing, the page's sha256 and the provenance are all there is to check.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,21 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from factory.core import leftovers
-from factory.core.errors import CheckError
 from factory.core.tags import canonical_wheel_filename
 from factory.core.variants import VariantKey
 from factory.publish import index
 from factory.publish.index import FileRecord
 from factory.publish.publisher import published_wheel
 from factory.trust import signing
-from factory.wheel import checks, embedded, provenance
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from factory.build.acceptance import Acceptance
-    from factory.build.jobrun import JobInputs
     from factory.plan.plan import Job
     from factory.publish.stores import Store
     from factory.spec.config import MatrixFile
@@ -333,80 +326,3 @@ def reused_torch(document: Mapping[str, Any]) -> str | None:
     torch = document.get("torch")
     found = torch.get("version") if isinstance(torch, Mapping) else None
     return found if isinstance(found, str) else None
-
-
-def reused_provenance(acceptance: Acceptance, wheel: Path, *, inputs: JobInputs) -> list[str]:
-    """Where a reused wheel's provenance is missing or says another job or source made it."""
-    try:
-        found = embedded.read(wheel)
-    except CheckError as exc:
-        return [str(exc).removeprefix(f"{wheel.name}: ")]
-    torch = reused_torch(found.provenance) or acceptance.job.variant.torch
-    facts = acceptance.facts(wheel, torch=torch, inputs=inputs, toolchain=None)
-    if facts is None:  # nothing to compare it with: not taken on its word
-        return ["provenance: the job's inputs came without their facts, so the wheel's cannot be checked"]
-    return provenance_problems(found.provenance, provenance.compose(facts))
-
-
-def accept_reused(
-    acceptance: Acceptance,
-    reuse: Reuse,
-    *,
-    image: str,
-    mounts: Mapping[str, Mapping[str, str]],
-    prepare: Callable[[Job], JobInputs],
-    inputs: JobInputs,
-) -> None:
-    """Take a published stable-ABI wheel (fetched) as the job's, its bytes unchanged: the wheel check with
-    its stable-ABI symbol check, its provenance against the job's, then install and import with each torch
-    whose page lacks it (`Acceptance.install_check`); only then is it moved to the output for publishing. A
-    failure fails the job, with its reason, and nothing is published."""
-    job, result, run = acceptance.job, acceptance.result, acceptance.run
-    result.phase = "check"
-    result.reused_from = reuse.source
-    run.changed()
-    if reuse.problem is not None or reuse.wheel is None:
-        result.result = "failed"
-        result.reason = f"the published wheel cannot be reused: {reuse.problem or 'not fetched'}"
-        return
-    run.note(
-        f"reusing {reuse.filename} (sha256 {reuse.sha256}) published on {reuse.source}: no compile; "
-        f"checked with torch {', '.join(reuse.torches)} for {', '.join(reuse.missing)}"
-    )
-    shutil.rmtree(acceptance.wheel_dir, ignore_errors=True)
-    leftovers.make_output_tmp_dir(acceptance.wheel_dir)
-    wheel = acceptance.wheel_dir / reuse.filename
-    shutil.copyfile(reuse.wheel, wheel)
-    problems = checks.check_wheel(
-        wheel,
-        name=acceptance.mf.package.name,
-        version=acceptance.mf.package.version,
-        local_version=job.variant.local_version,
-        python=job.python,
-        torch_version=job.variant.torch,
-        archs=job.variant.archs,
-        machine=job.platform.name,
-        limited_api=job.limited_api,
-        host_only=acceptance.host_only(wheel),
-        stable_abi=job.variant.stable_abi,
-        glibc=job.glibc,
-    )
-    if not problems:
-        problems += reused_provenance(acceptance, wheel, inputs=inputs)
-    if problems:
-        result.result = "failed"
-        result.reason = f"the published wheel {reuse.filename} fails its check: " + "; ".join(problems)
-        return
-    for torch in reuse.torches:
-        for python in job.pythons:
-            if not acceptance.install_check(
-                wheel, python=python, image=image, mounts=mounts, prepare=prepare, torch=torch
-            ):
-                result.reason = f"the published wheel {reuse.filename}: {result.reason}"
-                return
-    final = acceptance.ctx.output / wheel.name
-    os.replace(wheel, final)
-    final.chmod(0o644)
-    result.wheel = final.name
-    result.result = "ok"
-    result.reason = f"reused from {reuse.source}"

@@ -36,7 +36,8 @@ from factory.build.engine import (
     remove_stale_containers,
     run_labels,
 )
-from factory.build.jobrun import JobContext, JobInputs, run_job
+from factory.build.jobcontext import JobContext, JobInputs
+from factory.build.jobrun import run_job
 from factory.build.jobspec import CONTAINER_USER, WORK_MOUNT, WORK_VOLUME, requirements
 from factory.build.report import BuildReport, JobResult, SourceInfo, write_report
 from factory.build.source import PreparedSource, prepare_package
