@@ -19,6 +19,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from factory.consume.indexhttp import fetch_page, open_url
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.simpleapi import parse_anchors
@@ -105,8 +106,6 @@ def _verify_local(path: Path, *, key: Ed25519PublicKey, signature: Path | None) 
 def verify_url(url: str, *, key: Ed25519PublicKey, signature: str | None = None) -> Verified:
     """Verify the wheel at `url` (http(s) or file) with its signature at `signature`, by default the URL
     beside it. A "#sha256=..." fragment (an index link's) must match the bytes too."""
-    from factory.consume.which import open_url
-
     parts = checked_url(url, schemes=INDEX_SCHEMES, what="WHEEL_OR_URL")
     plain = urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, ""))
     shown = without_credentials(plain)
@@ -161,8 +160,6 @@ def verify_project(variant_url: str, project: str, *, host: Host, key: Ed25519Pu
     page says and its signature hold with `key`; SignatureError when they do not, when it is unsigned, or
     when there is none. The command printed for it (`installcmd`) pins these bytes by URL and sha256, so
     that no other file, of this page or of another index, can be installed in its place."""
-    from factory.consume.which import fetch_page
-
     wanted = canonicalize_name(project)
     page_url = None
     for anchor in parse_anchors(fetch_page(variant_url)):

@@ -20,7 +20,6 @@ experimental (`wheel_variant_installs`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
 import json
@@ -30,16 +29,18 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.consume.hostgpu import detect_driver, run_tool
+from factory.consume.indexhttp import _http_request, fetch_page, open_url
+from factory.consume.verify import verify_project
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.platforms import DEFAULT_PLATFORM
@@ -53,7 +54,7 @@ from factory.publish import installcmd, wheelvariants
 from factory.publish.index import DamagedState, projects_from_root_json
 from factory.publish.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
 from factory.spec.compat import CompatData
-from factory.spec.options import MAX_PAGE, PAGE_DEADLINE_S, PYTORCH_INDEX
+from factory.spec.options import PAGE_DEADLINE_S, PYTORCH_INDEX
 
 # PEP 508 project names: anything else an index page lists is not printed into a command.
 _PROJECT = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
@@ -508,60 +509,6 @@ def normalize_index_url(index: str) -> str:
     return index
 
 
-def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str]) -> urllib.request.Request:
-    """A request for `url`, its user:pass@ turned into basic auth (file:// directories: their index.html)."""
-    parts = urlsplit(url)
-    headers = dict(headers)
-    if parts.scheme == "file":
-        if url.endswith("/"):
-            url += "index.html"
-    elif parts.username is not None:
-        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    return urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-
-
-@contextlib.contextmanager
-def open_url(
-    url: str, *, accept: str, seconds: float | None = None, max_bytes: int | None = None, whole: bool = True
-) -> Iterator[bounded.Body]:
-    """Open one URL of an index for reading (`_http_request`), within a total wall-clock deadline (`seconds`,
-    default PAGE_DEADLINE_S) and a byte cap (`max_bytes`, default MAX_PAGE) over connecting and every read
-    (`bounded.open_url`; a file: URL is a regular file only; `whole=False`: the caller reads a prefix);
-    FactoryError, naming the URL without its credentials, for HTTP errors, no answer, too slow or too
-    large."""
-    shown = without_credentials(url)
-    limit = MAX_PAGE if max_bytes is None else max_bytes
-    try:
-        with bounded.open_url(
-            _http_request(url, headers={"Accept": accept}),
-            seconds=PAGE_DEADLINE_S if seconds is None else seconds,
-            max_bytes=limit,
-            shown=shown,
-            whole=whole,
-        ) as body:
-            yield body
-    except urllib.error.HTTPError as exc:
-        raise FactoryError(f"{shown}: HTTP {exc.code}") from None
-    except bounded.Refused as exc:
-        raise FactoryError(str(exc)) from None
-    except FileNotFoundError:
-        raise FactoryError(f"{shown}: no such file") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", None) or exc.strerror or exc
-        raise FactoryError(f"{shown}: {reason}") from None
-
-
-def fetch_page(url: str) -> str:
-    """GET one HTML page (`open_url`: at most MAX_PAGE within PAGE_DEADLINE_S, never read whole past it)."""
-    with open_url(url, accept="text/html") as resp:
-        return resp.read_all().decode("utf-8", "replace")
-
-
 @dataclass(frozen=True, kw_only=True)
 class WhichResult:
     env: Environment
@@ -994,7 +941,6 @@ def advise(
     `request`, the request sent. With `verify_key`, the commands only once the wheels they install are
     signed with it (`verify.verify_project`), and for exactly the bytes verified; then no wheel-variant
     command, as no signature covers a variant wheel (it is rewritten from the signed one)."""
-    from factory.consume.verify import verify_project
     from factory.trust.signing import public_key_file
 
     normalize_index_url(index)  # a bad --index-url fails before this host is probed

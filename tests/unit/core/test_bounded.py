@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from factory.build import source
-from factory.consume import hostgpu, verify, which
+from factory.consume import hostgpu, indexhttp, verify
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
 from factory.publish import publisher
@@ -256,20 +256,20 @@ def server() -> Iterator[Server]:
 
 @pytest.mark.timeout(30)
 def test_a_page_that_never_ends_is_cut_at_the_cap(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(which, "MAX_PAGE", 1 << 20)
+    monkeypatch.setattr(indexhttp, "MAX_PAGE", 1 << 20)
     server.mode = "endless"
     with pytest.raises(FactoryError, match="over the 1 MiB it may have"):
-        which.fetch_page(server.url + "/simple/")
+        indexhttp.fetch_page(server.url + "/simple/")
 
 
 @pytest.mark.timeout(30)
 def test_a_page_that_drips_is_cut_at_its_total_deadline(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(which, "PAGE_DEADLINE_S", 1.0)
+    monkeypatch.setattr(indexhttp, "PAGE_DEADLINE_S", 1.0)
     server.mode = "drip"
     with pytest.raises(FactoryError, match="not done within 1 s"):
-        which.fetch_page(server.url + "/simple/")
+        indexhttp.fetch_page(server.url + "/simple/")
 
 
 @pytest.mark.timeout(30)
@@ -296,10 +296,10 @@ def test_inspect_downloads_within_a_total_deadline(server: Server, monkeypatch: 
 def test_a_file_url_names_a_regular_file_only(tmp_path: Path) -> None:
     page = fifo(tmp_path / "index.html")
     with pytest.raises(FactoryError, match=r"not a regular file \(a FIFO\)"):
-        which.fetch_page(page.as_uri())
+        indexhttp.fetch_page(page.as_uri())
     page.unlink()
     page.write_text("<a href='x'>x</a>")
-    assert which.fetch_page(tmp_path.as_uri() + "/") == "<a href='x'>x</a>"
+    assert indexhttp.fetch_page(tmp_path.as_uri() + "/") == "<a href='x'>x</a>"
 
 
 # ---------------------------------------------------------------------------------------------- tools
