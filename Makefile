@@ -45,6 +45,7 @@ lint: install
 	$(VENV)/bin/ruff check factory tests bench
 	$(VENV)/bin/ruff format --check factory tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/actionlint
 	$(VENV)/bin/zizmor --offline --quiet .github/workflows
 	$(PY) -m bench.docs --check

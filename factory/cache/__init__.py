@@ -1,4 +1,5 @@
 """The compile cache on the host (`sync`): which cache a run uses, trust domains, mounting a job's domain,
 importing its outbox, pulling verified entries from the store and pushing a trusted writer's. The cache's
-format is `container.compilecache`'s and its signatures `trust.cachekeys`'s. It may import `core`, `spec`,
-`trust`, `publish.stores` and `container`."""
+format is `container.compilecache`'s and its signatures `trust.cachekeys`'s. It may import the packages below
+it (`publish` for its store and where in a publish store it lies, `trust`, `wheel`, `plan`, `spec`, `core`,
+`container`); `build` runs it."""

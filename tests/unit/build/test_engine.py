@@ -177,25 +177,6 @@ def test_a_daemon_that_does_not_answer_is_one_line() -> None:
     assert message.endswith("is dockerd running?")
 
 
-def test_only_the_engine_imports_the_docker_sdk() -> None:
-    """Docker in one room: every other module goes through `factory.build.engine`."""
-    root = Path(engine.__file__).parent
-    importers = []
-    for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            if any(n == "docker" or n.startswith("docker.") for n in names):
-                importers.append(str(path.relative_to(root)))
-    assert sorted(set(importers)) == ["engine.py"]
-
-
 # What loading and validating a matrix file may import: the loader and what validation needs, nothing that
 # builds, publishes or plans memory (stores, wheelcheck, wheelhouse, the memory planner, the container tree).
 LOADER_MODULES = {
