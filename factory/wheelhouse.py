@@ -257,7 +257,7 @@ def download_wheelhouse(
     if not requirements:
         raise ConfigError("a wheelhouse needs at least one requirement")
     given = {w.name: _sha256(w) for w in wheels}
-    links = [str(p) for p in find_links]
+    links = [str(p.resolve()) for p in find_links]  # one spelling per wheelhouse, whatever links lead to it
     key = wheelhouse_key(
         requirements,
         python=python,
