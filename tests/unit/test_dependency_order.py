@@ -6,7 +6,9 @@ check's download, and `build.check_indexes: [publish]`."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -217,3 +219,79 @@ def test_check_indexes_may_name_the_index_the_matrix_publishes_to(tmp_path: Path
         f"{tmp_path / 'app.yaml'}:4: build.check_indexes item 'publish' is the index publish.to names, "
         "and pip cannot read 's3://bucket/idx': name its public simple/ URL (https://…/simple/) instead"
     )
+
+
+def wheel(directory: Path, name: str, version: str, *requires: str) -> Path:
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = directory / f"{dist}-py3-none-any.whl"
+    directory.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        meta = "".join(f"Requires-Dist: {r}\n" for r in requires)
+        zf.writestr(
+            f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{meta}"
+        )
+        zf.writestr(
+            f"{dist}.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        zf.writestr(f"{dist}.dist-info/RECORD", "")
+    return path
+
+
+def test_the_check_takes_the_wheel_this_run_built_over_a_newer_one_an_index_offers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real pip, offline: the dependency built in this run (a local label) beats the index's higher version,
+    and what it requires comes from the build's wheelhouse (`find_links`), as torch does."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    built = wheel(tmp_path / "out", "fdo-dep", f"0.1.0+{VID}", "fdo-base==1.0")
+    house = tmp_path / "build-house"
+    wheel(house, "fdo-base", "1.0")
+    newer = wheel(tmp_path / "files", "fdo-dep", "9.0")
+    page = tmp_path / "idx" / "simple" / "fdo-dep"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(f'<a href="{newer.as_uri()}">{newer.name}</a>\n')
+    declared = runtimereqs.Declared(requirements=("fdo-dep>=0.1",), where="recipe.extra_requires")
+    got = runtimereqs.check_wheelhouse(
+        declared, package="app", python="3.13", dest=tmp_path / "houses", platform="manylinux_2_43_x86_64",
+        extra_index_urls=[(tmp_path / "idx" / "simple").as_uri() + "/"], built=[built], find_links=[house],
+    )  # fmt: skip
+    assert got.path is not None
+    assert sorted(p.name for p in wheelhouse.wheel_files(got.path)) == [
+        "fdo_base-1.0-py3-none-any.whl",
+        built.name,
+    ]
+    assert got.note.endswith(f"built in this run: {built.name}")
+    assert not [p for p in (tmp_path / "houses").iterdir() if p.name.startswith(".given.")]
+
+
+def test_the_check_takes_a_dependency_from_this_run_else_from_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
+    mf = load_matrix_file(matrix(tmp_path, "app", extra='["torch-scatter>=2"]'))
+    (job,) = plan_matrix(mf).jobs
+    made = tmp_path / "out" / "torch_scatter-2.1.2-py3-none-any.whl"
+    calls: list[dict[str, object]] = []
+
+    def fake(declared: object, **kw: object) -> runtimereqs.CheckWheelhouse:
+        calls.append(kw)
+        return runtimereqs.CheckWheelhouse(path=None, requirements=(), note="")
+
+    monkeypatch.setattr(runtimereqs, "check_wheelhouse", fake)
+    for dep in (
+        dependency(wheels={(job.variant.id, "3.13"): made}),
+        dependency(index="file:///srv/scatter/simple/"),
+    ):
+        settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", dependencies=(dep,))
+        runner = build.Runner(None, mf, settings)
+        monkeypatch.setattr(runner, "wheelhouse_for", lambda _job: tmp_path / "build-house")
+        runner.check_wheelhouse_for(job)
+    from_run, from_index = calls
+    assert from_run["built"] == (made,) and from_run["find_links"] == (tmp_path / "build-house",)
+    assert from_index["built"] == () and from_index["find_links"] == ()
+    assert f"file:///srv/scatter/simple/{job.variant.id}/" in from_index["extra_index_urls"]  # type: ignore[operator]
+    # both with the tags the check's container (forky's glibc, for Python 3.13) accepts
+    assert from_run["platform"] == from_index["platform"] == "manylinux_2_43_x86_64"
