@@ -139,8 +139,10 @@ def build(
         if as_json:
             echo_json([job.to_json() for job in jobs])
         else:
-            for job in jobs:
-                typer.echo(dry_run_line(job))
+            several = len(run.builds) > 1  # then each line names its package: job ids may repeat
+            for planned in run.builds:
+                for job in planned.jobs:
+                    typer.echo((f"{planned.mf.package.name}\t" if several else "") + dry_run_line(job))
         return
 
     def build_one(planned: PlannedBuild) -> RunOutcome:

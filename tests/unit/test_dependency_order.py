@@ -189,6 +189,9 @@ def test_build_orders_the_matrices_given_and_refuses_a_cycle(
     )
     assert code == 0, out
     assert [j["package"] for j in json.loads(out)] == ["dep", "app"]
+    code, out = factory_cli(["build", "--trust-paths", "-m", str(app), "-m", str(dep), "--dry-run"])
+    assert code == 0, out
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["dep", "app"]
     matrix(tmp_path, "dep", extra='["app"]')
     code, out = factory_cli(
         ["build", "--trust-paths", "--matrix", str(app), "--matrix", str(dep), "--dry-run"]
