@@ -12,6 +12,13 @@ from pathlib import Path
 
 import pytest
 
+# Test modules share helpers by module name (`from test_memory_wrapper import setup`) across the folders
+# tests/unit/<package>/ that mirror factory/: every test folder is on the path, whichever subset runs, as
+# pytest's prepend import mode puts a test's own folder there (module names are unique across tests/).
+for _folder in sorted({p.parent for p in Path(__file__).parent.rglob("test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = Path(__file__).resolve().parents[1]
 # What building the project's wheel reads (pyproject.toml's readme and packages); nothing else of the checkout

@@ -4,5 +4,5 @@ user), builder images (`images`), the source (`source`), wheelhouses and runtime
 `runtimereqs`), acceptance of a wheel (`acceptance`) and reuse of a published one (`reuse`), what a log says
 (`logs`), the provenance's facts (`facts`), reports (`report`), preflight, cleanup (`factory clean`),
 `build --publish` as one run (`pipeline`) and `verify --rebuild` (`rebuild`). It is the top of the house
-below the CLI: it may import every package but `cli` and `consume` (its peer), and only `engine` imports
-the Docker SDK (the import contracts, `make lint`)."""
+below the CLI: it may import every package but `cli` and `consume` (its peer). Only `engine` imports the
+Docker SDK (the import contracts, `make lint`)."""

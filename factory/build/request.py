@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from factory.build.pipeline import RunOutcome, build_matrix
 from factory.build.report import BuildReport, JobResult
@@ -21,6 +22,9 @@ from factory.plan.plan import Job, plan_file
 from factory.plan.shard import Shard
 from factory.spec.config import MatrixFile
 from factory.trust.signing import Signer, signer_from
+
+if TYPE_CHECKING:
+    from factory.build.runtimereqs import Dependency
 
 Log = Callable[[str], None]
 
@@ -163,3 +167,85 @@ def run_planned(
         signer=planned.signer,
         log=log,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedRun:
+    """Several matrix files built in one run (`factory build --matrix A --matrix B`), in the order their
+    runtime requirements need (`schedule.matrix_order`): each one's wheels and report.json under
+    `<output>/<package>/`."""
+
+    builds: tuple[PlannedBuild, ...]
+
+
+def plan_run(requests: Sequence[BuildRequest], *, warn: Log) -> PlannedRun:
+    """Plan each request's matrix file (`plan_build`) and order them: a matrix whose runtime requirements
+    (its source's metadata and `recipe.extra_requires`, `runtimereqs`) name another's package is built after
+    it, and its install check takes that wheel (`run_ordered`). The sources are prepared here (cached: the
+    build takes them as they are). ConfigError for two matrices of one package or a dependency cycle."""
+    from factory.build import runtimereqs
+    from factory.build.source import prepare_package
+    from factory.core.home import factory_home
+    from factory.plan.schedule import Needs, matrix_order
+
+    planned = [plan_build(request, warn=warn) for request in requests]
+    if len(planned) == 1:
+        return PlannedRun(builds=tuple(planned))
+    needs = []
+    for p in planned:
+        mf = p.mf
+        tree = prepare_package(mf.package, mf.recipe, factory_home(), matrix_file=mf.display).tree
+        declared = runtimereqs.with_recipe(runtimereqs.declared_requirements(tree), mf.recipe.extra_requires)
+        needs.append(
+            Needs(
+                project=mf.package.canonical_name,
+                requires=runtimereqs.project_names(declared),
+                matrix=mf.display,
+            )
+        )
+    ordered = [planned[i] for i in matrix_order(needs)]
+    return PlannedRun(
+        builds=tuple(
+            replace(p, settings=replace(p.settings, output=p.settings.output / p.mf.package.canonical_name))
+            for p in ordered
+        )
+    )
+
+
+def built_dependency(planned: PlannedBuild, outcome: RunOutcome) -> Dependency:
+    """What a built matrix offers the install checks of the run's later matrices: each accepted wheel by
+    (variant id, Python: an abi3 wheel's every one), each other job's result and reason, and the index it
+    published to."""
+    from factory.build.runtimereqs import Dependency
+
+    wheels: dict[tuple[str, str], Path] = {}
+    failed: dict[tuple[str, str], str] = {}
+    for r in outcome.report.jobs if outcome.report is not None else ():
+        keys = [(r.variant_id, python) for python in (r.python, *r.covers)]
+        for key in keys:
+            if r.result == "ok" and r.wheel:
+                wheels[key] = planned.settings.output / r.wheel
+            elif r.result != "ok":  # (an ok job without a wheel is a shard's or a preflight's: no check)
+                reason = r.reason.splitlines()[0] if r.reason else "no reason given"
+                failed[key] = f"its job {r.job_id} {r.result} ({reason})"
+    return Dependency(
+        project=planned.mf.package.canonical_name,
+        matrix=planned.mf.display,
+        wheels=wheels,
+        failed=failed,
+        index=planned.mf.publish.pip_index() if planned.publish else None,
+    )
+
+
+def run_ordered(run: PlannedRun, *, build: Callable[[PlannedBuild], RunOutcome]) -> list[RunOutcome]:
+    """Build the run's matrices one after the other (`build`: `run_planned` behind a display), each given
+    what the earlier ones built (`BuildSettings.dependencies`); every matrix is built, a job whose
+    dependency's job failed fails at once, saying so."""
+    outcomes: list[RunOutcome] = []
+    done: list[Dependency] = []
+    for planned in run.builds:
+        settings = replace(planned.settings, dependencies=tuple(done))
+        outcome = build(replace(planned, settings=settings))
+        outcomes.append(outcome)
+        done.append(built_dependency(planned, outcome))
+    return outcomes

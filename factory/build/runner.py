@@ -76,6 +76,9 @@ class BuildSettings:
     compile_cache: sync.CacheConfig | None = None
     # stable-ABI jobs (by id) that take their published wheel instead of compiling (`factory.build.reuse`)
     reuse: Mapping[str, Reuse] = field(default_factory=dict)
+    # projects other matrices of this run built before this one (`buildplan.run_ordered`): the install
+    # check takes a runtime requirement naming one of them from there
+    dependencies: tuple[runtimereqs.Dependency, ...] = ()
 
 
 def git_commit(tree: Path) -> str | None:
@@ -275,27 +278,56 @@ class Runner:
             )
         return path
 
-    def check_wheelhouse_for(self, job: Job) -> runtimereqs.CheckWheelhouse:
-        """The package's runtime requirements (its source's metadata, read once) for the install check,
-        downloaded before the build starts."""
-        declared = self._once(
+    def runtime_requirements(self) -> runtimereqs.Declared:
+        """The package's runtime requirements: its source's metadata (read once) and the recipe's."""
+        return self._once(
             "runtime-requirements",
             lambda: runtimereqs.with_recipe(
                 runtimereqs.declared_requirements(self.prepared_source().tree), self.mf.recipe.extra_requires
             ),
         )
+
+    def dependencies_of(self, job: Job) -> tuple[runtimereqs.Dependency, ...]:
+        """The projects built earlier in this run that the job's runtime requirements name; BuildError, one
+        line, where the job of one of them for this variant and Python failed (nothing to check against)."""
+        if not self.settings.dependencies:
+            return ()
+        deps = runtimereqs.needed(
+            self.settings.dependencies, self.runtime_requirements(), package=self.mf.package.name,
+            python=job.python, platform=job.platform,
+        )  # fmt: skip
+        problem = runtimereqs.dependency_problem(deps, variant_id=job.variant.id, python=job.python)
+        if problem is not None:
+            raise BuildError(problem)
+        return deps
+
+    def check_wheelhouse_for(self, job: Job) -> runtimereqs.CheckWheelhouse:
+        """The package's runtime requirements for the install check, downloaded before the build starts. A
+        project another matrix of this run built comes from there (`dependencies_of`): its wheel for the
+        job's variant and Python, else its published index; the factory's own indexes (those and
+        build.check_indexes) are read with the tags the check's container accepts (`check_platform`)."""
+        declared = self.runtime_requirements()
+        deps = self.dependencies_of(job)
+        key = (job.variant.id, job.python)
+        built = tuple(d.wheels[key] for d in deps if key in d.wheels)
+        published = [d.index_url(job.variant.id) for d in deps if key not in d.wheels]
         index = self.mf.build.torch_index_url(job.variant.cuda)
-        ours = self.mf.build.check_index_urls(job.variant.id)
-        extra = (*(() if index is None else (index,)), *ours)
+        ours = (
+            *self.mf.build.check_index_urls(job.variant.id, own=self.mf.publish.pip_index()),
+            *(url for url in published if url is not None),
+        )
+        extra = (*(() if index is None else (index,)), *dict.fromkeys(ours))
         platform = (
             glibcfloor.check_platform(
                 self.mf.build, cuda=job.variant.cuda, python=job.python, target=job.platform
             )
-            if ours
+            if ours or built
             else None
         )
+        # a dependency's wheel pins torch: pip takes it (and CUDA's wheels) from the build's wheelhouse
+        links = (self.wheelhouse_for(job),) if built else ()
         return self._once(
-            f"check-wheelhouse:{job.python}:{job.platform.name}:{extra}:{platform}",
+            f"check-wheelhouse:{job.python}:{job.platform.name}:{extra}:{platform}:{built}",
             lambda: runtimereqs.check_wheelhouse(
                 declared,
                 package=self.mf.package.name,
@@ -304,6 +336,8 @@ class Runner:
                 extra_index_urls=extra,
                 platform=platform,
                 target=job.platform,
+                built=built,
+                find_links=links,
             ),
         )
 
@@ -328,6 +362,7 @@ class Runner:
         self._once(f"volume:{image}", make)
 
     def inputs(self, job: Job) -> JobInputs:
+        self.dependencies_of(job)  # a dependency that failed fails the job before anything is made for it
         image = self.image(job)
         source = self.prepared_source().tree
         wh = self.wheelhouse_for(job)

@@ -5,6 +5,12 @@ downloaded: the build's (torch and the build requirements) and, made from what t
 build starts, a small one of the package's own runtime requirements (scipy for torch-cluster). So a missing
 runtime dependency is a download error at the start, not a failed check after the compiles.
 
+A requirement another matrix of the same run builds (torch-scatter for a PyG extension: `Dependency`) is
+taken from that run: the wheel its job for the same variant and Python made, pinned to its exact version (a
+local label, which no public index serves), or where the run built none, the index that matrix publishes
+to; either with the tags the check's container accepts. Its job failed: the dependent fails at once, saying
+so (`dependency_problem`).
+
 Where they come from: an sdist's PKG-INFO (`Requires-Dist`), else pyproject.toml's static `[project]
 dependencies`. Metadata that leaves them to setup.py (`Dynamic: Requires-Dist`, `dynamic = ["dependencies"]`,
 a PKG-INFO older than 2.2 listing none, no metadata at all) is said to be unknown, and the check gets the
@@ -15,14 +21,14 @@ link, bounded, and what they say is checked as any requirement the host's pip ge
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from factory.build import wheelhouse
@@ -226,11 +232,16 @@ def check_wheelhouse(
     extra_index_urls: Sequence[str] = (),
     platform: str | None = None,
     target: Platform = DEFAULT_PLATFORM,
+    built: Sequence[Path] = (),
+    find_links: Sequence[Path] = (),
 ) -> CheckWheelhouse:
     """Download the runtime requirements `declared` for `python` with the host's pip configuration into a
     wheelhouse of their own (keyed by them: changing them never downloads torch again). A requirement no
     index serves fails here, before anything compiles (FactoryError). `platform`: the newest manylinux tag
-    the check's container takes (None: manylinux_2_28, `wheelhouse.DEFAULT_PLATFORM`)."""
+    the check's container takes (None: manylinux_2_28, `wheelhouse.DEFAULT_PLATFORM`). `built`: wheels of
+    other projects this run built (`Dependency`), each requirement of theirs pinned to the wheel (`pinned`);
+    `find_links`: wheelhouses pip may take the rest from (the build's, whose torch a dependency's pin
+    names)."""
     if not declared.known:
         return CheckWheelhouse(
             path=None,
@@ -245,18 +256,102 @@ def check_wheelhouse(
             path=None, requirements=(), note=f"runtime requirements ({declared.where}): none{skipped}"
         )
     listed = " ".join(job.requirements)
+    wanted = pinned(job.requirements, built)
     try:
         path = wheelhouse.download_wheelhouse(
-            list(job.requirements),
+            list(wanted),
             dest,
             python=python,
             extra_index_urls=extra_index_urls,
             platform=platform or target.wheelhouse_tag,
+            wheels=built,
+            find_links=find_links if built else (),
         )
     except FactoryError as exc:
         raise FactoryError(f"runtime requirements ({declared.where}: {printable(listed)}): {exc}") from None
+    taken = f"; built in this run: {', '.join(w.name for w in built)}" if built else ""
     return CheckWheelhouse(
         path=path,
         requirements=job.requirements,
-        note=f"runtime requirements ({declared.where}): {printable(listed)}, for the install check{skipped}",
+        note=f"runtime requirements ({declared.where}): {printable(listed)}, for the install check"
+        f"{taken}{skipped}",
     )
+
+
+def project_names(declared: Declared) -> frozenset[str]:
+    """The projects `declared` names (canonical names, whatever their markers: for ordering a run's
+    matrices, a requirement of any job counts); lines that are no requirement left out."""
+    names = set()
+    for text in declared.requirements[:MAX_REQUIREMENTS]:
+        try:
+            names.add(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    return frozenset(names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dependency:
+    """A project another matrix of this run builds, as the install checks of the later matrices see it:
+    the wheel each of its jobs made, by (variant id, Python), in this run's output; the jobs that failed,
+    with their reason; and the index it publishes to (a pip URL, its `simple/` root), None where pip cannot
+    read it (an S3 store) or it publishes nowhere in this run."""
+
+    project: str  # canonical
+    matrix: str  # its matrix file, as messages name it
+    wheels: Mapping[tuple[str, str], Path] = field(default_factory=dict)
+    failed: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    index: str | None = None
+
+    def index_url(self, variant_id: str) -> str | None:
+        """Its variant index of `variant_id` (`<simple/>/<variant id>/`), None where it has none."""
+        return None if self.index is None else f"{self.index.rstrip('/')}/{variant_id}/"
+
+
+def needed(
+    dependencies: Sequence[Dependency], declared: Declared, *, package: str, python: str, platform: Platform
+) -> tuple[Dependency, ...]:
+    """The `dependencies` a job's runtime requirements name (markers evaluated for its Python)."""
+    if not dependencies or not declared.known:
+        return ()
+    job = for_job(declared.requirements, package=package, python=python, platform=platform)
+    names = {canonicalize_name(Requirement(text).name) for text in job.requirements}
+    return tuple(d for d in dependencies if d.project in names)
+
+
+def dependency_problem(dependencies: Sequence[Dependency], *, variant_id: str, python: str) -> str | None:
+    """Why a job cannot build: the job of a dependency it needs, for its variant and Python, failed in this
+    run (one line naming the dependency, its matrix and its job's reason); None otherwise."""
+    for dep in dependencies:
+        reason = dep.failed.get((variant_id, python))
+        if reason is not None:
+            return (
+                f"runtime requirement {dep.project} ({dep.matrix}) was not built in this run: {reason}; "
+                "its install check would have nothing to take it from"
+            )
+    return None
+
+
+def pinned(requirements: Sequence[str], wheels: Sequence[Path]) -> tuple[str, ...]:
+    """`requirements` (`for_job`'s) with each project this run built pinned to its wheel's exact version, so
+    pip takes that wheel whatever another index offers beside it; FactoryError where the requirement's own
+    specifier refuses the version built."""
+    built = {}
+    for wheel in wheels:
+        name, made, _build, _tags = parse_wheel_filename(wheel.name)
+        built[canonicalize_name(name)] = made
+    out = []
+    for text in requirements:
+        req = Requirement(text)
+        version = built.get(canonicalize_name(req.name))
+        if version is None:
+            out.append(text)
+            continue
+        if not req.specifier.contains(version, prereleases=True):
+            raise FactoryError(
+                f"runtime requirement {printable(text)}: this run built {req.name} {version}, "
+                "which it refuses"
+            )
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        out.append(f"{canonicalize_name(req.name)}{extras}=={version}")
+    return tuple(out)

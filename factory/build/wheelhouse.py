@@ -111,9 +111,13 @@ def wheelhouse_key(
     index_url: str | None = None,
     extra_index_urls: Iterable[str] = (),
     only_binary: bool = True,
+    wheels: Mapping[str, str] | None = None,
+    find_links: Sequence[str] = (),
 ) -> str:
-    """A stable hash of the inputs of a download; requirement order does not matter."""
-    payload = {
+    """A stable hash of the inputs of a download; requirement order does not matter. `wheels` (name ->
+    sha256) and `find_links` (wheelhouse paths, each named by its own inputs' hash) only where given, so
+    the other downloads keep their keys."""
+    payload: dict[str, object] = {
         "format": _CACHE_FORMAT,
         "requirements": sorted(r.strip() for r in requirements),
         "python": python,
@@ -122,6 +126,10 @@ def wheelhouse_key(
         "extra_index_urls": list(extra_index_urls),
         "only_binary": only_binary,
     }
+    if wheels:
+        payload["wheels"] = dict(sorted(wheels.items()))
+    if find_links:
+        payload["find_links"] = list(find_links)
     blob = json.dumps(payload, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
@@ -233,9 +241,13 @@ def download_wheelhouse(
     extra_index_urls: Iterable[str] = (),
     only_binary: bool = True,
     progress: Callable[[str], None] | None = None,
+    wheels: Sequence[Path] = (),
+    find_links: Sequence[Path] = (),
 ) -> Path:
     """Download `requirements` (and their dependencies) as wheels for `python` on `platform`; `progress`
-    hears what the download is doing (`DownloadProgress.describe`) as pip goes.
+    hears what the download is doing (`DownloadProgress.describe`) as pip goes. `wheels`: files pip may take
+    (a dependency this run built; the key has their sha256, so one built again is a new wheelhouse);
+    `find_links`: wheelhouses pip may take wheels from (named in the key by their path: made once each).
 
     The wheels land in `<dest>/<hash of the inputs>` (dest: the wheelhouse cache root, by default
     `factory_home()/wheelhouses`), which is returned. That directory is made atomically (a temporary directory
@@ -244,6 +256,8 @@ def download_wheelhouse(
     extra = tuple(extra_index_urls)
     if not requirements:
         raise ConfigError("a wheelhouse needs at least one requirement")
+    given = {w.name: _sha256(w) for w in wheels}
+    links = [str(p.resolve()) for p in find_links]  # one spelling per wheelhouse, whatever links lead to it
     key = wheelhouse_key(
         requirements,
         python=python,
@@ -251,6 +265,8 @@ def download_wheelhouse(
         index_url=index_url,
         extra_index_urls=extra,
         only_binary=only_binary,
+        wheels=given,
+        find_links=links,
     )
     cache_root = dest if dest is not None else factory_home() / "wheelhouses"
     cached = cache_root / key
@@ -270,7 +286,7 @@ def download_wheelhouse(
             extra_index_urls=extra,
             only_binary=only_binary,
         )
-        inputs = {
+        inputs: dict[str, object] = {
             "requirements": list(requirements),
             "python": python,
             "platform": platform,
@@ -278,11 +294,19 @@ def download_wheelhouse(
             "extra_index_urls": list(extra),
             "only_binary": only_binary,
         }
-        with _earlier_downloads(cache_root, exclude=tmp, like=inputs) as seen:
-            if seen is not None:
-                # a wheel another wheelhouse here downloaded (torch, CUDA's GBs) is taken from it: pip
-                # prefers a --find-links file to the index's one of the same version
-                args[args.index("--dest") : args.index("--dest")] = ["--find-links", str(seen)]
+        if given:
+            inputs["wheels"] = given
+        if links:
+            inputs["find_links"] = links
+        with (
+            _earlier_downloads(cache_root, exclude=tmp, like=inputs) as seen,
+            _linked(cache_root, wheels) as offered,
+        ):
+            # a wheel another wheelhouse here downloaded (torch, CUDA's GBs) is taken from it: pip
+            # prefers a --find-links file to the index's one of the same version
+            local = [*([] if offered is None else [offered]), *links, *([] if seen is None else [str(seen)])]
+            at = args.index("--dest")
+            args[at:at] = [arg for path in local for arg in ("--find-links", str(path))]
             returncode, output = _run_pip(args, progress)
         if returncode != 0:
             raise FactoryError(
@@ -359,6 +383,25 @@ def _earlier_downloads(
         yield seen
     finally:
         shutil.rmtree(seen, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _linked(cache_root: Path, wheels: Sequence[Path]) -> Iterator[Path | None]:
+    """A temporary directory holding `wheels` (hard links, else copies) for pip's --find-links; None when
+    there are none."""
+    if not wheels:
+        yield None
+        return
+    held = Path(tempfile.mkdtemp(prefix=".given.", dir=cache_root))
+    try:
+        for wheel in wheels:
+            try:
+                os.link(wheel, held / wheel.name)
+            except OSError:
+                shutil.copyfile(wheel, held / wheel.name)
+        yield held
+    finally:
+        shutil.rmtree(held, ignore_errors=True)
 
 
 def link_wheels(source: Path, dest: Path) -> Path:

@@ -1,5 +1,4 @@
 """The compile cache on the host (`sync`): which cache a run uses, trust domains, mounting a job's domain,
 importing its outbox, pulling verified entries from the store and pushing a trusted writer's. The cache's
-format is `container.compilecache`'s and its signatures `trust.cachekeys`'s. It may import the packages below
-it (`publish` for its store and where in a publish store it lies, `trust`, `wheel`, `plan`, `spec`, `core`,
-`container`); `build` runs it."""
+format is `container.compilecache`'s and its signatures `trust.cachekeys`'s. It may import `core`, `spec`,
+`trust`, `publish` (its store, and where in a publish store it lies) and `container`; `build` runs it."""

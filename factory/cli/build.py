@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from factory.cli import app, cpus_option, size_option
-from factory.cli.matrix import FLAVOR_OPTION, MATRIX_OPTION, ONLY_OPTION, TRUST_PATHS
+from factory.cli.matrix import FLAVOR_OPTION, ONLY_OPTION, TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.cli.progress import BuildDisplay
 from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.core.errors import ConfigError
 from factory.plan.shard import Shard, parse_shard
 from factory.spec.config import MIN_CONTAINER_MEMORY
+
+if TYPE_CHECKING:
+    from factory.build.pipeline import RunOutcome
 
 
 def shard_option(value: str | None) -> Shard | None:
@@ -28,9 +32,18 @@ def shard_option(value: str | None) -> Shard | None:
         raise ConfigError(f"--shard {exc}") from None
 
 
+MATRICES_OPTION = typer.Option(
+    "--matrix",
+    "-m",
+    metavar="FILE",
+    help="The matrix file. Several (repeat it): built in one run, each after those whose package its runtime "
+    "requirements name, whose wheels its install check takes; each under OUTPUT/<package>/.",
+)
+
+
 @app.command()
 def build(
-    matrix: Annotated[Path, MATRIX_OPTION] = Path("matrix.yaml"),
+    matrix: Annotated[list[Path] | None, MATRICES_OPTION] = None,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
     output: Annotated[
         Path, typer.Option("--output", "-o", metavar="DIR", help="Where accepted wheels go.")
@@ -94,12 +107,20 @@ def build(
 ) -> None:
     """Build every planned (variant, python) job in its own container and check the wheels."""
     # Imported here so `factory --help` and the other commands stay fast and independent of docker.
-    from factory.build.request import BuildRequest, dry_run_line, plan_build, run_planned
+    from factory.build.request import (
+        BuildRequest,
+        PlannedBuild,
+        dry_run_line,
+        plan_run,
+        run_ordered,
+        run_planned,
+    )
 
     if as_json and not dry_run:
         raise ConfigError("--json applies to --dry-run (a build writes its report to OUTPUT/report.json)")
+    matrices = list(dict.fromkeys(matrix or [Path("matrix.yaml")]))
     request = BuildRequest(
-        matrix=matrix,
+        matrix=matrices[0],
         trust_paths=trust_paths,
         output=output,
         only=only,
@@ -116,20 +137,31 @@ def build(
         sign_key=sign_key,
         sign_key_env=sign_key_env,
     )
-    planned = plan_build(request, warn=lambda line: typer.echo(f"warning: {line}", err=True))
-    if dry_run:
-        if as_json:
-            echo_json([job.to_json() for job in planned.jobs])
-        else:
-            for job in planned.jobs:
-                typer.echo(dry_run_line(job))
-        return
-    display = BuildDisplay(Console(stderr=True), report_path=str(output / "report.json"))
-    outcome = run_planned(
-        planned,
-        on_change=display.on_change,
-        log=display.say,
-        showing=display.showing,
-        finished=display.finished,
+    run = plan_run(
+        [replace(request, matrix=path) for path in matrices],
+        warn=lambda line: typer.echo(f"warning: {line}", err=True),
     )
-    sys.exit(0 if outcome.ok else 1)
+    if dry_run:
+        jobs = [job for planned in run.builds for job in planned.jobs]
+        if as_json:
+            echo_json([job.to_json() for job in jobs])
+        else:
+            several = len(run.builds) > 1  # then each line names its package: job ids may repeat
+            for planned in run.builds:
+                for job in planned.jobs:
+                    typer.echo((f"{planned.mf.package.name}\t" if several else "") + dry_run_line(job))
+        return
+
+    def build_one(planned: PlannedBuild) -> RunOutcome:
+        report_path = planned.settings.output / "report.json"
+        display = BuildDisplay(Console(stderr=True), report_path=str(report_path))
+        return run_planned(
+            planned,
+            on_change=display.on_change,
+            log=display.say,
+            showing=display.showing,
+            finished=display.finished,
+        )
+
+    outcomes = run_ordered(run, build=build_one)
+    sys.exit(0 if all(outcome.ok for outcome in outcomes) else 1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from factory.core.errors import ConfigError
 from factory.plan.plan import Job
 
 
@@ -74,3 +75,57 @@ class Schedule:
             raise ValueError(f"job {index} is not running")
         self._running.remove(index)
         self._finished.add(index)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Needs:
+    """One matrix of a run, as its order sees it: its package (canonical name), the projects its runtime
+    requirements name, and its file, as messages name it."""
+
+    project: str
+    requires: frozenset[str]
+    matrix: str
+
+
+def matrix_order(matrices: Sequence[Needs]) -> list[int]:
+    """The order a run builds several matrices in: each one after every matrix whose package its runtime
+    requirements name (so its install check finds that wheel), otherwise in the order given. ConfigError,
+    one line, for two matrices of one package or a cycle (named matrix by matrix)."""
+    owner: dict[str, int] = {}
+    for index, m in enumerate(matrices):
+        if m.project in owner:
+            first = matrices[owner[m.project]].matrix
+            raise ConfigError(
+                f"{first} and {m.matrix} both build {m.project}: one matrix per package in a run"
+            )
+        owner[m.project] = index
+    after = [
+        sorted({owner[name] for name in m.requires if name in owner} - {i}) for i, m in enumerate(matrices)
+    ]
+    order: list[int] = []
+    placed: set[int] = set()
+    while len(order) < len(matrices):
+        ready = [i for i in range(len(matrices)) if i not in placed and all(d in placed for d in after[i])]
+        if not ready:
+            raise ConfigError(f"a dependency cycle between the matrices: {_cycle(matrices, after, placed)}")
+        order.append(ready[0])
+        placed.add(ready[0])
+    return order
+
+
+def _cycle(matrices: Sequence[Needs], after: Sequence[Sequence[int]], placed: set[int]) -> str:
+    """One cycle among the matrices not placed: "a.yaml (pkg-a) needs pkg-b, b.yaml (pkg-b) needs pkg-a"."""
+    start = min(i for i in range(len(matrices)) if i not in placed)
+    path, seen = [start], {start}
+    while True:
+        nxt = next(d for d in after[path[-1]] if d not in placed)
+        if nxt in seen:
+            path = path[path.index(nxt) :]
+            break
+        path.append(nxt)
+        seen.add(nxt)
+    steps = [
+        f"{matrices[i].matrix} ({matrices[i].project}) needs {matrices[path[(k + 1) % len(path)]].project}"
+        for k, i in enumerate(path)
+    ]
+    return ", ".join(steps)

@@ -50,6 +50,7 @@ from factory.spec.options import (
     MAX_SIZE,
     MIN_CPUS,
     MIN_PIDS,
+    OWN_INDEX,
     BuildOptions,
     FetchLimits,
     PackageSpec,
@@ -173,6 +174,7 @@ def _load(check: Checker) -> MatrixFile:
     matrix = _matrix(check, root, compat)
     build = _build(check, root)
     publish = _publish(check, root)
+    _check_own_index(check, root, build, publish)
     mf = MatrixFile(
         path=check.doc.path,
         package=package,
@@ -185,6 +187,21 @@ def _load(check: Checker) -> MatrixFile:
     )
     _check_complete(check, mf)
     return mf
+
+
+def _check_own_index(
+    check: Checker, root: Mapping[str, Any], build: BuildOptions, publish: PublishOptions
+) -> None:
+    """build.check_indexes' OWN_INDEX needs an index pip reads: publish.to a directory."""
+    if OWN_INDEX not in build.check_indexes or publish.pip_index() is not None:
+        return
+    items = root["build"]["check_indexes"]
+    raise check.fail(
+        f"build.check_indexes item {OWN_INDEX!r} is the index publish.to names, and pip cannot read "
+        f"{publish.to!r}: name its public simple/ URL (https://…/simple/) instead",
+        items,
+        list(items).index(OWN_INDEX),
+    )
 
 
 def _check_complete(check: Checker, mf: MatrixFile) -> None:
@@ -783,12 +800,16 @@ MAX_CHECK_INDEXES = 8
 
 
 def _check_indexes(check: Checker, node: Mapping[str, Any]) -> tuple[str, ...]:
-    """build.check_indexes: the simple/ URLs (file:, http:, https:) of indexes the factory published."""
+    """build.check_indexes: the simple/ URLs (file:, http:, https:) of indexes the factory published, or
+    OWN_INDEX, the one this matrix publishes to (a directory: `_check_own_index`)."""
     items = check.items(node, "check_indexes", "build.check_indexes")
     if len(items) > MAX_CHECK_INDEXES:
         raise check.fail(f"build.check_indexes: at most {MAX_CHECK_INDEXES} indexes", node, "check_indexes")
     urls = []
     for i in range(len(items)):
+        if items[i] == OWN_INDEX:
+            urls.append(OWN_INDEX)
+            continue
         url = check.url(items, i, "build.check_indexes item", schemes=INDEX_SCHEMES)
         if not url.rstrip("/").endswith("/simple"):
             raise check.fail(

@@ -127,6 +127,9 @@ class Recipe:
     extra_requires: tuple[str, ...] = ()
 
 
+# build.check_indexes' word for the index the matrix publishes to (publish.to, a directory)
+OWN_INDEX = "publish"
+
 # Builder image flavors (factory/build/images.py): NVIDIA's devel image, NVIDIA's PyPI toolkit on a
 # bootstrapped
 # Debian, PyTorch's manylinux builder, Debian's own nvidia-cuda-toolkit package.
@@ -156,14 +159,17 @@ class BuildOptions:
     # manylinux tag), or None (not declared: the builder's own glibc bounds the wheels;
     # `factory.plan.glibcfloor`)
     glibc: str | None = None
-    # build.check_indexes: the factory's own indexes (the simple/ URL of a published index, file: or http(s))
-    # whose variant index of a job's own variant the install check may take its runtime requirements from
-    # (a dependency the factory built and published first); `check_index_urls` names them per variant.
+    # build.check_indexes: the factory's own indexes (the simple/ URL of a published index, file: or http(s),
+    # or OWN_INDEX: the one publish.to names) whose variant index of a job's own variant the install check
+    # may take its runtime requirements from (a dependency the factory built and published first);
+    # `check_index_urls` names them per variant.
     check_indexes: tuple[str, ...] = ()
 
-    def check_index_urls(self, variant_id: str) -> tuple[str, ...]:
-        """The variant indexes of `variant_id` in build.check_indexes: `<simple/>/<variant id>/`."""
-        return tuple(f"{root.rstrip('/')}/{variant_id}/" for root in self.check_indexes)
+    def check_index_urls(self, variant_id: str, *, own: str | None = None) -> tuple[str, ...]:
+        """The variant indexes of `variant_id` in build.check_indexes: `<simple/>/<variant id>/`; OWN_INDEX
+        is `own` (`PublishOptions.pip_index`), left out where that is None."""
+        roots = [own if root == OWN_INDEX else root for root in self.check_indexes]
+        return tuple(f"{root.rstrip('/')}/{variant_id}/" for root in roots if root is not None)
 
     def torch_index_url(self, cuda: str) -> str | None:
         """Where torch for `cuda` comes from: a URL, or None meaning the host's own pip configuration."""
@@ -178,3 +184,11 @@ class PublishOptions:
     to: str = "./index"
     endpoint_url: str | None = None
     variants: bool = False  # also the experimental wheel variant channel (factory.publish.wheelvariants)
+
+    def pip_index(self) -> str | None:
+        """The `simple/` root pip reads this index at: a directory's as a file: URL (a relative one against
+        the working directory, as `stores.open_store` takes it); None for an S3 store, which pip cannot
+        read (its public http(s) URL goes in build.check_indexes)."""
+        if "://" in self.to:
+            return None
+        return (Path(self.to).expanduser().resolve() / "simple").as_uri() + "/"

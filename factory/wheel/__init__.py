@@ -2,5 +2,4 @@
 provenance (`provenance`), SBOM (`sbom`), the two as files of a wheel (`embedded`), the build record beside it
 (`record`) and a failed check's record beside it (`checkrecord`), device code (`fatbin`), the manylinux tag
 its symbols allow (`platform_tag`) and the difference of two wheels (`wheeldiff`). It may import `core`,
-`spec` and `container` (the import contracts, `make lint`: the packages below it but `plan`, and not
-`trust`, its peer)."""
+`spec` and `container`. The import contracts (`make lint`) keep it off `plan` and `trust` (its peer)."""

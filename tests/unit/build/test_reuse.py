@@ -17,7 +17,6 @@ from typing import Any, cast
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from factory.build.acceptance import reused_provenance
 from factory.build.pipeline import build_matrix
 from factory.build.report import BuildReport, JobResult, write_report
 from factory.build.reuse import (
@@ -29,6 +28,7 @@ from factory.build.reuse import (
     label_problem,
     plan_reuse,
     provenance_problems,
+    reused_provenance,
 )
 from factory.plan.plan import Job, plan_matrix
 from factory.publish import index
@@ -307,7 +307,7 @@ def test_a_problem_found_by_the_decision_fails_the_fetch(tmp_path: Path) -> None
 
 
 def test_a_reused_wheels_provenance_is_compared_with_the_jobs_never_skipped(tmp_path: Path) -> None:
-    from tests.unit.wheel.test_provenance import NEEDED, make_facts, write_wheel
+    from test_provenance import NEEDED, make_facts, write_wheel
 
     wheel = write_wheel(tmp_path / "factory_memext-0.1.0-cp311-cp311-linux_x86_64.whl")
     pin_torch_requirement(wheel, "2.14.1", extra=embedded.files(make_facts(), NEEDED))

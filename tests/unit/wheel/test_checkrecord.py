@@ -1,6 +1,5 @@
-"""A wheel that failed its checks: its failure record beside it (`factory.build.checkrecord`), `factory
-publish`'s
-refusal of it unless forced, and `factory inspect`'s line of its check."""
+"""A wheel that failed its checks: its failure record beside it (`factory.build.checkrecord`),
+`factory publish`'s refusal of it unless forced, and `factory inspect`'s line of its check."""
 
 from __future__ import annotations
 
