@@ -17,6 +17,7 @@ from typing import Any, cast
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from factory.build.acceptance import reused_provenance
 from factory.build.pipeline import build_matrix
 from factory.build.report import BuildReport, JobResult, write_report
 from factory.build.reuse import (
@@ -28,7 +29,6 @@ from factory.build.reuse import (
     label_problem,
     plan_reuse,
     provenance_problems,
-    reused_provenance,
 )
 from factory.plan.plan import Job, plan_matrix
 from factory.publish import index
