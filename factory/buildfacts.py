@@ -126,9 +126,14 @@ def image_identity(mf: MatrixFile, job: Job, labels: Mapping[str, str]) -> dict[
     if explicit:
         return {"reference": explicit}
     cuda, python, flavor = job.variant.cuda, job.python, b.flavor
-    name = images.builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
-    base = images.base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
-    toolchain = images.job_toolchain(python=python, flavor=flavor, base_image=b.base_image)
+    floor = job.glibc
+    name = images.builder_image_for(
+        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor
+    )
+    base = images.base_image_for(
+        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor
+    )
+    toolchain = images.job_toolchain(python=python, flavor=flavor, base_image=b.base_image, floor=floor)
     if toolchain is not None:
         dockerfile = images.toolchain_dockerfile_text()
         args = images.toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base)

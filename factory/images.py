@@ -10,7 +10,10 @@ Flavors:
   image's /opt/python/cpXY-cpXY.
 - "pypi": any base with the job's Python plus the CUDA toolkit from NVIDIA's PyPI wheels (CUDA >= 13), built
   with the network off from a host-side wheelhouse. The default base, `factory-base:<suite>`, is made locally
-  with debootstrap, so this flavor works on hosts that reach no container registry.
+  with debootstrap, so this flavor works on hosts that reach no container registry. For a Python its suite
+  does not ship on a glibc old enough for the job's floor (3.13 below forky's 2.43), the base is
+  `factory-base:bookworm-cpython`: bookworm plus that CPython compiled from the Debian mirror's source tarball
+  (`ensure_cpython_base`, docker/Dockerfile.cpython, factory/cpythonsrc.py).
 - "debian": the distribution's own CUDA, `nvidia-cuda-toolkit` from Debian's non-free archive (trixie: CUDA
   12.4, g++-13), installed with apt on the bootstrapped `factory-base:trixie`; it builds the CUDA 12 variants
   (torch 2.9/2.10 are CUDA 12.8 builds: a lower toolkit minor is a warning to torch's extension builder, and
@@ -88,20 +91,41 @@ class Toolchain:
     # The suite's glibc: no symbol a wheel compiled here needs is newer, so it bounds the wheel's manylinux
     # tag (`builder_glibc`; measured with `ldd --version` in factory-base:<suite>).
     glibc: str | None = None
+    # The Pythons are compiled from CPython's source on the suite's base (`ensure_cpython_base`,
+    # factory-base:<suite>-cpython), not the suite's packages: a Python the suite does not ship, on its glibc.
+    source_built: bool = False
+
+    @property
+    def name(self) -> str:
+        """The toolchain's name in image tags: its suite, "-cpython" added for source-built Pythons."""
+        return f"{self.suite}-cpython" if self.source_built else self.suite
 
     @property
     def multi(self) -> bool:
         return len(self.pythons) > 1
+
+    @property
+    def own_image(self) -> bool:
+        """Its jobs run in one image of the toolchain's (`ensure_toolchain_image`): several Pythons share it,
+        or its Pythons are none of the suite's packages."""
+        return self.multi or self.source_built
 
 
 # forky (Debian testing) ships python3.13, 3.14 and 3.15 and g++-12..16; nvcc 13.0 refuses GCC > 15, and
 # g++-14 is the compiler of trixie and of the most CUDA 13 builds, so it is the one pinned.
 # trixie's nvidia-cuda-toolkit is CUDA 12.4, whose nvcc takes GCC <= 13: g++-13 is pinned there. Listed after
 # forky, so the pypi flavor's Python 3.13 keeps forky's multi-Python toolchain.
+# bookworm-cpython: bookworm's glibc 2.36 and GCC 12 with a CPython 3.13 compiled from source
+# (factory/cpythonsrc.py), the pypi flavor's builder for a Python 3.13 job whose glibc floor (build.glibc)
+# forky's 2.43 is above. Listed last: without a floor below forky's, forky stays the builder. Older is out of
+# reach from the mirror: bullseye (2.31) has GCC 10, which gives -std=c++20 a __cplusplus of 201709L, and
+# torch 2.14's headers `#error` on anything below 202002L (measured; docs/PUBLISH.md).
 TOOLCHAINS = (
     Toolchain(suite="bookworm", pythons=("3.11",), glibc="2.36"),
     Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14", glibc="2.43"),
     Toolchain(suite="trixie", pythons=("3.13",), gcc="13", cuda="12.4", glibc="2.41"),
+    # gcc: bookworm's one g++ (12), named so the toolchain image checks every compiler name is it
+    Toolchain(suite="bookworm", pythons=("3.13",), gcc="12", glibc="2.36", source_built=True),
 )
 # The glibc of the other flavors' bases: NVIDIA's devel images by their OS, PyTorch's manylinux_2_28 builder
 # (AlmaLinux 8; its gcc-toolset links libstdc++'s newer parts statically, so 2.28 is the wheels' whole need).
@@ -154,8 +178,9 @@ class ImageInfo:
 
 
 def toolchain_named(suite: str) -> Toolchain | None:
-    """The toolchain of a suite, None for a suite the factory bootstraps with its default packages."""
-    return next((t for t in TOOLCHAINS if t.suite == suite), None)
+    """The toolchain of a suite (or of a toolchain name: "bookworm-cpython"), None for a suite the factory
+    bootstraps with its default packages."""
+    return next((t for t in TOOLCHAINS if t.name == suite), None)
 
 
 def toolchain_for(pythons: Sequence[str]) -> Toolchain:
@@ -163,9 +188,9 @@ def toolchain_for(pythons: Sequence[str]) -> Toolchain:
     for python in pythons:
         _check_version("Python", python)
     for toolchain in TOOLCHAINS:
-        if all(p in toolchain.pythons for p in pythons):
+        if not toolchain.source_built and all(p in toolchain.pythons for p in pythons):
             return toolchain
-    known = "; ".join(f"{t.suite}: {', '.join(t.pythons)}" for t in TOOLCHAINS)
+    known = "; ".join(f"{t.suite}: {', '.join(t.pythons)}" for t in TOOLCHAINS if not t.source_built)
     what = f"Python {pythons[0]}" if len(pythons) == 1 else f"Pythons {', '.join(pythons)} together"
     raise ImageError(
         f"no Debian suite ships {what} for a bootstrapped base (known: {known}); pass a base image with "
@@ -252,19 +277,38 @@ def toolchain_image_name(*, cuda: str, suite: str, flavor: str) -> str:
     return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}"
 
 
-def job_toolchain(*, python: str, flavor: str, base_image: str | None) -> Toolchain | None:
-    """The multi-Python toolchain a job builds with: the pypi flavor on a factory base (the default, or the
-    toolchain's own base named in build.base_image) whose suite ships several Pythons, `python` among them.
-    None: the job gets a builder image of its own Python."""
+def pypi_toolchain(python: str, *, base_image: str | None, floor: str | None = None) -> Toolchain | None:
+    """The toolchain the pypi flavor builds a `python` job with: the one build.base_image names (a factory
+    base: `factory-base:forky`, `factory-base:bookworm-cpython`), else the first that carries `python`, unless
+    a glibc floor is declared that its glibc is above: then the newest-glibc toolchain at or below the floor
+    (Python 3.13 with floor 2.36: bookworm-cpython), or the oldest where none is. None where no toolchain
+    carries `python`."""
+    candidates = [t for t in TOOLCHAINS if python in t.pythons and t.cuda is None]
+    if base_image is not None:
+        named = base_suite_of(base_image)
+        return next((t for t in candidates if t.name == named), None)
+    if not candidates:
+        return None
+    first = candidates[0]
+    if floor is None or first.glibc is None or version_key(first.glibc) <= version_key(floor):
+        return first
+    meeting = [t for t in candidates if t.glibc is not None and version_key(t.glibc) <= version_key(floor)]
+    if meeting:
+        return max(meeting, key=lambda t: version_key(t.glibc or "0"))
+    # none meets it (the plan refuses the job): the closest, which the refusal names
+    return min(candidates, key=lambda t: version_key(t.glibc or "999"))
+
+
+def job_toolchain(
+    *, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> Toolchain | None:
+    """The toolchain whose own image a job builds in (`pypi_toolchain`, for the job's glibc floor): the pypi
+    flavor on a factory base whose suite ships several Pythons, `python` among them, or whose Pythons are
+    source-built. None: the job gets a builder image of its own Python."""
     if flavor != "pypi":
         return None
-    try:
-        toolchain = toolchain_for([python])
-    except ImageError:
-        return None
-    if base_image is not None and base_suite_of(base_image) != toolchain.suite:
-        return None
-    return toolchain if toolchain.multi else None
+    toolchain = pypi_toolchain(python, base_image=base_image, floor=floor)
+    return toolchain if toolchain is not None and toolchain.own_image else None
 
 
 def debian_toolchain(*, cuda: str, python: str) -> Toolchain:
@@ -305,21 +349,26 @@ def toolkit_cuda(*, cuda: str, python: str, flavor: str) -> str:
     return cuda
 
 
-def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
+def builder_image_for(
+    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> str:
     """The builder image a job of (cuda, python) runs in: the toolchain image when the job has one (every
-    Python of a variant then compiles with one compiler), else the image of its own Python. The debian
-    flavor's image is its suite's, named by the toolkit's CUDA (every CUDA 12 variant shares it)."""
+    Python of a variant then compiles with one compiler; for a glibc `floor`, one whose glibc meets it where
+    there is such), else the image of its own Python. The debian flavor's image is its suite's, named by the
+    toolkit's CUDA (every CUDA 12 variant shares it)."""
     if flavor == "debian":
         debian = debian_toolchain(cuda=cuda, python=python)
         assert debian.cuda is not None
         return toolchain_image_name(cuda=debian.cuda, suite=debian.suite, flavor=flavor)
-    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
+    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image, floor=floor)
     if toolchain is not None:
-        return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)
+        return toolchain_image_name(cuda=cuda, suite=toolchain.name, flavor=flavor)
     return builder_image_name(cuda=cuda, python=python, flavor=flavor)
 
 
-def builder_glibc(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str | None:
+def builder_glibc(
+    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> str | None:
     """The glibc of the builder a (cuda, python) job of `flavor` compiles in ("2.36" for bookworm), the
     newest a wheel made there can need; None where the factory does not know the base (an image of the
     user's own). ImageError where the flavor has no builder for the job (the debian flavor's CUDA, a Python
@@ -331,7 +380,8 @@ def builder_glibc(*, cuda: str, python: str, flavor: str, base_image: str | None
     if flavor == "pypi":
         _check_pypi_toolkit(cuda)
         if base_image is None:
-            return toolchain_for([python]).glibc
+            toolchain = pypi_toolchain(python, base_image=None, floor=floor)
+            return (toolchain or toolchain_for([python])).glibc
         return toolchain_glibc(suite) if suite is not None else None
     if base_image is not None and suite is None:  # the image named replaces NVIDIA's or PyTorch's
         # the devel stand-in is made on the default bootstrapped base
@@ -820,7 +870,10 @@ def _ensure_base(
         return image
     suite = base_suite_of(base_image)
     standin_cuda = standin_cuda_of(base_image)
-    if suite is not None:
+    source_built = toolchain_named(suite) if suite is not None else None
+    if source_built is not None and source_built.source_built:
+        ensure_cpython_base(client, source_built, bootstrap=bootstrap, progress=progress)
+    elif suite is not None:
         if not bootstrap:
             raise ImageError(
                 f"base image {base_image} is missing; make it with `factory images bootstrap --suite {suite}`"
@@ -838,14 +891,21 @@ def _ensure_base(
     return image
 
 
-def base_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
-    """The image a builder image is made on: for pypi, `base_image` or the factory base whose Debian suite
-    ships `python`; for devel and manylinux, NVIDIA's devel image or PyTorch's manylinux builder for `cuda`
-    unless `base_image` names another image that is not a factory base (the devel stand-in, say)."""
+def base_image_for(
+    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> str:
+    """The image a builder image is made on: for pypi, `base_image` or the factory base of the job's
+    toolchain (`pypi_toolchain`: the suite that ships `python`, or for a glibc `floor` below its glibc the
+    base with a source-built `python`); for devel and manylinux, NVIDIA's devel image or PyTorch's manylinux
+    builder for `cuda` unless `base_image` names another image that is not a factory base (the devel
+    stand-in, say)."""
     if base_image is not None:
         check_image_reference(base_image, "base image")
     _check_flavor(flavor)
     if flavor == "pypi":
+        toolchain = None if base_image else pypi_toolchain(python, base_image=None, floor=floor)
+        if toolchain is not None:
+            return f"{BASE_REPOSITORY}:{toolchain.name}"
         return base_image or default_base_image(python)
     if flavor == "debian":
         # the toolkit is the suite's own package: only that suite's bootstrapped base carries it
@@ -863,13 +923,14 @@ def build_images(
     base_image: str | None = None,
     bootstrap: bool = True,
     progress: Progress | None = None,
+    floor: str | None = None,
 ) -> list[str]:
-    """`factory images build`: each Python's builder image (`ensure_builder_image`), an image that several
-    of `pythons` share built once; its tags, in the order of their first Python. Bad values are one line
-    before the daemon is asked anything."""
+    """`factory images build`: each Python's builder image (`ensure_builder_image`; for a glibc `floor`,
+    the one a job with that floor gets), an image that several of `pythons` share built once; its tags, in the
+    order of their first Python. Bad values are one line before the daemon is asked anything."""
     first_python: dict[str, str] = {}
     for python in pythons:
-        tag = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
+        tag = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, floor=floor)
         first_python.setdefault(tag, python)
     client = engine.connect()
     return [
@@ -881,6 +942,7 @@ def build_images(
             base_image=base_image,
             bootstrap=bootstrap,
             progress=progress,
+            floor=floor,
         )
         for python in first_python.values()
     ]
@@ -895,6 +957,7 @@ def ensure_builder_image(
     base_image: str | None = None,
     bootstrap: bool = True,
     progress: Progress | None = None,
+    floor: str | None = None,
 ) -> str:
     """The tag of a builder image for (cuda, python, flavor), built only when missing or its inputs changed.
 
@@ -905,10 +968,10 @@ def ensure_builder_image(
     another image that is not a factory base; the devel stand-in (`factory-standin:cuda<cuda>-devel`) is made
     when missing.
     """
-    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
+    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image, floor=floor)
     if toolchain is not None:
         return ensure_toolchain_image(
-            client, cuda=cuda, suite=toolchain.suite, flavor=flavor, bootstrap=bootstrap, progress=progress
+            client, cuda=cuda, suite=toolchain.name, flavor=flavor, bootstrap=bootstrap, progress=progress
         )
     name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
@@ -954,12 +1017,16 @@ def ensure_toolchain_image(
 ) -> str:
     """The tag of the builder image carrying every Python of `suite`'s toolchain and its one GCC
     (`factory-builder:cu13.0-forky-pypi`), built only when missing or its inputs changed. Its toolkit venv
-    (/opt/toolkit) runs on the toolchain's first Python; each job's venv uses the job's own."""
+    (/opt/toolkit) runs on the toolchain's first Python; each job's venv uses the job's own. `suite` is the
+    toolchain's name: a source-built one's base (`factory-base:bookworm-cpython`) is
+    `ensure_cpython_base`'s."""
     toolchain = toolchain_named(suite)
-    if toolchain is None or not toolchain.multi or flavor != "pypi":
+    if toolchain is None or not toolchain.own_image or flavor != "pypi":
         raise ImageError(f"no multi-Python {flavor} toolchain for suite {suite!r}")
     name = toolchain_image_name(cuda=cuda, suite=suite, flavor=flavor)
     base = f"{BASE_REPOSITORY}:{suite}"
+    if toolchain.source_built:
+        ensure_cpython_base(client, toolchain, bootstrap=bootstrap, progress=progress)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
     toolkit_python = toolchain.pythons[0]
     labels = {
@@ -967,7 +1034,7 @@ def ensure_toolchain_image(
         LABEL_CUDA: cuda,
         LABEL_PYTHON: " ".join(toolchain.pythons),
         LABEL_FLAVOR: flavor,
-        LABEL_SUITE: suite,
+        LABEL_SUITE: toolchain.suite,
     }
     if toolchain.gcc is not None:
         labels[LABEL_GCC] = toolchain.gcc
@@ -985,6 +1052,74 @@ def ensure_toolchain_image(
         network_mode="none",
         progress=progress,
     )
+
+
+CPYTHON_DOCKERFILE = "Dockerfile.cpython"
+
+
+def cpython_build_args(toolchain: Toolchain) -> dict[str, str]:
+    """The `--build-arg` values of docker/Dockerfile.cpython for a source-built toolchain."""
+    return {"BASE_IMAGE": f"{BASE_REPOSITORY}:{toolchain.suite}", "PYTHONS": " ".join(toolchain.pythons)}
+
+
+def ensure_cpython_base(
+    client: Any, toolchain: Toolchain, *, bootstrap: bool = True, progress: Progress | None = None
+) -> str:
+    """The tag of a source-built toolchain's base (`factory-base:bookworm-cpython`): the suite's bootstrapped
+    base plus each of its Pythons compiled from the pinned source tarball (factory/cpythonsrc.py), fetched
+    and verified on the host; built only when missing or its inputs (Dockerfile, suite base, tarballs)
+    changed. The build reaches the mirror for the libraries' headers."""
+    from factory import cpythonsrc
+
+    if not toolchain.source_built:
+        raise ImageError(f"toolchain {toolchain.name} has no source-built Python")
+    sources = [cpythonsrc.source_for(python) for python in toolchain.pythons]
+    name = f"{BASE_REPOSITORY}:{toolchain.name}"
+    suite_base = f"{BASE_REPOSITORY}:{toolchain.suite}"
+    base_obj = _ensure_base(client, suite_base, flavor="pypi", bootstrap=bootstrap, progress=progress)
+    dockerfile = _docker_file(CPYTHON_DOCKERFILE)
+    args = cpython_build_args(toolchain)
+    digest = inputs_hash(
+        dockerfile=dockerfile,
+        args=args,
+        base_id=base_obj.id,
+        wheels=(),
+        extra={f"cpython:{s.python}": s.sha256 for s in sources},
+    )
+    existing = engine.get_image(client, name)
+    if existing is not None and existing.labels.get(LABEL_INPUTS) == digest:
+        _say(progress, f"reusing {name}")
+        return name
+    mirror = base_obj.labels.get(LABEL_MIRROR) or host_apt_mirror() or DEFAULT_MIRROR
+    tarballs = {}
+    for source in sources:
+        _say(progress, f"fetching CPython {source.version}'s source from {mirror}")
+        tarballs[source.python] = cpythonsrc.fetch(source, mirror=mirror)
+    _say(progress, f"building {name} on {suite_base}: CPython {', '.join(s.version for s in sources)}")
+    labels = {
+        LABEL: "base",
+        LABEL_SUITE: toolchain.suite,
+        LABEL_PYTHON: " ".join(toolchain.pythons),
+        LABEL_INPUTS: digest,
+        LABEL_BASE: suite_base,
+    }
+    with tempfile.TemporaryDirectory(prefix="factory-image-") as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(dockerfile)
+        (context / "sources").mkdir()
+        for python, tarball in tarballs.items():
+            shutil.copyfile(tarball, context / "sources" / f"python{python}.tar.xz")
+        stage_ids = _build(
+            client, context, tag=name, buildargs=args, labels=labels, network_mode=None, progress=progress
+        )
+    built = engine.get_image(client, name)
+    if built is None:
+        raise ImageError(f"building {name} reported success but the image is not there")
+    if existing is not None and existing.id != built.id:
+        _remove_quietly(client, existing.id)
+    _remove_stage_images(client, built, stage_ids)
+    _say(progress, f"built {name}")
+    return name
 
 
 def ensure_standin_devel(
