@@ -258,6 +258,8 @@ def rebuild_matrix(
         build["images"] = {job.variant.cuda: b.images[job.variant.cuda]}
     if b.base_image:
         build["base_image"] = b.base_image
+    if job.glibc:  # the job's floor (torch's resolved to its version) picks its builder: the same one again
+        build["glibc"] = job.glibc
     needs.append("the build requirements' wheels (build_requirements) on the indexes the job's came from")
     document = {"package": package, "recipe": recipe.document, "matrix": axes, "build": build}
     return document, tuple(needs)

@@ -4,12 +4,13 @@ tarball the Debian mirror serves (images.pypi_toolchain, ensure_cpython_base, fa
 from __future__ import annotations
 
 import hashlib
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from factory import cpythonsrc, glibcfloor, images
+from factory import buildfacts, cpythonsrc, glibcfloor, images, provenance
 from factory.config import load_matrix_file
 from factory.errors import ImageError
 from factory.options import BuildOptions
@@ -147,12 +148,12 @@ def test_a_mirror_handing_over_other_bytes_is_refused(
     assert list(cpythonsrc.cache_path(source).parent.iterdir()) == []  # no partial file left
 
 
-def test_a_floor_below_forky_plans_python_313_on_the_source_built_builder(tmp_path: Path) -> None:
+def _floor_matrix(tmp_path: Path, glibc: str = '"2.36"') -> Path:
     path = tmp_path / "m.yaml"
     path.write_text(
         textwrap.dedent(
-            """\
-            package: {name: demo-ext, version: "0.1.0"}
+            f"""\
+            package: {{name: demo-ext, version: "0.1.0"}}
             matrix:
               cuda: ["13.0"]
               torch: ["2.14"]
@@ -161,11 +162,15 @@ def test_a_floor_below_forky_plans_python_313_on_the_source_built_builder(tmp_pa
               arch: ["8.0"]
             build:
               flavor: pypi
-              glibc: "2.36"
+              glibc: {glibc}
             """
         )
     )
-    mf = load_matrix_file(path)
+    return path
+
+
+def test_a_floor_below_forky_plans_python_313_on_the_source_built_builder(tmp_path: Path) -> None:
+    mf = load_matrix_file(_floor_matrix(tmp_path))
     plan = plan_matrix(mf)
     assert [(j.python, j.glibc) for j in plan.jobs] == [("3.11", "2.36"), ("3.13", "2.36")]
     shown = {
@@ -182,4 +187,24 @@ def test_a_floor_below_forky_plans_python_313_on_the_source_built_builder(tmp_pa
     )
     assert glibcfloor.check_platform(BuildOptions(flavor="pypi"), cuda="13.0", python="3.13") == (
         "manylinux_2_43_x86_64"
+    )
+
+
+def test_a_rebuild_keeps_the_floor_that_picked_the_builder(tmp_path: Path) -> None:
+    """`factory verify --rebuild` plans from the wheel's own matrix document: without the floor there, a
+    Python 3.13 job would build on forky and its bytes could not match."""
+    mf = load_matrix_file(_floor_matrix(tmp_path))
+    job = next(j for j in plan_matrix(mf).jobs if j.python == "3.13")
+    source = provenance.SourceFacts(kind="path", path="demo-ext", tree_sha256="0" * 64)
+    document, _ = buildfacts.rebuild_matrix(mf, job, source, buildfacts.recipe_facts(mf))
+    assert document["build"]["glibc"] == "2.36"
+    assert provenance.rebuild_matrix_problem(document) is None
+    rebuilt = tmp_path / "rebuilt"
+    (rebuilt / "demo-ext").mkdir(parents=True)
+    (rebuilt / "m.yaml").write_text(json.dumps(document))
+    again = plan_matrix(load_matrix_file(rebuilt / "m.yaml"))
+    (only,) = again.jobs
+    assert (
+        images.builder_image_for(cuda="13.0", python="3.13", flavor="pypi", base_image=None, floor=only.glibc)
+        == SOURCE_BUILT
     )
