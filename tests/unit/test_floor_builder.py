@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,18 @@ def test_a_rebuild_keeps_the_floor_that_picked_the_builder(tmp_path: Path) -> No
         images.builder_image_for(cuda="13.0", python="3.13", flavor="pypi", base_image=None, floor=only.glibc)
         == SOURCE_BUILT
     )
+
+
+@pytest.mark.parametrize(
+    ("glibc", "message"),
+    [
+        ("torch", "--glibc: name a version (build.glibc's `torch` depends on each job's torch)"),
+        ("2.3", "'2.3' is not a glibc version like 2.28"),
+    ],
+)
+def test_images_build_takes_a_floor_as_a_version_only(
+    glibc: str, message: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    code, output = factory_cli(["images", "build", "--cuda", "13.0", "--python", "3.13", "--glibc", glibc])
+    assert code == 2
+    assert message in output and "Traceback" not in output
