@@ -10,8 +10,13 @@ check (`wheelcheck.check_wheel`) refuses a wheel whose manylinux tag is above th
 `build.glibc` is a version ("2.28"), `torch` (each torch's own floor: the manylinux tag of its wheels, from
 the compatibility data or the index) or `builder` (the default: no floor declared; the builder's glibc bounds
 the wheels, and `factory matrix` shows how far above torch's that is). The default is not torch's floor
-because no builder this factory makes without a registry is that old (bookworm, the oldest base its mirror
-bootstraps, has 2.36): a default of 2.28 would refuse every matrix on such a host.
+because no builder this factory makes without a registry is that old (bookworm, the oldest base whose GCC
+compiles torch's C++20 headers, has 2.36): a default of 2.28 would refuse every matrix on such a host.
+
+The floor also picks the builder where a flavor has several for a job: the pypi flavor's Python 3.13 builds
+on forky (2.43) unless the floor is below that, then on bookworm with a source-built CPython (2.36;
+`images.pypi_toolchain`), so `build.glibc: "2.36"` is met for every Python this host builds without a registry
+but 3.14 and 3.15.
 """
 
 from __future__ import annotations
