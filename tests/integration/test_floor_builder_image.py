@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -123,9 +124,11 @@ def test_a_python_313_wheel_at_the_floor_installs_on_the_older_base(
     # A consumer on the older base: a fresh venv of its Python 3.13, torch and its CUDA wheels from the
     # job's wheelhouse (the host downloaded them), the wheel, no network, no toolkit; then import both.
     shared = Path(os.environ["FACTORY_HOME"]) / "wheelhouses"
+    found = re.search(r"==\s*(\d+(?:\.\d+)*)", torch_pin)  # "torch==2.14.*": the release it names
+    pinned = found.group(1) if found else "2.14"
     houses = [
         p.parent
-        for p in shared.glob("*/torch-2.14*-cp313-*.whl")
+        for p in shared.glob(f"*/torch-{pinned}*-cp313-*.whl")
         if any(p.parent.glob("nvidia_cuda_runtime*.whl"))  # torch with its CUDA wheels, as the check had it
     ]
     assert houses, "the job's wheelhouse with torch for cp313"
