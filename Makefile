@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image flash-attn-wheel test test-unit lint demo selector-screenshot preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages clean
+.PHONY: install toolkit docker images debian-image floor-image test-floor-builder flash-attn-wheel test test-unit lint demo selector-screenshot preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages clean
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,17 @@ images: install docker
 # The debian flavor's image (Debian trixie's nvidia-cuda-toolkit 12.4, about 5 GB): the CUDA 12 tests use it.
 debian-image: install docker
 	$(FACTORY) images build --cuda 12.8 --python 3.13 --flavor debian
+
+# The pypi flavor's builder for Python 3.13 on bookworm (glibc 2.36) with a CPython compiled from the Debian
+# mirror's source tarball: what a matrix with build.glibc below forky's 2.43 (2.36 to 2.42) gets for 3.13.
+# Not among `images`: compiling CPython takes minutes (docs/PUBLISH.md), and `make test` does not need it.
+floor-image: install docker
+	$(FACTORY) images build --cuda 13.0 --python 3.13 --flavor pypi --glibc 2.36
+
+# The demo extension for Python 3.13 built in that image, its wheel at or below manylinux_2_36, installed and
+# imported in a fresh container of the older base (tests/integration/test_floor_builder_image.py; not in CI).
+test-floor-builder: install toolkit docker floor-image
+	FACTORY_TEST_FLOOR_BUILDER=1 $(PY) -m pytest -ra tests/integration/test_floor_builder_image.py
 
 test: install toolkit docker images debian-image
 	$(PY) -m pytest -ra --durations=25

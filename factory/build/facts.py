@@ -121,9 +121,14 @@ def image_identity(mf: MatrixFile, job: Job, labels: Mapping[str, str]) -> dict[
     if explicit:
         return {"reference": explicit}
     cuda, python, flavor = job.variant.cuda, job.python, b.flavor
-    name = toolchains.builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
-    base = images.base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=b.base_image)
-    toolchain = toolchains.job_toolchain(python=python, flavor=flavor, base_image=b.base_image)
+    floor = job.glibc
+    name = toolchains.builder_image_for(
+        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor
+    )
+    base = images.base_image_for(
+        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor
+    )
+    toolchain = toolchains.job_toolchain(python=python, flavor=flavor, base_image=b.base_image, floor=floor)
     if toolchain is not None:
         dockerfile = images.toolchain_dockerfile_text()
         args = images.toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base)
@@ -248,6 +253,8 @@ def rebuild_matrix(
         build["images"] = {job.variant.cuda: b.images[job.variant.cuda]}
     if b.base_image:
         build["base_image"] = b.base_image
+    if job.glibc:  # the job's floor (torch's resolved to its version) picks its builder: the same one again
+        build["glibc"] = job.glibc
     needs.append("the build requirements' wheels (build_requirements) on the indexes the job's came from")
     document = {"package": package, "recipe": recipe.document, "matrix": axes, "build": build}
     return document, tuple(needs)

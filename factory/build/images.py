@@ -10,7 +10,10 @@ Flavors:
   image's /opt/python/cpXY-cpXY.
 - "pypi": any base with the job's Python plus the CUDA toolkit from NVIDIA's PyPI wheels (CUDA >= 13), built
   with the network off from a host-side wheelhouse. The default base, `factory-base:<suite>`, is made locally
-  with debootstrap, so this flavor works on hosts that reach no container registry.
+  with debootstrap, so this flavor works on hosts that reach no container registry. For a Python its suite
+  does not ship on a glibc old enough for the job's floor (3.13 below forky's 2.43), the base is
+  `factory-base:bookworm-cpython`: bookworm plus that CPython compiled from the Debian mirror's source tarball
+  (`ensure_cpython_base`, docker/Dockerfile.cpython, factory/build/cpythonsrc.py).
 - "debian": the distribution's own CUDA, `nvidia-cuda-toolkit` from Debian's non-free archive (trixie: CUDA
   12.4, g++-13), installed with apt on the bootstrapped `factory-base:trixie`; it builds the CUDA 12 variants
   (torch 2.9/2.10 are CUDA 12.8 builds: a lower toolkit minor is a warning to torch's extension builder, and
@@ -60,6 +63,7 @@ from factory.spec.toolchains import (
     cuda_major,
     debian_toolchain,
     job_toolchain,
+    pypi_toolchain,
     python_suite_for,
     standin_cuda_of,
     toolchain_image_name,
@@ -622,7 +626,10 @@ def _ensure_base(
         return image
     suite = base_suite_of(base_image)
     standin_cuda = standin_cuda_of(base_image)
-    if suite is not None:
+    source_built = toolchain_named(suite) if suite is not None else None
+    if source_built is not None and source_built.source_built:
+        ensure_cpython_base(client, source_built, bootstrap=bootstrap, progress=progress)
+    elif suite is not None:
         if not bootstrap:
             raise ImageError(
                 f"base image {base_image} is missing; make it with `factory images bootstrap --suite {suite}`"
@@ -640,14 +647,21 @@ def _ensure_base(
     return image
 
 
-def base_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
-    """The image a builder image is made on: for pypi, `base_image` or the factory base whose Debian suite
-    ships `python`; for devel and manylinux, NVIDIA's devel image or PyTorch's manylinux builder for `cuda`
-    unless `base_image` names another image that is not a factory base (the devel stand-in, say)."""
+def base_image_for(
+    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> str:
+    """The image a builder image is made on: for pypi, `base_image` or the factory base of the job's
+    toolchain (`pypi_toolchain`: the suite that ships `python`, or for a glibc `floor` below its glibc the
+    base with a source-built `python`); for devel and manylinux, NVIDIA's devel image or PyTorch's manylinux
+    builder for `cuda` unless `base_image` names another image that is not a factory base (the devel
+    stand-in, say)."""
     if base_image is not None:
         check_image_reference(base_image, "base image")
     _check_flavor(flavor)
     if flavor == "pypi":
+        toolchain = None if base_image else pypi_toolchain(python, base_image=None, floor=floor)
+        if toolchain is not None:
+            return f"{BASE_REPOSITORY}:{toolchain.name}"
         return base_image or default_base_image(python)
     if flavor == "debian":
         # the toolkit is the suite's own package: only that suite's bootstrapped base carries it
@@ -665,13 +679,14 @@ def build_images(
     base_image: str | None = None,
     bootstrap: bool = True,
     progress: Progress | None = None,
+    floor: str | None = None,
 ) -> list[str]:
-    """`factory images build`: each Python's builder image (`ensure_builder_image`), an image that several
-    of `pythons` share built once; its tags, in the order of their first Python. Bad values are one line
-    before the daemon is asked anything."""
+    """`factory images build`: each Python's builder image (`ensure_builder_image`; for a glibc `floor`,
+    the one a job with that floor gets), an image that several of `pythons` share built once; its tags, in the
+    order of their first Python. Bad values are one line before the daemon is asked anything."""
     first_python: dict[str, str] = {}
     for python in pythons:
-        tag = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
+        tag = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, floor=floor)
         first_python.setdefault(tag, python)
     client = engine.connect()
     return [
@@ -683,6 +698,7 @@ def build_images(
             base_image=base_image,
             bootstrap=bootstrap,
             progress=progress,
+            floor=floor,
         )
         for python in first_python.values()
     ]
@@ -697,6 +713,7 @@ def ensure_builder_image(
     base_image: str | None = None,
     bootstrap: bool = True,
     progress: Progress | None = None,
+    floor: str | None = None,
 ) -> str:
     """The tag of a builder image for (cuda, python, flavor), built only when missing or its inputs changed.
 
@@ -707,10 +724,10 @@ def ensure_builder_image(
     another image that is not a factory base; the devel stand-in (`factory-standin:cuda<cuda>-devel`) is made
     when missing.
     """
-    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
+    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image, floor=floor)
     if toolchain is not None:
         return ensure_toolchain_image(
-            client, cuda=cuda, suite=toolchain.suite, flavor=flavor, bootstrap=bootstrap, progress=progress
+            client, cuda=cuda, suite=toolchain.name, flavor=flavor, bootstrap=bootstrap, progress=progress
         )
     name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
@@ -756,12 +773,16 @@ def ensure_toolchain_image(
 ) -> str:
     """The tag of the builder image carrying every Python of `suite`'s toolchain and its one GCC
     (`factory-builder:cu13.0-forky-pypi`), built only when missing or its inputs changed. Its toolkit venv
-    (/opt/toolkit) runs on the toolchain's first Python; each job's venv uses the job's own."""
+    (/opt/toolkit) runs on the toolchain's first Python; each job's venv uses the job's own. `suite` is the
+    toolchain's name: a source-built one's base (`factory-base:bookworm-cpython`) is
+    `ensure_cpython_base`'s."""
     toolchain = toolchain_named(suite)
-    if toolchain is None or not toolchain.multi or flavor != "pypi":
+    if toolchain is None or not toolchain.own_image or flavor != "pypi":
         raise ImageError(f"no multi-Python {flavor} toolchain for suite {suite!r}")
     name = toolchain_image_name(cuda=cuda, suite=suite, flavor=flavor)
     base = f"{BASE_REPOSITORY}:{suite}"
+    if toolchain.source_built:
+        ensure_cpython_base(client, toolchain, bootstrap=bootstrap, progress=progress)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
     toolkit_python = toolchain.pythons[0]
     labels = {
@@ -769,7 +790,7 @@ def ensure_toolchain_image(
         LABEL_CUDA: cuda,
         LABEL_PYTHON: " ".join(toolchain.pythons),
         LABEL_FLAVOR: flavor,
-        LABEL_SUITE: suite,
+        LABEL_SUITE: toolchain.suite,
     }
     if toolchain.gcc is not None:
         labels[LABEL_GCC] = toolchain.gcc
@@ -787,6 +808,74 @@ def ensure_toolchain_image(
         network_mode="none",
         progress=progress,
     )
+
+
+CPYTHON_DOCKERFILE = "Dockerfile.cpython"
+
+
+def cpython_build_args(toolchain: Toolchain) -> dict[str, str]:
+    """The `--build-arg` values of docker/Dockerfile.cpython for a source-built toolchain."""
+    return {"BASE_IMAGE": f"{BASE_REPOSITORY}:{toolchain.suite}", "PYTHONS": " ".join(toolchain.pythons)}
+
+
+def ensure_cpython_base(
+    client: Any, toolchain: Toolchain, *, bootstrap: bool = True, progress: Progress | None = None
+) -> str:
+    """The tag of a source-built toolchain's base (`factory-base:bookworm-cpython`): the suite's bootstrapped
+    base plus each of its Pythons compiled from the pinned source tarball (factory/build/cpythonsrc.py),
+    fetched and verified on the host; built only when missing or its inputs (Dockerfile, suite base,
+    tarballs) changed. The build reaches the mirror for the libraries' headers."""
+    from factory.build import cpythonsrc
+
+    if not toolchain.source_built:
+        raise ImageError(f"toolchain {toolchain.name} has no source-built Python")
+    sources = [cpythonsrc.source_for(python) for python in toolchain.pythons]
+    name = f"{BASE_REPOSITORY}:{toolchain.name}"
+    suite_base = f"{BASE_REPOSITORY}:{toolchain.suite}"
+    base_obj = _ensure_base(client, suite_base, flavor="pypi", bootstrap=bootstrap, progress=progress)
+    dockerfile = _docker_file(CPYTHON_DOCKERFILE)
+    args = cpython_build_args(toolchain)
+    digest = inputs_hash(
+        dockerfile=dockerfile,
+        args=args,
+        base_id=base_obj.id,
+        wheels=(),
+        extra={f"cpython:{s.python}": s.sha256 for s in sources},
+    )
+    existing = engine.get_image(client, name)
+    if existing is not None and existing.labels.get(LABEL_INPUTS) == digest:
+        _say(progress, f"reusing {name}")
+        return name
+    mirror = base_obj.labels.get(LABEL_MIRROR) or host_apt_mirror() or DEFAULT_MIRROR
+    tarballs = {}
+    for source in sources:
+        _say(progress, f"fetching CPython {source.version}'s source from {mirror}")
+        tarballs[source.python] = cpythonsrc.fetch(source, mirror=mirror)
+    _say(progress, f"building {name} on {suite_base}: CPython {', '.join(s.version for s in sources)}")
+    labels = {
+        LABEL: "base",
+        LABEL_SUITE: toolchain.suite,
+        LABEL_PYTHON: " ".join(toolchain.pythons),
+        LABEL_INPUTS: digest,
+        LABEL_BASE: suite_base,
+    }
+    with tempfile.TemporaryDirectory(prefix="factory-image-") as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(dockerfile)
+        (context / "sources").mkdir()
+        for python, tarball in tarballs.items():
+            shutil.copyfile(tarball, context / "sources" / f"python{python}.tar.xz")
+        stage_ids = _build(
+            client, context, tag=name, buildargs=args, labels=labels, network_mode=None, progress=progress
+        )
+    built = engine.get_image(client, name)
+    if built is None:
+        raise ImageError(f"building {name} reported success but the image is not there")
+    if existing is not None and existing.id != built.id:
+        _remove_quietly(client, existing.id)
+    _remove_stage_images(client, built, stage_ids)
+    _say(progress, f"built {name}")
+    return name
 
 
 def ensure_standin_devel(

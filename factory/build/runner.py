@@ -201,7 +201,11 @@ class Runner:
             return self._once(f"image:{explicit}", lambda: self._explicit_image(explicit))
         # Keyed by the image, not the Python: the Pythons of one toolchain share one image, made once.
         name = toolchains.builder_image_for(
-            cuda=job.variant.cuda, python=job.python, flavor=b.flavor, base_image=b.base_image
+            cuda=job.variant.cuda,
+            python=job.python,
+            flavor=b.flavor,
+            base_image=b.base_image,
+            floor=job.glibc,
         )
         return self._once(
             f"image:{name}",
@@ -212,6 +216,7 @@ class Runner:
                 flavor=b.flavor,
                 base_image=b.base_image,
                 progress=self.log,
+                floor=job.glibc,
             ),
         )
 
@@ -319,7 +324,7 @@ class Runner:
         extra = (*(() if index is None else (index,)), *dict.fromkeys(ours))
         platform = (
             glibcfloor.check_platform(
-                self.mf.build, cuda=job.variant.cuda, python=job.python, target=job.platform
+                self.mf.build, cuda=job.variant.cuda, python=job.python, target=job.platform, floor=job.glibc
             )
             if ours or built
             else None

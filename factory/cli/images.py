@@ -103,10 +103,23 @@ def build(
     no_bootstrap: Annotated[
         bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
     ] = False,
+    glibc: Annotated[
+        str | None,
+        typer.Option(
+            metavar="VERSION",
+            help="The glibc floor the wheels must install on (as build.glibc): the builder a job with that "
+            "floor gets (pypi, Python 3.13, 2.36: bookworm with a source-built CPython).",
+        ),
+    ] = None,
 ) -> None:
     """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
     from factory.build import images
+    from factory.core.errors import ConfigError
+    from factory.spec.config import GLIBC_TORCH, parse_glibc_floor
 
+    floor = parse_glibc_floor(glibc) if glibc is not None else None
+    if floor == GLIBC_TORCH:
+        raise ConfigError("--glibc: name a version (build.glibc's `torch` depends on each job's torch)")
     tags = images.build_images(
         cuda=cuda,
         pythons=python,
@@ -114,6 +127,7 @@ def build(
         base_image=base,
         bootstrap=not no_bootstrap,
         progress=_progress,
+        floor=floor,
     )
     for tag in tags:
         typer.echo(tag)

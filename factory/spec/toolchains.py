@@ -42,20 +42,41 @@ class Toolchain:
     # The suite's glibc: no symbol a wheel compiled here needs is newer, so it bounds the wheel's manylinux
     # tag (`builder_glibc`; measured with `ldd --version` in factory-base:<suite>).
     glibc: str | None = None
+    # The Pythons are compiled from CPython's source on the suite's base (`images.ensure_cpython_base`,
+    # factory-base:<suite>-cpython), not the suite's packages: a Python the suite does not ship, on its glibc.
+    source_built: bool = False
+
+    @property
+    def name(self) -> str:
+        """The toolchain's name in image tags: its suite, "-cpython" added for source-built Pythons."""
+        return f"{self.suite}-cpython" if self.source_built else self.suite
 
     @property
     def multi(self) -> bool:
         return len(self.pythons) > 1
+
+    @property
+    def own_image(self) -> bool:
+        """Its jobs run in one image of the toolchain's (`images.ensure_toolchain_image`): several Pythons
+        share it, or its Pythons are none of the suite's packages."""
+        return self.multi or self.source_built
 
 
 # forky (Debian testing) ships python3.13, 3.14 and 3.15 and g++-12..16; nvcc 13.0 refuses GCC > 15, and
 # g++-14 is the compiler of trixie and of the most CUDA 13 builds, so it is the one pinned.
 # trixie's nvidia-cuda-toolkit is CUDA 12.4, whose nvcc takes GCC <= 13: g++-13 is pinned there. Listed after
 # forky, so the pypi flavor's Python 3.13 keeps forky's multi-Python toolchain.
+# bookworm-cpython: bookworm's glibc 2.36 and GCC 12 with a CPython 3.13 compiled from source
+# (factory/build/cpythonsrc.py), the pypi flavor's builder for a Python 3.13 job whose glibc floor
+# (build.glibc) forky's 2.43 is above. Listed last: without a floor below forky's, forky stays the builder.
+# Older is out of reach from the mirror: bullseye (2.31) has GCC 10, which gives -std=c++20 a __cplusplus of
+# 201709L, and torch 2.14's headers `#error` on anything below 202002L (measured; docs/PUBLISH.md).
 TOOLCHAINS = (
     Toolchain(suite="bookworm", pythons=("3.11",), glibc="2.36"),
     Toolchain(suite="forky", pythons=("3.13", "3.14", "3.15"), gcc="14", glibc="2.43"),
     Toolchain(suite="trixie", pythons=("3.13",), gcc="13", cuda="12.4", glibc="2.41"),
+    # gcc: bookworm's one g++ (12), named so the toolchain image checks every compiler name is it
+    Toolchain(suite="bookworm", pythons=("3.13",), gcc="12", glibc="2.36", source_built=True),
 )
 
 # The glibc of the other flavors' bases: NVIDIA's devel images by their OS, PyTorch's manylinux_2_28 builder
@@ -71,8 +92,9 @@ _VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 
 
 def toolchain_named(suite: str) -> Toolchain | None:
-    """The toolchain of a suite, None for a suite the factory bootstraps with its default packages."""
-    return next((t for t in TOOLCHAINS if t.suite == suite), None)
+    """The toolchain of a suite (or of a toolchain name: "bookworm-cpython"), None for a suite the factory
+    bootstraps with its default packages."""
+    return next((t for t in TOOLCHAINS if t.name == suite), None)
 
 
 def toolchain_for(pythons: Sequence[str]) -> Toolchain:
@@ -80,9 +102,9 @@ def toolchain_for(pythons: Sequence[str]) -> Toolchain:
     for python in pythons:
         _check_version("Python", python)
     for toolchain in TOOLCHAINS:
-        if all(p in toolchain.pythons for p in pythons):
+        if not toolchain.source_built and all(p in toolchain.pythons for p in pythons):
             return toolchain
-    known = "; ".join(f"{t.suite}: {', '.join(t.pythons)}" for t in TOOLCHAINS)
+    known = "; ".join(f"{t.suite}: {', '.join(t.pythons)}" for t in TOOLCHAINS if not t.source_built)
     what = f"Python {pythons[0]}" if len(pythons) == 1 else f"Pythons {', '.join(pythons)} together"
     raise ImageError(
         f"no Debian suite ships {what} for a bootstrapped base (known: {known}); pass a base image with "
@@ -122,19 +144,38 @@ def toolchain_image_name(*, cuda: str, suite: str, flavor: str) -> str:
     return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}"
 
 
-def job_toolchain(*, python: str, flavor: str, base_image: str | None) -> Toolchain | None:
-    """The multi-Python toolchain a job builds with: the pypi flavor on a factory base (the default, or the
-    toolchain's own base named in build.base_image) whose suite ships several Pythons, `python` among them.
-    None: the job gets a builder image of its own Python."""
+def pypi_toolchain(python: str, *, base_image: str | None, floor: str | None = None) -> Toolchain | None:
+    """The toolchain the pypi flavor builds a `python` job with: the one build.base_image names (a factory
+    base: `factory-base:forky`, `factory-base:bookworm-cpython`), else the first that carries `python`, unless
+    a glibc floor is declared that its glibc is above: then the newest-glibc toolchain at or below the floor
+    (Python 3.13 with floor 2.36: bookworm-cpython), or the oldest where none is. None where no toolchain
+    carries `python`."""
+    candidates = [t for t in TOOLCHAINS if python in t.pythons and t.cuda is None]
+    if base_image is not None:
+        named = base_suite_of(base_image)
+        return next((t for t in candidates if t.name == named), None)
+    if not candidates:
+        return None
+    first = candidates[0]
+    if floor is None or first.glibc is None or version_key(first.glibc) <= version_key(floor):
+        return first
+    meeting = [t for t in candidates if t.glibc is not None and version_key(t.glibc) <= version_key(floor)]
+    if meeting:
+        return max(meeting, key=lambda t: version_key(t.glibc or "0"))
+    # none meets it (the plan refuses the job): the closest, which the refusal names
+    return min(candidates, key=lambda t: version_key(t.glibc or "999"))
+
+
+def job_toolchain(
+    *, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> Toolchain | None:
+    """The toolchain whose own image a job builds in (`pypi_toolchain`, for the job's glibc floor): the pypi
+    flavor on a factory base whose suite ships several Pythons, `python` among them, or whose Pythons are
+    source-built. None: the job gets a builder image of its own Python."""
     if flavor != "pypi":
         return None
-    try:
-        toolchain = toolchain_for([python])
-    except ImageError:
-        return None
-    if base_image is not None and base_suite_of(base_image) != toolchain.suite:
-        return None
-    return toolchain if toolchain.multi else None
+    toolchain = pypi_toolchain(python, base_image=base_image, floor=floor)
+    return toolchain if toolchain is not None and toolchain.own_image else None
 
 
 def debian_toolchain(*, cuda: str, python: str) -> Toolchain:
@@ -175,21 +216,26 @@ def toolkit_cuda(*, cuda: str, python: str, flavor: str) -> str:
     return cuda
 
 
-def builder_image_for(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str:
+def builder_image_for(
+    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> str:
     """The builder image a job of (cuda, python) runs in: the toolchain image when the job has one (every
-    Python of a variant then compiles with one compiler), else the image of its own Python. The debian
-    flavor's image is its suite's, named by the toolkit's CUDA (every CUDA 12 variant shares it)."""
+    Python of a variant then compiles with one compiler; for a glibc `floor`, one whose glibc meets it where
+    there is such), else the image of its own Python. The debian flavor's image is its suite's, named by the
+    toolkit's CUDA (every CUDA 12 variant shares it)."""
     if flavor == "debian":
         debian = debian_toolchain(cuda=cuda, python=python)
         assert debian.cuda is not None
         return toolchain_image_name(cuda=debian.cuda, suite=debian.suite, flavor=flavor)
-    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image)
+    toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image, floor=floor)
     if toolchain is not None:
-        return toolchain_image_name(cuda=cuda, suite=toolchain.suite, flavor=flavor)
+        return toolchain_image_name(cuda=cuda, suite=toolchain.name, flavor=flavor)
     return builder_image_name(cuda=cuda, python=python, flavor=flavor)
 
 
-def builder_glibc(*, cuda: str, python: str, flavor: str, base_image: str | None) -> str | None:
+def builder_glibc(
+    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+) -> str | None:
     """The glibc of the builder a (cuda, python) job of `flavor` compiles in ("2.36" for bookworm), the
     newest a wheel made there can need; None where the factory does not know the base (an image of the
     user's own). ImageError where the flavor has no builder for the job (the debian flavor's CUDA, a Python
@@ -201,7 +247,8 @@ def builder_glibc(*, cuda: str, python: str, flavor: str, base_image: str | None
     if flavor == "pypi":
         _check_pypi_toolkit(cuda)
         if base_image is None:
-            return toolchain_for([python]).glibc
+            toolchain = pypi_toolchain(python, base_image=None, floor=floor)
+            return (toolchain or toolchain_for([python])).glibc
         return toolchain_glibc(suite) if suite is not None else None
     if base_image is not None and suite is None:  # the image named replaces NVIDIA's or PyTorch's
         # the devel stand-in is made on the default bootstrapped base

@@ -310,6 +310,7 @@ _REBUILD_MATRIX: dict[str, Any] = {
         "torch_index?": _STR_MAP,
         "images?": _STR_MAP,
         "base_image?": str,
+        "glibc?": str,
     },
 }
 _REBUILD_SOURCES: dict[str, dict[str, Any]] = {"git": {"git": str, "ref": str}, "path": {"path": str}}

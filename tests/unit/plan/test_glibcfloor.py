@@ -103,26 +103,42 @@ def test_a_builder_above_the_floor_is_refused_naming_one_that_can() -> None:
     assert glibcfloor.floor_problem(pypi, None, cuda="13.0", python="3.13") is None
     assert glibcfloor.floor_problem(pypi, "2.43", cuda="13.0", python="3.13") is None
     assert glibcfloor.floor_problem(pypi, "2.36", cuda="13.0", python="3.11") is None
+    # below every builder made without a registry: the closest is the one named, and the value it meets
     assert glibcfloor.floor_problem(pypi, "2.28", cuda="13.0", python="3.13") == (
-        "build.glibc 2.28: flavor pypi compiles CUDA 13.0 / Python 3.13 in factory-builder:cu13.0-forky-pypi "
-        "(glibc 2.43), whose wheels may need glibc up to 2.43; flavor manylinux (glibc 2.28) can (its base "
-        "comes from a registry: `docker load` it where none is reachable)"
+        "build.glibc 2.28: flavor pypi compiles CUDA 13.0 / Python 3.13 in "
+        "factory-builder:cu13.0-bookworm-cpython-pypi (glibc 2.36), whose wheels may need glibc up to 2.36; "
+        "flavor manylinux (glibc 2.28) can (its base comes from a registry: `docker load` it where none is "
+        "reachable); without a registry the oldest is flavor pypi "
+        '(factory-builder:cu13.0-bookworm-cpython-pypi, glibc 2.36): build.glibc "2.36"'
     )
-    problem = glibcfloor.floor_problem(pypi, "2.36", cuda="13.0", python="3.13")
+    # forky's Python 3.13 is above 2.36, the source-built one on bookworm meets it: no problem
+    assert glibcfloor.floor_problem(pypi, "2.36", cuda="13.0", python="3.13") is None
+    problem = glibcfloor.floor_problem(pypi, "2.35", cuda="13.0", python="3.13")
     assert problem is not None and problem.endswith(
         "flavor manylinux (glibc 2.28) or devel (glibc 2.35) can (its base comes from a registry: "
-        "`docker load` it where none is reachable)"
+        "`docker load` it where none is reachable); without a registry the oldest is flavor pypi "
+        '(factory-builder:cu13.0-bookworm-cpython-pypi, glibc 2.36): build.glibc "2.36"'
+    )
+    # a builder named above the floor is told of the pypi flavor's own builder that meets it
+    forky_base = BuildOptions(flavor="pypi", base_image="factory-base:forky")
+    named = glibcfloor.floor_problem(forky_base, "2.36", cuda="13.0", python="3.13")
+    assert named is not None and named.endswith(
+        "flavor manylinux (glibc 2.28) or devel (glibc 2.35) or pypi "
+        "(factory-builder:cu13.0-bookworm-cpython-pypi, glibc 2.36) can"
     )
     # the pypi flavor on its default base meets it: no registry needed, none said
     forky = BuildOptions(flavor="pypi", base_image="factory-base:forky")
     assert glibcfloor.floor_problem(forky, "2.36", cuda="13.0", python="3.11") == (
         "build.glibc 2.36: flavor pypi compiles CUDA 13.0 / Python 3.11 in "
         "factory-builder:cu13.0-py3.11-pypi (glibc 2.43), whose wheels may need glibc up to 2.43; flavor "
-        "manylinux (glibc 2.28) or devel (glibc 2.35) or pypi (glibc 2.36) can"
+        "manylinux (glibc 2.28) or devel (glibc 2.35) or pypi (factory-builder:cu13.0-py3.11-pypi, "
+        "glibc 2.36) can"
     )
     none = glibcfloor.floor_problem(pypi, "2.20", cuda="13.0", python="3.13")
     assert none is not None and none.endswith(
-        "no flavor's builder is that old: lower the floor or name an older builder in build.images"
+        "no flavor's builder is that old: lower the floor or name an older builder in build.images; without "
+        "a registry the oldest is flavor pypi (factory-builder:cu13.0-bookworm-cpython-pypi, glibc 2.36): "
+        'build.glibc "2.36"'
     )
     # an image of the user's own: its glibc is not known here, the wheel check decides
     own = BuildOptions(flavor="pypi", images={"13.0": "registry.example/builder:1"})
@@ -185,7 +201,8 @@ def test_a_plan_whose_builder_cannot_meet_the_floor_is_refused(tmp_path: Path) -
         "build.glibc 2.28: flavor pypi compiles CUDA 13.0 / Python 3.11 in "
         "factory-builder:cu13.0-py3.11-pypi (glibc 2.36), whose wheels may need glibc up to 2.36; "
         "flavor manylinux (glibc 2.28) can (its base comes from a registry: `docker load` it where none is "
-        "reachable)"
+        "reachable); without a registry the oldest is flavor pypi (factory-builder:cu13.0-py3.11-pypi, "
+        'glibc 2.36): build.glibc "2.36"'
     )
     met = plan_matrix(load_matrix_file(matrix(tmp_path, "flavor: manylinux\nglibc: torch\n")))
     assert [(j.python, j.glibc, j.to_json()["glibc"]) for j in met.jobs] == [
