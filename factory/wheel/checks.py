@@ -41,27 +41,17 @@ from factory.core.variants import Arch
 from factory.spec import abi3
 from factory.spec.abi3 import ABI3
 from factory.spec.stable_abi import module_problem as stable_abi_module_problem
-from factory.spec.stable_abi import torch_requirement as stable_abi_requirement
+from factory.spec.torchreq import TORCH as _TORCH
+from factory.spec.torchreq import torch_requirement
 from factory.wheel.fatbin import read_device_code
 from factory.wheel.platform_tag import audit, vendored_torch_libraries
 
-_TORCH = "torch"
 _RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _COPY_CHUNK = 1 << 20
 MAX_METADATA_BYTES = 16 << 20  # a METADATA read to rewrite it (long descriptions are a few hundred KiB)
 
 
 # --- small pure helpers -------------------------------------------------------------------------------------
-
-
-def torch_pin(torch_version: str) -> Requirement:
-    """`torch==X.Y.*` for the torch a wheel was built against ("2.14.1+cu130" -> torch==2.14.*)."""
-    try:
-        release = Version(torch_version).release
-    except InvalidVersion:
-        raise CheckError(f"torch version {torch_version!r} is not a PEP 440 version") from None
-    major, minor = (*release, 0)[:2]
-    return Requirement(f"{_TORCH}=={major}.{minor}.*")
 
 
 def record_hash(data: bytes) -> str:
@@ -109,10 +99,12 @@ def _requirement_of(header: str) -> Requirement | None:
         return None
 
 
-def wheel_torch_requirement(torch_version: str, stable_abi: str | None = None) -> Requirement:
-    """What a wheel requires of torch: `torch==X.Y.*` (`torch_pin`), or for a stable-ABI wheel
-    `torch>=FLOOR` (every later torch: the page it is listed on picks the CUDA build)."""
-    return stable_abi_requirement(stable_abi) if stable_abi else torch_pin(torch_version)
+def _wheel_requirement(torch_version: str, stable_abi: str | None) -> Requirement:
+    """`torchreq.torch_requirement`, a torch that is no version a CheckError (it came from the build)."""
+    try:
+        return torch_requirement(torch_version, stable_abi=stable_abi or None)
+    except ValueError as exc:
+        raise CheckError(str(exc)) from None
 
 
 def pin_torch_in_metadata(
@@ -124,7 +116,7 @@ def pin_torch_in_metadata(
 
     The extension links against that torch's C++ ABI whatever extras were chosen, hence no marker survives.
     """
-    pin = wheel_torch_requirement(torch_version, stable_abi)
+    pin = _wheel_requirement(torch_version, stable_abi)
     headers, body = _split_headers(text)
     newline = "\r\n" if headers and headers[0].endswith("\r\n") else "\n"
     pin_line = "".join(f"Requires-Dist: {r}{newline}" for r in (str(pin), *requires))
@@ -597,7 +589,7 @@ def check_wheel(
             archive,
             name=name,
             file_version=file_version,
-            torch_requirement=wheel_torch_requirement(torch_version, stable_abi),
+            torch_requirement=_wheel_requirement(torch_version, stable_abi),
             tags={str(t) for t in tags},
             expected=_cubin_targets(archs),
             host_only=tuple(host_only),
