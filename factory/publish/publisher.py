@@ -40,10 +40,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from factory.build import checkrecord
-from factory.core import bounded
+from factory.core import bounded, storeurl
 from factory.core.errors import CheckError, ConfigError, PublishError
 from factory.core.tags import python_tag
-from factory.core.validate import check_destination
 from factory.publish import index, site, wheelvariants
 from factory.publish.index import FileRecord, PageRef
 from factory.publish.stores import (
@@ -987,7 +986,7 @@ def publish_directory(
     """`factory publish`: the wheels of a build's output directory (`wheels_in`), with its report.json when
     no `report` is given and it has one (`publish_wheels`). A misspelt `to` fails before the wheels
     are read."""
-    check_destination(to)
+    storeurl.parse(to)
     wheels = wheels_in(wheel_dir)
     if report is None and (wheel_dir / "report.json").is_file():
         report = wheel_dir / "report.json"

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from factory.cache.sync import CacheConfig
-from factory.core import strictjson
+from factory.core import storeurl, strictjson
 from factory.core.errors import CheckError
 from factory.publish import index
 
@@ -79,7 +79,7 @@ def cache_setting(config: CacheConfig | None) -> str:
         return "off"
     if config.store is None:
         return "local"
-    return "s3" if config.store.startswith("s3://") else "directory"
+    return storeurl.parse(config.store, what="the cache store").kind
 
 
 def ci_run_url(environ: Mapping[str, str] | None = None) -> str | None:
