@@ -14,7 +14,7 @@ in is here:
   which wakes a read blocked on them) and a byte cap; a `file:` URL goes through `open_file`.
 - `open_zip`: a zip whose central directory holds more than `MAX_ZIP_ENTRIES` entries is refused before
   `zipfile` builds an object per entry (counted from the directory itself, not from the count its end record
-  claims).
+  claims); `read_member`: one member's bytes, inflated no further than a cap, whatever its entry declares.
 - `run_output`: a tool's stdout, at most a cap, within a time limit.
 """
 
@@ -34,6 +34,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
@@ -200,6 +201,41 @@ def open_zip(source: Path | str | Seekable, *, max_entries: int | None = None) -
     zip_entries(source, max_entries=limit)
     source.seek(0)
     return zipfile.ZipFile(source)  # zipfile reads through seek, tell and read
+
+
+class BadMember(OSError):
+    """A zip member that cannot be read: a CRC mismatch, bad deflate data, an unknown compression method,
+    encryption, a truncated file (the message is zipfile's or zlib's)."""
+
+
+# What reading a damaged or unsupported zip member raises (streaming it: `read_member` raises BadMember)
+MEMBER_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+    RuntimeError,
+    EOFError,
+    OSError,
+    ValueError,
+)
+
+
+def read_member(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, *, max_bytes: int) -> bytes:
+    """The bytes of one member of `archive`, never inflated past `max_bytes` + 1: Refused (naming the member)
+    when its entry declares more (inflated or compressed) or its stream holds more than its entry declares;
+    KeyError when there is no such member; BadMember when it cannot be read."""
+    info = member if isinstance(member, zipfile.ZipInfo) else archive.getinfo(member)
+    declared = max(info.file_size, info.compress_size)
+    if declared > max_bytes:
+        raise Refused(f"{info.filename}: {declared} bytes, over the {size_text(max_bytes)} it may have")
+    try:
+        with archive.open(info) as fh:
+            data = fh.read(max_bytes + 1)
+    except MEMBER_ERRORS as exc:
+        raise BadMember(str(exc) or type(exc).__name__) from None
+    if len(data) > max_bytes:  # the entry said less than its stream holds
+        raise Refused(f"{info.filename}: over the {size_text(max_bytes)} it may have")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------- URLs

@@ -28,8 +28,6 @@ import hashlib
 import json
 import shutil
 import tempfile
-import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -127,16 +125,15 @@ def read_metadata(source: Path | IO[bytes], shown: str) -> bytes:
             candidates = [i for i in candidates if i.filename.endswith(".dist-info/METADATA")]
             if len(candidates) != 1:
                 raise ConfigError(f"{shown}: expected one *.dist-info/METADATA, found {len(candidates)}")
-            with zf.open(candidates[0]) as fh:
-                metadata = fh.read(MAX_METADATA_BYTES + 1)
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as exc:
+            try:
+                return bounded.read_member(zf, candidates[0], max_bytes=MAX_METADATA_BYTES)
+            except bounded.Refused:
+                raise ConfigError(
+                    f"{shown}: METADATA is larger than {MAX_METADATA_BYTES // (1 << 20)} MiB, the most this "
+                    "index publishes (core metadata is normally a few KB)"
+                ) from None
+    except bounded.MEMBER_ERRORS as exc:
         raise ConfigError(f"{shown}: cannot read wheel ({exc})") from None
-    if len(metadata) > MAX_METADATA_BYTES:
-        raise ConfigError(
-            f"{shown}: METADATA is larger than {MAX_METADATA_BYTES // (1 << 20)} MiB, the most this index "
-            "publishes (core metadata is normally a few KB)"
-        )
-    return metadata
 
 
 def check_metadata(metadata: bytes, *, name: str, version: Version, shown: str) -> str | None:

@@ -18,7 +18,6 @@ import os
 import shutil
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -49,6 +48,7 @@ from factory.wheel.platform_tag import audit, vendored_torch_libraries
 _RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _COPY_CHUNK = 1 << 20
 MAX_METADATA_BYTES = 16 << 20  # a METADATA read to rewrite it (long descriptions are a few hundred KiB)
+MAX_RECORD_BYTES = 64 << 20  # RECORD: a line per file, ~100 bytes each (torch's wheel: ~13,000 files)
 
 
 # --- small pure helpers -------------------------------------------------------------------------------------
@@ -156,9 +156,7 @@ def _dist_info_dirs(names: Iterable[str]) -> list[str]:
     )
 
 
-# What reading a damaged or unsupported zip member raises (a CRC mismatch, bad deflate data, an unknown
-# compression method, encryption, a truncated file).
-_UNREADABLE = (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError, OSError)
+_UNREADABLE = bounded.MEMBER_ERRORS
 
 
 def member_path_problem(name: str) -> str | None:
@@ -176,8 +174,9 @@ def member_path_problem(name: str) -> str | None:
 
 def _record_rows(archive: zipfile.ZipFile, record_path: str) -> list[list[str]] | str:
     try:
-        return list(csv.reader(io.StringIO(archive.read(record_path).decode("utf-8"))))
-    except (KeyError, UnicodeDecodeError, csv.Error, *_UNREADABLE) as exc:
+        data = bounded.read_member(archive, record_path, max_bytes=MAX_RECORD_BYTES)
+        return list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    except (KeyError, UnicodeDecodeError, csv.Error, OSError) as exc:  # OSError: Refused, BadMember
         return f"RECORD: cannot be read ({exc})"
 
 
@@ -293,18 +292,13 @@ def _read_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str) -> str
     """METADATA's text, read within MAX_METADATA_BYTES (the wheel came out of a build container)."""
     path = f"{dist_info}/METADATA"
     try:
-        info = archive.getinfo(path)
+        data = bounded.read_member(archive, path, max_bytes=MAX_METADATA_BYTES)
     except KeyError:
         raise CheckError(f"{wheel.name}: {path} is missing") from None
-    if info.file_size > MAX_METADATA_BYTES:
-        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB")
-    try:
-        with archive.open(info) as handle:
-            data = handle.read(MAX_METADATA_BYTES + 1)
-    except _UNREADABLE as exc:
+    except bounded.Refused:
+        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB") from None
+    except bounded.BadMember as exc:
         raise CheckError(f"{wheel.name}: {path} cannot be read ({exc})") from None
-    if len(data) > MAX_METADATA_BYTES:
-        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

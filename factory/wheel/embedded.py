@@ -64,19 +64,13 @@ def _dist_info(archive: zipfile.ZipFile, wheel: str) -> str:
 
 def _member(archive: zipfile.ZipFile, name: str, limit: int, wheel: str) -> bytes:
     try:
-        info = archive.getinfo(name)
+        return bounded.read_member(archive, name, max_bytes=limit)
     except KeyError:
         raise CheckError(f"{wheel}: has no {name}") from None
-    if info.file_size > limit:
-        raise CheckError(f"{wheel}: {name} is {info.file_size} bytes, over the {limit >> 20} MiB it may have")
-    try:
-        with archive.open(info) as fh:
-            data = fh.read(limit + 1)
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+    except bounded.Refused as exc:
+        raise CheckError(f"{wheel}: {exc}") from None
+    except bounded.BadMember as exc:
         raise CheckError(f"{wheel}: {name} cannot be read ({exc})") from None
-    if len(data) > limit:  # the zip's header said less than its stream holds
-        raise CheckError(f"{wheel}: {name} is over the {limit >> 20} MiB it may have")
-    return data
 
 
 def read(wheel: Path) -> Found:

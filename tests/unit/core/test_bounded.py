@@ -3,6 +3,7 @@ on; a file, a page, a download, a zip, a tool's output is capped; a network read
 
 from __future__ import annotations
 
+import ast
 import os
 import struct
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import factory
 from factory.build import source
 from factory.consume import hostgpu, verify, which
 from factory.core import bounded
@@ -364,3 +366,86 @@ def test_a_response_body_is_capped_as_it_is_read(tmp_path: Path) -> None:
             body.read_all()
     with open(path, "rb") as fh:
         assert bounded.Body(fh, deadline=None, max_bytes=100, shown="u").read_all() == b"x" * 100
+
+
+def _member_zip(tmp_path: Path, data: bytes = b"a" * 1000) -> Path:
+    path = tmp_path / "m.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("d/m", data)
+    return path
+
+
+def test_a_member_is_read_within_its_cap(tmp_path: Path) -> None:
+    with bounded.open_zip(_member_zip(tmp_path)) as zf:
+        assert bounded.read_member(zf, "d/m", max_bytes=1000) == b"a" * 1000
+        assert bounded.read_member(zf, zf.getinfo("d/m"), max_bytes=4096) == b"a" * 1000
+        with pytest.raises(bounded.Refused, match=r"^d/m: 1000 bytes, over the 999 bytes it may have$"):
+            bounded.read_member(zf, "d/m", max_bytes=999)
+        with pytest.raises(KeyError):
+            bounded.read_member(zf, "d/none", max_bytes=1000)
+
+
+def test_a_member_that_understates_its_size_is_never_inflated_past_it(tmp_path: Path) -> None:
+    path = _member_zip(tmp_path)
+    data = bytearray(path.read_bytes())
+    local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")
+    struct.pack_into("<I", data, local + 22, 10)  # "10 bytes" where the stream inflates to 1000
+    struct.pack_into("<I", data, central + 24, 10)
+    path.write_bytes(bytes(data))
+    with bounded.open_zip(path) as zf, pytest.raises(bounded.BadMember, match="CRC"):
+        bounded.read_member(zf, "d/m", max_bytes=100)
+
+
+def test_a_damaged_member_is_bad_member(tmp_path: Path) -> None:
+    path = _member_zip(tmp_path, os.urandom(4000))
+    data = bytearray(path.read_bytes())
+    start = data.index(b"PK\x03\x04") + 30 + len("d/m")
+    data[start + 100 : start + 200] = bytes(100)
+    path.write_bytes(bytes(data))
+    with bounded.open_zip(path) as zf, pytest.raises(bounded.BadMember):
+        bounded.read_member(zf, "d/m", max_bytes=1 << 20)
+
+
+def _capped_member_reads(tree: ast.AST) -> list[int]:
+    """Lines that read a zip member by hand within a cap: `with X.open(member) as fh: ... fh.read(N + 1)`
+    (zipfile's `open` takes a member and no mode, a path's `open` a mode)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.With):
+            continue
+        for item in node.items:
+            call, name = item.context_expr, item.optional_vars
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "open"
+                and len(call.args) == 1
+                and not isinstance(call.args[0], ast.Constant)  # a path's mode: "rb"
+                and not call.keywords
+                and isinstance(name, ast.Name)
+            ):
+                continue
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.Call)
+                    and isinstance(inner.func, ast.Attribute)
+                    and inner.func.attr == "read"
+                    and isinstance(inner.func.value, ast.Name)
+                    and inner.func.value.id == name.id
+                    and inner.args
+                    and isinstance(inner.args[0], ast.BinOp)
+                ):
+                    found.append(inner.lineno)
+    return found
+
+
+def test_no_other_module_reads_a_zip_member_by_hand() -> None:
+    root = Path(factory.__file__).parent
+    owner = Path(bounded.__file__).resolve()
+    offenders = [
+        f"{path.relative_to(root)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        if path.resolve() != owner
+        for line in _capped_member_reads(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert offenders == []
