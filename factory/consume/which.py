@@ -20,7 +20,6 @@ experimental (`wheel_variant_installs`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
 import json
@@ -34,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -508,20 +507,11 @@ def normalize_index_url(index: str) -> str:
 
 
 def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str]) -> urllib.request.Request:
-    """A request for `url`, its user:pass@ turned into basic auth (file:// directories: their index.html)."""
-    parts = urlsplit(url)
-    headers = dict(headers)
-    if parts.scheme == "file":
-        if url.endswith("/"):
-            url += "index.html"
-    elif parts.username is not None:
-        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    return urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    """A request for `url` (`bounded.request`: its user:pass@ a header for its own host only; file://
+    directories: their index.html)."""
+    if urlsplit(url).scheme == "file" and url.endswith("/"):
+        url += "index.html"
+    return bounded.request(url, data=data, headers=headers)
 
 
 @contextlib.contextmanager

@@ -9,10 +9,12 @@ import struct
 import subprocess
 import sys
 import threading
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -447,5 +449,100 @@ def test_no_other_module_reads_a_zip_member_by_hand() -> None:
         for path in sorted(root.rglob("*.py"))
         if path.resolve() != owner
         for line in _capped_member_reads(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert offenders == []
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers /go with a redirect to `target` and anything else with 200; records each request's
+    Authorization header (the class attributes are set per test)."""
+
+    target = ""
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        if self.path == "/go":
+            self.send_response(302)
+            self.send_header("Location", type(self).target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+@pytest.mark.timeout(30)
+def test_credentials_go_to_their_own_host_only() -> None:
+    class Origin(_Recorder):
+        seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    class Elsewhere(_Recorder):
+        seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (Origin, Elsewhere)]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        Origin.target = f"http://localhost:{servers[1].server_address[1]}/landed"
+        url = f"http://user:p%40ss@127.0.0.1:{servers[0].server_address[1]}/go"
+        req = bounded.request(url, headers={"Accept": "text/html"})
+        assert "user" not in req.full_url and req.get_header("Accept") == "text/html"
+        with bounded.open_url(req, seconds=10, max_bytes=10, shown="x") as body:
+            assert body.read() == b"ok"
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+    assert Origin.seen == [("/go", "Basic dXNlcjpwQHNz")]  # base64 of "user:p@ss"
+    assert Elsewhere.seen == [("/landed", None)]
+
+
+def test_the_opener_follows_a_redirect_only_when_told() -> None:
+    with bounded.Deadline(5) as deadline:
+        follows = bounded.opener(deadline)
+        stops = bounded.opener(deadline, follow_redirects=False, proxies={})
+    assert any(type(h) is urllib.request.HTTPRedirectHandler for h in follows.handlers)
+    assert any(isinstance(h, bounded.NoRedirect) for h in stops.handlers)
+    assert not any(
+        isinstance(h, urllib.request.FileHandler | urllib.request.FTPHandler) for h in follows.handlers
+    )
+
+
+_HTTP_STACKS = ("OpenerDirector", "build_opener", "urlopen", "HTTPConnection", "HTTPSConnection")
+
+
+def _http_clients(tree: ast.AST) -> list[str]:
+    """Where a module makes an HTTP client of its own: urllib's opener or urlopen, http.client's
+    connections, or another HTTP library."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _HTTP_STACKS:
+            found.append(f"{node.lineno} {node.attr}")
+        elif isinstance(node, ast.ImportFrom) and any(a.name in _HTTP_STACKS for a in node.names):
+            found.append(f"{node.lineno} import")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(n.split(".")[0] in ("requests", "httpx", "urllib3", "aiohttp") for n in names):
+                found.append(f"{node.lineno} {names}")
+    return found
+
+
+def test_no_other_module_has_an_http_client_of_its_own() -> None:
+    root = Path(factory.__file__).parent
+    owner = Path(bounded.__file__).resolve()
+    # the engine catches the Docker SDK's errors, which come from requests (dockerd's socket; no page)
+    docker_sdk = (Path("build/engine.py"), "['requests.exceptions']")
+    offenders = [
+        f"{path.relative_to(root)}:{where}"
+        for path in sorted(root.rglob("*.py"))
+        if path.resolve() != owner
+        for where in _http_clients(ast.parse(path.read_text(encoding="utf-8")))
+        if (path.relative_to(root), where.partition(" ")[2]) != docker_sdk
     ]
     assert offenders == []
