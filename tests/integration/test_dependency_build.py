@@ -113,8 +113,8 @@ def test_the_dependency_is_built_first_and_the_dependent_s_check_takes_its_wheel
 ) -> None:
     proc, jobs = pair_build["proc"], pair_build["jobs"]
     dep, app = jobs["factory-dependency"], jobs["factory-dependent"]
-    assert dep["result"] == "ok", (dep["reason"], dep["log_tail"])
-    assert app["result"] == "ok", (app["reason"], app["log_tail"])
+    assert dep["result"] == "ok", dep["reason"] + "\n" + "\n".join(dep["log_tail"])
+    assert app["result"] == "ok", app["reason"] + "\n" + "\n".join(app["log_tail"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the dependency's wheel needs glibc 2.36 (arc4random), above manylinux_2_28: the former host-side
     # download target would have left it out of the dependent's check
