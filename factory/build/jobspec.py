@@ -19,6 +19,7 @@ from factory.memory import jobmemory
 from factory.plan.plan import Job, matrix_env
 from factory.plan.shard import Shard
 from factory.spec.config import BuildOptions, MatrixFile
+from factory.spec.torchreq import torch_requirement
 
 WORK_VOLUME = "factory-work"
 WORK_MOUNT = protocol.WORK_MOUNT
@@ -30,13 +31,12 @@ BUILD_REQUIREMENTS = ("pip", "setuptools", "wheel", "ninja", "packaging", "psuti
 Mounts = Mapping[str, Mapping[str, str]]
 
 
-def torch_requirement(torch: str) -> str:
-    """ "2.14" -> "torch==2.14.*" (any patch release of that minor), "2.14.1" -> "torch==2.14.1"."""
-    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
-
-
 def requirements(mf: MatrixFile, job: Job) -> list[str]:
-    reqs = [torch_requirement(job.variant.torch), *BUILD_REQUIREMENTS, *mf.recipe.extra_build_requires]
+    reqs = [
+        str(torch_requirement(job.variant.torch, exact=True)),
+        *BUILD_REQUIREMENTS,
+        *mf.recipe.extra_build_requires,
+    ]
     return list(dict.fromkeys(reqs))
 
 

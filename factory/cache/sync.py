@@ -34,11 +34,10 @@ from pathlib import Path, PurePosixPath
 from factory.container import compilecache
 from factory.container.compilecache import MANIFEST, OBJECT
 from factory.container.protocol import CACHE_HIT, CACHE_MISS, CACHE_OFF, MEASUREMENT_MARK, parse_measurement
-from factory.core import leftovers, safefs
+from factory.core import leftovers, safefs, storeurl
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.home import factory_home
 from factory.core.units import parse_size
-from factory.core.validate import check_destination
 from factory.publish.index import COMPILE_CACHE_PREFIX
 from factory.publish.stores import PreconditionFailed, Store, open_store
 from factory.spec.config import MatrixFile
@@ -95,9 +94,7 @@ class CacheConfig:
 
 def under(to: str, prefix: str = COMPILE_CACHE_PREFIX) -> str:
     """The cache store under a publish destination: s3://b/p -> s3://b/p/_cache/compile; a directory alike."""
-    if to.startswith("s3://"):
-        return f"{to.rstrip('/')}/{prefix}"
-    return str(Path(to).expanduser() / prefix)
+    return storeurl.join(to, prefix)
 
 
 MAX_VERIFY = 100_000
@@ -120,13 +117,13 @@ def resolve(
     if override is not None:
         setting = False if override == "off" else override
         if setting:
-            check_destination(str(setting), what="--cache")
+            storeurl.parse(str(setting), what="--cache")
     if setting is False:
         return None
     endpoint = mf.publish.endpoint_url
     if isinstance(setting, str):
         store: str | None = setting
-        endpoint = endpoint if setting.startswith("s3://") else None
+        endpoint = endpoint if storeurl.parse(setting, what="build.cache").is_s3 else None
     elif publishing:
         store = under(mf.publish.to)
     else:

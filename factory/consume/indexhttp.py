@@ -1,15 +1,16 @@
 """Reading what an index hands a consumer: one GET of a page or file, bounded in bytes and wall-clock time,
-credentials in a URL sent as basic auth (`factory which`, `factory verify`, a build request's POST).
+credentials in a URL sent as basic auth to their own host only (`factory which`, `factory verify`, a build
+request's POST); through `bounded.request` and `bounded.open_url` (its `opener`): the factory's one HTTP
+stack.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from factory.core import bounded
 from factory.core.errors import FactoryError
@@ -18,20 +19,11 @@ from factory.spec.options import MAX_PAGE, PAGE_DEADLINE_S
 
 
 def _http_request(url: str, *, data: bytes | None = None, headers: dict[str, str]) -> urllib.request.Request:
-    """A request for `url`, its user:pass@ turned into basic auth (file:// directories: their index.html)."""
-    parts = urlsplit(url)
-    headers = dict(headers)
-    if parts.scheme == "file":
-        if url.endswith("/"):
-            url += "index.html"
-    elif parts.username is not None:
-        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(userinfo.encode()).decode()
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    return urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    """A request for `url` (`bounded.request`: its user:pass@ a header for its own host only; file://
+    directories: their index.html)."""
+    if urlsplit(url).scheme == "file" and url.endswith("/"):
+        url += "index.html"
+    return bounded.request(url, data=data, headers=headers)
 
 
 @contextlib.contextmanager

@@ -36,7 +36,6 @@ from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
 
 from factory.consume.hostgpu import detect_driver, run_tool
 from factory.consume.indexhttp import _http_request, fetch_page, open_url
@@ -55,6 +54,7 @@ from factory.publish.index import DamagedState, projects_from_root_json
 from factory.publish.installcmd import DEFAULT_INDEX, Host, Install, Torch, Wheel
 from factory.spec.compat import CompatData
 from factory.spec.options import PAGE_DEADLINE_S, PYTORCH_INDEX
+from factory.spec.torchreq import torch_requirement
 
 # PEP 508 project names: anything else an index page lists is not printed into a command.
 _PROJECT = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
@@ -345,15 +345,15 @@ def has_wheel_for(filenames: Iterable[str], python: str) -> bool:
     return False
 
 
-def torch_requirement(key: VariantKey, compat: CompatData, *, installed: str | None = None) -> Torch:
-    """The torch a variant is built for: the release `installed` here when there is one (so that no
-    resolver swaps it under the wheel), else the variant's exact release ("torch==2.14.1") or every patch
-    of its minor ("torch==2.14.*"); from PyTorch's index of the variant's CUDA, or None (the default index:
-    PyPI) when that CUDA is the release's default build there."""
-    requirement = installcmd.torch_pin(key.torch)
+def torch_for(key: VariantKey, compat: CompatData, *, installed: str | None = None) -> Torch:
+    """The torch to install with a variant's wheel: the release `installed` here when there is one (so that
+    no resolver swaps it under the wheel), else the variant's (`torchreq.torch_requirement`, exact); from
+    PyTorch's index of the variant's CUDA, or None (the default index: PyPI) when that CUDA is the release's
+    default build there."""
+    requirement = str(torch_requirement(key.torch, exact=True))
     if installed is not None:
-        with contextlib.suppress(InvalidVersion):  # no version: the variant's pin stands
-            requirement = f"torch=={Version(installed)}"
+        with contextlib.suppress(ValueError):  # no version: the variant's pin stands
+            requirement = str(torch_requirement(installed, exact=True))
     entry = compat.torch_entry(key.torch)
     if entry is not None and entry.get("default_cuda") == key.cuda:
         return Torch(requirement=requirement)
@@ -618,7 +618,7 @@ def _without_torch(
         if not fitting:
             why += left_out or [f"{without_credentials(url)} lists no project"]
             continue
-        torch = torch_requirement(VariantKey.parse_id(vid), compat)
+        torch = torch_for(VariantKey.parse_id(vid), compat)
         installs = tuple(
             Install(project=name, torch=torch, wheel=wheel, default_index=default_index)
             for name, wheel in fitting
@@ -800,7 +800,7 @@ def which(
     variant_url = variants[choice.match]
     fitting, notes = _variant_projects(env, variant_url, project, strict=True)
     key = VariantKey.parse_id(choice.match)
-    torch = torch_requirement(key, compat, installed=env.torch)
+    torch = torch_for(key, compat, installed=env.torch)
     projects = tuple(name for name, _wheel in fitting)
     variant_installs: tuple[Install, ...] = ()
     variant_note = None

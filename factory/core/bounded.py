@@ -11,15 +11,20 @@ in is here:
   cut off at the cap should the file grow while it is read. (Trees a container or a store writer could have
   written are `safefs`'s: it adds O_NOFOLLOW at every level.)
 - `Deadline` and `open_url`: one GET with a total wall-clock deadline (its sockets shut down when it passes,
-  which wakes a read blocked on them) and a byte cap; a `file:` URL goes through `open_file`.
+  which wakes a read blocked on them) and a byte cap; a `file:` URL goes through `open_file`. This is the
+  factory's one HTTP client: `opener` is the one place urllib's handlers are chosen (deadline, TLS context,
+  proxies, whether a redirect is followed), `request` the one place a URL's user:password@ becomes a header
+  (never carried to the host a redirect points to); the package-index client that reads pip's settings
+  (`IndexClient`) opens through them, and boto3 (S3) is the only other.
 - `open_zip`: a zip whose central directory holds more than `MAX_ZIP_ENTRIES` entries is refused before
   `zipfile` builds an object per entry (counted from the directory itself, not from the count its end record
-  claims).
+  claims); `read_member`: one member's bytes, inflated no further than a cap, whatever its entry declares.
 - `run_output`: a tool's stdout, at most a cap, within a time limit.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import hashlib
@@ -35,11 +40,12 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 from http.client import HTTPConnection, HTTPException, HTTPResponse, HTTPSConnection
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 CHUNK = 1 << 20
 # A zip with more entries than this is not a wheel or an sdist this factory reads (torch's wheel has ~13,000;
@@ -213,6 +219,41 @@ def open_zip(source: Path | str | Seekable, *, max_entries: int | None = None) -
     return zipfile.ZipFile(source)  # zipfile reads through seek, tell and read
 
 
+class BadMember(OSError):
+    """A zip member that cannot be read: a CRC mismatch, bad deflate data, an unknown compression method,
+    encryption, a truncated file (the message is zipfile's or zlib's)."""
+
+
+# What reading a damaged or unsupported zip member raises (streaming it: `read_member` raises BadMember)
+MEMBER_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+    RuntimeError,
+    EOFError,
+    OSError,
+    ValueError,
+)
+
+
+def read_member(archive: zipfile.ZipFile, member: str | zipfile.ZipInfo, *, max_bytes: int) -> bytes:
+    """The bytes of one member of `archive`, never inflated past `max_bytes` + 1: Refused (naming the member)
+    when its entry declares more (inflated or compressed) or its stream holds more than its entry declares;
+    KeyError when there is no such member; BadMember when it cannot be read."""
+    info = member if isinstance(member, zipfile.ZipInfo) else archive.getinfo(member)
+    declared = max(info.file_size, info.compress_size)
+    if declared > max_bytes:
+        raise Refused(f"{info.filename}: {declared} bytes, over the {size_text(max_bytes)} it may have")
+    try:
+        with archive.open(info) as fh:
+            data = fh.read(max_bytes + 1)
+    except MEMBER_ERRORS as exc:
+        raise BadMember(str(exc) or type(exc).__name__) from None
+    if len(data) > max_bytes:  # the entry said less than its stream holds
+        raise Refused(f"{info.filename}: over the {size_text(max_bytes)} it may have")
+    return data
+
+
 # ---------------------------------------------------------------------------------------------- URLs
 
 
@@ -339,6 +380,54 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def basic_auth(username: str, password: str | None) -> str:
+    """An Authorization header's value for a URL's (percent-encoded) user and password."""
+    userinfo = f"{unquote(username)}:{unquote(password or '')}"
+    return "Basic " + base64.b64encode(userinfo.encode()).decode()
+
+
+def request(
+    url: str, *, data: bytes | None = None, headers: Mapping[str, str] | None = None
+) -> urllib.request.Request:
+    """A GET (a POST with `data`) of `url` with `headers`; a user:password@ in it becomes an Authorization
+    header that goes to that host only (urllib drops it from a redirect's request), and leaves the URL."""
+    parts = urlsplit(url)
+    auth = None
+    if parts.scheme in ("http", "https") and parts.username is not None:
+        auth = basic_auth(parts.username, parts.password)
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], fragment=""))
+    req = urllib.request.Request(
+        url, data=data, headers=dict(headers or {}), method="POST" if data else "GET"
+    )
+    if auth is not None:
+        req.add_unredirected_header("Authorization", auth)
+    return req
+
+
+def opener(
+    deadline: Deadline,
+    *,
+    context: ssl.SSLContext | None = None,
+    proxies: Mapping[str, str] | None = None,
+    follow_redirects: bool = True,
+) -> urllib.request.OpenerDirector:
+    """urllib's opener for one request, the one place its handlers are chosen: connections watched by
+    `deadline`, TLS by `context` (default: the system's CA store, host names checked), `proxies` (default:
+    the environment's), a redirect followed or not (`NoRedirect`); no file:, ftp: or data: handler."""
+    director = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(None if proxies is None else dict(proxies)),
+        urllib.request.UnknownHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPRedirectHandler() if follow_redirects else NoRedirect(),
+        urllib.request.HTTPErrorProcessor(),
+        DeadlineHTTPHandler(deadline),
+        DeadlineHTTPSHandler(deadline, context or ssl.create_default_context()),
+    ):
+        director.add_handler(handler)
+    return director
+
+
 @contextlib.contextmanager
 def open_url(
     request: urllib.request.Request,
@@ -364,20 +453,11 @@ def open_url(
     if parts.scheme not in ("http", "https"):
         raise Refused(f"{shown}: not an http(s) or file URL")
     with Deadline(seconds) as deadline:
-        opener = urllib.request.OpenerDirector()
-        for handler in (
-            urllib.request.ProxyHandler(),
-            urllib.request.UnknownHandler(),
-            urllib.request.HTTPDefaultErrorHandler(),
-            urllib.request.HTTPRedirectHandler() if follow_redirects else NoRedirect(),
-            urllib.request.HTTPErrorProcessor(),
-            DeadlineHTTPHandler(deadline),
-            DeadlineHTTPSHandler(deadline, context or ssl.create_default_context()),
-        ):
-            opener.add_handler(handler)
         try:
             # the socket timeout bounds each wait; the deadline bounds them all
-            resp = opener.open(request, timeout=min(seconds, 60.0))
+            resp = opener(deadline, context=context, follow_redirects=follow_redirects).open(
+                request, timeout=min(seconds, 60.0)
+            )
         except urllib.error.HTTPError:
             raise
         except (OSError, HTTPException) as exc:

@@ -10,9 +10,9 @@ which both read indexes through it.
 from __future__ import annotations
 
 import ast
-import base64
 import hashlib
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from factory.core import bounded
-from factory.core.bounded import Deadline, DeadlineHTTPHandler, DeadlineHTTPSHandler
+from factory.core.bounded import Deadline
 from factory.core.errors import BuildError
 from factory.core.simpleapi import PYPI_JSON_TYPE, parse_anchors
 from factory.core.units import format_size
@@ -119,13 +119,46 @@ def parse_pip_config(text: str) -> PipSettings:
     )
 
 
+_PIP_ENV = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV")
+_read_settings: dict[tuple[object, ...], PipSettings] = {}
+
+
+def _pip_config_key() -> tuple[object, ...]:
+    """What pip's configuration is read from: the environment (PIP_*, where the files are) and each file's
+    identity, so an edited pip.conf is read anew."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k in _PIP_ENV}
+    home = Path(env.get("HOME") or "~").expanduser()
+    config = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    files = [
+        *(Path(d) / "pip" / "pip.conf" for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d),
+        Path("/etc/pip.conf"),
+        home / ".pip" / "pip.conf",
+        config / "pip" / "pip.conf",
+        *([Path(env["VIRTUAL_ENV"]) / "pip.conf"] if env.get("VIRTUAL_ENV") else []),
+        *([Path(env["PIP_CONFIG_FILE"])] if env.get("PIP_CONFIG_FILE") else []),
+    ]
+    stats: list[tuple[object, ...]] = []
+    for f in files:
+        try:
+            st = f.stat()
+            stats.append((str(f), st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            stats.append((str(f), None))
+    return (sys.executable, tuple(sorted(env.items())), tuple(stats))
+
+
 def read_pip_settings() -> PipSettings:
-    """The host's pip configuration, as pip itself reads it (every pip.conf, PIP_CONFIG_FILE, PIP_*)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        detail = proc.stderr.strip().splitlines()
-        raise BuildError(f"cannot read the pip configuration: {detail[-1] if detail else 'pip failed'}")
-    return parse_pip_config(proc.stdout)
+    """The host's pip configuration, as pip itself reads it (every pip.conf, PIP_CONFIG_FILE, PIP_*): read
+    once (`pip config list` costs a Python start) however many parts of a run ask (the plan's torch index,
+    the sdist finder), and again only when the environment or a configuration file changed."""
+    key = _pip_config_key()
+    if key not in _read_settings:
+        proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            detail = proc.stderr.strip().splitlines()
+            raise BuildError(f"cannot read the pip configuration: {detail[-1] if detail else 'pip failed'}")
+        _read_settings[key] = parse_pip_config(proc.stdout)
+    return _read_settings[key]
 
 
 # ---------------------------------------------------------------------------------------------- the index
@@ -264,8 +297,7 @@ class IndexClient:
         if parts.scheme not in ("http", "https") or parts.username is None:
             return url
         netloc = parts.netloc.rpartition("@")[2]
-        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        self.auth[netloc.lower()] = "Basic " + base64.b64encode(userinfo.encode()).decode()
+        self.auth[netloc.lower()] = bounded.basic_auth(parts.username, parts.password)
         return urlunsplit(parts._replace(netloc=netloc))
 
     def open(
@@ -279,28 +311,14 @@ class IndexClient:
         """A GET of an http(s) URL (nothing else: no file:, ftp: or data:, nor a redirect to one), its
         connections shut down when `deadline` expires; `headers` (Range, If-None-Match) go with it."""
         parts = urlsplit(url)
-        request = urllib.request.Request(url)
-        if accept:
-            request.add_header("Accept", accept)
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
+        request = bounded.request(url, headers={**({"Accept": accept} if accept else {}), **(headers or {})})
         header = self.auth.get(parts.netloc.lower())
         if header:
             # never carried to the host a redirect points to
             request.add_unredirected_header("Authorization", header)
         trust = parts.netloc.lower() in self.trusted or (parts.hostname or "").lower() in self.trusted
-        opener = urllib.request.OpenerDirector()
-        for handler in (
-            urllib.request.ProxyHandler(self.proxies),
-            urllib.request.UnknownHandler(),
-            urllib.request.HTTPDefaultErrorHandler(),
-            urllib.request.HTTPRedirectHandler(),
-            urllib.request.HTTPErrorProcessor(),
-            DeadlineHTTPHandler(deadline),
-            DeadlineHTTPSHandler(deadline, self.contexts[trust]),
-        ):
-            opener.add_handler(handler)
-        return opener.open(request, timeout=self.timeout)
+        director = bounded.opener(deadline, context=self.contexts[trust], proxies=self.proxies)
+        return director.open(request, timeout=self.timeout)
 
     def _transfer(
         self,

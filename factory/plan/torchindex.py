@@ -430,15 +430,11 @@ def _member(zf: zipfile.ZipFile, name: str, limit: int = MAX_MEMBER) -> str | No
     """A small member's text, or None when the wheel lacks it; a member declared larger than `limit` is
     refused, and one whose stream holds more than it declares is read no further than that."""
     try:
-        info = zf.getinfo(name)
+        data = bounded.read_member(zf, name, max_bytes=limit)
     except KeyError:
         return None
-    if info.file_size > limit or info.compress_size > limit:
-        raise IndexPageError(f"{name} is larger than {bounded.size_text(limit)}")
-    with zf.open(info) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise IndexPageError(f"{name} is larger than {bounded.size_text(limit)}")
+    except bounded.Refused:
+        raise IndexPageError(f"{name} is larger than {bounded.size_text(limit)}") from None
     return data.decode("utf-8", "replace")
 
 

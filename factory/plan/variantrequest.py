@@ -29,10 +29,9 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from factory.core import safefs
+from factory.core import safefs, strictjson
 from factory.core.errors import ConfigError
 from factory.core.variants import Arch
 
@@ -154,34 +153,14 @@ def compose(request: VariantRequest) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise RequestError(f"key {_short(key)} given twice")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> None:
-    raise RequestError(f"{name} is not JSON")
-
-
 def parse(data: bytes) -> VariantRequest:
     """A request's bytes -> the request; RequestError naming what is wrong."""
     if len(data) > MAX_BYTES:
         raise RequestError(f"over {MAX_BYTES} bytes")
     try:
-        text = data.decode("utf-8")
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except UnicodeDecodeError:
-        raise RequestError("not UTF-8") from None
-    except RecursionError:
-        raise RequestError("nested too deeply") from None
-    except ValueError as exc:
-        if isinstance(exc, RequestError):
-            raise
-        raise RequestError(f"not JSON ({exc.args[0].split(':')[0] if exc.args else 'unreadable'})") from None
+        value = strictjson.loads(data)
+    except strictjson.StrictJSONError as exc:
+        raise RequestError(f"not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise RequestError("not a JSON object")
     unknown = sorted(set(value) - KEYS)

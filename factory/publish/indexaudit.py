@@ -61,6 +61,7 @@ from factory.publish.publisher import (
 )
 from factory.publish.stores import Store, open_store
 from factory.spec.stable_abi import covers_torch
+from factory.spec.torchreq import torch_requirement
 from factory.trust import signing
 from factory.wheel import checks as wheelcheck
 from factory.wheel import embedded, provenance, sbom
@@ -363,7 +364,7 @@ def provenance_job_problems(document: Mapping[str, Any], job: Job) -> list[str]:
 
 def torch_pin_problem(metadata: str, key: VariantKey) -> str | None:
     """Why METADATA's torch requirement is not exactly the one the label's torch asks for; None when it is."""
-    want = wheelcheck.wheel_torch_requirement(key.torch, key.torch if key.stable else None)
+    want = torch_requirement(key.torch, stable_abi=key.torch if key.stable else None)
     found = wheelcheck.torch_requirements(metadata)
     if [str(r) for r in found] == [str(want)]:
         return None

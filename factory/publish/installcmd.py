@@ -40,6 +40,7 @@ from factory.core.tags import parse_glibc, parse_manylinux, python_tag
 from factory.core.urls import INDEX_SCHEMES
 from factory.core.variants import VariantKey
 from factory.spec.options import PYTORCH_INDEX
+from factory.spec.torchreq import torch_requirement
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 # uv's preview feature that makes it read PEP 825 variant wheels (uv >= 0.13.6)
@@ -111,11 +112,6 @@ class Install:
         if self.wheel is not None:
             return f"{self.project} @ {self.wheel.pinned_url}"
         return f"{self.project}=={self.version}" if self.version is not None else self.project
-
-
-def torch_pin(torch: str) -> str:
-    """ "2.14" -> "torch==2.14.*" (every patch of that minor), "2.14.1" -> "torch==2.14.1"."""
-    return f"torch=={torch}.*" if torch.count(".") == 1 else f"torch=={torch}"
 
 
 def pip_command(install: Install) -> str:
@@ -285,5 +281,8 @@ def variant_install(project: str, *, version: str, variant_id: str, variant_inde
         Version(version)
     except (ValueError, InvalidVersion):
         return None
-    torch = Torch(requirement=torch_pin(key.torch), index=PYTORCH_INDEX.format(tag=key.cuda.replace(".", "")))
+    torch = Torch(
+        requirement=str(torch_requirement(key.torch, exact=True)),
+        index=PYTORCH_INDEX.format(tag=key.cuda.replace(".", "")),
+    )
     return Install(project=project, torch=torch, version=version, variant_index=variant_index)

@@ -28,8 +28,6 @@ import hashlib
 import json
 import shutil
 import tempfile
-import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,10 +37,9 @@ from typing import IO, TYPE_CHECKING, Literal, NoReturn, TypeVar
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from factory.core import bounded
+from factory.core import bounded, storeurl
 from factory.core.errors import CheckError, ConfigError, PublishError
 from factory.core.tags import canonical_wheel_filename, python_tag
-from factory.core.validate import check_destination
 from factory.publish import index, site, wheelvariants
 from factory.publish.index import FileRecord, PageRef
 from factory.publish.stores import (
@@ -128,16 +125,15 @@ def read_metadata(source: Path | IO[bytes], shown: str) -> bytes:
             candidates = [i for i in candidates if i.filename.endswith(".dist-info/METADATA")]
             if len(candidates) != 1:
                 raise ConfigError(f"{shown}: expected one *.dist-info/METADATA, found {len(candidates)}")
-            with zf.open(candidates[0]) as fh:
-                metadata = fh.read(MAX_METADATA_BYTES + 1)
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as exc:
+            try:
+                return bounded.read_member(zf, candidates[0], max_bytes=MAX_METADATA_BYTES)
+            except bounded.Refused:
+                raise ConfigError(
+                    f"{shown}: METADATA is larger than {MAX_METADATA_BYTES // (1 << 20)} MiB, the most this "
+                    "index publishes (core metadata is normally a few KB)"
+                ) from None
+    except bounded.MEMBER_ERRORS as exc:
         raise ConfigError(f"{shown}: cannot read wheel ({exc})") from None
-    if len(metadata) > MAX_METADATA_BYTES:
-        raise ConfigError(
-            f"{shown}: METADATA is larger than {MAX_METADATA_BYTES // (1 << 20)} MiB, the most this index "
-            "publishes (core metadata is normally a few KB)"
-        )
-    return metadata
 
 
 def check_metadata(metadata: bytes, *, name: str, version: Version, shown: str) -> str | None:
@@ -985,7 +981,7 @@ def publish_directory(
     """`factory publish`: the wheels of a build's output directory (`wheels_in`), with its report.json when
     no `report` is given and it has one (`publish_wheels`). A misspelt `to` fails before the wheels
     are read."""
-    check_destination(to)
+    storeurl.parse(to)
     wheels = wheels_in(wheel_dir)
     if report is None and (wheel_dir / "report.json").is_file():
         report = wheel_dir / "report.json"

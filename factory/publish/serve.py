@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from factory.core import storeurl
 from factory.core.errors import ConfigError, FactoryError
 from factory.core.simpleapi import PYPI_HTML_TYPE, PYPI_JSON_TYPE
 from factory.core.urls import printable
-from factory.core.validate import check_destination, parse_s3_url
 from factory.plan import variantrequest
 from factory.publish import index, site
 from factory.publish.stores import LocalStore, S3Store, Store
@@ -410,11 +410,9 @@ def make_server(
 def serving_store(directory: Path, *, source: str | None = None, endpoint_url: str | None = None) -> Store:
     """The index `factory serve` serves: `source` (a directory or s3://bucket/prefix) when given, else the
     published index in `directory`."""
-    if source is not None:
-        check_destination(source, what="--from")
-    if source is not None and source.startswith("s3://"):
-        bucket, prefix = parse_s3_url(source)
-        return S3Store(bucket, prefix, endpoint_url=endpoint_url)
+    url = storeurl.parse(source, what="--from") if source is not None else None
+    if url is not None and url.bucket is not None:
+        return S3Store(url.bucket, url.prefix, endpoint_url=endpoint_url)
     directory = Path(source) if source is not None else directory
     if endpoint_url:
         raise ConfigError("--endpoint-url only applies with --from s3://...")

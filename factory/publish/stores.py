@@ -22,10 +22,9 @@ from typing import IO, Any, Protocol
 
 import psutil
 
-from factory.core import leftovers, safefs
+from factory.core import leftovers, safefs, storeurl
 from factory.core.errors import ConfigError, PublishError
 from factory.core.urls import urls_without_credentials, without_credentials
-from factory.core.validate import check_destination, check_endpoint_url, parse_s3_url
 
 
 class PreconditionFailed(Exception):
@@ -281,13 +280,13 @@ class S3Store:
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.description = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.description = storeurl.s3_url(bucket, self.prefix)
         if client is None:
             import boto3
             from botocore.config import Config
 
             if endpoint_url is not None:
-                check_endpoint_url(endpoint_url)
+                storeurl.check_endpoint_url(endpoint_url)
             try:
                 # Path-style addressing works with every S3-compatible server and with plain-HTTP consumers.
                 client = boto3.client(
@@ -460,10 +459,9 @@ def compare_and_swap(
 def open_store(to: str, *, endpoint_url: str | None = None, existing: bool = False) -> Store:
     """A store for "--to": s3://bucket/prefix, or a local directory (created here, unless `existing`: an
     index to read or mend must be there already)."""
-    check_destination(to)
-    if to.startswith("s3://"):
-        bucket, prefix = parse_s3_url(to)
-        return S3Store(bucket, prefix, endpoint_url=endpoint_url)
+    url = storeurl.parse(to)
+    if url.bucket is not None:
+        return S3Store(url.bucket, url.prefix, endpoint_url=endpoint_url)
     if endpoint_url:
         raise ConfigError("--endpoint-url only applies to an s3:// destination")
     path = Path(to).expanduser()

@@ -295,11 +295,24 @@ def state_json(project: str, files: Iterable[VariantFile]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def _field(entry: Mapping[str, object], key: str, where: str) -> str:
-    value = entry.get(key)
-    if not isinstance(value, str):
-        raise DamagedState(f'{where}: "{key}" is {json.dumps(value)[:40]}, not a string')
-    return value
+_BYTE_COUNT = "byte count"
+_VARIANT = "variant"  # its properties: `_properties`
+# one file of a state object, as `state_json` writes it (`strictjson.shape_problem`)
+_FILE_SHAPE: dict[str, object] = {
+    "filename": str,
+    "sha256": str,
+    "metadata_sha256": str,
+    "size": _BYTE_COUNT,
+    "requires_python?": (str, None),
+    "variant": _VARIANT,
+}
+
+
+def _file_leaf(value: object, shape: object, where: str) -> str | None:
+    if shape == _BYTE_COUNT:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else f"{where} {json.dumps(value)[:40]} is not a byte count"
+    return None  # _VARIANT: `_properties`
 
 
 def _properties(value: object, where: str) -> NvidiaProperties:
@@ -334,23 +347,18 @@ def files_from_state(data: bytes) -> tuple[VariantFile, ...]:
     out = []
     for n, entry in enumerate(doc["files"], 1):
         where = f"file {n}"
-        if not isinstance(entry, dict):
-            raise DamagedState(f"{where} is not an object")
-        sha256, meta = _field(entry, "sha256", where), _field(entry, "metadata_sha256", where)
-        size, requires_python = entry.get("size"), entry.get("requires_python")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise DamagedState(f"{where}: size {json.dumps(size)[:40]} is not a byte count")
-        if requires_python is not None and not isinstance(requires_python, str):
-            raise DamagedState(f"{where}: requires_python is not a string")
+        problem = strictjson.shape_problem(entry, _FILE_SHAPE, where, leaf=_file_leaf)
+        if problem:
+            raise DamagedState(problem)
         try:
             out.append(
                 VariantFile(
-                    filename=_field(entry, "filename", where),
-                    sha256=sha256,
-                    size=size,
-                    properties=_properties(entry.get("variant"), where),
-                    metadata_sha256=meta,
-                    requires_python=requires_python,
+                    filename=entry["filename"],
+                    sha256=entry["sha256"],
+                    size=entry["size"],
+                    properties=_properties(entry["variant"], where),
+                    metadata_sha256=entry["metadata_sha256"],
+                    requires_python=entry.get("requires_python"),
                 )
             )
         except ValueError as exc:

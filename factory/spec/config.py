@@ -18,14 +18,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from factory.core import platforms
+from factory.core import platforms, storeurl
 from factory.core.errors import ConfigError
 from factory.core.tags import parse_glibc
 from factory.core.units import format_size, parse_size
 from factory.core.urls import INDEX_SCHEMES
 from factory.core.validate import (
-    check_destination,
-    check_endpoint_url,
     container_limits,
     git_url_problem,
     is_specifier,
@@ -877,7 +875,7 @@ def _cache_store(check: Checker, node: Mapping[str, Any]) -> bool | str:
             "cache",
         )
     try:
-        check_destination(value, what="build.cache")
+        storeurl.parse(value, what="build.cache")
     except ConfigError as exc:
         raise check.fail(str(exc), node, "cache") from None
     return value
@@ -959,23 +957,23 @@ def _publish(check: Checker, root: Mapping[str, Any]) -> PublishOptions:
     if "to" in node:
         c["to"] = check.string(node, "to", "publish.to")
         try:
-            check_destination(c["to"], what="publish.to")
+            to = storeurl.parse(c["to"], what="publish.to")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "to") from None
         # like factory.publish.stores.open_store, which is where a relative one is resolved (against the cwd)
-        local = None if "://" in c["to"] else Path(c["to"]).expanduser()
+        local = None if to.is_s3 else Path(c["to"]).expanduser()
         if local is not None and local.exists() and not local.is_dir():
             raise check.fail(f"publish.to {c['to']!r} exists and is not a directory", node, "to")
     if "endpoint_url" in node:
         c["endpoint_url"] = check.string(node, "endpoint_url", "publish.endpoint_url")
         try:
-            check_endpoint_url(c["endpoint_url"], what="publish.endpoint_url")
+            storeurl.check_endpoint_url(c["endpoint_url"], what="publish.endpoint_url")
         except ConfigError as exc:
             raise check.fail(str(exc), node, "endpoint_url") from None
     if "variants" in node:
         c["variants"] = check.boolean(node, "variants", "publish.variants")
     opts = PublishOptions(**c)
-    if opts.endpoint_url and not opts.to.startswith("s3://"):
+    if opts.endpoint_url and not storeurl.parse(opts.to, what="publish.to").is_s3:
         raise check.fail("publish.endpoint_url only applies to an s3:// destination", node, "endpoint_url")
     return opts
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 
+from factory.core import storeurl
+
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{tag}"
 DEFAULT_CACHE_MAX = 20 * 2**30  # build.cache_max: the local compile cache's bound
 # Bounds on fetching an sdist from an index: a broken or hostile index must end in an error, not fill the
@@ -189,6 +191,6 @@ class PublishOptions:
         """The `simple/` root pip reads this index at: a directory's as a file: URL (a relative one against
         the working directory, as `stores.open_store` takes it); None for an S3 store, which pip cannot
         read (its public http(s) URL goes in build.check_indexes)."""
-        if "://" in self.to:
+        if storeurl.parse(self.to, what="publish.to").is_s3:
             return None
         return (Path(self.to).expanduser().resolve() / "simple").as_uri() + "/"

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 STABLE = "stable"
@@ -88,11 +87,6 @@ def target_version(floor: str) -> str:
     if not (0 <= major < 256 and 0 <= minor < 256):
         raise ValueError(f"torch {floor} does not fit TORCH_TARGET_VERSION")
     return f"0x{(major << 56) | (minor << 48):016x}"
-
-
-def torch_requirement(floor: str) -> Requirement:
-    """The wheel's torch requirement: `torch>=2.12` (not a pin: it serves every later torch)."""
-    return Requirement(f"torch>={floor}")
 
 
 def is_non_stable(symbol: str) -> bool:

@@ -18,7 +18,6 @@ import os
 import shutil
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -41,27 +40,18 @@ from factory.core.variants import Arch
 from factory.spec import abi3
 from factory.spec.abi3 import ABI3
 from factory.spec.stable_abi import module_problem as stable_abi_module_problem
-from factory.spec.stable_abi import torch_requirement as stable_abi_requirement
+from factory.spec.torchreq import TORCH as _TORCH
+from factory.spec.torchreq import torch_requirement
 from factory.wheel.fatbin import read_device_code
 from factory.wheel.platform_tag import audit, vendored_torch_libraries
 
-_TORCH = "torch"
 _RECORD_SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _COPY_CHUNK = 1 << 20
 MAX_METADATA_BYTES = 16 << 20  # a METADATA read to rewrite it (long descriptions are a few hundred KiB)
+MAX_RECORD_BYTES = 64 << 20  # RECORD: a line per file, ~100 bytes each (torch's wheel: ~13,000 files)
 
 
 # --- small pure helpers -------------------------------------------------------------------------------------
-
-
-def torch_pin(torch_version: str) -> Requirement:
-    """`torch==X.Y.*` for the torch a wheel was built against ("2.14.1+cu130" -> torch==2.14.*)."""
-    try:
-        release = Version(torch_version).release
-    except InvalidVersion:
-        raise CheckError(f"torch version {torch_version!r} is not a PEP 440 version") from None
-    major, minor = (*release, 0)[:2]
-    return Requirement(f"{_TORCH}=={major}.{minor}.*")
 
 
 def record_hash(data: bytes) -> str:
@@ -109,10 +99,12 @@ def _requirement_of(header: str) -> Requirement | None:
         return None
 
 
-def wheel_torch_requirement(torch_version: str, stable_abi: str | None = None) -> Requirement:
-    """What a wheel requires of torch: `torch==X.Y.*` (`torch_pin`), or for a stable-ABI wheel
-    `torch>=FLOOR` (every later torch: the page it is listed on picks the CUDA build)."""
-    return stable_abi_requirement(stable_abi) if stable_abi else torch_pin(torch_version)
+def _wheel_requirement(torch_version: str, stable_abi: str | None) -> Requirement:
+    """`torchreq.torch_requirement`, a torch that is no version a CheckError (it came from the build)."""
+    try:
+        return torch_requirement(torch_version, stable_abi=stable_abi or None)
+    except ValueError as exc:
+        raise CheckError(str(exc)) from None
 
 
 def pin_torch_in_metadata(
@@ -124,7 +116,7 @@ def pin_torch_in_metadata(
 
     The extension links against that torch's C++ ABI whatever extras were chosen, hence no marker survives.
     """
-    pin = wheel_torch_requirement(torch_version, stable_abi)
+    pin = _wheel_requirement(torch_version, stable_abi)
     headers, body = _split_headers(text)
     newline = "\r\n" if headers and headers[0].endswith("\r\n") else "\n"
     pin_line = "".join(f"Requires-Dist: {r}{newline}" for r in (str(pin), *requires))
@@ -164,9 +156,7 @@ def _dist_info_dirs(names: Iterable[str]) -> list[str]:
     )
 
 
-# What reading a damaged or unsupported zip member raises (a CRC mismatch, bad deflate data, an unknown
-# compression method, encryption, a truncated file).
-_UNREADABLE = (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError, OSError)
+_UNREADABLE = bounded.MEMBER_ERRORS
 
 
 def member_path_problem(name: str) -> str | None:
@@ -184,8 +174,9 @@ def member_path_problem(name: str) -> str | None:
 
 def _record_rows(archive: zipfile.ZipFile, record_path: str) -> list[list[str]] | str:
     try:
-        return list(csv.reader(io.StringIO(archive.read(record_path).decode("utf-8"))))
-    except (KeyError, UnicodeDecodeError, csv.Error, *_UNREADABLE) as exc:
+        data = bounded.read_member(archive, record_path, max_bytes=MAX_RECORD_BYTES)
+        return list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    except (KeyError, UnicodeDecodeError, csv.Error, OSError) as exc:  # OSError: Refused, BadMember
         return f"RECORD: cannot be read ({exc})"
 
 
@@ -301,18 +292,13 @@ def _read_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str) -> str
     """METADATA's text, read within MAX_METADATA_BYTES (the wheel came out of a build container)."""
     path = f"{dist_info}/METADATA"
     try:
-        info = archive.getinfo(path)
+        data = bounded.read_member(archive, path, max_bytes=MAX_METADATA_BYTES)
     except KeyError:
         raise CheckError(f"{wheel.name}: {path} is missing") from None
-    if info.file_size > MAX_METADATA_BYTES:
-        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB")
-    try:
-        with archive.open(info) as handle:
-            data = handle.read(MAX_METADATA_BYTES + 1)
-    except _UNREADABLE as exc:
+    except bounded.Refused:
+        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB") from None
+    except bounded.BadMember as exc:
         raise CheckError(f"{wheel.name}: {path} cannot be read ({exc})") from None
-    if len(data) > MAX_METADATA_BYTES:
-        raise CheckError(f"{wheel.name}: {path} is over {MAX_METADATA_BYTES >> 20} MiB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -597,7 +583,7 @@ def check_wheel(
             archive,
             name=name,
             file_version=file_version,
-            torch_requirement=wheel_torch_requirement(torch_version, stable_abi),
+            torch_requirement=_wheel_requirement(torch_version, stable_abi),
             tags={str(t) for t in tags},
             expected=_cubin_targets(archs),
             host_only=tuple(host_only),

@@ -13,7 +13,6 @@ import os
 import stat
 import tempfile
 import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -64,19 +63,13 @@ def _dist_info(archive: zipfile.ZipFile, wheel: str) -> str:
 
 def _member(archive: zipfile.ZipFile, name: str, limit: int, wheel: str) -> bytes:
     try:
-        info = archive.getinfo(name)
+        return bounded.read_member(archive, name, max_bytes=limit)
     except KeyError:
         raise CheckError(f"{wheel}: has no {name}") from None
-    if info.file_size > limit:
-        raise CheckError(f"{wheel}: {name} is {info.file_size} bytes, over the {limit >> 20} MiB it may have")
-    try:
-        with archive.open(info) as fh:
-            data = fh.read(limit + 1)
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
+    except bounded.Refused as exc:
+        raise CheckError(f"{wheel}: {exc}") from None
+    except bounded.BadMember as exc:
         raise CheckError(f"{wheel}: {name} cannot be read ({exc})") from None
-    if len(data) > limit:  # the zip's header said less than its stream holds
-        raise CheckError(f"{wheel}: {name} is over the {limit >> 20} MiB it may have")
-    return data
 
 
 def read(wheel: Path) -> Found:
@@ -191,7 +184,7 @@ def _local(wheel_or_url: str) -> Iterator[Path]:
             # at most MAX_DOWNLOAD within DOWNLOAD_DEADLINE_S in all, however the server paces it
             with (
                 bounded.open_url(
-                    urllib.request.Request(wheel_or_url),
+                    bounded.request(wheel_or_url),
                     seconds=DOWNLOAD_DEADLINE_S,
                     max_bytes=MAX_DOWNLOAD,
                     shown=shown,
@@ -231,7 +224,7 @@ def _record_bytes(wheel_or_url: str, local: Path) -> bytes | None:
     shown = without_credentials(url)
     try:
         with bounded.open_url(
-            urllib.request.Request(url),
+            bounded.request(url),
             seconds=RECORD_DEADLINE_S,
             max_bytes=limit + 1,
             shown=shown,

@@ -24,7 +24,6 @@ from typing import Any
 
 from factory.core import strictjson
 from factory.core.errors import CheckError
-from factory.core.validate import shown_name
 
 FORMAT = 1
 FILE_NAME = "factory-provenance.json"
@@ -200,8 +199,8 @@ def _is_sha256(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
-def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
-    """The first way `value` is not of `shape`, naming its path; None when it is."""
+def _leaf_problem(value: Any, shape: Any, where: str) -> str | None:
+    """This format's own kinds of value (`strictjson.shape_problem`'s leaves)."""
     if shape == _STR_MAP:
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             return f"{where} must be a mapping of strings"
@@ -210,32 +209,21 @@ def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
         return None if isinstance(value, dict) else f"{where} must be a mapping"
     if shape == _SHA:
         return None if _is_sha256(value) else f"{where} must be a sha256 (64 lowercase hex digits)"
-    if isinstance(shape, tuple):
-        if value is None:
-            return None
-        shape = shape[0]
-    if isinstance(shape, dict):
+    if shape == _EITHER:
+        return None
+    if shape == _NUMBER:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return None if ok else f"{where} must be a number"
+    if shape == _NUMBER_MAP:
         if not isinstance(value, dict):
-            return f"{where} must be a mapping"
-        for key, inner in shape.items():
-            if key not in value:
-                return f"{where}.{key} is missing"
-            problem = _shape_problem(value[key], inner, f"{where}.{key}")
-            if problem:
-                return problem
-        return None
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{where} must be a list"
-        for i, item in enumerate(value):
-            problem = _shape_problem(item, shape[0], f"{where}[{i}]")
-            if problem:
-                return problem
-        return None
-    # bool is an int to Python; not to this format
-    if not isinstance(value, shape) or (shape is int and isinstance(value, bool)):
-        return f"{where} must be {shape.__name__}, not {type(value).__name__}"
-    return None
+            return f"{where} must be a mapping of numbers"
+        return next((p for k, v in value.items() if (p := _leaf_problem(v, _NUMBER, f"{where}.{k}"))), None)
+    raise TypeError(f"{where}: no such shape {shape!r}")
+
+
+def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """The first way `value` is not of `shape`, naming its path; None when it is."""
+    return strictjson.shape_problem(value, shape, where, leaf=_leaf_problem)
 
 
 def parse(data: bytes, *, where: str = FILE_NAME) -> dict[str, Any]:
@@ -319,37 +307,9 @@ _REBUILD_SOURCES: dict[str, dict[str, Any]] = {"git": {"git": str, "ref": str}, 
 def _exact_problem(value: Any, shape: Any, where: str) -> str | None:
     """`_shape_problem` of a document that must hold no key its shape does not name; a key ending in "?" in
     the shape may be left out."""
-    if shape == _EITHER:
-        return None
-    if shape == _NUMBER:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        return None if ok else f"{where} must be a number"
-    if shape == _NUMBER_MAP:
-        if not isinstance(value, dict):
-            return f"{where} must be a mapping of numbers"
-        return next((p for k, v in value.items() if (p := _exact_problem(v, _NUMBER, f"{where}.{k}"))), None)
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{where} must be a list"
-        items = (_exact_problem(item, shape[0], f"{where}[{i}]") for i, item in enumerate(value))
-        return next((p for p in items if p), None)
-    if not isinstance(shape, dict):
-        return _shape_problem(value, shape, where)
-    if not isinstance(value, dict):
-        return f"{where} must be a mapping"
-    keys = {k.removesuffix("?"): k.endswith("?") for k in shape}
-    for key in value:
-        if key not in keys:
-            return f"{where}.{shown_name(str(key))} is not a key the factory writes there"
-    for key, optional in keys.items():
-        if key not in value:
-            if optional:
-                continue
-            return f"{where}.{key} is missing"
-        problem = _exact_problem(value[key], shape[f"{key}?" if optional else key], f"{where}.{key}")
-        if problem:
-            return problem
-    return None
+    return strictjson.shape_problem(
+        value, shape, where, leaf=_leaf_problem, closed="is not a key the factory writes there"
+    )
 
 
 def rebuild_matrix_problem(matrix: Any, where: str = "provenance.rebuild.matrix") -> str | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from factory.core import strictjson
+from factory.core import storeurl, strictjson
 from factory.core.errors import CheckError
 
 FORMAT = 1
@@ -96,7 +96,7 @@ def cache_setting(config: CacheSetting | None) -> str:
         return "off"
     if config.store is None:
         return "local"
-    return "s3" if config.store.startswith("s3://") else "directory"
+    return storeurl.parse(config.store, what="the cache store").kind
 
 
 def ci_run_url(environ: Mapping[str, str] | None = None) -> str | None:
@@ -204,10 +204,12 @@ def from_report(
 
 # --- parsing -----------------------------------------------------------------------------------------------
 
+_TEXT = "text"
 _OPT_TEXT = "optional text"
 _SHA = "sha256"
 _OPT_SHA = "optional sha256"
 _COUNT = "count"
+_NUMBER = "number"
 _OPT_TIME = "optional time"
 _OPT_SETTING = "optional setting"
 _OPT_URL = "optional run url"
@@ -216,8 +218,8 @@ _JOB = "job id"
 _RESULT = "failed result"
 
 _SHAPE: dict[str, Any] = {
-    "format": int,
-    "wheel": {"filename": str, "sha256": _SHA},
+    "format": _NUMBER,
+    "wheel": {"filename": _TEXT, "sha256": _SHA},
     "provenance_sha256": _OPT_SHA,
     "compile_cache": {"setting": _OPT_SETTING, "hits": _COUNT, "compiled": _COUNT},
     "image_id": _OPT_TEXT,
@@ -236,23 +238,17 @@ _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")  # as index.failed_re
 
 
 def _value_problem(value: Any, shape: Any, where: str) -> str | None:
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return f"{where} must be a mapping"
-        extra = sorted(set(value) - set(shape))
-        if extra:
-            return f"{where}.{extra[0][:40]} is not a field of this format"
-        for key, inner in shape.items():
-            if key not in value:
-                return f"{where}.{key} is missing"
-            problem = _value_problem(value[key], inner, f"{where}.{key}")
-            if problem:
-                return problem
-        return None
+    return strictjson.shape_problem(
+        value, shape, where, leaf=_leaf_problem, closed="is not a field of this format"
+    )
+
+
+def _leaf_problem(value: Any, shape: Any, where: str) -> str | None:
+    """This format's own kinds of value (`strictjson.shape_problem`'s leaves)."""
     if shape == _NULL:
         return None if value is None else f"{where} must be null in a failed job's record"
-    if shape is int or shape == _COUNT:
-        ok = isinstance(value, int) and not isinstance(value, bool) and (shape is int or value >= 0)
+    if shape in (_NUMBER, _COUNT):
+        ok = isinstance(value, int) and not isinstance(value, bool) and (shape == _NUMBER or value >= 0)
         return None if ok else f"{where} must be a {'count' if shape == _COUNT else 'number'}"
     if isinstance(shape, str) and shape.startswith("optional ") and value is None:
         return None

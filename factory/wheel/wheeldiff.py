@@ -133,9 +133,10 @@ def _same_content(za: zipfile.ZipFile, ia: zipfile.ZipInfo, zb: zipfile.ZipFile,
 
 
 def _read_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes | None:
-    if info.file_size > MAX_ELF_BYTES:
+    try:
+        return bounded.read_member(archive, info, max_bytes=MAX_ELF_BYTES)
+    except bounded.Refused:
         return None
-    return b"".join(_chunks(archive, info))
 
 
 def _metadata_difference(ia: zipfile.ZipInfo, ib: zipfile.ZipInfo) -> str | None:

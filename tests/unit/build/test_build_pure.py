@@ -40,13 +40,6 @@ def test_only_selects_by_job_or_variant_glob() -> None:
     assert plan.only("cu128-*").jobs == ()
 
 
-@pytest.mark.parametrize(
-    ("torch", "req"), [("2.14", "torch==2.14.*"), ("2.10", "torch==2.10.*"), ("2.14.1", "torch==2.14.1")]
-)
-def test_torch_requirement(torch: str, req: str) -> None:
-    assert jobspec.torch_requirement(torch) == req
-
-
 def test_working_set_excludes_inactive_page_cache() -> None:
     v1 = {"usage": 8_000, "max_usage": 9_000, "stats": {"total_inactive_file": 6_000}}
     v2 = {"usage": 5_000, "stats": {"inactive_file": 1_000}}

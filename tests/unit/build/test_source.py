@@ -784,6 +784,30 @@ def test_pip_configuration_is_read_by_pip_with_environment_over_files(
     assert settings.indexes == ("https://mirror.example/simple", "https://env.example/simple")
 
 
+def test_pip_configuration_is_read_once_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in [v for v in os.environ if v.startswith("PIP_")]:
+        monkeypatch.delenv(var)
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = https://one.example/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    runs: list[object] = []
+    real_run = subprocess.run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(args[0])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", counted)
+    first = read_pip_settings()
+    assert read_pip_settings() is first and first.index_url == "https://one.example/simple" and len(runs) == 1
+    conf.write_text("[global]\nindex-url = https://two.example/simple/x\n")  # another size: read anew
+    assert read_pip_settings().index_url == "https://two.example/simple/x" and len(runs) == 2
+    monkeypatch.setenv("PIP_INDEX_URL", "https://env.example/simple")
+    assert read_pip_settings().index_url == "https://env.example/simple" and len(runs) == 3
+
+
 def test_pip_config_parsing_merges_sections_as_pip_does() -> None:
     text = (
         "global.index-url='https://a.example/simple'\n"

@@ -14,7 +14,7 @@ from factory.consume.which import (
     missing_lines,
     missing_request,
     rank_without_torch,
-    torch_requirement,
+    torch_for,
 )
 from factory.core.variants import VariantKey
 from factory.publish.installcmd import Torch
@@ -152,20 +152,20 @@ def test_a_wheel_for_this_python() -> None:
     assert not has_wheel_for(["x-1.tar.gz", "not a wheel.whl"], "3.11")
 
 
-def test_torch_requirement_and_its_index() -> None:
+def test_torch_for_a_variant_and_its_index() -> None:
     compat = COMPAT
     pytorch = "https://download.pytorch.org/whl/"
     key = VariantKey.parse_id("cu130-torch2.14-abi1-sm80.90")
-    assert torch_requirement(key, compat) == Torch(requirement="torch==2.14.*")  # 13.0: 2.14's default build
+    assert torch_for(key, compat) == Torch(requirement="torch==2.14.*")  # 13.0: 2.14's default build
     key = VariantKey.parse_id("cu126-torch2.10-abi1-sm80.90")
-    assert torch_requirement(key, compat) == Torch(requirement="torch==2.10.*", index=pytorch + "cu126")
+    assert torch_for(key, compat) == Torch(requirement="torch==2.10.*", index=pytorch + "cu126")
     key = VariantKey.parse_id("cu130-torch2.10.1-abi1-sm80.90")
-    assert torch_requirement(key, compat) == Torch(requirement="torch==2.10.1", index=pytorch + "cu130")
+    assert torch_for(key, compat) == Torch(requirement="torch==2.10.1", index=pytorch + "cu130")
     # torch installed: its release, so that no resolver swaps it; a probe's non-version leaves the variant's
-    assert torch_requirement(key, compat, installed="2.10.1").requirement == "torch==2.10.1"
+    assert torch_for(key, compat, installed="2.10.1").requirement == "torch==2.10.1"
     key = VariantKey.parse_id("cu126-torch2.10-abi1-sm80.90")
-    assert torch_requirement(key, compat, installed="2.10.3").requirement == "torch==2.10.3"
-    assert torch_requirement(key, compat, installed="2.10 x").requirement == "torch==2.10.*"
+    assert torch_for(key, compat, installed="2.10.3").requirement == "torch==2.10.3"
+    assert torch_for(key, compat, installed="2.10 x").requirement == "torch==2.10.*"
 
 
 def test_describe_names_the_driver_without_torch() -> None:

@@ -3,19 +3,23 @@ on; a file, a page, a download, a zip, a tool's output is capped; a network read
 
 from __future__ import annotations
 
+import ast
 import os
 import struct
 import subprocess
 import sys
 import threading
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import factory
 from factory.build import source
 from factory.consume import hostgpu, indexhttp, verify
 from factory.core import bounded
@@ -364,3 +368,184 @@ def test_a_response_body_is_capped_as_it_is_read(tmp_path: Path) -> None:
             body.read_all()
     with open(path, "rb") as fh:
         assert bounded.Body(fh, deadline=None, max_bytes=100, shown="u").read_all() == b"x" * 100
+
+
+def _member_zip(tmp_path: Path, data: bytes = b"a" * 1000) -> Path:
+    path = tmp_path / "m.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("d/m", data)
+    return path
+
+
+def test_a_member_is_read_within_its_cap(tmp_path: Path) -> None:
+    with bounded.open_zip(_member_zip(tmp_path)) as zf:
+        assert bounded.read_member(zf, "d/m", max_bytes=1000) == b"a" * 1000
+        assert bounded.read_member(zf, zf.getinfo("d/m"), max_bytes=4096) == b"a" * 1000
+        with pytest.raises(bounded.Refused, match=r"^d/m: 1000 bytes, over the 999 bytes it may have$"):
+            bounded.read_member(zf, "d/m", max_bytes=999)
+        with pytest.raises(KeyError):
+            bounded.read_member(zf, "d/none", max_bytes=1000)
+
+
+def test_a_member_that_understates_its_size_is_never_inflated_past_it(tmp_path: Path) -> None:
+    path = _member_zip(tmp_path)
+    data = bytearray(path.read_bytes())
+    local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")
+    struct.pack_into("<I", data, local + 22, 10)  # "10 bytes" where the stream inflates to 1000
+    struct.pack_into("<I", data, central + 24, 10)
+    path.write_bytes(bytes(data))
+    with bounded.open_zip(path) as zf, pytest.raises(bounded.BadMember, match="CRC"):
+        bounded.read_member(zf, "d/m", max_bytes=100)
+
+
+def test_a_damaged_member_is_bad_member(tmp_path: Path) -> None:
+    path = _member_zip(tmp_path, os.urandom(4000))
+    data = bytearray(path.read_bytes())
+    start = data.index(b"PK\x03\x04") + 30 + len("d/m")
+    data[start + 100 : start + 200] = bytes(100)
+    path.write_bytes(bytes(data))
+    with bounded.open_zip(path) as zf, pytest.raises(bounded.BadMember):
+        bounded.read_member(zf, "d/m", max_bytes=1 << 20)
+
+
+def _capped_member_reads(tree: ast.AST) -> list[int]:
+    """Lines that read a zip member by hand within a cap: `with X.open(member) as fh: ... fh.read(N + 1)`
+    (zipfile's `open` takes a member and no mode, a path's `open` a mode)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.With):
+            continue
+        for item in node.items:
+            call, name = item.context_expr, item.optional_vars
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "open"
+                and len(call.args) == 1
+                and not isinstance(call.args[0], ast.Constant)  # a path's mode: "rb"
+                and not call.keywords
+                and isinstance(name, ast.Name)
+            ):
+                continue
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.Call)
+                    and isinstance(inner.func, ast.Attribute)
+                    and inner.func.attr == "read"
+                    and isinstance(inner.func.value, ast.Name)
+                    and inner.func.value.id == name.id
+                    and inner.args
+                    and isinstance(inner.args[0], ast.BinOp)
+                ):
+                    found.append(inner.lineno)
+    return found
+
+
+def test_no_other_module_reads_a_zip_member_by_hand() -> None:
+    root = Path(factory.__file__).parent
+    owner = Path(bounded.__file__).resolve()
+    offenders = [
+        f"{path.relative_to(root)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        if path.resolve() != owner
+        for line in _capped_member_reads(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert offenders == []
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers /go with a redirect to `target` and anything else with 200; records each request's
+    Authorization header (the class attributes are set per test)."""
+
+    target = ""
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        if self.path == "/go":
+            self.send_response(302)
+            self.send_header("Location", type(self).target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+@pytest.mark.timeout(30)
+def test_credentials_go_to_their_own_host_only() -> None:
+    class Origin(_Recorder):
+        seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    class Elsewhere(_Recorder):
+        seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (Origin, Elsewhere)]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        Origin.target = f"http://localhost:{servers[1].server_address[1]}/landed"
+        url = f"http://user:p%40ss@127.0.0.1:{servers[0].server_address[1]}/go"
+        req = bounded.request(url, headers={"Accept": "text/html"})
+        assert "user" not in req.full_url and req.get_header("Accept") == "text/html"
+        with bounded.open_url(req, seconds=10, max_bytes=10, shown="x") as body:
+            assert body.read() == b"ok"
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+    assert Origin.seen == [("/go", "Basic dXNlcjpwQHNz")]  # base64 of "user:p@ss"
+    assert Elsewhere.seen == [("/landed", None)]
+
+
+def test_the_opener_follows_a_redirect_only_when_told() -> None:
+    with bounded.Deadline(5) as deadline:
+        follows = bounded.opener(deadline)
+        stops = bounded.opener(deadline, follow_redirects=False, proxies={})
+    assert any(type(h) is urllib.request.HTTPRedirectHandler for h in follows.handlers)
+    assert any(isinstance(h, bounded.NoRedirect) for h in stops.handlers)
+    assert not any(
+        isinstance(h, urllib.request.FileHandler | urllib.request.FTPHandler) for h in follows.handlers
+    )
+
+
+_HTTP_STACKS = ("OpenerDirector", "build_opener", "urlopen", "Request", "HTTPConnection", "HTTPSConnection")
+
+
+def _http_clients(tree: ast.AST) -> list[str]:
+    """Where a module makes an HTTP client of its own: urllib's opener, urlopen or a request by hand (whose
+    user:password@ no one turns into a header for its own host), http.client's connections, or another
+    HTTP library."""
+    found = []
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _HTTP_STACKS:
+            if node.attr != "Request" or id(node) in called:  # the type in an annotation is no request
+                found.append(f"{node.lineno} {node.attr}")
+        elif isinstance(node, ast.ImportFrom) and any(a.name in _HTTP_STACKS for a in node.names):
+            found.append(f"{node.lineno} import")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(n.split(".")[0] in ("requests", "httpx", "urllib3", "aiohttp") for n in names):
+                found.append(f"{node.lineno} {names}")
+    return found
+
+
+def test_no_other_module_has_an_http_client_of_its_own() -> None:
+    root = Path(factory.__file__).parent
+    owner = Path(bounded.__file__).resolve()
+    # the engine catches the Docker SDK's errors, which come from requests (dockerd's socket; no page)
+    docker_sdk = (Path("build/engine.py"), "['requests.exceptions']")
+    offenders = [
+        f"{path.relative_to(root)}:{where}"
+        for path in sorted(root.rglob("*.py"))
+        if path.resolve() != owner
+        for where in _http_clients(ast.parse(path.read_text(encoding="utf-8")))
+        if (path.relative_to(root), where.partition(" ")[2]) != docker_sdk
+    ]
+    assert offenders == []

@@ -74,7 +74,7 @@ def test_compose_and_parse_are_inverse_and_the_id_is_the_content_hash() -> None:
         (body(extra="x"), "unknown key 'extra'"),
         (body(format="factory-request/2"), "format 'factory-request/2'"),
         (body(python=...), "missing key 'python'"),
-        (b'{"format": "factory-request/1", "format": "factory-request/1"}', "given twice"),
+        (b'{"format": "factory-request/1", "format": "factory-request/1"}', "duplicate key 'format'"),
         (body(python="3.11; rm -rf /"), "python '3.11; rm -rf /' is not a version"),
         (body(python="3.11\n"), "python"),
         (body(python="٣.١١"), "python"),  # other scripts' digits

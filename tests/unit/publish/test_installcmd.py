@@ -21,7 +21,6 @@ from factory.publish.installcmd import (
     commands,
     newest_release,
     pip_command,
-    torch_pin,
     uv_command,
     variant_install,
 )
@@ -154,11 +153,6 @@ def test_commands_are_shell_quoted() -> None:
     for command in commands(install):
         words = shlex.split(command)
         assert words[-1] == f"x;rm @ {hostile}#sha256={SHA}" and "http://h/$(id)" in words
-
-
-def test_torch_pin() -> None:
-    assert torch_pin("2.14") == "torch==2.14.*"
-    assert torch_pin("2.14.1") == "torch==2.14.1"
 
 
 def test_variant_install_for_the_human_page() -> None:

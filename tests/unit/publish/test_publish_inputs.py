@@ -12,7 +12,6 @@ import pytest
 from factory.core.errors import ConfigError
 from factory.core.tags import canonical_wheel_filename
 from factory.core.urls import urls_without_credentials
-from factory.core.validate import parse_s3_url
 from factory.publish import index
 from factory.publish.publisher import MAX_METADATA_BYTES, inspect_wheel, load_report
 from factory.wheel.checks import record_hash
@@ -166,51 +165,6 @@ def test_a_report_that_is_not_text_is_a_config_error(tmp_path: Path) -> None:
     report.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError, match="report"):
         load_report(report)
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "s3://wheels/../../etc",
-        "s3://wheels/a/../b",
-        "s3://wheels/./x",
-        "s3://wheels/a//b",
-        "s3://wheels/a?b=c",
-        "s3://wheels/a#b",
-        "s3://wheels/a\x00b",
-    ],
-)
-def test_s3_prefixes_that_leave_their_prefix_are_refused(url: str) -> None:
-    with pytest.raises(ConfigError) as exc:
-        parse_s3_url(url)
-    assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
-
-
-@pytest.mark.parametrize(
-    ("bucket", "why"),
-    [
-        ("Bad_Bucket!", "lower-case"),
-        ("ab", "3 to 63"),
-        ("a" * 64, "3 to 63"),
-        ("-wheels", "begins and ends"),
-        ("wheels.", "begins and ends"),
-        ("a..b", "two dots"),
-        ("192.168.1.10", "IP address"),
-        ("xn--wheels", "reserved"),
-        ("wheels-s3alias", "reserved"),
-        ("user:SECRET@wheels", "no credentials"),
-        ("wheels:9000", "lower-case"),
-    ],
-)
-def test_bucket_names_follow_s3_rules(bucket: str, why: str) -> None:
-    with pytest.raises(ConfigError, match=why) as exc:
-        parse_s3_url(f"s3://{bucket}/x?token=SECRET")
-    assert "\n" not in str(exc.value) and "SECRET" not in str(exc.value)
-
-
-def test_good_s3_urls() -> None:
-    assert parse_s3_url("s3://wheels/team/idx/") == ("wheels", "team/idx")
-    assert parse_s3_url("s3://my.wheels-1") == ("my.wheels-1", "")
 
 
 def test_messages_show_urls_without_credentials() -> None:

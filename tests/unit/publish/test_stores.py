@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from factory.core.errors import ConfigError
-from factory.core.validate import parse_s3_url
 from factory.publish.stores import LocalStore, PreconditionFailed, S3Store, compare_and_swap, open_store
 
 KW = {"content_type": "text/html", "cache_control": "no-cache"}
@@ -70,13 +69,6 @@ def test_directory_key_reads_index_html(tmp_path: Path) -> None:
 def test_bad_keys_rejected(tmp_path: Path, key: str) -> None:
     with pytest.raises(ValueError):
         LocalStore(tmp_path).get(key)
-
-
-def test_parse_s3_url() -> None:
-    assert parse_s3_url("s3://bucket/a/b/") == ("bucket", "a/b")
-    assert parse_s3_url("s3://bucket") == ("bucket", "")
-    with pytest.raises(ConfigError):
-        parse_s3_url("s3:///nobucket")
 
 
 def test_open_store_choices(tmp_path: Path) -> None:

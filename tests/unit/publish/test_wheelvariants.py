@@ -256,12 +256,32 @@ def test_the_site_is_a_pure_function_of_its_state() -> None:
     assert wv.groups_from_json(site["variants/groups.json"]) == ("torch2.14-abi1",)
 
 
+STATE_FILE = {
+    "filename": "x-1-py3-none-any.whl",
+    "sha256": "0" * 64,
+    "metadata_sha256": "0" * 64,
+    "size": 1,
+    "variant": {},
+}
+
+
 @pytest.mark.parametrize(
     ("data", "why"),
     [
         (b"\xff", "not UTF-8|not a variant"),
         (b"[]", "not a variant project page's state"),
-        (b'{"format": "factory-variants/1", "files": [1]}', "file 1 is not an object"),
+        (b'{"format": "factory-variants/1", "files": [1]}', "^file 1 must be a mapping$"),
+        (b'{"format": "factory-variants/1", "files": [{"sha256": "x"}]}', "^file 1.filename is missing$"),
+        (
+            json.dumps({"format": "factory-variants/1", "files": [{**STATE_FILE, "size": -1}]}).encode(),
+            "^file 1.size -1 is not a byte count$",
+        ),
+        (
+            json.dumps(
+                {"format": "factory-variants/1", "files": [{**STATE_FILE, "requires_python": 3}]}
+            ).encode(),
+            "^file 1.requires_python must be str, not int$",
+        ),
         (b'{"format": "factory-variants/1", "files": [], "files": []}', "twice|not a variant"),
         (b" " * (wv.MAX_STATE_BYTES + 1), "over 4 MiB"),
     ],

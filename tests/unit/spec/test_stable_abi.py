@@ -123,7 +123,6 @@ def test_covers_torch() -> None:
 
 
 def test_requirement_is_a_floor_not_a_pin() -> None:
-    assert str(stable_abi.torch_requirement("2.12")) == "torch>=2.12"
     text = "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: torch\nRequires-Dist: numpy\n\n"
     pinned = pin_torch_in_metadata(text, "2.14.1+cu130", stable_abi="2.12")
     assert [str(r) for r in torch_requirements(pinned)] == ["torch>=2.12"]

@@ -31,7 +31,6 @@ from factory.wheel.checks import (
     pin_torch_requirement,
     record_hash,
     record_problems,
-    torch_pin,
     torch_requirements,
 )
 from factory.wheel.fatbin import device_code
@@ -143,24 +142,6 @@ def read_member(wheel: Path, suffix: str) -> str:
 
 
 # --- small helpers ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("torch", "pin"),
-    [
-        ("2.14.1", "torch==2.14.*"),
-        ("2.14.1+cu130", "torch==2.14.*"),
-        ("2.10", "torch==2.10.*"),
-        ("3", "torch==3.0.*"),
-    ],
-)
-def test_torch_pin_keeps_major_minor(torch: str, pin: str) -> None:
-    assert str(torch_pin(torch)) == pin
-
-
-def test_torch_pin_refuses_non_versions() -> None:
-    with pytest.raises(CheckError, match="not a PEP 440 version"):
-        torch_pin("latest")
 
 
 def test_record_hash_is_urlsafe_base64_without_padding() -> None:
