@@ -86,9 +86,7 @@ def fetch(source: CPythonSource, *, mirror: str) -> Path:
     partial = path.with_name(path.name + f".part-{os.getpid()}")
     try:
         with (
-            bounded.open_url(
-                urllib.request.Request(url), seconds=SECONDS, max_bytes=MAX_BYTES, shown=url
-            ) as body,
+            bounded.open_url(bounded.request(url), seconds=SECONDS, max_bytes=MAX_BYTES, shown=url) as body,
             partial.open("wb") as out,
         ):
             while chunk := body.read(1 << 20):
