@@ -260,12 +260,12 @@ def preflight_device(state: Path) -> dict[str, object]:
     call = preflight.choose(preflight.recorded(str(state)), ranked)
     if call is None:
         return {"source": None, "arch": None, "deferred": False}
-    argv = preflight.one_arch(call.argv)
-    arch = preflight.arch_label(nvcccall.parse(argv).archs)
+    device = preflight.one_arch(nvcccall.parse(call.argv))
+    arch = preflight.arch_label(device.archs)
     env = {k: v for k, v in call.env.items() if k != protocol.ENV_PREFLIGHT}  # a compile like any other
     print(f"factory-preflight: the build did not compile {ranked[0] if ranked else 'a ranked source'}; "
           f"compiling {call.source} for {arch or 'its arch'} instead", flush=True)  # fmt: skip
-    run([str(NVCC_LAUNCHER), *argv], cwd=call.cwd, env=env)
+    run([str(NVCC_LAUNCHER), *device.argv], cwd=call.cwd, env=env)
     return {"source": call.source, "arch": arch, "deferred": True}
 
 
