@@ -16,9 +16,9 @@ within milliseconds, not a poll or two.
 
 Its environment is `protocol.WrapperEnv` (FACTORY_STATE_DIR, FACTORY_MEM_LIMIT, the recipe's estimates, ...).
 A sharded build's compiles of other shards write empty objects (`shardskip`); a preflight compiles its first
-candidate for its lowest arch only, and the other compiles stand in and are recorded (`preflight`). With the
-compile cache (FACTORY_CACHE_DIR) a compile is looked up before it is admitted: a hit takes no slot and no
-memory, writes its object (and depfile) and is measured as "cache": "hit".
+candidate for its lowest arch only, and the other compiles stand in and are recorded (`preflightcompiles`).
+With the compile cache (FACTORY_CACHE_DIR) a compile is looked up before it is admitted: a hit takes no slot
+and no memory, writes its object (and depfile) and is measured as "cache": "hit".
 
 The `c++` launcher beside `nvcc` (CXX when the cache is on, or in a preflight) runs this module with
 --factory-cxx: the host compiler's compiles go through the cache too, unadmitted as they were before.
@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from . import admission, compilecache, links, nvcccall, preflight, protocol, shardskip
+from . import admission, compilecache, links, nvcccall, preflightcompiles, protocol, shardskip
 from .environ import log, read_cgroup, settings
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -133,8 +133,8 @@ def cxx_main(argv: list[str]) -> int:
     if link is not None:
         # before it runs: a link that fails still said what it linked
         print(protocol.link_line(link), file=sys.stderr, flush=True)
-        if preflight.candidates() is not None:
-            return preflight.stand_in_link(cxx, call)
+        if preflightcompiles.candidates() is not None:
+            return preflightcompiles.stand_in_link(cxx, call)
         os.execv(cxx, [cxx, *argv])
     cached = cache_attempt(cxx, call)
     if not isinstance(cached, compilecache.Attempt):
@@ -196,13 +196,13 @@ def select(call: nvcccall.NvccCall) -> nvcccall.NvccCall | None:
     shard = shardskip.shard_sources()
     if shard is not None and not shardskip.in_shard(call.source, shard):
         return None
-    ranked = preflight.candidates()
+    ranked = preflightcompiles.candidates()
     if ranked is None:
         return call
     if not shardskip.in_shard(call.source, ranked[:1]):
-        preflight.record(call)
+        preflightcompiles.record(call)
         return None
-    return preflight.one_arch(call)
+    return preflightcompiles.one_arch(call)
 
 
 def main(argv: list[str]) -> int:
@@ -219,8 +219,8 @@ def main(argv: list[str]) -> int:
         return shardskip.stand_in(call, record=measured_as(call))
     call = chosen  # a preflight's device compile has one arch left
     assert call.source is not None
-    if preflight.candidates() is not None:
-        preflight.mark_device(call.source, call.archs)
+    if preflightcompiles.candidates() is not None:
+        preflightcompiles.mark_device(call.source, call.archs)
     record = measured_as(call)
     key = str(record["key"])
     state_dir = env.state_dir

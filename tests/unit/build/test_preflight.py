@@ -19,7 +19,7 @@ from factory.build import preflight as P
 from factory.build.report import BuildReport, JobResult, PreflightResult
 from factory.cli import progress
 from factory.container import driver, nvcccall, protocol, wrapper
-from factory.container import preflight as CP
+from factory.container import preflightcompiles as CP
 from factory.container.protocol import ProfileEntry
 from factory.core.variants import Variant, parse_arch_set
 from factory.plan.plan import Job

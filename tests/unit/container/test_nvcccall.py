@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from factory.container import compilecache, links, nvcccall, preflight, shardskip
+from factory.container import compilecache, links, nvcccall, preflightcompiles, shardskip
 from factory.container.nvcccall import CXX, NVCC, Arg, parse, scan
 
 TORCH_NVCC = [
@@ -194,12 +194,12 @@ def test_preflight_keeps_the_lowest_gencode_as_scanned() -> None:
     line = ["-c", "k.cu", "-Xcompiler", "-gencode", "-gencode", "arch=compute_90,code=sm_90",
             "--generate-code=arch=compute_80,code=sm_80"]  # fmt: skip
     # the -gencode that is -Xcompiler's value is no -gencode of nvcc's
-    kept = preflight.one_arch(parse(line))
+    kept = preflightcompiles.one_arch(parse(line))
     assert kept.argv == ("-c", "k.cu", "-Xcompiler", "-gencode", "--generate-code=arch=compute_80,code=sm_80")
     assert kept == parse(kept.argv)  # derived from the scanned call, as a new reading would have it
     assert kept.archs == ("compute_80",)
     one = parse(["-c", "k.cu", "-gencode", "arch=compute_90,code=sm_90"])
-    assert preflight.one_arch(one) is one
+    assert preflightcompiles.one_arch(one) is one
 
 
 def test_a_links_inputs_leave_out_option_values() -> None:

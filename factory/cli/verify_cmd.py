@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from factory.cli import app
-from factory.cli.matrix import TRUST_PATHS
+from factory.cli.matrix_cmd import TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.core.errors import ConfigError
 

@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 
 from factory.cli import app, cpus_option, size_option
-from factory.cli.matrix import FLAVOR_OPTION, ONLY_OPTION, TRUST_PATHS
+from factory.cli.matrix_cmd import FLAVOR_OPTION, ONLY_OPTION, TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.cli.progress import BuildDisplay
-from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
+from factory.cli.verify_cmd import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.core.errors import ConfigError
 from factory.plan.shard import Shard, parse_shard
 from factory.spec.config import MIN_CONTAINER_MEMORY
