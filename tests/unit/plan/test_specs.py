@@ -17,7 +17,7 @@ from factory.plan.pipindex import IndexClient, PipSettings
 from factory.plan.plan import plan_matrix
 from factory.plan.torchindex import TorchFile, TorchIndex, TorchSource, WheelFacts, parse_torch_file
 from factory.spec.compat import CompatData
-from factory.spec.config import MAX_JOBS, load_matrix_file
+from factory.spec.config import MAX_PLANNED_JOBS, load_matrix_file
 from tests.torch_index_helpers import TorchWheel, make_index
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
@@ -344,15 +344,15 @@ class ManyMinors(TorchIndex):
 @pytest.mark.usefixtures("pip_env")
 def test_twenty_thousand_torch_minors_are_refused_past_the_job_cap(tmp_path: Path) -> None:
     index = ManyMinors(tmp_path, 20_000)
-    with pytest.raises(ConfigError, match=f"resolves to more than {MAX_JOBS} torches"):
+    with pytest.raises(ConfigError, match=f"resolves to more than {MAX_PLANNED_JOBS} torches"):
         plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]', '["3.11"]')), index=index)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("pip_env")
 def test_the_job_cap_applies_to_what_the_specifiers_resolved_to(tmp_path: Path) -> None:
-    index = ManyMinors(tmp_path, MAX_JOBS // 2 + 1)  # under the cap alone, over it with two Pythons
-    with pytest.raises(ConfigError, match=f"its specifiers resolve to more than {MAX_JOBS} jobs"):
+    index = ManyMinors(tmp_path, MAX_PLANNED_JOBS // 2 + 1)  # under the cap alone, over it with two Pythons
+    with pytest.raises(ConfigError, match=f"its specifiers resolve to more than {MAX_PLANNED_JOBS} jobs"):
         plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]')), index=index)
 
 
