@@ -59,6 +59,7 @@ def _register() -> None:
         "clean_cmd",
         "cache_cmd",
         "verify_cmd",
+        "rebuild_cmd",
         "compat_cmd",
         "inspect_cmd",
     ):

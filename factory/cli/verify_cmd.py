@@ -1,22 +1,27 @@
-"""`factory verify` (a wheel's signature: --key; a rebuild from its provenance compared byte for byte:
---rebuild) and `factory keygen` (a signing key pair); the signing options `factory publish` and `factory build
---publish` share. Each check is its own option and its own library call."""
+"""`factory verify` (a wheel's signature: --key) and `factory keygen` (a signing key pair); the signing
+options `factory publish` and `factory build --publish` share. `verify --rebuild` is the older spelling of
+`factory rebuild` (`rebuild_cmd`), kept working."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from factory.cli import app
 from factory.cli.matrix_cmd import TRUST_PATHS
-from factory.cli.output import echo_json, json_option
+from factory.cli.output import json_option
+from factory.cli.rebuild_cmd import (
+    REBUILD_CACHE_OPTION,
+    REBUILD_FOREIGN_OPTION,
+    REBUILD_MATRIX_OPTION,
+    REBUILD_SOURCE_OPTION,
+    REBUILD_WORKDIR_OPTION,
+    rebuild_options,
+    run_rebuild,
+)
 from factory.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from factory.build.rebuild import RebuildOptions
 
 SIGN_KEY_OPTION = typer.Option(
     "--sign-key",
@@ -52,69 +57,26 @@ def verify(
         bool,
         typer.Option(
             "--rebuild",
-            help="Build the wheel again from its provenance (its rebuild section) and compare the two "
-            "byte for byte; exit 1 naming the first differing file (and ELF section) if they differ.",
+            help="The older spelling of `factory rebuild WHEEL_OR_URL` (kept for scripts; the options "
+            "below are that command's).",
         ),
     ] = False,
-    cache: Annotated[
-        str,
-        typer.Option(
-            "--cache",
-            metavar="DEST|local|off",
-            help="With --rebuild: compile through this compile cache (a store: directory or s3://; local: "
-            "this home's) to check it, or off.",
-        ),
-    ] = "off",
-    source: Annotated[
-        Path | None,
-        typer.Option(
-            "--source",
-            metavar="DIR",
-            help="With --rebuild: the source directory of a wheel built from one (source: {path}).",
-        ),
-    ] = None,
-    matrix: Annotated[
-        Path | None,
-        typer.Option(
-            "--matrix",
-            "-m",
-            metavar="FILE",
-            help="With --rebuild: your matrix file. The rebuild takes the wheel's patches from its files "
-            "(by sha256), its source directory, and may use the images and torch indexes it names.",
-        ),
-    ] = None,
+    cache: Annotated[str, REBUILD_CACHE_OPTION] = "off",
+    source: Annotated[Path | None, REBUILD_SOURCE_OPTION] = None,
+    matrix: Annotated[Path | None, REBUILD_MATRIX_OPTION] = None,
     trust_paths: Annotated[bool, TRUST_PATHS] = False,
-    allow_foreign: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-foreign",
-            metavar="KIND",
-            help="With --rebuild: use what only the wheel names, which your matrix does not: 'image' (a "
-            "builder or base image, pulled and run), 'torch-index' (where torch is fetched). Repeatable.",
-        ),
-    ] = None,
-    workdir: Annotated[
-        Path | None,
-        typer.Option(
-            "--workdir",
-            metavar="DIR",
-            help="With --rebuild: rebuild here and keep it (its matrix, patches, rebuilt wheel and report); "
-            "default: a temporary directory.",
-        ),
-    ] = None,
+    allow_foreign: Annotated[list[str] | None, REBUILD_FOREIGN_OPTION] = None,
+    workdir: Annotated[Path | None, REBUILD_WORKDIR_OPTION] = None,
     as_json: Annotated[bool, json_option()] = False,
 ) -> None:
-    """Check a wheel: --key its signature, --rebuild a build from its own provenance compared byte for byte
-    (exit 1 and one line naming what failed).
+    """Verify a wheel's signature with --key PUB (exit 1 and one line naming what does not hold).
 
-    A wheel's provenance is read as input from anyone: the rebuild keeps the build's network off, takes
-    the source as recorded (the sdist or commit by hash, or --source DIR), each patch only as a file of
-    yours with the sha256 recorded, and refuses an image or torch index your matrix does not name unless
-    --allow-foreign names its kind."""
+    "Verify" is a signature's check here and everywhere in the factory; --rebuild, building the wheel again
+    to compare, is `factory rebuild`."""
     if key is None and not rebuild:
         raise ConfigError(
-            "give --key PUB (the public key whose signature the wheel must carry) and/or --rebuild "
-            "(build the wheel again from its provenance and compare)"
+            "give --key PUB (the public key whose signature the wheel must carry); to build the wheel again "
+            "from its provenance and compare: factory rebuild WHEEL_OR_URL"
         )
     if key is not None:
         from factory.consume.verify import verify_signature
@@ -123,41 +85,19 @@ def verify(
         verified = verify_signature(wheel, key=public_key_file(key), signature=signature)
         typer.echo(f"OK {verified.filename}: sha256 {verified.sha256}, signed by key {verified.key_id}")
     if rebuild:
-        from factory.build.rebuild import RebuildOptions, check_allowed
-
-        options = RebuildOptions(
+        options = rebuild_options(
             cache=cache,
             source=source,
             matrix=matrix,
             trust_paths=trust_paths,
             workdir=workdir,
-            allow_foreign=check_allowed(allow_foreign or []),
+            allow_foreign=allow_foreign,
         )
-        rebuild_and_compare(wheel, options, as_json=as_json)
+        run_rebuild(wheel, options, as_json=as_json)
     elif matrix is not None or allow_foreign or trust_paths:
-        raise ConfigError("--matrix, --trust-paths and --allow-foreign apply with --rebuild")
-
-
-def rebuild_and_compare(wheel: str, options: RebuildOptions, *, as_json: bool) -> None:
-    """`--rebuild`: the build's progress as `factory build` shows it (on stderr), then one line (or JSON);
-    exit 0 when the rebuild is byte-identical, else 1."""
-    from rich.console import Console
-
-    from factory.build.rebuild import Hooks, verify_rebuild
-    from factory.cli.progress import BuildDisplay
-
-    if options.workdir is not None:
-        report = str(options.workdir / "out" / "report.json")
-    else:
-        report = "(gone with the temporary work directory; --workdir DIR keeps it)"
-    display = BuildDisplay(Console(stderr=True), report_path=report)
-    hooks = Hooks(on_change=display.on_change, showing=display.showing, finished=display.finished)
-    result = verify_rebuild(wheel, options, log=display.say, hooks=hooks)
-    if as_json:
-        echo_json(result.to_json())
-    else:
-        typer.echo(result.line())
-    sys.exit(0 if result.ok else 1)
+        raise ConfigError(
+            "--matrix, --trust-paths and --allow-foreign apply with --rebuild (factory rebuild)"
+        )
 
 
 @app.command()
