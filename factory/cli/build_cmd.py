@@ -93,13 +93,14 @@ def build(
             help="Sync the compile cache with this store (s3://bucket/prefix or a directory), or off.",
         ),
     ] = None,
-    verify_cache: Annotated[
+    check_cache: Annotated[
         int,
         typer.Option(
-            "--verify-cache",
+            "--check-cache",
+            "--verify-cache",  # its older spelling, kept for scripts ("verify" is a signature's check)
             metavar="N",
-            help="Compile N of each job's cache hits anyway and compare the bytes; a difference is reported "
-            "as a suspected poisoned entry and the entry removed.",
+            help="Check the compile cache: compile N of each job's cache hits anyway and compare the bytes; "
+            "a difference is reported as a suspected poisoned entry and the entry removed.",
         ),
     ] = 0,
     sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
@@ -133,7 +134,7 @@ def build(
         shard=shard_option(shard),
         preflight=preflight,
         cache=cache,
-        verify_cache=verify_cache,
+        check_cache=check_cache,
         sign_key=sign_key,
         sign_key_env=sign_key_env,
     )

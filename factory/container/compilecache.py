@@ -21,7 +21,7 @@ the same key for every Python, and one that does records Python.h among its inpu
 header misses.
 
 Objects are deterministic where the factory can make them so (`deterministic`, `pinned`), so a hit can
-be checked by compiling it again (FACTORY_CACHE_VERIFY).
+be checked by compiling it again (FACTORY_CACHE_CHECK).
 
 Standard library only, like its package.
 """
@@ -49,7 +49,7 @@ from . import nvcccall, protocol
 LAYOUT_VERSION = "v3"  # v3: manifests signed with Ed25519 (v2 had HMAC tags: never read again)
 CACHE_DIR_ENV = protocol.ENV_CACHE_DIR
 CACHE_OUT_ENV = protocol.ENV_CACHE_OUT
-CACHE_VERIFY_ENV = protocol.ENV_CACHE_VERIFY
+CACHE_CHECK_ENV = protocol.ENV_CACHE_CHECK
 TEMP_PREFIX = ".tmp-"
 # temporary files younger than this may belong to a writer still at work
 TEMP_GRACE_S = 3600.0
@@ -767,17 +767,17 @@ def plain(
     return Plain(mode=mode, run_args=(*args, *pinned(roots, mode, source=source, cwd=cwd)), output=output)
 
 
-def claim_verification(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether this hit is one of the build's first FACTORY_CACHE_VERIFY hits, which are compiled anyway
+def claim_check(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this hit is one of the build's first FACTORY_CACHE_CHECK hits, which are compiled anyway
     and compared with the cache's object. The claims are files in the outbox, made with O_EXCL, so
     concurrent compiles of one build never take more than that many."""
     try:
-        wanted = int(environ.get(CACHE_VERIFY_ENV, "0") or 0)
+        wanted = int(environ.get(CACHE_CHECK_ENV, "0") or 0)
     except ValueError:
         return False
     if out is None or wanted <= 0:
         return False
-    claims = out / "verify"
+    claims = out / "check"
     with contextlib.suppress(OSError):
         claims.mkdir(parents=True, exist_ok=True)
     for number in range(wanted):
@@ -808,7 +808,7 @@ class Attempt:
     cwd: str
     own_depfile: str | None  # the depfile added to a call that named none, removed by `finish`
     started_ns: int = 0
-    expected: Entry | None = None  # a hit compiled anyway to check it (FACTORY_CACHE_VERIFY)
+    expected: Entry | None = None  # a hit compiled anyway to check it (FACTORY_CACHE_CHECK)
     check: str | None = None  # CHECK_SAME or CHECK_DIFFERS once that compile has finished
 
     @property
@@ -817,13 +817,13 @@ class Attempt:
         return (*self.call.run_args, *pins)
 
     def serve(self, environ: Mapping[str, str] = os.environ) -> bool:
-        """Whether the call's outputs were written from the cache. A hit chosen for verification is not
+        """Whether the call's outputs were written from the cache. A hit chosen to be checked is not
         served: it is compiled, and `finish` compares."""
         found = lookup(self.root, self.direct_key, self.roots)
         if found is None:
             return False
         entry, _ = found
-        if claim_verification(self.out, environ):
+        if claim_check(self.out, environ):
             self.expected = entry
             return False
         return fetch(self.root, entry, call=self.call, roots=self.roots, cwd=self.cwd, out=self.out)
@@ -833,7 +833,7 @@ class Attempt:
         self.started_ns = time.time_ns()
 
     def finish(self, rc: int) -> Entry | None:
-        """Make the object deterministic, compare it with the entry it verifies, record the compile (only a
+        """Make the object deterministic, compare it with the entry it checks, record the compile (only a
         successful one, and never one that contradicts the cache: the host reports that), and remove the
         depfile of our own."""
         depfile = self.own_depfile or self.call.depfile

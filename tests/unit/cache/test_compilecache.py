@@ -140,7 +140,7 @@ def run_cxx(
     )
     env.pop("VIRTUAL_ENV", None)
     env.pop("CUDA_HOME", None)
-    env.pop("FACTORY_CACHE_VERIFY", None)
+    env.pop("FACTORY_CACHE_CHECK", None)
     env.update(extra)
     return subprocess.run([str(CXX), *args], env=env, capture_output=True, text=True, timeout=60, check=False)
 
@@ -552,7 +552,7 @@ def test_a_tool_is_known_by_its_content_and_version_remembered_by_its_inode(
 
 
 def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: dict[str, Path]) -> None:
-    """Job A's entry is imported and signed. With FACTORY_CACHE_VERIFY=1 job B's hit is compiled anyway and
+    """Job A's entry is imported and signed. With FACTORY_CACHE_CHECK=1 job B's hit is compiled anyway and
     found "same" (and records nothing). A compromised signer then swaps the object for other bytes and
     re-signs a manifest naming them: job C, verifying, reports "differs" for that entry; job D, not
     verifying, would have been served the planted bytes."""
@@ -566,7 +566,7 @@ def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: d
     (manifest,) = cache_files(dest, "m")
     entry = cachekeys.verified_entry(manifest.read_bytes(), domain=DOMAIN, keyring=KEY)
     assert entry is not None
-    checked = run_cxx(world, jobs["b"], args["b"], root=dest, out=outs["b"], FACTORY_CACHE_VERIFY="1")
+    checked = run_cxx(world, jobs["b"], args["b"], root=dest, out=outs["b"], FACTORY_CACHE_CHECK="1")
     assert checked.returncode == 0, checked.stderr
     m = measurement(checked)
     assert (m.cache, m.cache_check, m.entry, m.source) == (
@@ -591,7 +591,7 @@ def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: d
     compilecache.object_path(dest, poisoned.object_sha256).write_bytes(planted)
     manifest.write_bytes(cachekeys.signed_manifest(poisoned, domain=DOMAIN, keyring=KEY))
     differs = measurement(
-        run_cxx(world, jobs["c"], args["c"], root=dest, out=outs["c"], FACTORY_CACHE_VERIFY="1")
+        run_cxx(world, jobs["c"], args["c"], root=dest, out=outs["c"], FACTORY_CACHE_CHECK="1")
     )
     assert (differs.cache_check, differs.entry) == ("differs", f"{entry.direct_key}-{entry.result_key}")
     assert obj_of(args["c"]).read_bytes() == obj_of(args["a"]).read_bytes()  # what it compiled, not the plant
@@ -607,7 +607,7 @@ def test_only_the_first_hits_of_a_build_are_verified(world: dict[str, Path]) -> 
     host_import(world, out)
     dest = cache.domain_dir(world["tmp"] / "local", DOMAIN)
     states = [
-        measurement(run_cxx(world, a, args, root=dest, out=out, FACTORY_CACHE_VERIFY="2")).cache_check
+        measurement(run_cxx(world, a, args, root=dest, out=out, FACTORY_CACHE_CHECK="2")).cache_check
         for _ in range(4)
     ]
     assert states == ["same", "same", None, None]
@@ -619,16 +619,16 @@ def test_only_the_first_hits_of_a_build_are_verified(world: dict[str, Path]) -> 
 def test_claim_verification_takes_exactly_as_many_as_asked(
     tmp_path: Path, verify: str | None, claims: int
 ) -> None:
-    env = {} if verify is None else {compilecache.CACHE_VERIFY_ENV: verify}
-    assert sum(compilecache.claim_verification(tmp_path, env) for _ in range(20)) == claims
-    assert not compilecache.claim_verification(None, {compilecache.CACHE_VERIFY_ENV: "5"})
+    env = {} if verify is None else {compilecache.CACHE_CHECK_ENV: verify}
+    assert sum(compilecache.claim_check(tmp_path, env) for _ in range(20)) == claims
+    assert not compilecache.claim_check(None, {compilecache.CACHE_CHECK_ENV: "5"})
 
 
 CLAIMER = textwrap.dedent("""\
     import sys
     from pathlib import Path
     from factory.container import compilecache as cc
-    won = sum(cc.claim_verification(Path(sys.argv[1]), {"FACTORY_CACHE_VERIFY": "3"}) for _ in range(50))
+    won = sum(cc.claim_check(Path(sys.argv[1]), {"FACTORY_CACHE_CHECK": "3"}) for _ in range(50))
     print(won)
 """)
 
