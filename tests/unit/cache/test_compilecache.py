@@ -616,9 +616,7 @@ def test_only_the_first_hits_of_a_build_are_verified(world: dict[str, Path]) -> 
 @pytest.mark.parametrize(
     ("verify", "claims"), [("2", 2), ("1", 1), ("0", 0), (None, 0), ("", 0), ("x", 0), ("-3", 0)]
 )
-def test_claim_verification_takes_exactly_as_many_as_asked(
-    tmp_path: Path, verify: str | None, claims: int
-) -> None:
+def test_claim_check_takes_exactly_as_many_as_asked(tmp_path: Path, verify: str | None, claims: int) -> None:
     env = {} if verify is None else {compilecache.CACHE_CHECK_ENV: verify}
     assert sum(compilecache.claim_check(tmp_path, env) for _ in range(20)) == claims
     assert not compilecache.claim_check(None, {compilecache.CACHE_CHECK_ENV: "5"})
