@@ -688,7 +688,8 @@ def _entries(
                 "package",
                 "version",
                 "local_version",
-                "verified",
+                "known",
+                "verified",  # the older name of "known"
                 "abi",
                 "covers",
                 "stable_abi",

@@ -137,7 +137,7 @@ def test_torch_at_least_2_13_plans_every_such_torch_and_compat_json_changes_noth
         "cu130-torch2.14-abi1-sm80-py311",
         "cu130-torch2.14-abi1-sm80-py312",
     ]
-    assert all(j.verified for j in plan.jobs)
+    assert all(j.known for j in plan.jobs)
     (resolved,) = plan.resolved
     assert resolved.values == ("2.13", "2.14") and resolved.detail == ("2.13 = 2.13.0", "2.14 = 2.14.1")
     bare = plan_matrix(replace(mf, compat=without_torch(mf.compat, "2.13", "2.14")))
@@ -229,9 +229,9 @@ def test_a_contradiction_is_shown_and_compat_json_wins(tmp_path: Path) -> None:
         n.startswith("torch 2.14 cuda:") and "has 13.0, which compat.json does not list" in n
         for n in plan.notes
     )
-    # compat.json's C++17 wins (so the C++17 recipe is kept), its CUDA list too (complete: false, unverified)
+    # compat.json's C++17 wins (so the C++17 recipe is kept), its CUDA list too (complete: false, unknown)
     assert {j.variant.torch for j in plan.jobs} == {"2.14"}
-    assert not any(j.verified for j in plan.jobs)
+    assert not any(j.known for j in plan.jobs)
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
