@@ -121,13 +121,13 @@ def test_unknown_default_build_is_not_a_reason_to_drop() -> None:
     assert judge(torch="2.99", cuda="12.1", python="3.12", default_index=True).dropped is None
 
 
-def test_unknown_torch_is_kept_unverified() -> None:
+def test_unknown_torch_is_kept_and_marked_unknown() -> None:
     verdict = judge(torch="2.99")
     assert verdict.dropped is None and not verdict.known
     assert "unknown: compat data knows nothing about torch 2.99" in verdict.notes
 
 
-def test_incomplete_torch_entry_makes_other_cuda_unverified_not_dropped() -> None:
+def test_incomplete_torch_entry_makes_other_cuda_unknown_not_dropped() -> None:
     verdict = judge(torch="2.14", cuda="12.8", python="3.12")
     assert verdict.dropped is None and not verdict.known
     assert "torch 2.14 with CUDA 12.8" in verdict.notes[-1]
@@ -180,7 +180,7 @@ def test_current_torch_releases_are_known(torch: str, cuda: str, pythons: tuple[
         assert verdict.archs == ("8.0", "9.0", "10.0", "12.0")
 
 
-def test_torch_2_15_has_no_python_3_10_and_other_cuda_builds_are_unverified() -> None:
+def test_torch_2_15_has_no_python_3_10_and_other_cuda_builds_are_unknown() -> None:
     # the 2.12-2.15 entries list the CUDA build the index has; pytorch.org's others are not known here
     assert judge(torch="2.15", cuda="13.0", python="3.12").known is False
     assert "torch 2.15 with CUDA 13.0" in judge(torch="2.15", cuda="13.0", python="3.12").notes[-1]
