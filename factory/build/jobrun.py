@@ -181,7 +181,7 @@ class DriverLines:
         self.changed()
 
     def cache_checked(self, line: str) -> None:
-        """A hit compiled again to check it (`build --verify-cache`): counted, and one that differs reported
+        """A hit compiled again to check it (`build --check-cache`): counted, and one that differs reported
         and removed from the local cache."""
         measured = protocol.parse_measurement(line)
         if measured is None or measured.cache_check is None:

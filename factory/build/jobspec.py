@@ -81,7 +81,7 @@ def cache_env(config: sync.CacheConfig) -> dict[str, str]:
     the cache (`driver.cache_env`): it alone sees the CXX the build would have had (the matrix's, the
     image's) and keeps it as FACTORY_REAL_CXX; a CXX set here would hide the image's."""
     return protocol.WrapperEnv(
-        cache_dir=sync.MOUNT, cache_out=sync.OUT_MOUNT, cache_verify=config.verify
+        cache_dir=sync.MOUNT, cache_out=sync.OUT_MOUNT, cache_check_hits=config.check_hits
     ).to_env()
 
 

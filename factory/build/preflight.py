@@ -2,8 +2,8 @@
 
 A preflight runs, for each variant, its first job (its first Python: the others share its sources) as far as
 its compiles: the source fetched and patched, the environment made, every host compile and one device compile
-run with the real flags in the real container under admission (`factory.container.preflight`), no link, no
-wheel. Its compiles go to the compile cache under the keys the real build looks up.
+run with the real flags in the real container under admission (`factory.container.preflightcompiles`), no
+link, no wheel. Its compiles go to the compile cache under the keys the real build looks up.
 
 The device compile is the cheapest CUDA file by the learned profile, else by the recipe's
 `compile_seconds_by_file`, else the smallest (`candidates`); the container compiles the first of these the

@@ -1,4 +1,5 @@
-"""`factory verify --rebuild`: build a wheel again from its own provenance and compare the two, byte by byte.
+"""`factory rebuild` (or `factory verify --rebuild`, its older spelling): build a wheel again from its own
+provenance and compare the two, byte by byte.
 
 A wheel's provenance (`provenance`, `<dist-info>/factory-provenance.json`) holds a `rebuild` section: the
 job's id and a one-job matrix document that builds it again (`buildfacts.rebuild_matrix` writes it). This
@@ -596,18 +597,18 @@ def _source_dir(plan: RebuildPlan, options: RebuildOptions, trusted: Trusted, lo
 
 
 def rebuilder(*, matrix: Path | None, trust_paths: bool, log: Log) -> Callable[[Path], RebuildResult]:
-    """`factory verify --rebuild` of a wheel, with the user's own matrix file (what it names the wheel's
+    """`factory rebuild` of a wheel, with the user's own matrix file (what it names the wheel's
     document may use: patches by sha256, images, torch indexes, its source directory) when there is one: the
     rebuilder `factory index audit --rebuild` hands to `indexaudit.audit_published`."""
     options = RebuildOptions(matrix=matrix, trust_paths=trust_paths)
 
     def rebuild(path: Path) -> RebuildResult:
-        return verify_rebuild(str(path), options, log=log)
+        return rebuild_and_compare(str(path), options, log=log)
 
     return rebuild
 
 
-def verify_rebuild(
+def rebuild_and_compare(
     wheel_or_url: str, options: RebuildOptions, *, log: Log, hooks: Hooks | None = None
 ) -> RebuildResult:
     """Rebuild a wheel (a file or an http(s) URL) from its provenance and compare the two. ConfigError (exit

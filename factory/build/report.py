@@ -72,7 +72,7 @@ class JobResult:
     # compiles of every attempt (the measurement lines' "cache" field): served from the compile cache, or run
     compiles_cached: int = 0
     compiles_compiled: int = 0
-    # `build --verify-cache N`: hits compiled again and compared, and the sources whose bytes differed
+    # `build --check-cache N`: hits compiled again and compared, and the sources whose bytes differed
     cache_checked: int = 0
     cache_suspects: list[str] = field(default_factory=list)
     # An abi3 job: the later Pythons its one wheel covers, and every Python it was installed and imported on.

@@ -46,7 +46,7 @@ class BuildRequest:
     shard: Shard | None = None
     preflight: bool = False
     cache: str | None = None  # --cache DEST|off
-    verify_cache: int = 0
+    check_cache: int = 0
     sign_key: Path | None = None  # --sign-key: the private key file publishing signs with
     sign_key_env: str | None = None  # --sign-key-env: the variable holding it (default FACTORY_SIGN_KEY)
 
@@ -97,10 +97,10 @@ def plan_build(request: BuildRequest, *, warn: Log) -> PlannedBuild:
     if request.preflight:
         jobs = lead_jobs(jobs)  # one Python per variant: the others compile the same sources
     compile_cache = resolve(
-        mf, publishing=request.publish, override=request.cache, verify=request.verify_cache
+        mf, publishing=request.publish, override=request.cache, check_hits=request.check_cache
     )
-    if request.verify_cache and compile_cache is None:
-        raise ConfigError("--verify-cache checks the compile cache's hits, and the cache is off")
+    if request.check_cache and compile_cache is None:
+        raise ConfigError("--check-cache checks the compile cache's hits, and the cache is off")
     if request.shard is not None and compile_cache is None:
         raise ConfigError("--shard compiles into the compile cache, which is off (build.cache, --cache)")
     if compile_cache is not None:

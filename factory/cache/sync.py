@@ -50,7 +50,7 @@ MOUNT = "/var/factory-cache"  # where a build container sees its domain of the l
 OUT_MOUNT = "/var/factory-cache-out"  # where it writes what it compiles (its job's outbox)
 ENV_DIR = compilecache.CACHE_DIR_ENV
 ENV_OUT = compilecache.CACHE_OUT_ENV
-ENV_VERIFY = compilecache.CACHE_VERIFY_ENV
+ENV_CHECK_HITS = compilecache.CACHE_CHECK_ENV
 DEFAULT_MAX_BYTES = DEFAULT_CACHE_MAX
 PUSH_INTERVAL_S = 2.0  # while a job runs, its new entries go up at most this long after they are made
 OCTETS = "application/octet-stream"
@@ -89,7 +89,7 @@ class CacheConfig:
     store: str | None = None
     endpoint_url: str | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
-    verify: int = 0  # hits per job compiled again and compared (`build --verify-cache`)
+    check_hits: int = 0  # hits per job compiled again and compared (`build --check-cache`)
 
 
 def under(to: str, prefix: str = COMPILE_CACHE_PREFIX) -> str:
@@ -97,7 +97,7 @@ def under(to: str, prefix: str = COMPILE_CACHE_PREFIX) -> str:
     return storeurl.join(to, prefix)
 
 
-MAX_VERIFY = 100_000
+MAX_CHECK_HITS = 100_000
 
 
 def resolve(
@@ -106,13 +106,13 @@ def resolve(
     publishing: bool,
     override: str | None = None,
     home: Path | None = None,
-    verify: int = 0,
+    check_hits: int = 0,
 ) -> CacheConfig | None:
     """The run's cache from `build.cache` (or `--cache`, which wins): None when off; a store given by URL or
-    directory; else, publishing, one under the publish store; else the local directory alone. `verify`:
-    hits per job to compile again and compare (`--verify-cache`)."""
-    if not 0 <= verify <= MAX_VERIFY:
-        raise ConfigError(f"--verify-cache {verify}: must be from 0 to {MAX_VERIFY}")
+    directory; else, publishing, one under the publish store; else the local directory alone. `check_hits`:
+    hits per job to compile again and compare (`--check-cache`)."""
+    if not 0 <= check_hits <= MAX_CHECK_HITS:
+        raise ConfigError(f"--check-cache {check_hits}: must be from 0 to {MAX_CHECK_HITS}")
     setting: bool | str = mf.build.cache
     if override is not None:
         setting = False if override == "off" else override
@@ -129,7 +129,11 @@ def resolve(
     else:
         store, endpoint = None, None
     return CacheConfig(
-        local=local_dir(home), store=store, endpoint_url=endpoint, max_bytes=mf.build.cache_max, verify=verify
+        local=local_dir(home),
+        store=store,
+        endpoint_url=endpoint,
+        max_bytes=mf.build.cache_max,
+        check_hits=check_hits,
     )
 
 

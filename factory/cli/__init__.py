@@ -1,6 +1,7 @@
 """The `factory` command line: a thin Typer layer over the library modules.
 
-Each area registers its commands from its own module so the areas stay independent.
+Each area registers its commands from its own module, `<area>_cmd.py` (named apart from the library modules
+and packages it calls: `cli/verify_cmd.py` is the CLI of `consume/verify.py`), so the areas stay independent.
 """
 
 from __future__ import annotations
@@ -47,20 +48,20 @@ def _register() -> None:
     import importlib
 
     for name in (
-        "matrix",
-        "build",
-        "images",
-        "publish",
-        "index",
-        "memory",
-        "recipes",
-        "source",
-        "clean",
-        "cache",
-        "verify",
-        "compat",
-        "inspect",
-        "verify",
+        "matrix_cmd",
+        "build_cmd",
+        "images_cmd",
+        "publish_cmd",
+        "index_cmd",
+        "memory_cmd",
+        "recipes_cmd",
+        "source_cmd",
+        "clean_cmd",
+        "cache_cmd",
+        "verify_cmd",
+        "rebuild_cmd",
+        "compat_cmd",
+        "inspect_cmd",
     ):
         try:
             importlib.import_module(f"factory.cli.{name}")

@@ -21,7 +21,7 @@ the same key for every Python, and one that does records Python.h among its inpu
 header misses.
 
 Objects are deterministic where the factory can make them so (`deterministic`, `pinned`), so a hit can
-be checked by compiling it again (FACTORY_CACHE_VERIFY).
+be checked by compiling it again (FACTORY_CACHE_CHECK).
 
 Standard library only, like its package.
 """
@@ -49,7 +49,7 @@ from . import nvcccall, protocol
 LAYOUT_VERSION = "v3"  # v3: manifests signed with Ed25519 (v2 had HMAC tags: never read again)
 CACHE_DIR_ENV = protocol.ENV_CACHE_DIR
 CACHE_OUT_ENV = protocol.ENV_CACHE_OUT
-CACHE_VERIFY_ENV = protocol.ENV_CACHE_VERIFY
+CACHE_CHECK_ENV = protocol.ENV_CACHE_CHECK
 TEMP_PREFIX = ".tmp-"
 # temporary files younger than this may belong to a writer still at work
 TEMP_GRACE_S = 3600.0
@@ -178,19 +178,20 @@ def site_packages(venv: str | None) -> str | None:
     return str(found[0]) if found else None
 
 
-def python_include_dirs(args: Sequence[str], cwd: str) -> list[str]:
-    """The include directories of the call that hold a Python.h (the interpreter's headers), in order."""
+def python_include_dirs(include_dirs: Sequence[str], cwd: str) -> list[str]:
+    """The include directories of a call (`nvcccall.include_dirs`) that hold a Python.h (the interpreter's
+    headers), in order."""
     dirs: list[str] = []
-    for value in nvcccall.include_dirs(args):
+    for value in include_dirs:
         path = os.path.normpath(os.path.join(cwd, value))
         if path not in dirs and os.path.isfile(os.path.join(path, "Python.h")):
             dirs.append(path)
     return dirs
 
 
-def job_roots(args: Sequence[str], cwd: str, environ: Mapping[str, str] = os.environ) -> Roots:
+def job_roots(include_dirs: Sequence[str], cwd: str, environ: Mapping[str, str] = os.environ) -> Roots:
     """The placeholders of a compile in a build container: its job dir, the venv's site-packages, the
-    toolkit, and the Python include dirs the call names."""
+    toolkit, and the Python include dirs among those the call names (`nvcccall.include_dirs`)."""
     job = environ.get(protocol.ENV_JOB_DIR)
     venv = environ.get("VIRTUAL_ENV") or (os.path.join(job, "venv") if job else None)
     named: list[tuple[str, str | None]] = [
@@ -198,7 +199,7 @@ def job_roots(args: Sequence[str], cwd: str, environ: Mapping[str, str] = os.env
         ("@SITE@", site_packages(venv)),
         ("@CUDA@", environ.get("CUDA_HOME") or environ.get("CUDA_PATH")),
     ]
-    pyinc = python_include_dirs(args, cwd)
+    pyinc = python_include_dirs(include_dirs, cwd)
     named += [("@PYINC@" if i == 0 else f"@PYINC{i}@", d) for i, d in enumerate(pyinc)]
     return Roots.of(named)
 
@@ -233,14 +234,17 @@ class Call:
     depfile: str | None  # the depfile the call asked for
     key_args: tuple[str, ...]  # its arguments less output and dependency options
     run_args: tuple[str, ...] = field(default=())  # the arguments to run, with a depfile of our own if needed
+    include_dirs: tuple[str, ...] = ()  # those the key's arguments name (`nvcccall.include_dirs`)
+    host_compiler: str | None = None  # nvcc's -ccbin
 
 
-def parse_call(mode: str, args: Sequence[str], depfile_for: str | None = None) -> Call | str:
+def parse_call(parsed: nvcccall.NvccCall, depfile_for: str | None = None) -> Call | str:
     """A cacheable compile, or why the call is not one. depfile_for: where the depfile goes when the call
     names none (the caller deletes it)."""
-    parsed = nvcccall.parse(args, mode)
+    mode = parsed.mode
     wants_deps = False
     key: list[str] = []
+    key_scanned: list[nvcccall.Arg] = []
     run: list[str] = []
     for arg in parsed.args:
         if arg.text.startswith("@") and arg.option is None:
@@ -263,6 +267,7 @@ def parse_call(mode: str, args: Sequence[str], depfile_for: str | None = None) -
             )
         else:
             key += arg.raw
+            key_scanned.append(arg)
             run += arg.raw
     if not parsed.compile_only:
         return "not a compile (-c)"
@@ -289,6 +294,8 @@ def parse_call(mode: str, args: Sequence[str], depfile_for: str | None = None) -
         depfile=depfile,
         key_args=tuple(key),
         run_args=tuple(run),
+        include_dirs=tuple(nvcccall.include_dirs(key_scanned)),
+        host_compiler=parsed.host_compiler,
     )
 
 
@@ -385,9 +392,10 @@ def _version(program: str) -> str:
     return _VERSIONS[program]
 
 
-def host_compilers(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """The host compiler nvcc runs: -ccbin, NVCC_CCBIN, else gcc and g++ first on PATH."""
-    chosen = nvcccall.parse(args).host_compiler or environ.get("NVCC_CCBIN", "")
+def host_compilers(ccbin: str | None, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The host compiler nvcc runs: -ccbin (`NvccCall.host_compiler`), NVCC_CCBIN, else gcc and g++ first
+    on PATH."""
+    chosen = ccbin or environ.get("NVCC_CCBIN", "")
     if not chosen:
         return ("gcc", "g++")
     if os.path.isdir(chosen):
@@ -416,7 +424,7 @@ def direct_key(
     source_sha = file_sha256(os.path.join(cwd, call.source))
     if source_sha is None:
         return None
-    relative = any(not os.path.isabs(p) for p in [call.source, *nvcccall.include_dirs(call.key_args)] if p)
+    relative = any(not os.path.isabs(p) for p in [call.source, *call.include_dirs] if p)
     parts = [
         f"factory-compilecache/{KEY_FORMAT}",
         call.mode,
@@ -745,31 +753,31 @@ class Plain:
 
 
 def plain(
-    mode: str, args: Sequence[str], *, environ: Mapping[str, str] = os.environ, cwd: str | None = None
+    parsed: nvcccall.NvccCall, *, environ: Mapping[str, str] = os.environ, cwd: str | None = None
 ) -> Plain:
     """How to run a call the cache does not take: a compile (`-c`, one object) `pinned` to the job's roots;
     anything else (a link, --version) as it is."""
     cwd = cwd or os.getcwd()
-    parsed = nvcccall.parse(args, mode)
+    mode, args = parsed.mode, parsed.argv
     source = parsed.source
     if not parsed.is_compile or source is None or not parsed.output or parsed.output == "-":
         return Plain(mode=mode, run_args=tuple(args), output=None)
-    roots = job_roots(args, cwd, environ)
+    roots = job_roots(nvcccall.include_dirs(parsed.args), cwd, environ)
     output = os.path.normpath(os.path.join(cwd, parsed.output))
     return Plain(mode=mode, run_args=(*args, *pinned(roots, mode, source=source, cwd=cwd)), output=output)
 
 
-def claim_verification(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether this hit is one of the build's first FACTORY_CACHE_VERIFY hits, which are compiled anyway
+def claim_check(out: Path | None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this hit is one of the build's first FACTORY_CACHE_CHECK hits, which are compiled anyway
     and compared with the cache's object. The claims are files in the outbox, made with O_EXCL, so
     concurrent compiles of one build never take more than that many."""
     try:
-        wanted = int(environ.get(CACHE_VERIFY_ENV, "0") or 0)
+        wanted = int(environ.get(CACHE_CHECK_ENV, "0") or 0)
     except ValueError:
         return False
     if out is None or wanted <= 0:
         return False
-    claims = out / "verify"
+    claims = out / "check"
     with contextlib.suppress(OSError):
         claims.mkdir(parents=True, exist_ok=True)
     for number in range(wanted):
@@ -800,7 +808,7 @@ class Attempt:
     cwd: str
     own_depfile: str | None  # the depfile added to a call that named none, removed by `finish`
     started_ns: int = 0
-    expected: Entry | None = None  # a hit compiled anyway to check it (FACTORY_CACHE_VERIFY)
+    expected: Entry | None = None  # a hit compiled anyway to check it (FACTORY_CACHE_CHECK)
     check: str | None = None  # CHECK_SAME or CHECK_DIFFERS once that compile has finished
 
     @property
@@ -809,13 +817,13 @@ class Attempt:
         return (*self.call.run_args, *pins)
 
     def serve(self, environ: Mapping[str, str] = os.environ) -> bool:
-        """Whether the call's outputs were written from the cache. A hit chosen for verification is not
+        """Whether the call's outputs were written from the cache. A hit chosen to be checked is not
         served: it is compiled, and `finish` compares."""
         found = lookup(self.root, self.direct_key, self.roots)
         if found is None:
             return False
         entry, _ = found
-        if claim_verification(self.out, environ):
+        if claim_check(self.out, environ):
             self.expected = entry
             return False
         return fetch(self.root, entry, call=self.call, roots=self.roots, cwd=self.cwd, out=self.out)
@@ -825,7 +833,7 @@ class Attempt:
         self.started_ns = time.time_ns()
 
     def finish(self, rc: int) -> Entry | None:
-        """Make the object deterministic, compare it with the entry it verifies, record the compile (only a
+        """Make the object deterministic, compare it with the entry it checks, record the compile (only a
         successful one, and never one that contradicts the cache: the host reports that), and remove the
         depfile of our own."""
         depfile = self.own_depfile or self.call.depfile
@@ -862,26 +870,27 @@ class Attempt:
 
 
 def attempt(
-    mode: str,
+    parsed: nvcccall.NvccCall,
     compiler: str,
-    args: Sequence[str],
     *,
     environ: Mapping[str, str] = os.environ,
     cwd: str | None = None,
 ) -> Attempt | str:
     """The cache's view of a call: an Attempt, or why the cache does not take it ("off" when there is no
-    cache). mode: "nvcc" or "cxx"; compiler: the real compiler's path."""
+    cache). parsed: the call, nvcc's or the host compiler's; compiler: the real compiler's path."""
     root = cache_root(environ)
     if root is None:
         return "off"
     cwd = cwd or os.getcwd()
     own = os.path.join(tempfile.gettempdir(), f"factory-dep-{os.getpid()}-{os.urandom(4).hex()}.d")
-    call = parse_call(mode, args, own)
+    call = parse_call(parsed, own)
     if isinstance(call, str):
         return call
-    roots = job_roots(call.key_args, cwd, environ)
+    roots = job_roots(call.include_dirs, cwd, environ)
     host = (
-        ",".join(tool_identity(c, environ) for c in host_compilers(args, environ)) if mode == "nvcc" else None
+        ",".join(tool_identity(c, environ) for c in host_compilers(call.host_compiler, environ))
+        if call.mode == nvcccall.NVCC
+        else None
     )
     dk = direct_key(
         call, compiler=tool_identity(compiler, environ), host=host, roots=roots, cwd=cwd, environ=environ

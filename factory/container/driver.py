@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import cudagaps, heartbeat, nvcccall, preflight, protocol
+from . import cudagaps, heartbeat, nvcccall, preflightcompiles, protocol
 
 WHEELHOUSE = Path(protocol.WHEELHOUSE_MOUNT)
 CHECK_WHEELHOUSE = Path(protocol.CHECK_WHEELHOUSE_MOUNT)
@@ -236,9 +236,9 @@ def build() -> None:
         env=env,
     )
     mark(objects_total=count_objects(src))
-    if preflight.candidates() is not None:
+    if preflightcompiles.candidates() is not None:
         mark(phase="preflight")
-        mark(preflight=preflight_device(jd / preflight.DIR_NAME))
+        mark(preflight=preflight_device(jd / preflightcompiles.DIR_NAME))
         return  # its wheel is of stand-ins: nothing is handed back
 
     mark(phase="collect")
@@ -253,19 +253,19 @@ def preflight_device(state: Path) -> dict[str, object]:
     """A preflight's device compile, once its build has run: the one the build made, else the recorded call
     that ranks first, compiled now for one arch through the wrapper (its cache and admission); no source for
     a build without nvcc compiles."""
-    done = preflight.device_done(str(state))
+    done = preflightcompiles.device_done(str(state))
     if done is not None:
         return {**done, "deferred": False}
-    ranked = preflight.candidates() or ()
-    call = preflight.choose(preflight.recorded(str(state)), ranked)
+    ranked = preflightcompiles.candidates() or ()
+    call = preflightcompiles.choose(preflightcompiles.recorded(str(state)), ranked)
     if call is None:
         return {"source": None, "arch": None, "deferred": False}
-    argv = preflight.one_arch(call.argv)
-    arch = preflight.arch_label(nvcccall.parse(argv).archs)
+    device = preflightcompiles.one_arch(nvcccall.parse(call.argv))
+    arch = preflightcompiles.arch_label(device.archs)
     env = {k: v for k, v in call.env.items() if k != protocol.ENV_PREFLIGHT}  # a compile like any other
     print(f"factory-preflight: the build did not compile {ranked[0] if ranked else 'a ranked source'}; "
           f"compiling {call.source} for {arch or 'its arch'} instead", flush=True)  # fmt: skip
-    run([str(NVCC_LAUNCHER), *argv], cwd=call.cwd, env=env)
+    run([str(NVCC_LAUNCHER), *device.argv], cwd=call.cwd, env=env)
     return {"source": call.source, "arch": arch, "deferred": True}
 
 

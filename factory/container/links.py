@@ -4,14 +4,13 @@ The nvcc wrapper records each compile's object (its measurement's "object"); the
 driver makes the build's CXX, sees the link of every extension setuptools links as C++ (torch's
 cpp_extension does) and prints one `::factory-link::` line for it. From the two the host tells which
 modules carry no object nvcc compiled, so no kernels (`factory.build.logs.module_kinds`). Paths are made
-absolute and normal here, with the call's working directory, so the two sides compare as strings.
-Standard library only.
+absolute and normal here, with the call's working directory, so the two sides compare as strings. Both read
+the call the wrapper parsed (`nvcccall.NvccCall`). Standard library only.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import nvcccall
@@ -21,10 +20,10 @@ INPUT_SUFFIXES = (".o", ".obj", ".lo", ".a", ".so")
 _NOT_A_LINK = frozenset({"-c", "-S", "-E", "--compile", "-M", "-MM", "--version", "-v", "-dlink"})
 
 
-def output_of(argv: Sequence[str], cwd: str) -> str | None:
-    """The file a compiler call writes (`-o X`, `-oX`, `--output-file[=]X`), absolute and normal; None
-    without one."""
-    found = nvcccall.parse(argv, nvcccall.CXX).output
+def output_of(call: nvcccall.NvccCall, cwd: str) -> str | None:
+    """The file a compiler call writes (`-o X`, `--output-file[=]X`, and the host compiler's `-oX`),
+    absolute and normal; None without one."""
+    found = call.output
     return os.path.normpath(os.path.join(cwd, found)) if found and found != "-" else None
 
 
@@ -34,15 +33,15 @@ class Link:
     inputs: tuple[str, ...]  # the objects, archives and libraries named as files, absolute
 
 
-def link_of(argv: Sequence[str], cwd: str) -> Link | None:
+def link_of(call: nvcccall.NvccCall, cwd: str) -> Link | None:
     """The shared link a host-compiler call is (`-shared ... -o X.so`), or None for any other call."""
-    if "-shared" not in argv or any(a in _NOT_A_LINK for a in argv):
+    if "-shared" not in call.argv or any(a in _NOT_A_LINK for a in call.argv):
         return None
-    output = output_of(argv, cwd)
+    output = output_of(call, cwd)
     if output is None:
         return None
     inputs: list[str] = []
-    for arg in nvcccall.scan(argv, nvcccall.CXX):
+    for arg in call.args:
         if arg.option is not None or arg.text.startswith("-") or not arg.text.endswith(INPUT_SUFFIXES):
             continue
         path = os.path.normpath(os.path.join(cwd, arg.text))

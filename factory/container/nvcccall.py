@@ -4,7 +4,8 @@ One option table (`OPTIONS`) says which options take a value and how it may be w
 command line into its arguments by it, and `parse` reads what admission, the compile cache, a shard's and a
 preflight's stand-ins and the link records (`links`) need of one (`NvccCall`). Those decide what to do with
 a call; this module only reads it, so that they never disagree on which argument is a source, the object or
-an option's value.
+an option's value. The wrapper parses each call once and hands the `NvccCall` on: no other module reads a
+command line again (a preflight's one-arch line is derived from the parsed one, `NvccCall.without`).
 
 How a value may be written:
 - after the option, as the next argument (`-o k.o`, `--threads 4`), for every option that takes one
@@ -19,8 +20,8 @@ Standard library only, like the whole of its package.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 NVCC = "nvcc"
 CXX = "cxx"
@@ -168,6 +169,7 @@ class NvccCall:
 
     mode: str
     args: tuple[Arg, ...]
+    argv: tuple[str, ...]  # the command line itself, as it was given (the args' raw strings, in order)
     sources: tuple[str, ...]  # the source files, in order (`SOURCE_SUFFIXES`)
     reads_stdin: bool  # `-` among its files: its source is its standard input
     compile_only: bool  # -c
@@ -194,6 +196,18 @@ class NvccCall:
         """The values an option (its first spelling) was given, in order."""
         return tuple(a.value for a in self.args if a.option == option and a.value is not None)
 
+    def without(self, dropped: Iterable[Arg]) -> NvccCall:
+        """The same call less some of its arguments, read from the arguments already scanned (an argument
+        and its value stay one: no value can become an option)."""
+        gone = {a.index for a in dropped}
+        kept: list[Arg] = []
+        at = 0
+        for a in self.args:
+            if a.index not in gone:
+                kept.append(replace(a, index=at))
+                at += len(a.raw)
+        return read(tuple(kept), self.mode)
+
 
 # nvcc reads --threads 0 as "as many as there are CPUs"; per compile that means one thread per arch
 ALL_THREADS = 64
@@ -201,7 +215,11 @@ ALL_THREADS = 64
 
 def parse(args: Sequence[str], mode: str = NVCC) -> NvccCall:
     """A command line read with the one option table (`scan`)."""
-    scanned = scan(args, mode)
+    return read(scan(args, mode), mode)
+
+
+def read(scanned: tuple[Arg, ...], mode: str) -> NvccCall:
+    """What scanned arguments say about their call."""
     archs: list[str] = []
     gencodes: list[str] = []
     threads = 1
@@ -226,6 +244,7 @@ def parse(args: Sequence[str], mode: str = NVCC) -> NvccCall:
     return NvccCall(
         mode=mode,
         args=scanned,
+        argv=tuple(raw for a in scanned for raw in a.raw),
         sources=tuple(a.text for a in scanned if is_source(a, mode)),
         reads_stdin=any(a.option is None and a.text == "-" for a in scanned),
         compile_only=any(a.option == "-c" for a in scanned),
@@ -265,15 +284,15 @@ _INCLUDE_OPTIONS = ("-I", "-isystem", "-iquote", "-idirafter")
 _LIST_SPELLINGS = ("--include-path", "--system-include")  # nvcc's: a comma-separated list of directories
 
 
-def include_dirs(args: Sequence[str]) -> list[str]:
-    """The include directories a call names, in order, with those it passes to the host compiler
-    (`-Xcompiler -isystem/x,-I/y`)."""
+def include_dirs(args: Iterable[Arg]) -> list[str]:
+    """The include directories scanned arguments name, in order, with those passed to the host compiler
+    (`-Xcompiler -isystem/x,-I/y`: the one value scanned here is that option's own)."""
     found: list[str] = []
-    for a in scan(args, NVCC):
+    for a in args:
         if a.value is None:
             continue
         if a.option in _INCLUDE_OPTIONS:
             found.extend(a.value.split(",") if a.spelling in _LIST_SPELLINGS else [a.value])
         elif a.option == "-Xcompiler":
-            found.extend(include_dirs(a.value.split(",")))
+            found.extend(include_dirs(scan(a.value.split(","), NVCC)))
     return found

@@ -92,7 +92,7 @@ ENV_CGROUP_ROOT = "FACTORY_CGROUP_ROOT"
 ENV_WRAPPER_QUIET = "FACTORY_WRAPPER_QUIET"
 ENV_CACHE_DIR = "FACTORY_CACHE_DIR"  # the compile cache's entries to look up in (read-only in a container)
 ENV_CACHE_OUT = "FACTORY_CACHE_OUT"  # where new entries and hit marks go (the job's outbox)
-ENV_CACHE_VERIFY = "FACTORY_CACHE_VERIFY"  # how many hits of a build to compile anyway and compare
+ENV_CACHE_CHECK = "FACTORY_CACHE_CHECK"  # how many hits of a build to compile anyway and compare
 
 
 # Where a build container finds what the host mounts for it (`factory.build.jobspec` binds them there).
@@ -146,7 +146,7 @@ class Measurement:
     mem_s: float = 0.0  # byte-seconds
     cache: str | None = None  # CACHE_HIT, CACHE_MISS, CACHE_OFF; None from wrappers older than the cache
     tool: str = "nvcc"  # "cxx": the host compiler's launcher, which admits nothing
-    # a cache hit compiled anyway to check it (FACTORY_CACHE_VERIFY): "same" or "differs", and the entry
+    # a cache hit compiled anyway to check it (FACTORY_CACHE_CHECK): "same" or "differs", and the entry
     # ("<dk>-<rk>") it was checked against
     cache_check: str | None = None
     entry: str | None = None
@@ -575,7 +575,7 @@ class WrapperEnv(_Environment):
     FACTORY_PREFLIGHT       a preflight's candidates for its one device compile (JSON list, cheapest first)
     FACTORY_CACHE_DIR       the compile cache's root (read-only); unset: no cache
     FACTORY_CACHE_OUT       the job's outbox: compiles that ran are recorded there, and hits marked
-    FACTORY_CACHE_VERIFY    how many hits of the build are compiled anyway and compared with the cache's
+    FACTORY_CACHE_CHECK     how many hits of the build are compiled anyway and compared with the cache's
     FACTORY_JOB_DIR         the job's directory (the compile cache's @JOB@, a preflight's records)
     """
 
@@ -602,7 +602,7 @@ class WrapperEnv(_Environment):
     preflight: tuple[str, ...] | None = _var(ENV_PREFLIGHT, _paths, _json_list)
     cache_dir: str | None = _var(ENV_CACHE_DIR, str, str)
     cache_out: str | None = _var(ENV_CACHE_OUT, str, str)
-    cache_verify: int = _var(ENV_CACHE_VERIFY, _whole, _number, 0)
+    cache_check_hits: int = _var(ENV_CACHE_CHECK, _whole, _number, 0)
     job_dir: str | None = _var(ENV_JOB_DIR, str, str)
 
 

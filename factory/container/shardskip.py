@@ -35,26 +35,21 @@ def in_shard(source: str, sources: Sequence[str]) -> bool:
     return any(path == rel or path.endswith("/" + rel) for rel in sources)
 
 
-def outputs(argv: Sequence[str]) -> tuple[str | None, str | None]:
-    """(the object, the depfile) an nvcc command line writes."""
-    call = nvcccall.parse(argv)
-    return call.output, call.depfile
+def host_compiler(call: nvcccall.NvccCall) -> str:
+    return call.host_compiler or os.environ.get("CC") or "cc"
 
 
-def host_compiler(argv: Sequence[str]) -> str:
-    return nvcccall.parse(argv).host_compiler or os.environ.get("CC") or "cc"
-
-
-def stand_in(argv: Sequence[str], *, source: str, record: dict[str, object]) -> int:
-    """Write the empty object and depfile of a compile outside the shard, and its measurement line."""
+def stand_in(call: nvcccall.NvccCall, *, record: dict[str, object]) -> int:
+    """Write the empty object and depfile of a compile outside the shard (the call the wrapper parsed), and
+    its measurement line."""
     t0 = time.monotonic()
-    obj, dep = outputs(argv)
+    obj, dep = call.output, call.depfile
     code = 0
     if obj is not None:
-        code = subprocess.call([host_compiler(argv), "-x", "c", "-c", os.devnull, "-o", obj])
+        code = subprocess.call([host_compiler(call), "-x", "c", "-c", os.devnull, "-o", obj])
     if dep is not None and code == 0:
         with open(dep, "w") as fh:
-            fh.write(f"{_escaped(obj or 'out.o')}: {_escaped(source)}\n")
+            fh.write(f"{_escaped(obj or 'out.o')}: {_escaped(call.source or '')}\n")
     line = {**record, "peak_bytes": 0, "wall_s": round(time.monotonic() - t0, 3), "rc": code}
     line["cache"] = protocol.CACHE_SKIPPED
     print(protocol.measurement_line(line), file=sys.stderr, flush=True)

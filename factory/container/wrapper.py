@@ -16,12 +16,15 @@ within milliseconds, not a poll or two.
 
 Its environment is `protocol.WrapperEnv` (FACTORY_STATE_DIR, FACTORY_MEM_LIMIT, the recipe's estimates, ...).
 A sharded build's compiles of other shards write empty objects (`shardskip`); a preflight compiles its first
-candidate for its lowest arch only, and the other compiles stand in and are recorded (`preflight`). With the
-compile cache (FACTORY_CACHE_DIR) a compile is looked up before it is admitted: a hit takes no slot and no
-memory, writes its object (and depfile) and is measured as "cache": "hit".
+candidate for its lowest arch only, and the other compiles stand in and are recorded (`preflightcompiles`).
+With the compile cache (FACTORY_CACHE_DIR) a compile is looked up before it is admitted: a hit takes no slot
+and no memory, writes its object (and depfile) and is measured as "cache": "hit".
 
 The `c++` launcher beside `nvcc` (CXX when the cache is on, or in a preflight) runs this module with
 --factory-cxx: the host compiler's compiles go through the cache too, unadmitted as they were before.
+
+Each call's command line is parsed here once (`nvcccall.parse`); the parsed call is what the cache, the link
+records, a shard's and a preflight's stand-ins and admission are handed, so they never read it apart.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from . import admission, compilecache, links, nvcccall, preflight, protocol, shardskip
+from . import admission, compilecache, links, nvcccall, preflightcompiles, protocol, shardskip
 from .environ import log, read_cgroup, settings
 from .gate import Admission
 from .measure import append_measurement, mem_seconds, run_measured
@@ -68,10 +71,10 @@ def real_cxx(env: protocol.WrapperEnv) -> str:
     return chosen
 
 
-def cache_attempt(mode: str, compiler: str, argv: list[str]) -> compilecache.Attempt | str:
+def cache_attempt(compiler: str, call: nvcccall.NvccCall) -> compilecache.Attempt | str:
     """The cache's view of a compile; a cache that fails in any way is no cache, never a failed build."""
     try:
-        return compilecache.attempt(mode, compiler, argv)
+        return compilecache.attempt(call, compiler)
     except (OSError, ValueError) as exc:
         log(f"compile cache skipped: {exc}")
         return "error"
@@ -125,22 +128,23 @@ def cxx_main(argv: list[str]) -> int:
     stored; anything else runs as it is."""
     env = settings()
     cxx = real_cxx(env)
-    link = links.link_of(argv, os.getcwd())
+    call = nvcccall.parse(argv, nvcccall.CXX)
+    link = links.link_of(call, os.getcwd())
     if link is not None:
         # before it runs: a link that fails still said what it linked
         print(protocol.link_line(link), file=sys.stderr, flush=True)
-        if preflight.candidates() is not None:
-            return preflight.stand_in_link(cxx, argv)
+        if preflightcompiles.candidates() is not None:
+            return preflightcompiles.stand_in_link(cxx, call)
         os.execv(cxx, [cxx, *argv])
-    cached = cache_attempt("cxx", cxx, argv)
+    cached = cache_attempt(cxx, call)
     if not isinstance(cached, compilecache.Attempt):
-        return run_plain(compilecache.plain("cxx", argv), cxx)
+        return run_plain(compilecache.plain(call), cxx)
     record: dict[str, object] = {
         "key": protocol.compile_key(cached.call.source, ("host",), 1),
         "source": os.path.basename(cached.call.source),
         "tool": "cxx",
     }
-    compiled = links.output_of(argv, os.getcwd())
+    compiled = links.output_of(call, os.getcwd())
     if compiled is not None:
         record["object"] = compiled
     if serve_from_cache(cached, record, env):
@@ -168,7 +172,7 @@ def run_plain(call: compilecache.Plain, compiler: str) -> int:
     return code
 
 
-def measured_as(call: nvcccall.NvccCall, argv: list[str]) -> dict[str, object]:
+def measured_as(call: nvcccall.NvccCall) -> dict[str, object]:
     """The start of a compile's measurement: its key, what it compiles, and the object it writes (the host
     tells from it which modules link nvcc's objects)."""
     assert call.source is not None
@@ -178,26 +182,27 @@ def measured_as(call: nvcccall.NvccCall, argv: list[str]) -> dict[str, object]:
         "archs": list(call.archs),
         "threads": call.threads,
     }
-    compiled = links.output_of(argv, os.getcwd())
+    compiled = links.output_of(call, os.getcwd())
     if compiled is not None:
         record["object"] = compiled
     return record
 
 
-def select(argv: list[str], source: str) -> list[str] | None:
-    """The command line to compile, or None where a stand-in answers instead: a compile of another shard
+def select(call: nvcccall.NvccCall) -> nvcccall.NvccCall | None:
+    """The call to compile, or None where a stand-in answers instead: a compile of another shard
     (`--shard`), or in a preflight every compile but its device compile, which keeps one arch, and the others
     are recorded, in case the build never makes that one (`--preflight`)."""
+    assert call.source is not None
     shard = shardskip.shard_sources()
-    if shard is not None and not shardskip.in_shard(source, shard):
+    if shard is not None and not shardskip.in_shard(call.source, shard):
         return None
-    ranked = preflight.candidates()
+    ranked = preflightcompiles.candidates()
     if ranked is None:
-        return argv
-    if not shardskip.in_shard(source, ranked[:1]):
-        preflight.record(argv, source=source)
+        return call
+    if not shardskip.in_shard(call.source, ranked[:1]):
+        preflightcompiles.record(call)
         return None
-    return preflight.one_arch(argv)
+    return preflightcompiles.one_arch(call)
 
 
 def main(argv: list[str]) -> int:
@@ -208,20 +213,19 @@ def main(argv: list[str]) -> int:
     call = nvcccall.parse(argv)
     if not call.is_compile:
         os.execv(nvcc, [nvcc, *argv])
-    assert call.source is not None
-    chosen = select(argv, call.source)
+    chosen = select(call)
     if chosen is None:
         # before the cache's key, which would hash its inputs for nothing
-        return shardskip.stand_in(argv, source=call.source, record=measured_as(call, argv))
-    argv, call = chosen, nvcccall.parse(chosen)  # a preflight's device compile has one arch left
+        return shardskip.stand_in(call, record=measured_as(call))
+    call = chosen  # a preflight's device compile has one arch left
     assert call.source is not None
-    if preflight.candidates() is not None:
-        preflight.mark_device(call.source, call.archs)
-    record = measured_as(call, argv)
+    if preflightcompiles.candidates() is not None:
+        preflightcompiles.mark_device(call.source, call.archs)
+    record = measured_as(call)
     key = str(record["key"])
     state_dir = env.state_dir
-    cached = cache_attempt("nvcc", nvcc, argv)
-    uncached = None if isinstance(cached, compilecache.Attempt) else compilecache.plain("nvcc", argv)
+    cached = cache_attempt(nvcc, call)
+    uncached = None if isinstance(cached, compilecache.Attempt) else compilecache.plain(call)
     if not state_dir and uncached is not None:
         return run_plain(uncached, nvcc)
     # before admission: a hit takes no slot and no memory
@@ -229,7 +233,8 @@ def main(argv: list[str]) -> int:
         return 0
     if isinstance(cached, compilecache.Attempt):
         argv = list(cached.run_args)  # with a depfile of its own when the call named none, pinned
-    elif uncached is not None:
+    else:
+        assert uncached is not None
         argv = list(uncached.run_args)  # pinned as a miss would have been
     estimate = admission.compile_estimate(
         call.source,

@@ -33,7 +33,7 @@ class Job:
     python: str
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
-    verified: bool = True
+    known: bool = True
     notes: tuple[str, ...] = ()
     # The platform the wheel is built for. Not part of the variant: pip tells platforms apart by the wheel's
     # platform tag, so one variant's page lists the wheels of every platform.
@@ -78,7 +78,7 @@ class Job:
             "cxx11_abi": v.cxx11_abi,
             "arch": v.arch,
             "local_version": v.local_version,
-            "verified": self.verified,
+            "known": self.known,
         }
         if self.toolkit:
             out["toolkit"] = self.toolkit
@@ -300,7 +300,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         abi = bool(combo["cxx11_abi"])
         platform = named(str(combo.get("platform", spec.defaults["platform"])))
         notes: tuple[str, ...] = ()
-        verified = False
+        known = False
         if prune:
             verdict = compat.judge(
                 cuda=cuda,
@@ -316,7 +316,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
             if verdict.dropped is not None:
                 dropped.append(DroppedJob(values=raw, reason=verdict.dropped))
                 continue
-            archs, notes, verified = verdict.archs, verdict.notes, verdict.verified
+            archs, notes, known = verdict.archs, verdict.notes, verdict.known
         else:
             notes = ("not checked (--no-prune)",)
         toolkit = job_toolkit(mf, cuda=cuda, python=python)
@@ -338,7 +338,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
             platform=platform,
             env=MappingProxyType(dict(cast("Mapping[str, str]", env))),
             extra=MappingProxyType(extra),
-            verified=verified,
+            known=known,
             notes=notes,
             toolkit=toolkit if toolkit != cuda else None,
             glibc=floor,
@@ -391,7 +391,7 @@ def stable_abi_plan(plan: Plan, floor: str) -> Plan:
                 builder,
                 variant=replace(builder.variant, stable_abi=floor),
                 torches=tuple(j.variant.torch for j in members),
-                verified=all(j.verified for j in members),
+                known=all(j.known for j in members),
                 notes=tuple(dict.fromkeys(n for j in members for n in j.notes)),
             )
         )
@@ -434,7 +434,7 @@ def limited_api_plan(plan: Plan, limited_api: str) -> Plan:
                 builder,
                 limited_api=tag,
                 covers=tuple(j.python for j in covered),
-                verified=all(j.verified for j in (builder, *covered)),
+                known=all(j.known for j in (builder, *covered)),
                 notes=tuple(dict.fromkeys(n for j in (builder, *covered) for n in j.notes)),
             )
         )

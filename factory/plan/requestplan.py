@@ -3,7 +3,7 @@ allows them, the rest listed as dropped with the reason.
 
 A request's values are already the grammar of `factory.plan.variantrequest`; here they are judged as a matrix
 combination would be (`CompatData.judge`, the flavor's toolkit), and a request the data knows nothing about
-is dropped rather than built unverified: a stranger's request does not make the factory try the unknown,
+is dropped rather than built: a stranger's request does not make the factory try the unknown,
 nor build what the matrix's `exclude` takes out.
 """
 
@@ -132,7 +132,7 @@ def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, Varia
         if verdict.dropped is not None:
             dropped.append(_dropped(name, values, verdict.dropped))
             continue
-        if not verdict.verified:
+        if not verdict.known:
             unknown = ", ".join(verdict.unknown)
             dropped.append(_dropped(name, values, f"the compatibility data knows nothing about {unknown}"))
             continue
@@ -172,7 +172,7 @@ def add_requests(mf: MatrixFile, plan: Plan, requests: Sequence[tuple[str, Varia
                 archs=verdict.archs,
             ),
             python=request.python,
-            verified=True,
+            known=True,
             notes=(*verdict.notes, f"requested ({name[:12]})"),
             toolkit=toolkit if toolkit != request.cuda else None,
             glibc=floor,

@@ -26,7 +26,7 @@ from factory.core.variants import torch_minor
 from factory.plan.torchcompat import DerivedTorch, allowed, build_of, by_version, derive_minor, with_derived
 from factory.plan.torchindex import TorchFile, TorchIndex, TorchSource, constraint_specifiers
 from factory.spec.compat import CompatData
-from factory.spec.config import MAX_JOBS
+from factory.spec.config import MAX_PLANNED_JOBS
 
 SHOWN_VERSIONS = 12
 
@@ -146,10 +146,11 @@ class Resolver:
             torch_minor(v.public) for v in self._groups(source) if spec.contains(v.public, prereleases=False)
         }
         for minor in sorted(minors, key=lambda m: tuple(int(p) for p in m.split("."))):
-            if len(values) >= MAX_JOBS:
+            if len(values) >= MAX_PLANNED_JOBS:
                 raise ConfigError(
-                    f"torch {spec_text!r} resolves to more than {MAX_JOBS} torches with a CUDA {cuda} build "
-                    f"on {source.label}; a matrix makes at most {MAX_JOBS} jobs: narrow the specifier",
+                    f"torch {spec_text!r} resolves to more than {MAX_PLANNED_JOBS} torches with a CUDA "
+                    f"{cuda} build on {source.label}; a matrix makes at most {MAX_PLANNED_JOBS} jobs: narrow "
+                    "the specifier",
                     file=file,
                 )
             newest: Candidate | None = None
@@ -285,10 +286,10 @@ def resolve_combinations(
                     ):
                         resolved_combos.append(resolved)
         # the loader's cap on the matrix's size, again for what the specifiers resolved to
-        if len(ordered) + len(added) + len(resolved_combos) > MAX_JOBS:
+        if len(ordered) + len(added) + len(resolved_combos) > MAX_PLANNED_JOBS:
             raise ConfigError(
-                f"matrix: its specifiers resolve to more than {MAX_JOBS} jobs; at most {MAX_JOBS}: narrow "
-                "them or add exclude entries",
+                f"matrix: its specifiers resolve to more than {MAX_PLANNED_JOBS} jobs; at most "
+                f"{MAX_PLANNED_JOBS}: narrow them or add exclude entries",
                 file=file,
             )
         for resolved in resolved_combos:

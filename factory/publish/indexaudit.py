@@ -18,7 +18,7 @@ each wheel a page lists once, bounded (what a store hands back is hostile), and 
     matrix      with a matrix: the provenance is the planned job's (id, variant, Python)
     signature   with a public key: `<wheel>.sig.json` vouches for these bytes (a missing one is a problem)
     rebuild     N of them (chosen at random) rebuilt from their provenance and compared bit for bit
-                (`rebuild.verify_rebuild`)
+                (`rebuild.rebuild_and_compare`)
 
 Before the wheels, the index itself is checked as `factory index check` checks it (`indexcheck.check_index`:
 pages whole, every file listed). An extension module with no device code at all is taken as host-only, as

@@ -213,7 +213,8 @@ def inspect_wheel(path: Path) -> WheelInfo:
 
 SBOM_TYPE = "application/vnd.cyclonedx+json"  # CycloneDX's registered media type
 
-# A build report of the largest matrix (config.MAX_JOBS jobs of a few KiB each) is a few MiB; more is not one.
+# A build report of the largest matrix (config.MAX_PLANNED_JOBS jobs of a few KiB each) is a few MiB; more is
+# not one.
 MAX_REPORT_BYTES = 64 << 20
 
 # The fields of a build report's job (factory.build.runner.JobResult) that publishing reads, and their types.

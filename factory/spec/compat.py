@@ -2,7 +2,7 @@
 
 Three outcomes for a combination: dropped (the data rules it out, with the reason), trimmed (archs its
 CUDA cannot compile are removed from the set, with a note), or kept; a kept job the data knows nothing about
-is marked unverified rather than dropped, because missing knowledge is not evidence of incompatibility.
+is marked unknown rather than dropped, because missing knowledge is not evidence of incompatibility.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Verdict:
     archs: tuple[str, ...]  # the archs left after trimming
     notes: tuple[str, ...] = ()
     dropped: str | None = None  # reason, when the combination is ruled out
-    verified: bool = True
+    known: bool = True
     unknown: tuple[str, ...] = field(default=())  # what the data did not know
 
 
@@ -125,7 +125,7 @@ class CompatData:
         tm = torch_minor(torch)
 
         def ruled_out(reason: str) -> Verdict:
-            return Verdict(archs=archs, dropped=reason, verified=True)
+            return Verdict(archs=archs, dropped=reason, known=True)
 
         if entry is None:
             unknown.append(f"torch {tm}")
@@ -181,14 +181,14 @@ class CompatData:
             else:
                 notes.append(f"arch {arch} trimmed: {problem}")
         if unknown:
-            notes.append("unverified: compat data knows nothing about " + ", ".join(unknown))
+            notes.append("unknown: compat data knows nothing about " + ", ".join(unknown))
         if not kept:
             return Verdict(
                 archs=(),
                 notes=tuple(notes),
                 dropped="no arch left: "
                 + "; ".join(n.removeprefix("arch ") for n in notes if "trimmed" in n),
-                verified=not unknown,
+                known=not unknown,
                 unknown=tuple(unknown),
             )
-        return Verdict(archs=tuple(kept), notes=tuple(notes), verified=not unknown, unknown=tuple(unknown))
+        return Verdict(archs=tuple(kept), notes=tuple(notes), known=not unknown, unknown=tuple(unknown))

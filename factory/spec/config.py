@@ -76,8 +76,9 @@ _TORCH_MINOR = re.compile(rf"{_N}\.{_N}")
 _PYTHON = re.compile(r"3\.(?:0|[1-9]\d?)")
 # Bounds said in the messages that enforce them. Jobs: the product of the axes' lengths, checked before
 # anything is expanded (50 x 2000 x 100 values would be ten million jobs in memory); entries: include and
-# exclude each, as every entry is compared with every job.
-MAX_JOBS = 4096
+# exclude each, as every entry is compared with every job. (The jobs a matrix plans: not ninja's MAX_JOBS, the
+# compiles one build runs side by side, which `memory.jobmemory` sets.)
+MAX_PLANNED_JOBS = 4096
 MAX_ENTRIES = 256
 # A container below this cannot compile a CUDA extension (Docker's own minimum is 6 MB): a smaller
 # build.memory, or a concurrency that leaves each container less, only gets every job OOM-killed.
@@ -580,9 +581,11 @@ def _matrix(check: Checker, root: Mapping[str, Any], compat: CompatData) -> Matr
                 raise check.fail(f"matrix.{key} lists {item!r} twice", values, i)
         axes[key] = parsed
     jobs = math.prod(len(v) for v in axes.values()) if axes else 0
-    if jobs > MAX_JOBS:
+    if jobs > MAX_PLANNED_JOBS:
         sizes = " x ".join(f"{len(v)} {k}" for k, v in axes.items())
-        raise check.fail(f"matrix: {sizes} make {jobs} jobs; at most {MAX_JOBS}", root, "matrix", at_key=True)
+        raise check.fail(
+            f"matrix: {sizes} make {jobs} jobs; at most {MAX_PLANNED_JOBS}", root, "matrix", at_key=True
+        )
     if "exclude" in node:
         exclude = _entries(check, node, "exclude", known, axes_only=True, axes=axes)
     if "include" in node:
@@ -685,7 +688,8 @@ def _entries(
                 "package",
                 "version",
                 "local_version",
-                "verified",
+                "known",
+                "verified",  # the older name of "known"
                 "abi",
                 "covers",
                 "stable_abi",

@@ -253,7 +253,7 @@ def parse(data: bytes, *, where: str = FILE_NAME) -> dict[str, Any]:
 # --- the rebuild section's matrix document ------------------------------------------------------------------
 
 # What `buildfacts.rebuild_matrix` writes, and nothing else: a wheel from anywhere carries this document and
-# `factory verify --rebuild` builds from it, so a key the factory does not write (build.offline, publish,
+# `factory rebuild` builds from it, so a key the factory does not write (build.offline, publish,
 # compat, a recipe's base, a package's fetch bounds) is refused, not read. A key ending in "?" may be left
 # out. Its values are the matrix loader's to check (`config`), and what a rebuild may use of them (source,
 # patches, images, indexes) is `rebuild.plan_rebuild`'s.

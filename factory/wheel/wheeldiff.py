@@ -1,7 +1,7 @@
 """Where two wheels differ, diffoscope-style but in one line: the first member whose name, zip metadata or
 bytes differ, and inside an ELF member (an extension module, an object) the first section that does.
 
-`factory verify --rebuild` (`rebuild`) compares a published wheel with the one it rebuilt; the
+`factory rebuild` (`build.rebuild`) compares a published wheel with the one it rebuilt; the
 reproducibility test compares two builds of one job. Everything here is pure over the two files: nothing is
 extracted, and a member is read in bounded chunks until it is known to differ (an ELF member is then read
 whole, up to MAX_ELF_BYTES, to name the section).

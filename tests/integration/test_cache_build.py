@@ -98,7 +98,7 @@ def test_a_second_machine_compiles_nothing(
     assert job1["compiles_compiled"] >= 3 and job1["compiles_cached"] == 0
     assert len(store_entries(store)) >= job1["compiles_compiled"]
     second, job2 = run_build(
-        matrix, tmp_path / "w2", fresh_home(tmp_path, "home2", session_factory_home), "--verify-cache", "1"
+        matrix, tmp_path / "w2", fresh_home(tmp_path, "home2", session_factory_home), "--check-cache", "1"
     )
     assert job2["result"] == "ok", (job2["reason"], job2["log_tail"])
     # every compile a hit; the one checked by compiling it anyway gave the cache's bytes on another machine,

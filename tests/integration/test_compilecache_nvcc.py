@@ -293,20 +293,20 @@ def test_two_jobs_compile_the_same_bytes_so_a_hit_can_be_checked_by_compiling_it
 ) -> None:
     # nvcc names its host pass after a temporary file (pid and counter in it), and a job's paths reach the
     # object through __FILE__: the wrapper fixes the one and maps the other, so two jobs in different
-    # directories, on different Pythons, write the same object, and FACTORY_CACHE_VERIFY can compare
+    # directories, on different Pythons, write the same object, and FACTORY_CACHE_CHECK can compare
     local = tmp_path / "cache"
     a = make_job(tmp_path, "demo-py3.11-1", "3.11", {"csrc/plain.cu": PLAIN + FILE_NAME})
     b = make_job(tmp_path, "demo-py3.13-22", "3.13", {"csrc/plain.cu": PLAIN + FILE_NAME})
     args_a, args_b = torch_call(a, "3.11", "csrc/plain.cu"), torch_call(b, "3.13", "csrc/plain.cu")
     assert run(toolkit_nvcc, cuda_home, a, local, args_a)[0].cache == "miss"
     assert b"@JOB@/src/csrc/plain.cu" in obj_of(args_a).read_bytes()
-    checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
+    checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_CHECK": "1"})
     assert (checked.cache, checked.cache_check) == ("miss", "same")
     (entry,) = manifests(local)
     assert checked.entry == f"{entry.direct_key}-{entry.result_key}"
     assert obj_of(args_b).read_bytes() == obj_of(args_a).read_bytes()
     # the one claim is spent: the next lookup is served
-    served, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
+    served, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_CHECK": "1"})
     assert (served.cache, served.cache_check) == ("hit", None)
 
 
@@ -330,7 +330,7 @@ def test_a_hit_checked_by_compiling_it_reports_an_object_that_differs(
     obj.write_bytes(planted)
     manifest = domain(local) / compilecache.manifest_relative(entry.direct_key, entry.result_key)
     manifest.write_bytes(cachekeys.signed_manifest(forged, domain=DOMAIN, keyring=KEYRING))
-    checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_VERIFY": "1"})
+    checked, _ = run(toolkit_nvcc, cuda_home, b, local, args_b, extra={"FACTORY_CACHE_CHECK": "1"})
     assert (checked.cache, checked.cache_check) == ("miss", "differs")
     assert obj_of(args_b).read_bytes() == honest
 

@@ -1,5 +1,5 @@
 """Reproducible wheels through the real factory (dockerd, the pypi builder image, real nvcc and g++), and
-`factory verify --rebuild` finding what differs.
+`factory rebuild` finding what differs.
 
 One job of the demo extension (sm80), built as little as the claims allow. Its four `.cu` files keep their
 kernels in anonymous namespaces, as real packages do, so each module's symbols carry nvcc's module id, which
@@ -7,13 +7,13 @@ nvcc derives from the source's path: the job directory differs in every run belo
 - A: cold, the compile cache off, in its own empty `$FACTORY_HOME`;
 - C: the cache on, in another home: compiled cold into its cache; its bytes are A's (the wheel does not
   record whether the cache was on);
-- B: `factory verify --rebuild C --cache off` in a third empty home (another run, job directory and
+- B: `factory rebuild C --cache off` in a third empty home (another run, job directory and
   container, later), as a team that no longer trusts a compile cache checks a wheel it built: it passes,
   the wheel it rebuilt is C's bytes, and so the same job built twice gives one sha256;
-- D: `verify --rebuild` of C with one byte of its extension changed, `--cache local`: every compile a cache
+- D: `rebuild` of C with one byte of its extension changed, `--cache local`: every compile a cache
   hit, it names the changed member, and the wheel it rebuilt is C's bytes (cache hits give the cold bytes);
 - E: one entry of that cache replaced by a wrong object (signed with the home's key, as a runner that holds
-  it could): `verify --rebuild C --cache local` builds with it and names the extension module.
+  it could): `rebuild C --cache local` builds with it and names the extension module.
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def module_ids(wheel: Path) -> dict[str, set[bytes]]:
     return found
 
 
-def verify_rebuild(home: Path, wheel: Path, workdir: Path, *extra: str) -> tuple[int, dict[str, object], str]:
+def rebuild(home: Path, wheel: Path, workdir: Path, *extra: str) -> tuple[int, dict[str, object], str]:
     args = ["--source", str(DEMO_SRC), "--workdir", str(workdir), "--json", *extra]
-    proc = run_factory(home, "verify", "--rebuild", str(wheel), *args)
+    proc = run_factory(home, "rebuild", str(wheel), *args)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
@@ -129,7 +129,7 @@ def test_cold_and_cached_builds_are_one_wheel_and_a_rebuild_without_the_cache_pa
     assert wheeldiff.compare_wheels(built.cold, built.cached) is None
     assert sha256(built.cold) == sha256(built.cached)
     home_b = fresh_home(built.tmp, "home-b", session_factory_home)
-    code, result, log = verify_rebuild(home_b, built.cached, built.tmp / "b", "--cache", "off")
+    code, result, log = rebuild(home_b, built.cached, built.tmp / "b", "--cache", "off")
     assert code == 0, (result, log[-3000:])
     assert result["difference"] is None
     (rebuilt,) = (built.tmp / "b" / "out").glob("*.whl")
@@ -141,7 +141,7 @@ def test_cold_and_cached_builds_are_one_wheel_and_a_rebuild_without_the_cache_pa
 
 def test_a_wheel_from_cache_hits_is_the_cold_ones_and_a_changed_byte_is_named(built: Built) -> None:
     tampered = changed_one_byte(built.cached, built.tmp / "published")
-    code, result, log = verify_rebuild(built.cached_home, tampered, built.tmp / "d", "--cache", "local")
+    code, result, log = rebuild(built.cached_home, tampered, built.tmp / "d", "--cache", "local")
     assert code == 1, (result, log[-3000:])
     assert result["difference"] is not None
     assert result["difference"]["member"] == SO  # type: ignore[index]
@@ -180,7 +180,7 @@ def poison(home: Path) -> str:
 
 def test_a_wrong_object_in_the_compile_cache_is_found_by_a_rebuild(built: Built) -> None:
     poison(built.cached_home)
-    code, result, log = verify_rebuild(built.cached_home, built.cached, built.tmp / "e", "--cache", "local")
+    code, result, log = rebuild(built.cached_home, built.cached, built.tmp / "e", "--cache", "local")
     assert code == 1, (result, log[-3000:])
     assert result["difference"] == {"member": SO, "what": result["difference"]["what"]}  # type: ignore[index]
     assert "ELF section .rodata" in str(result["difference"]["what"])  # type: ignore[index]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from factory.build.wheelhouse import pip_download_args
 from factory.core.errors import ConfigError
 from factory.core.validate import requirement_problem
-from factory.spec.config import MAX_JOBS, load_matrix_file
+from factory.spec.config import MAX_PLANNED_JOBS, load_matrix_file
 from factory.spec.yamlload import MAX_BYTES, MAX_NODES
 
 Cli = Callable[[list[str]], tuple[int, str]]
@@ -105,14 +105,17 @@ def test_few_aliases_are_fine(tmp_path: Path, factory_cli: Cli) -> None:
 
 
 def test_the_job_bound_is_checked_before_expanding(tmp_path: Path, factory_cli: Cli) -> None:
-    # one past the bound: a matrix of exactly MAX_JOBS is accepted, so the bound is the one the message says
-    torches = ", ".join(f'"2.{i}"' for i in range(MAX_JOBS // 2))
+    # one past the bound: a matrix of exactly MAX_PLANNED_JOBS is accepted, so the bound is the one the
+    # message says
+    torches = ", ".join(f'"2.{i}"' for i in range(MAX_PLANNED_JOBS // 2))
     text = GOOD.replace('["2.10"]', f"[{torches}]").replace('["3.11"]', '["3.11", "3.12"]')
     path = tmp_path / "m.yaml"
     path.write_text(text)
-    assert load_matrix_file(path).matrix.axes["torch"][-1] == f"2.{MAX_JOBS // 2 - 1}"
+    assert load_matrix_file(path).matrix.axes["torch"][-1] == f"2.{MAX_PLANNED_JOBS // 2 - 1}"
     path.write_text(text.replace('["3.11", "3.12"]', '["3.11", "3.12", "3.13"]'))
-    with pytest.raises(ConfigError, match=f"make {MAX_JOBS * 3 // 2} jobs; at most {MAX_JOBS}"):
+    with pytest.raises(
+        ConfigError, match=f"make {MAX_PLANNED_JOBS * 3 // 2} jobs; at most {MAX_PLANNED_JOBS}"
+    ):
         load_matrix_file(path)
 
 

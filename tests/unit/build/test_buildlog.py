@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from factory.build import logs
-from factory.container import links, protocol
+from factory.container import links, nvcccall, protocol
 from factory.container.protocol import IMPORT_CHECK_MARKER
 from factory.wheel.checks import library_glob_matches
 
@@ -59,13 +59,17 @@ def test_the_launcher_reads_a_shared_link_and_a_compile_s_object() -> None:
         "-shared", "-Wl,-O1", f"{TEMP}/csrc/version.o", "-L/torch/lib", "-lc10", "-Xlinker", "odd.o",
         "-o", f"build/lib.linux-x86_64-cpython-313/{CPU_SO}",
     ]  # fmt: skip
-    link = links.link_of(argv, JOB)
+    link = links.link_of(nvcccall.parse(argv, nvcccall.CXX), JOB)
     assert link == links.Link(output=f"{LIB}/{CPU_SO}", inputs=(f"{TEMP}/csrc/version.o",))
-    assert links.link_of(["-c", "a.cpp", "-o", "a.o"], JOB) is None  # a compile is no link
-    assert links.link_of(["-shared", "a.o"], JOB) is None  # no output named
-    assert links.output_of(["-c", "x.cu", "-o", "build/x.o"], JOB) == f"{JOB}/build/x.o"
-    assert links.output_of(["-c", "x.cu", "-obuild/y.o"], "/w") == "/w/build/y.o"
-    assert links.output_of(["-c", "x.cu", "--output-file=../z.o"], "/w/a") == "/w/z.o"
+    assert (
+        links.link_of(nvcccall.parse(["-c", "a.cpp", "-o", "a.o"], nvcccall.CXX), JOB) is None
+    )  # a compile is no link
+    assert links.link_of(nvcccall.parse(["-shared", "a.o"], nvcccall.CXX), JOB) is None  # no output named
+    assert links.output_of(nvcccall.parse(["-c", "x.cu", "-o", "build/x.o"]), JOB) == f"{JOB}/build/x.o"
+    assert (
+        links.output_of(nvcccall.parse(["-c", "x.cpp", "-obuild/y.o"], nvcccall.CXX), "/w") == "/w/build/y.o"
+    )
+    assert links.output_of(nvcccall.parse(["-c", "x.cu", "--output-file=../z.o"]), "/w/a") == "/w/z.o"
     # the line round-trips, indented as pip -v prints it
     assert protocol.parse_link("  " + protocol.link_line(link)) == link
 

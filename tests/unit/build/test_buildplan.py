@@ -55,8 +55,8 @@ def test_a_request_is_planned_into_jobs_and_settings(tmp_path: Path) -> None:
         ({"rebuild": True}, "--rebuild only applies with --publish"),
         ({"only": "nothing*"}, f"{DEMO}: no job matches --only 'nothing*'"),
         (
-            {"verify_cache": 2, "cache": "off"},
-            "--verify-cache checks the compile cache's hits, and the cache is off",
+            {"check_cache": 2, "cache": "off"},
+            "--check-cache checks the compile cache's hits, and the cache is off",
         ),
         (
             {"shard": Shard(index=1, count=2), "cache": "off"},

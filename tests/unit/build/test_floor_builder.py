@@ -196,7 +196,7 @@ def test_a_floor_below_forky_plans_python_313_on_the_source_built_builder(tmp_pa
 
 
 def test_a_rebuild_keeps_the_floor_that_picked_the_builder(tmp_path: Path) -> None:
-    """`factory verify --rebuild` plans from the wheel's own matrix document: without the floor there, a
+    """`factory rebuild` plans from the wheel's own matrix document: without the floor there, a
     Python 3.13 job would build on forky and its bytes could not match."""
     mf = load_matrix_file(_floor_matrix(tmp_path))
     job = next(j for j in plan_matrix(mf).jobs if j.python == "3.13")

@@ -53,15 +53,15 @@ def test_the_driver_env_is_built_from_scratch(monkeypatch: pytest.MonkeyPatch) -
     assert env[protocol.ENV_JOB_OWNER] == '{"pid": 1, "host": "h"}'
     assert env[protocol.ENV_HEARTBEAT_STALE_S] == "30"
     assert "do-not-leak" not in env.values() and "PATH" not in env
-    assert sync.ENV_DIR not in env and sync.ENV_VERIFY not in env
+    assert sync.ENV_DIR not in env and sync.ENV_CHECK_HITS not in env
 
 
-@pytest.mark.parametrize("verify", [0, 3])
-def test_the_compile_cache_is_local_paths_only(tmp_path: Path, verify: int) -> None:
-    config = sync.CacheConfig(local=tmp_path, store="s3://bucket/secret", verify=verify)
+@pytest.mark.parametrize("check_hits", [0, 3])
+def test_the_compile_cache_is_local_paths_only(tmp_path: Path, check_hits: int) -> None:
+    config = sync.CacheConfig(local=tmp_path, store="s3://bucket/secret", check_hits=check_hits)
     env = driver(compile_cache=config)
     assert env[sync.ENV_DIR] == sync.MOUNT and env[sync.ENV_OUT] == sync.OUT_MOUNT
-    assert env.get(sync.ENV_VERIFY) == (str(verify) if verify else None)
+    assert env.get(sync.ENV_CHECK_HITS) == (str(check_hits) if check_hits else None)
     assert not [v for v in env.values() if "secret" in v or str(tmp_path) in v]
 
 

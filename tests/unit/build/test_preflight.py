@@ -18,8 +18,8 @@ from test_memory_wrapper import LAUNCHER, compile_cmd, setup
 from factory.build import preflight as P
 from factory.build.report import BuildReport, JobResult, PreflightResult
 from factory.cli import progress
-from factory.container import driver, protocol, wrapper
-from factory.container import preflight as CP
+from factory.container import driver, nvcccall, protocol, wrapper
+from factory.container import preflightcompiles as CP
 from factory.container.protocol import ProfileEntry
 from factory.core.variants import Variant, parse_arch_set
 from factory.plan.plan import Job
@@ -120,7 +120,9 @@ def test_candidates_without_estimates_smallest_source_first(tmp_path: Path) -> N
 )  # fmt: skip
 def test_one_arch_keeps_the_lowest_archs_gencode_entries(argv: list[str], kept: list[str]) -> None:
     line = ["-c", "/s/a.cu", "-o", "a.o", *argv, "--threads", "2"]
-    assert CP.one_arch(line) == ["-c", "/s/a.cu", "-o", "a.o", *kept, "--threads", "2"]
+    got = CP.one_arch(nvcccall.parse(line))
+    assert list(got.argv) == ["-c", "/s/a.cu", "-o", "a.o", *kept, "--threads", "2"]
+    assert got == nvcccall.parse(got.argv)
 
 
 def test_arch_label_names_the_cubin() -> None:
@@ -415,7 +417,8 @@ def test_select_runs_everything_outside_a_shard_or_preflight(monkeypatch: pytest
         "-gencode",
         "arch=compute_80,code=sm_80",
     ]
-    assert wrapper.select(argv, "/s/a.cu") == argv
+    call = nvcccall.parse(argv)
+    assert wrapper.select(call) is call
 
 
 # --- the CLI -----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`factory verify --rebuild`, its pure parts: the rebuild section, the work directory, the verdict."""
+"""`factory rebuild`, its pure parts: the rebuild section, the work directory, the verdict."""
 
 from __future__ import annotations
 
@@ -119,10 +119,10 @@ def test_the_verdict_in_one_line_and_json() -> None:
     assert not failed.ok and failed.line() == "w.whl: the rebuild of j failed: x"
 
 
-def test_verify_rebuild_of_a_wheel_without_provenance_is_one_line(tmp_path: Path) -> None:
+def test_rebuild_of_a_wheel_without_provenance_is_one_line(tmp_path: Path) -> None:
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as out:
         out.writestr("demo-1.0.dist-info/RECORD", "")
     with pytest.raises(CheckError, match=r"factory-provenance\.json") as info:
-        rebuild.verify_rebuild(str(wheel), rebuild.RebuildOptions(), log=lambda _line: None)
+        rebuild.rebuild_and_compare(str(wheel), rebuild.RebuildOptions(), log=lambda _line: None)
     assert "\n" not in str(info.value)

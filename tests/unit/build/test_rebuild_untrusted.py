@@ -1,4 +1,4 @@
-"""`factory verify --rebuild`: the wheel is the attacker. Its provenance's rebuild document is read as
+"""`factory rebuild`: the wheel is the attacker. Its provenance's rebuild document is read as
 untrusted input: only the keys the factory writes there, the network off, patches only as the wheel's own
 files by sha256, sources only as recorded (or `--source`), and no image or torch index the user's
 configuration does not name without `--allow-foreign`. Each hostile wheel here is the demo's provenance with
@@ -127,7 +127,7 @@ def patched(tmp_path: Path) -> Path:
 
 
 def verify(wheel: Path, **options: Any) -> rebuild.RebuildResult:
-    return rebuild.verify_rebuild(str(wheel), rebuild.RebuildOptions(**options), log=lambda _line: None)
+    return rebuild.rebuild_and_compare(str(wheel), rebuild.RebuildOptions(**options), log=lambda _line: None)
 
 
 def in_document(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
@@ -436,11 +436,9 @@ def test_the_cli_says_it_in_one_line_with_exit_2(
     tmp_path: Path, user: Path, spy: Spy, factory_cli: Any
 ) -> None:
     wheel = wheel_of(tmp_path / "w" / WHEEL, facts_of(user), in_document(_image))
-    code, out = factory_cli(
-        ["verify", "--rebuild", str(wheel), "--source", str(DEMO_SRC), "--matrix", str(user)]
-    )
+    code, out = factory_cli(["rebuild", str(wheel), "--source", str(DEMO_SRC), "--matrix", str(user)])
     assert code == 2 and out.strip().count("\n") == 0 and "--allow-foreign image" in out, out
-    code, out = factory_cli(
+    code, out = factory_cli(  # the older spelling, `verify --rebuild`, is the same command
         [
             "verify",
             "--rebuild",
@@ -526,11 +524,14 @@ def test_the_rebuild_shows_the_builds_progress(
         return RunOutcome(report=report)
 
     monkeypatch.setattr(factory.build.request, "run_planned", progress)
-    code, out = factory_cli(["verify", "--rebuild", str(wheel), "--source", str(DEMO_SRC)])
+    code, out = factory_cli(["rebuild", str(wheel), "--source", str(DEMO_SRC)])
     assert code == 1, out
     assert f"{planned_id(user)}: build" in out  # the plain progress line `factory build` prints
     assert "summary:" in out and "report: (gone with the temporary work directory" in out, out
     assert out.startswith(f"{WHEEL}: the rebuild of {planned_id(user)} failed: a compile failed\n"), out
+    # the older spelling runs the same (in another temporary directory)
+    again, said = factory_cli(["verify", "--rebuild", str(wheel), "--source", str(DEMO_SRC)])
+    assert (again, said.splitlines()[0]) == (code, out.splitlines()[0]) and "summary:" in said
 
 
 def planned_id(matrix: Path) -> str:

@@ -582,9 +582,9 @@ def test_report_and_progress_show_cached_and_compiled() -> None:
 # --- what the build container gets ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("verify", [0, 3])
+@pytest.mark.parametrize("check_hits", [0, 3])
 def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_or_credentials(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check_hits: int
 ) -> None:
     monkeypatch.setenv("FACTORY_HOME", str(tmp_path / "home"))
     secret_key = signing.generate_key()[0].decode()
@@ -598,7 +598,7 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
         local=cache.local_dir(),
         store="s3://wheels/secret-prefix/_cache/compile",
         endpoint_url="http://s3.x",
-        verify=verify,
+        check_hits=check_hits,
     )
     settings = build.BuildSettings(output=tmp_path / "out", run_id="r1", compile_cache=config)
     runner = build.Runner(None, mf, settings)
@@ -612,7 +612,7 @@ def test_the_container_gets_its_domain_read_only_and_an_outbox_and_no_store_key_
     )
     env = run.container_env(parallel)
     assert env[cache.ENV_DIR] == cache.MOUNT and env[cache.ENV_OUT] == cache.OUT_MOUNT
-    assert env.get(cache.ENV_VERIFY) == (str(verify) if verify else None)
+    assert env.get(cache.ENV_CHECK_HITS) == (str(check_hits) if check_hits else None)
     assert "CXX" not in env  # the driver sets CXX (driver.cache_env)
     assert cachekeys.SIGN_KEY_ENV not in env and "FACTORY_SIGN_KEY" not in env
     assert not [k for k in env if k.startswith("AWS_")]
@@ -672,7 +672,7 @@ def test_the_host_sets_no_cxx_so_the_image_cxx_is_kept(tmp_path: Path) -> None:
 
 
 def test_a_verified_hit_that_differs_is_reported_and_its_entry_removed(tmp_path: Path) -> None:
-    """`build --verify-cache`: the line handler counts each checked hit; one whose bytes differ is named in
+    """`build --check-cache`: the line handler counts each checked hit; one whose bytes differ is named in
     the job's result and its entry removed from the local cache (a suspected poisoned entry)."""
     run, _ = cache_job_run(tmp_path, {})
     sync = run.ctx.compile_cache

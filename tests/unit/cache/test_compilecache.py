@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from factory.cache import sync as cache
-from factory.container import CONTAINER_DIR, compilecache, driver, protocol
+from factory.container import CONTAINER_DIR, compilecache, driver, nvcccall, protocol
 from factory.container.compilecache import Roots
 from factory.core import safefs
 from factory.memory import profiles
@@ -140,7 +140,7 @@ def run_cxx(
     )
     env.pop("VIRTUAL_ENV", None)
     env.pop("CUDA_HOME", None)
-    env.pop("FACTORY_CACHE_VERIFY", None)
+    env.pop("FACTORY_CACHE_CHECK", None)
     env.update(extra)
     return subprocess.run([str(CXX), *args], env=env, capture_output=True, text=True, timeout=60, check=False)
 
@@ -400,8 +400,9 @@ def test_the_python_include_dir_is_a_placeholder_only_where_python_h_is(tmp_path
     (tmp_path / "py" / "Python.h").write_text("")
     (tmp_path / "other").mkdir()
     args = ["-I", str(tmp_path / "other"), f"-I{tmp_path / 'py'}", "-Xcompiler", f"-isystem{tmp_path}/py"]
-    assert compilecache.python_include_dirs(args, "/") == [str(tmp_path / "py")]
-    roots = compilecache.job_roots(args, "/", {})
+    named = nvcccall.include_dirs(nvcccall.scan(args))
+    assert compilecache.python_include_dirs(named, "/") == [str(tmp_path / "py")]
+    roots = compilecache.job_roots(named, "/", {})
     assert roots.normalise(f"-I{tmp_path}/py") == "-I@PYINC@"
 
 
@@ -415,7 +416,7 @@ TORCH_NVCC = [
 
 
 def test_parse_call_of_torch_lines() -> None:
-    call = compilecache.parse_call("nvcc", TORCH_NVCC, "/tmp/own.d")
+    call = compilecache.parse_call(nvcccall.parse(TORCH_NVCC), "/tmp/own.d")
     assert isinstance(call, compilecache.Call)
     assert (call.source, call.output, call.depfile) == (
         "/j/src/csrc/k.cu",
@@ -424,13 +425,15 @@ def test_parse_call_of_torch_lines() -> None:
     )
     assert "-o" not in call.key_args and "--dependency-output" not in call.key_args
     assert "/tmp/own.d" not in call.run_args  # it named a depfile of its own
-    cxx = compilecache.parse_call("cxx", ["-MMD", "-MF", "k.o.d", "-c", "k.cpp", "-o", "k.o"])
+    cxx = compilecache.parse_call(
+        nvcccall.parse(["-MMD", "-MF", "k.o.d", "-c", "k.cpp", "-o", "k.o"], nvcccall.CXX)
+    )
     assert isinstance(cxx, compilecache.Call)
     assert cxx.run_args[0] == "-MD"  # system headers too: a manifest without them would be unsound
-    bare = compilecache.parse_call("cxx", ["-c", "k.cpp", "-o", "k.o"], "/tmp/own.d")
+    bare = compilecache.parse_call(nvcccall.parse(["-c", "k.cpp", "-o", "k.o"], nvcccall.CXX), "/tmp/own.d")
     assert isinstance(bare, compilecache.Call) and bare.depfile is None
     assert bare.run_args[-3:] == ("-MD", "-MF", "/tmp/own.d")
-    nvcc_bare = compilecache.parse_call("nvcc", ["-c", "k.cu", "-o", "k.o"], "/tmp/own.d")
+    nvcc_bare = compilecache.parse_call(nvcccall.parse(["-c", "k.cu", "-o", "k.o"]), "/tmp/own.d")
     assert isinstance(nvcc_bare, compilecache.Call)
     assert nvcc_bare.run_args[-3:] == (
         "--generate-dependencies-with-compile",
@@ -455,7 +458,7 @@ def test_parse_call_of_torch_lines() -> None:
     ],
 )
 def test_what_is_not_a_cacheable_compile(args: list[str]) -> None:
-    assert isinstance(compilecache.parse_call("cxx", args, "/tmp/own.d"), str)
+    assert isinstance(compilecache.parse_call(nvcccall.parse(args, nvcccall.CXX), "/tmp/own.d"), str)
 
 
 def test_depfiles_of_nvcc_and_gcc() -> None:
@@ -472,7 +475,8 @@ def test_depfiles_of_nvcc_and_gcc() -> None:
 def key_of(
     args: list[str], job: str, *, compiler: str = "c", env: dict[str, str] | None = None
 ) -> str | None:
-    call = compilecache.parse_call("nvcc", [a.replace("/j/", f"{job}/") for a in args], "/tmp/own.d")
+    line = [a.replace("/j/", f"{job}/") for a in args]
+    call = compilecache.parse_call(nvcccall.parse(line), "/tmp/own.d")
     assert isinstance(call, compilecache.Call)
     roots = Roots.of([("@JOB@", job), ("@SITE@", f"{job}/venv/lib/python3.11/site-packages")])
     return compilecache.direct_key(call, compiler=compiler, host="h", roots=roots, cwd="/", environ=env or {})
@@ -503,7 +507,9 @@ def test_the_direct_key_leaves_out_the_job_and_keeps_the_rest(
 
 def test_a_relative_path_keys_the_working_directory(tmp_path: Path) -> None:
     (tmp_path / "k.cpp").write_text("x")
-    call = compilecache.parse_call("cxx", ["-Iinc", "-c", "k.cpp", "-o", "k.o"], "/tmp/own.d")
+    call = compilecache.parse_call(
+        nvcccall.parse(["-Iinc", "-c", "k.cpp", "-o", "k.o"], nvcccall.CXX), "/tmp/own.d"
+    )
     assert isinstance(call, compilecache.Call)
     keys = {
         compilecache.direct_key(call, compiler="c", host=None, roots=Roots(), cwd=str(cwd), environ={})
@@ -546,7 +552,7 @@ def test_a_tool_is_known_by_its_content_and_version_remembered_by_its_inode(
 
 
 def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: dict[str, Path]) -> None:
-    """Job A's entry is imported and signed. With FACTORY_CACHE_VERIFY=1 job B's hit is compiled anyway and
+    """Job A's entry is imported and signed. With FACTORY_CACHE_CHECK=1 job B's hit is compiled anyway and
     found "same" (and records nothing). A compromised signer then swaps the object for other bytes and
     re-signs a manifest naming them: job C, verifying, reports "differs" for that entry; job D, not
     verifying, would have been served the planted bytes."""
@@ -560,7 +566,7 @@ def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: d
     (manifest,) = cache_files(dest, "m")
     entry = cachekeys.verified_entry(manifest.read_bytes(), domain=DOMAIN, keyring=KEY)
     assert entry is not None
-    checked = run_cxx(world, jobs["b"], args["b"], root=dest, out=outs["b"], FACTORY_CACHE_VERIFY="1")
+    checked = run_cxx(world, jobs["b"], args["b"], root=dest, out=outs["b"], FACTORY_CACHE_CHECK="1")
     assert checked.returncode == 0, checked.stderr
     m = measurement(checked)
     assert (m.cache, m.cache_check, m.entry, m.source) == (
@@ -585,7 +591,7 @@ def test_a_verified_hit_is_compiled_and_same_and_a_poisoned_one_differs(world: d
     compilecache.object_path(dest, poisoned.object_sha256).write_bytes(planted)
     manifest.write_bytes(cachekeys.signed_manifest(poisoned, domain=DOMAIN, keyring=KEY))
     differs = measurement(
-        run_cxx(world, jobs["c"], args["c"], root=dest, out=outs["c"], FACTORY_CACHE_VERIFY="1")
+        run_cxx(world, jobs["c"], args["c"], root=dest, out=outs["c"], FACTORY_CACHE_CHECK="1")
     )
     assert (differs.cache_check, differs.entry) == ("differs", f"{entry.direct_key}-{entry.result_key}")
     assert obj_of(args["c"]).read_bytes() == obj_of(args["a"]).read_bytes()  # what it compiled, not the plant
@@ -601,7 +607,7 @@ def test_only_the_first_hits_of_a_build_are_verified(world: dict[str, Path]) -> 
     host_import(world, out)
     dest = cache.domain_dir(world["tmp"] / "local", DOMAIN)
     states = [
-        measurement(run_cxx(world, a, args, root=dest, out=out, FACTORY_CACHE_VERIFY="2")).cache_check
+        measurement(run_cxx(world, a, args, root=dest, out=out, FACTORY_CACHE_CHECK="2")).cache_check
         for _ in range(4)
     ]
     assert states == ["same", "same", None, None]
@@ -610,19 +616,17 @@ def test_only_the_first_hits_of_a_build_are_verified(world: dict[str, Path]) -> 
 @pytest.mark.parametrize(
     ("verify", "claims"), [("2", 2), ("1", 1), ("0", 0), (None, 0), ("", 0), ("x", 0), ("-3", 0)]
 )
-def test_claim_verification_takes_exactly_as_many_as_asked(
-    tmp_path: Path, verify: str | None, claims: int
-) -> None:
-    env = {} if verify is None else {compilecache.CACHE_VERIFY_ENV: verify}
-    assert sum(compilecache.claim_verification(tmp_path, env) for _ in range(20)) == claims
-    assert not compilecache.claim_verification(None, {compilecache.CACHE_VERIFY_ENV: "5"})
+def test_claim_check_takes_exactly_as_many_as_asked(tmp_path: Path, verify: str | None, claims: int) -> None:
+    env = {} if verify is None else {compilecache.CACHE_CHECK_ENV: verify}
+    assert sum(compilecache.claim_check(tmp_path, env) for _ in range(20)) == claims
+    assert not compilecache.claim_check(None, {compilecache.CACHE_CHECK_ENV: "5"})
 
 
 CLAIMER = textwrap.dedent("""\
     import sys
     from pathlib import Path
     from factory.container import compilecache as cc
-    won = sum(cc.claim_verification(Path(sys.argv[1]), {"FACTORY_CACHE_VERIFY": "3"}) for _ in range(50))
+    won = sum(cc.claim_check(Path(sys.argv[1]), {"FACTORY_CACHE_CHECK": "3"}) for _ in range(50))
     print(won)
 """)
 
@@ -675,7 +679,10 @@ def test_an_attempt_runs_with_the_prefix_maps(world: dict[str, Path]) -> None:
     a = make_job(world, "a", "3.11", {"csrc/k.cpp": KERNEL})
     env = {"FACTORY_CACHE_DIR": str(world["cache"]), "FACTORY_JOB_DIR": str(a)}
     got = compilecache.attempt(
-        "cxx", str(world["fake"]), compile_args(world, a, "3.11", "csrc/k.cpp"), environ=env, cwd="/"
+        nvcccall.parse(compile_args(world, a, "3.11", "csrc/k.cpp"), nvcccall.CXX),
+        str(world["fake"]),
+        environ=env,
+        cwd="/",
     )
     assert isinstance(got, compilecache.Attempt)
     assert got.run_args[-1] == f"-ffile-prefix-map={os.path.realpath(a)}=@JOB@" or (

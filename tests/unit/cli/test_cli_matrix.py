@@ -52,7 +52,7 @@ def test_json(tmp_path: Path) -> None:
         "3.11",
     )
     assert j["cxx11_abi"] is True and j["arch"] == "8.0;10.0"
-    assert j["local_version"] == "cu13.0.torch2.9.abi1.sm80.100" and j["verified"] is True
+    assert j["local_version"] == "cu13.0.torch2.9.abi1.sm80.100" and j["known"] is True
     assert j["env"] == {"NVCC_THREADS": "1"} and j["runner"] == "big"
     assert "env" not in jobs[0]
 
@@ -92,7 +92,7 @@ def test_check(tmp_path: Path) -> None:
     # flash-attn's recipe has patches: --no-source keeps this test off the network (test_recipes tries them)
     result = runner.invoke(app, ["matrix", "--matrix", str(write(tmp_path)), "--check", "--no-source"])
     assert result.exit_code == 0
-    assert "ok: 2 jobs in 2 variants, 2 dropped, 0 unverified" in result.output
+    assert "ok: 2 jobs in 2 variants, 2 dropped, 0 unknown" in result.output
 
 
 DEBIAN = """\

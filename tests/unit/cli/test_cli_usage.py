@@ -282,3 +282,13 @@ def test_serve_from_names_a_directory_or_an_s3_prefix(
 ) -> None:
     code, output = factory_cli(["serve", "--from", source.format(tmp=tmp_path), "--port", "0"])
     assert (code, output.strip()) == (2, said.format(tmp=tmp_path))
+
+
+@pytest.mark.parametrize("flag", ["--check-cache", "--verify-cache"])
+def test_checking_the_cache_has_its_own_word_and_keeps_its_older_spelling(
+    flag: str, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    demo = Path(__file__).resolve().parents[3] / "examples" / "demo.yaml"
+    code, output = factory_cli(["build", "--matrix", str(demo), flag, "2", "--cache", "off", "--dry-run"])
+    assert code == 2, output
+    assert output.strip() == "error: --check-cache checks the compile cache's hits, and the cache is off"

@@ -42,7 +42,7 @@ FULL = WrapperEnv(
     preflight=("csrc/a.cu",),
     cache_dir="/cache",
     cache_out="/cache-out",
-    cache_verify=2,
+    cache_check_hits=2,
     job_dir="/j",
 )
 
@@ -67,7 +67,7 @@ def test_the_variables_keep_their_names() -> None:
     assert env["FACTORY_AFTER_PEAK"] == "0.42"
     assert env["FACTORY_ADMISSION"] == "off" and env["FACTORY_WRAPPER_QUIET"] == "1"
     assert json.loads(env["FACTORY_SHARD_SOURCES"]) == ["csrc/a.cu", "csrc/b.cu"]
-    assert env["FACTORY_CACHE_VERIFY"] == "2"
+    assert env["FACTORY_CACHE_CHECK"] == "2"
 
 
 def test_defaults_are_not_written_and_unset_or_empty_reads_as_default() -> None:
@@ -104,7 +104,7 @@ def test_numbers_as_the_wrapper_always_read_them() -> None:
         ("FACTORY_SECONDS_BY_FILE", '[["a*", 5], ["b*", -1], ["c*"]]', r"2 item\(s\) not \[glob, positive"),
         ("FACTORY_SHARD_SOURCES", '{"a": 1}', "not a JSON list of paths"),
         ("FACTORY_PREFLIGHT", "a.cu", "not a JSON list of paths"),
-        ("FACTORY_CACHE_VERIFY", "all", "not a number of bytes"),
+        ("FACTORY_CACHE_CHECK", "all", "not a number of bytes"),
     ],
 )  # fmt: skip
 def test_a_bad_value_is_said_with_its_name(name: str, value: str, why: str) -> None:

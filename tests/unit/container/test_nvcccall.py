@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from factory.container import compilecache, links, nvcccall, preflight, shardskip
+from factory.container import compilecache, links, nvcccall, preflightcompiles, shardskip
 from factory.container.nvcccall import CXX, NVCC, Arg, parse, scan
 
 TORCH_NVCC = [
@@ -154,7 +154,7 @@ def test_include_dirs() -> None:
     args = ["-I", "a", "-Ib", "-isystem", "c", "-isystemd", "-iquotee", "-idirafter", "f",
             "--include-path=g,h", "--system-include", "i", "-Xcompiler", "-isystemj,-Ik",
             "-DI=l"]  # fmt: skip
-    assert nvcccall.include_dirs(args) == list("abcdefghijk")
+    assert nvcccall.include_dirs(scan(args)) == list("abcdefghijk")
 
 
 # --- the callers read with it -------------------------------------------------------------------------------
@@ -169,23 +169,23 @@ def test_include_dirs() -> None:
         ["--version"],
     ],
 )
-def test_the_stand_ins_read_outputs_and_host_compiler_with_it(argv: list[str]) -> None:
+def test_the_stand_ins_read_the_host_compiler_of_the_parsed_call(argv: list[str]) -> None:
     call = parse(argv)
-    assert shardskip.outputs(argv) == (call.output, call.depfile)
+    assert call.argv == tuple(argv)
     if call.host_compiler is not None:
-        assert shardskip.host_compiler(argv) == call.host_compiler
-        assert compilecache.host_compilers(argv, {}) == (call.host_compiler,)
+        assert shardskip.host_compiler(call) == call.host_compiler
+        assert compilecache.host_compilers(call.host_compiler, {}) == (call.host_compiler,)
 
 
 def test_the_cache_and_admission_agree_on_the_source_and_the_object() -> None:
     call = parse(TORCH_NVCC)
-    cached = compilecache.parse_call("nvcc", TORCH_NVCC, "/tmp/own.d")
+    cached = compilecache.parse_call(call, "/tmp/own.d")
     assert isinstance(cached, compilecache.Call)
     assert (cached.source, cached.output, cached.depfile) == (call.source, call.output, call.depfile)
     # the long spellings are outputs to the cache too, never part of its key
     long = ["-c", "k.cu", "--output-file", "k.o", "--generate-dependencies-with-compile",
             "--dependency-output=k.d"]  # fmt: skip
-    cached = compilecache.parse_call("nvcc", long)
+    cached = compilecache.parse_call(parse(long))
     assert isinstance(cached, compilecache.Call)
     assert (cached.output, cached.depfile, cached.key_args) == ("k.o", "k.d", ("-c", "k.cu"))
 
@@ -194,10 +194,16 @@ def test_preflight_keeps_the_lowest_gencode_as_scanned() -> None:
     line = ["-c", "k.cu", "-Xcompiler", "-gencode", "-gencode", "arch=compute_90,code=sm_90",
             "--generate-code=arch=compute_80,code=sm_80"]  # fmt: skip
     # the -gencode that is -Xcompiler's value is no -gencode of nvcc's
-    assert preflight.one_arch(line) == ["-c", "k.cu", "-Xcompiler", "-gencode",
-                                        "--generate-code=arch=compute_80,code=sm_80"]  # fmt: skip
+    kept = preflightcompiles.one_arch(parse(line))
+    assert kept.argv == ("-c", "k.cu", "-Xcompiler", "-gencode", "--generate-code=arch=compute_80,code=sm_80")
+    assert kept == parse(kept.argv)  # derived from the scanned call, as a new reading would have it
+    assert kept.archs == ("compute_80",)
+    one = parse(["-c", "k.cu", "-gencode", "arch=compute_90,code=sm_90"])
+    assert preflightcompiles.one_arch(one) is one
 
 
 def test_a_links_inputs_leave_out_option_values() -> None:
-    link = links.link_of(["-shared", "a.o", "-Xlinker", "b.o", "-ok.so", "-L", "lib.a", "c.a"], "/w")
+    link = links.link_of(
+        parse(["-shared", "a.o", "-Xlinker", "b.o", "-ok.so", "-L", "lib.a", "c.a"], CXX), "/w"
+    )
     assert link is not None and link.output == "/w/k.so" and link.inputs == ("/w/a.o", "/w/c.a")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from factory.container import compilecache
+from factory.container.nvcccall import CXX, parse
 from factory.core import reproducible
 from factory.wheel import checks
 
@@ -158,19 +159,22 @@ def test_an_uncached_compile_gets_the_prefix_maps_a_cached_one_would(tmp_path: P
     (job / "src" / "a.cpp").write_text("int a;\n")
     env = {"FACTORY_JOB_DIR": str(job)}
     args = ["-c", "a.cpp", "-o", "a.o", "-MD", "-MF", "a.o.d"]
-    plain = compilecache.plain("cxx", args, environ=env, cwd=str(job / "src"))
+    plain = compilecache.plain(parse(args, CXX), environ=env, cwd=str(job / "src"))
     assert plain.output == str(job / "src" / "a.o")
     assert f"-ffile-prefix-map={job}=@JOB@" in plain.run_args
     cache = tmp_path / "cache"
     cache.mkdir()
     attempt = compilecache.attempt(
-        "cxx", "/usr/bin/c++", args, environ={**env, "FACTORY_CACHE_DIR": str(cache)}, cwd=str(job / "src")
+        parse(args, CXX),
+        "/usr/bin/c++",
+        environ={**env, "FACTORY_CACHE_DIR": str(cache)},
+        cwd=str(job / "src"),
     )
     if isinstance(attempt, str):
         pytest.skip(f"no host compiler identity here: {attempt}")
     maps = [a for a in plain.run_args if a.startswith("-ffile-prefix-map")]
     assert maps == [a for a in attempt.run_args if a.startswith("-ffile-prefix-map")]
-    link = compilecache.plain("cxx", ["-shared", "a.o", "-o", "a.so"], environ=env, cwd=str(job / "src"))
+    link = compilecache.plain(parse(["-shared", "a.o", "-o", "a.so"], CXX), environ=env, cwd=str(job / "src"))
     assert link.output is None and link.run_args == ("-shared", "a.o", "-o", "a.so")
 
 
@@ -200,9 +204,9 @@ def test_an_nvcc_compile_names_its_source_as_its_key_does_in_every_job_directory
         cwd = str(job / "src" / "build")
         for source in ("../csrc/k.cu", str(job / "src" / "csrc" / "k.cu")):
             args = ["-c", source, "-o", "k.o", "-MD", "-MF", "k.o.d"]
-            plain = compilecache.plain("nvcc", args, environ=env, cwd=cwd)
+            plain = compilecache.plain(parse(args), environ=env, cwd=cwd)
             attempt = compilecache.attempt(
-                "nvcc", "/nonexistent/nvcc", args, environ={**env, "FACTORY_CACHE_DIR": str(cache)}, cwd=cwd
+                parse(args), "/nonexistent/nvcc", environ={**env, "FACTORY_CACHE_DIR": str(cache)}, cwd=cwd
             )
             assert isinstance(attempt, compilecache.Attempt), attempt
             for run_args in (plain.run_args, attempt.run_args):
@@ -213,7 +217,7 @@ def test_an_nvcc_compile_names_its_source_as_its_key_does_in_every_job_directory
                 seen.add(run_args[-2:])
     # last: cudafe++ takes the last one, so it wins over one the call gives
     assert seen == {("-Xcudafe", "--orig_src_path_name=@JOB@/src/csrc/k.cu")}
-    host = compilecache.plain("cxx", ["-c", "k.cpp", "-o", "k.o"], environ=env, cwd=cwd)
+    host = compilecache.plain(parse(["-c", "k.cpp", "-o", "k.o"], CXX), environ=env, cwd=cwd)
     assert host.run_args[-1].startswith("-ffile-prefix-map=")  # the host compiler has no module id
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_memory_wrapper import compile_cmd, setup
 
-from factory.container import protocol, shardskip
+from factory.container import nvcccall, protocol, shardskip
 from factory.container.protocol import ProfileEntry
 from factory.memory import profiles
 from factory.plan import shard as S
@@ -200,10 +200,11 @@ def test_shard_sources_from_the_environment() -> None:
 
 
 def test_outputs_of_an_nvcc_line() -> None:
-    argv = ["-c", "a.cu", "-o", "a.o", "--dependency-output", "a.o.d", "-ccbin", "g++"]
-    assert shardskip.outputs(argv) == ("a.o", "a.o.d")
-    assert shardskip.outputs(["-c", "a.cu", "--output-file=b.o", "-MF=b.d"]) == ("b.o", "b.d")
-    assert shardskip.host_compiler(argv) == "g++"
+    call = nvcccall.parse(["-c", "a.cu", "-o", "a.o", "--dependency-output", "a.o.d", "-ccbin", "g++"])
+    assert (call.output, call.depfile) == ("a.o", "a.o.d")
+    other = nvcccall.parse(["-c", "a.cu", "--output-file=b.o", "-MF=b.d"])
+    assert (other.output, other.depfile) == ("b.o", "b.d")
+    assert shardskip.host_compiler(call) == "g++"
 
 
 def test_a_compile_of_another_shard_writes_an_empty_object(tmp_path: Path) -> None:

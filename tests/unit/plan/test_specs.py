@@ -17,7 +17,7 @@ from factory.plan.pipindex import IndexClient, PipSettings
 from factory.plan.plan import plan_matrix
 from factory.plan.torchindex import TorchFile, TorchIndex, TorchSource, WheelFacts, parse_torch_file
 from factory.spec.compat import CompatData
-from factory.spec.config import MAX_JOBS, load_matrix_file
+from factory.spec.config import MAX_PLANNED_JOBS, load_matrix_file
 from tests.torch_index_helpers import TorchWheel, make_index
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
@@ -137,7 +137,7 @@ def test_torch_at_least_2_13_plans_every_such_torch_and_compat_json_changes_noth
         "cu130-torch2.14-abi1-sm80-py311",
         "cu130-torch2.14-abi1-sm80-py312",
     ]
-    assert all(j.verified for j in plan.jobs)
+    assert all(j.known for j in plan.jobs)
     (resolved,) = plan.resolved
     assert resolved.values == ("2.13", "2.14") and resolved.detail == ("2.13 = 2.13.0", "2.14 = 2.14.1")
     bare = plan_matrix(replace(mf, compat=without_torch(mf.compat, "2.13", "2.14")))
@@ -229,9 +229,9 @@ def test_a_contradiction_is_shown_and_compat_json_wins(tmp_path: Path) -> None:
         n.startswith("torch 2.14 cuda:") and "has 13.0, which compat.json does not list" in n
         for n in plan.notes
     )
-    # compat.json's C++17 wins (so the C++17 recipe is kept), its CUDA list too (complete: false, unverified)
+    # compat.json's C++17 wins (so the C++17 recipe is kept), its CUDA list too (complete: false, unknown)
     assert {j.variant.torch for j in plan.jobs} == {"2.14"}
-    assert not any(j.verified for j in plan.jobs)
+    assert not any(j.known for j in plan.jobs)
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
@@ -344,15 +344,15 @@ class ManyMinors(TorchIndex):
 @pytest.mark.usefixtures("pip_env")
 def test_twenty_thousand_torch_minors_are_refused_past_the_job_cap(tmp_path: Path) -> None:
     index = ManyMinors(tmp_path, 20_000)
-    with pytest.raises(ConfigError, match=f"resolves to more than {MAX_JOBS} torches"):
+    with pytest.raises(ConfigError, match=f"resolves to more than {MAX_PLANNED_JOBS} torches"):
         plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]', '["3.11"]')), index=index)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("pip_env")
 def test_the_job_cap_applies_to_what_the_specifiers_resolved_to(tmp_path: Path) -> None:
-    index = ManyMinors(tmp_path, MAX_JOBS // 2 + 1)  # under the cap alone, over it with two Pythons
-    with pytest.raises(ConfigError, match=f"its specifiers resolve to more than {MAX_JOBS} jobs"):
+    index = ManyMinors(tmp_path, MAX_PLANNED_JOBS // 2 + 1)  # under the cap alone, over it with two Pythons
+    with pytest.raises(ConfigError, match=f"its specifiers resolve to more than {MAX_PLANNED_JOBS} jobs"):
         plan_matrix(load_matrix_file(matrix(tmp_path, '[">=1.0"]')), index=index)
 
 

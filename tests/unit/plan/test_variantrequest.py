@@ -278,7 +278,7 @@ def test_matrix_requests_adds_what_compat_allows_and_drops_the_rest(tmp_path: Pa
         req(python="3.11", archs=["9.0"]),  # planned already
         req(python="3.14"),  # torch 2.14 has no wheels for 3.14
         req(torch="2.10", cuda="13.0"),  # the default index's 2.10 is a 12.8 build
-        req(torch="2.99"),  # unknown: not built unverified
+        req(torch="2.99"),  # unknown to the compat data: not built
         req(python="3.12", archs=["6.0"]),  # CUDA 13 lost sm_60
         (parse(body(package="other")).file_name, parse(body(package="other"))),
         ("bad.json", "not JSON"),

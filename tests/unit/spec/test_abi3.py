@@ -155,7 +155,7 @@ def test_matrix_formats_show_what_is_covered(tmp_path: Path) -> None:
     assert "3.11 (cp311-abi3, covers 3.12, 3.13)" in result.output
     assert "2 jobs in 2 variants; 0 dropped; 4 more Pythons covered by abi3 wheels" in result.output
     result = runner.invoke(app, ["matrix", "-m", path, "--check"])
-    assert "2 jobs in 2 variants, 0 dropped, 0 unverified, 4 Pythons covered by abi3 wheels" in result.output
+    assert "2 jobs in 2 variants, 0 dropped, 0 unknown, 4 Pythons covered by abi3 wheels" in result.output
 
 
 # -- the build and the wheel

@@ -1,4 +1,4 @@
-"""Compatibility pruning: dropped with a reason, trimmed with a note, unknown kept as unverified."""
+"""Compatibility pruning: dropped with a reason, trimmed with a note, unknown kept, marked unknown."""
 
 from __future__ import annotations
 
@@ -30,9 +30,7 @@ def judge(**kw: object):  # type: ignore[no-untyped-def]
 
 def test_known_good_combination_is_verified() -> None:
     verdict = judge()
-    assert (
-        verdict.dropped is None and verdict.verified and verdict.archs == ("8.0", "9.0") and not verdict.notes
-    )
+    assert verdict.dropped is None and verdict.known and verdict.archs == ("8.0", "9.0") and not verdict.notes
 
 
 def test_torch_without_that_cuda_build_is_dropped() -> None:
@@ -53,7 +51,7 @@ def test_pre_cxx11_abi_with_new_torch_is_dropped() -> None:
 
 
 def test_full_torch_version_uses_its_minor_release() -> None:
-    assert judge(torch="2.9.1").verified
+    assert judge(torch="2.9.1").known
     assert judge(torch="2.9.1", cuda="12.9").dropped is not None
 
 
@@ -106,7 +104,7 @@ def test_cpp20_torch_drops_a_cpp17_recipe() -> None:
 )
 def test_the_default_index_has_the_default_build_only(torch: str, cuda: str) -> None:
     """torch from the host's pip configuration (build.torch_index: default) is the build PyPI serves."""
-    assert judge(torch=torch, cuda=cuda, python="3.12", default_index=True).verified
+    assert judge(torch=torch, cuda=cuda, python="3.12", default_index=True).known
     other = "13.0" if cuda == "12.8" else "12.8"
     verdict = judge(torch=torch, cuda=other, python="3.12", default_index=True)
     minor = ".".join(torch.split(".")[:2])
@@ -123,21 +121,21 @@ def test_unknown_default_build_is_not_a_reason_to_drop() -> None:
     assert judge(torch="2.99", cuda="12.1", python="3.12", default_index=True).dropped is None
 
 
-def test_unknown_torch_is_kept_unverified() -> None:
+def test_unknown_torch_is_kept_and_marked_unknown() -> None:
     verdict = judge(torch="2.99")
-    assert verdict.dropped is None and not verdict.verified
-    assert "unverified: compat data knows nothing about torch 2.99" in verdict.notes
+    assert verdict.dropped is None and not verdict.known
+    assert "unknown: compat data knows nothing about torch 2.99" in verdict.notes
 
 
-def test_incomplete_torch_entry_makes_other_cuda_unverified_not_dropped() -> None:
+def test_incomplete_torch_entry_makes_other_cuda_unknown_not_dropped() -> None:
     verdict = judge(torch="2.14", cuda="12.8", python="3.12")
-    assert verdict.dropped is None and not verdict.verified
+    assert verdict.dropped is None and not verdict.known
     assert "torch 2.14 with CUDA 12.8" in verdict.notes[-1]
 
 
 def test_unknown_cuda_still_gets_arch_rules() -> None:
     verdict = judge(torch="2.99", cuda="13.5", archs=("7.0", "9.0"))
-    assert verdict.archs == ("9.0",) and not verdict.verified
+    assert verdict.archs == ("9.0",) and not verdict.known
 
 
 def test_cuda_archs_table() -> None:
@@ -178,13 +176,13 @@ def test_required_cxx_std() -> None:
 def test_current_torch_releases_are_known(torch: str, cuda: str, pythons: tuple[str, ...]) -> None:
     for python in pythons:
         verdict = judge(torch=torch, cuda=cuda, python=python, archs=("8.0", "9.0", "10.0", "12.0"))
-        assert verdict.dropped is None and verdict.verified, (python, verdict)
+        assert verdict.dropped is None and verdict.known, (python, verdict)
         assert verdict.archs == ("8.0", "9.0", "10.0", "12.0")
 
 
-def test_torch_2_15_has_no_python_3_10_and_other_cuda_builds_are_unverified() -> None:
+def test_torch_2_15_has_no_python_3_10_and_other_cuda_builds_are_unknown() -> None:
     # the 2.12-2.15 entries list the CUDA build the index has; pytorch.org's others are not known here
-    assert judge(torch="2.15", cuda="13.0", python="3.12").verified is False
+    assert judge(torch="2.15", cuda="13.0", python="3.12").known is False
     assert "torch 2.15 with CUDA 13.0" in judge(torch="2.15", cuda="13.0", python="3.12").notes[-1]
     assert "torch 2.15 on Python 3.10" in judge(torch="2.15", cuda="13.2", python="3.10").notes[-1]
     assert (
@@ -232,13 +230,13 @@ def test_plan_drops_trims_and_marks(tmp_path: Path) -> None:
     by_id = {j.id: j for j in plan.jobs}
     assert "cu130-torch2.9-abi1-sm80.100-py311" in by_id
     job = by_id["cu130-torch2.9-abi1-sm80.100-py311"]
-    assert job.verified
+    assert job.known
     assert job.notes == ("arch 7.0 trimmed: CUDA 13.0 cannot target sm_70 (last supported by CUDA 12.9)",)
     cu126 = by_id["cu126-torch2.9-abi1-sm80-py311"]
     assert "arch 7.0 trimmed: flash-attn needs sm_80 or newer" in cu126.notes
     assert "arch 10.0 trimmed: CUDA 12.6 cannot target sm_100 (needs CUDA >= 12.8)" in cu126.notes
-    unverified = [j for j in plan.jobs if not j.verified]
-    assert {j.variant.torch for j in unverified} == {"2.99"}
+    unknown = [j for j in plan.jobs if not j.known]
+    assert {j.variant.torch for j in unknown} == {"2.99"}
     reasons = {d.reason for d in plan.dropped}
     assert "torch 2.9 has no wheels for Python 3.9 (only 3.10, 3.11, 3.12, 3.13, 3.14)" in reasons
     # No emitted job targets an arch its CUDA cannot compile.
@@ -280,7 +278,7 @@ def test_a_matrix_naming_torch_2_15_is_verified(tmp_path: Path) -> None:
     )
     plan = plan_matrix(load_matrix_file(path))
     assert len(plan.jobs) == 3 and not plan.dropped
-    assert all(j.verified and not j.notes for j in plan.jobs), [j.notes for j in plan.jobs]
+    assert all(j.known and not j.notes for j in plan.jobs), [j.notes for j in plan.jobs]
 
 
 def test_no_prune_is_the_raw_expansion(tmp_path: Path) -> None:
@@ -337,7 +335,7 @@ def test_compat_overrides_from_the_matrix_file(tmp_path: Path) -> None:
         """,
     )
     plan = plan_matrix(load_matrix_file(path))
-    assert [(j.id, j.verified) for j in plan.jobs] == [("cu130-torch2.99-abi1-sm90-py311", True)]
+    assert [(j.id, j.known) for j in plan.jobs] == [("cu130-torch2.99-abi1-sm90-py311", True)]
     assert plan.dropped[0].reason == "torch 2.9 ships no CUDA 13.0 build (only 12.8)"
 
 

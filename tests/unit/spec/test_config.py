@@ -220,14 +220,14 @@ def test_the_production_matrix() -> None:
     assert mf.package.name == "flash-attn" and mf.package.version == "2.8.3.post2"
     assert mf.recipe.name == "flash-attn" and mf.build.flavor == "devel"
     plan = plan_matrix(mf)
-    # each torch with the CUDA of its build on the default index: nothing dropped, nothing unverified
+    # each torch with the CUDA of its build on the default index: nothing dropped, nothing unknown
     assert {(j.variant.torch, j.variant.cuda) for j in plan.jobs} == {
         ("2.9", "12.8"), ("2.10", "12.8"),
         ("2.11", "13.0"), ("2.12", "13.0"), ("2.13", "13.0"), ("2.14", "13.0"),
     }  # fmt: skip
     assert {j.python for j in plan.jobs} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
     assert {j.variant.archs for j in plan.jobs} == {("8.0", "9.0", "10.0", "12.0")}
-    assert len(plan.jobs) == 30 and all(j.verified and not j.notes for j in plan.jobs) and not plan.dropped
+    assert len(plan.jobs) == 30 and all(j.known and not j.notes for j in plan.jobs) and not plan.dropped
     assert "cu128-torch2.10-abi1-sm80.90.100.120" in {v.id for v in plan.variants}
     assert mf.build.torch_index_url("12.8") is None and mf.build.torch_index_url("13.0") is None
 
@@ -254,7 +254,7 @@ def test_the_seed_matrix() -> None:
     assert (mf.package.name, mf.package.version, mf.recipe.name) == ("flash-attn", "2.8.3", "flash-attn")
     assert mf.build.flavor == "devel"
     plan = plan_matrix(mf)
-    assert [j.id for j in plan.jobs] == ["cu128-torch2.10-abi1-sm120-py312"] and plan.jobs[0].verified
+    assert [j.id for j in plan.jobs] == ["cu128-torch2.10-abi1-sm120-py312"] and plan.jobs[0].known
     env = matrix_env(mf, plan.jobs[0])
     assert env["FLASH_ATTN_CUDA_ARCHS"] == "120"
     assert env["FLASH_ATTN_LOCAL_VERSION"] == "cu12.8.torch2.10.abi1.sm120"
@@ -272,10 +272,10 @@ def test_the_examples_are_found() -> None:
 @pytest.mark.parametrize("example", ["matrix.yaml", *EXAMPLES])
 def test_every_shipped_matrix_file_loads_and_plans(example: str) -> None:
     """Each matrix file the repository ships is valid and plans at least one job, none of them dropped or
-    unverified: an example that no longer fits the compatibility data (or the loader) fails here."""
+    unknown: an example that no longer fits the compatibility data (or the loader) fails here."""
     plan = plan_matrix(load_matrix_file(ROOT / example))
     assert plan.jobs and not plan.dropped, [d.reason for d in plan.dropped]
-    assert all(j.verified for j in plan.jobs), [j.notes for j in plan.jobs if not j.verified]
+    assert all(j.known for j in plan.jobs), [j.notes for j in plan.jobs if not j.known]
 
 
 def test_the_demo_matrix() -> None:

@@ -82,8 +82,8 @@ def _table(plan: Plan, title: str, mf: MatrixFile) -> Table:
         jobs = plan.jobs_of(variant)
         pythons = ", ".join(_pythons(j) for j in jobs)
         notes = list(dict.fromkeys(n for j in jobs for n in j.notes))
-        verified = all(j.verified for j in jobs)
-        status = "[green]ok[/]" if verified else "[yellow]unverified[/]"
+        known = all(j.known for j in jobs)
+        status = "[green]ok[/]" if known else "[yellow]unknown[/]"
         toolkits = sorted({j.toolkit for j in jobs if j.toolkit})
         notes += [f"compiled with CUDA {t}'s nvcc (the flavor's toolkit)" for t in toolkits]
         if notes:
@@ -115,7 +115,7 @@ def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str
         of = prepared.sdist or f"{shown_name(mf.package.name)} {shown_name(mf.package.version)}"
         count = len(mf.recipe.patches)
         patched = f", {count} patch{'es apply' if count > 1 else ' applies'} to {of}"
-    unverified = sum(not j.verified for j in plan.jobs)
+    unknown = sum(not j.known for j in plan.jobs)
     covered = sum(len(j.covers) for j in plan.jobs)
     hint = ""
     if fetch and not mf.recipe.stable_abi and (mf.recipe.patches or mf.package.source.kind == "path"):
@@ -124,7 +124,7 @@ def _check_line(mf: MatrixFile, plan: Plan, matrix: Path, *, fetch: bool) -> str
         hint = f"; hint: {found}" if found else ""
     return (
         f"{matrix}: ok: {len(plan.jobs)} jobs in {len(plan.variants)} variants, "
-        f"{len(plan.dropped)} dropped, {unverified} unverified"
+        f"{len(plan.dropped)} dropped, {unknown} unknown"
         + (f", {covered} Pythons covered by abi3 wheels" if covered else "")
         + patched
         + hint

@@ -9,7 +9,7 @@ import typer
 
 from factory.build.source import PreparedSource, diff_trees, prepare_matrix_source, unpack_for_editing
 from factory.cli import app
-from factory.cli.matrix import MATRIX_OPTION
+from factory.cli.matrix_cmd import MATRIX_OPTION
 from factory.core.errors import ConfigError
 from factory.spec.config import load_matrix_file
 

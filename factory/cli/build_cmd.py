@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 
 from factory.cli import app, cpus_option, size_option
-from factory.cli.matrix import FLAVOR_OPTION, ONLY_OPTION, TRUST_PATHS
+from factory.cli.matrix_cmd import FLAVOR_OPTION, ONLY_OPTION, TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.cli.progress import BuildDisplay
-from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
+from factory.cli.verify_cmd import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.core.errors import ConfigError
 from factory.plan.shard import Shard, parse_shard
 from factory.spec.config import MIN_CONTAINER_MEMORY
@@ -93,13 +93,14 @@ def build(
             help="Sync the compile cache with this store (s3://bucket/prefix or a directory), or off.",
         ),
     ] = None,
-    verify_cache: Annotated[
+    check_cache: Annotated[
         int,
         typer.Option(
-            "--verify-cache",
+            "--check-cache",
+            "--verify-cache",  # its older spelling, kept for scripts ("verify" is a signature's check)
             metavar="N",
-            help="Compile N of each job's cache hits anyway and compare the bytes; a difference is reported "
-            "as a suspected poisoned entry and the entry removed.",
+            help="Check the compile cache: compile N of each job's cache hits anyway and compare the bytes; "
+            "a difference is reported as a suspected poisoned entry and the entry removed.",
         ),
     ] = 0,
     sign_key: Annotated[Path | None, SIGN_KEY_OPTION] = None,
@@ -133,7 +134,7 @@ def build(
         shard=shard_option(shard),
         preflight=preflight,
         cache=cache,
-        verify_cache=verify_cache,
+        check_cache=check_cache,
         sign_key=sign_key,
         sign_key_env=sign_key_env,
     )

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app
-from factory.cli.matrix import TRUST_PATHS
+from factory.cli.matrix_cmd import TRUST_PATHS
 from factory.cli.output import echo_json, json_option
 from factory.core.errors import ConfigError
 

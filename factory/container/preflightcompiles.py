@@ -49,20 +49,17 @@ def _arch_of(value: str) -> tuple[int, str] | None:
     return None if match is None else (int(match.group(1)), match.group(2))
 
 
-def one_arch(argv: Sequence[str]) -> list[str]:
-    """An nvcc command line with only the -gencode entries of its lowest arch (by number: compute_80 before
-    compute_100, whatever its codes); a line with one arch, or none in -gencode form, as it is."""
-    spans = [  # (where, arch) of each -gencode
-        (range(a.index, a.index + len(a.raw)), _arch_of(a.value))
-        for a in nvcccall.scan(argv)
-        if a.option == "-gencode" and a.value is not None
+def one_arch(call: nvcccall.NvccCall) -> nvcccall.NvccCall:
+    """An nvcc call with only the -gencode entries of its lowest arch (by number: compute_80 before
+    compute_100, whatever its codes); a call with one arch, or none in -gencode form, as it is."""
+    gencodes = [  # (the argument, its arch) of each -gencode
+        (a, _arch_of(a.value)) for a in call.args if a.option == "-gencode" and a.value is not None
     ]
-    archs = {arch for _, arch in spans if arch is not None}
+    archs = {arch for _, arch in gencodes if arch is not None}
     if len(archs) < 2:
-        return list(argv)
+        return call
     lowest = min(archs)
-    drop = {k for where, arch in spans if arch not in (None, lowest) for k in where}
-    return [a for k, a in enumerate(argv) if k not in drop]
+    return call.without(a for a, arch in gencodes if arch not in (None, lowest))
 
 
 def arch_label(archs: Sequence[str]) -> str | None:
@@ -99,14 +96,14 @@ class Call:
     env: Mapping[str, str]
 
 
-def record(argv: Sequence[str], *, source: str, environ: Mapping[str, str] | None = None) -> None:
+def record(call: nvcccall.NvccCall, *, environ: Mapping[str, str] | None = None) -> None:
     """Keep a stood-in compile's call, for `choose`; nowhere to keep it (no job directory) keeps nothing."""
     env = dict(environ if environ is not None else os.environ)
     directory = state_dir(env)
-    if directory is None:
+    if directory is None or call.source is None:
         return
-    call = {"argv": list(argv), "cwd": os.getcwd(), "source": source, "env": env}
-    _write_json(os.path.join(directory, CALLS), None, call)
+    kept = {"argv": list(call.argv), "cwd": os.getcwd(), "source": call.source, "env": env}
+    _write_json(os.path.join(directory, CALLS), None, kept)
 
 
 def recorded(directory: str) -> list[Call]:
@@ -173,9 +170,9 @@ def _str(value: object) -> str | None:
 # --- the link ----------------------------------------------------------------------------------------------
 
 
-def stand_in_link(cxx: str, argv: Sequence[str]) -> int:
+def stand_in_link(cxx: str, call: nvcccall.NvccCall) -> int:
     """An empty shared object where the link would have written one."""
-    out, _ = shardskip.outputs(argv)
+    out = call.output
     if out is None:
         return 0
     print(f"factory-preflight: the link of {out} is stood in for (no link in a preflight)", file=sys.stderr)

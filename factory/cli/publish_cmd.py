@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from factory.cli import app
-from factory.cli.verify import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
+from factory.cli.verify_cmd import SIGN_KEY_ENV_OPTION, SIGN_KEY_OPTION
 from factory.core.errors import ConfigError
 
 
