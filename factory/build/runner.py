@@ -1,9 +1,8 @@
 """Running planned jobs: a pool of job threads, the inputs they share, signals, a report at the end.
 
 Threads: each job runs in a worker thread that owns its containers (`factory.build.jobrun`); the main thread
-only
-waits, renders progress and handles signals. What jobs share (the source tree, builder images, wheelhouses,
-the work volume) is made once per run, whichever job asks first.
+only waits, renders progress and handles signals. What jobs share (the source tree, builder images,
+wheelhouses, the work volume) is made once per run, whichever job asks first.
 """
 
 from __future__ import annotations

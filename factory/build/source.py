@@ -12,8 +12,7 @@ sha256 checked against the matrix file's pin or the one the index gives: one of 
 
 An index is not trusted to be small, quick or well-formed: pages, downloads and unpacked trees are bounded
 (factory.spec.options.FetchLimits), each request has a wall-clock deadline, a page over http(s) may link only
-to
-http(s) files, and whatever is refused is one line.
+to http(s) files, and whatever is refused is one line.
 """
 
 from __future__ import annotations

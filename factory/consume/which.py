@@ -5,11 +5,10 @@ pip and uv cannot see the installed torch, so the choice of index is the consume
 Detection (`detect_environment`) runs a probe in the target interpreter; matching (`choose_variant`) is pure.
 
 Without torch, the host's NVIDIA driver decides (`factory.consume.hostgpu`): the newest torch whose variant
-the driver
-runs, whose archs cover every GPU and which has a wheel for this Python, installed together with that torch
-from the index of its CUDA build in one command. The commands install exactly the wheel chosen here, by URL
-and sha256 (`factory.publish.installcmd` composes them). When nothing fits, what is missing becomes a build
-request
+the driver runs, whose archs cover every GPU and which has a wheel for this Python, installed together with
+that torch from the index of its CUDA build in one command. The commands install exactly the wheel chosen
+here, by URL and sha256 (`factory.publish.installcmd` composes them). When nothing fits, what is missing
+becomes a build request
 (`factory.plan.variantrequest`), printed as matrix lines and, with --request, sent to the index's server.
 
 Where the index also publishes the experimental wheel-variant channel (PEP 825,

@@ -619,8 +619,7 @@ def _lines_text(value: object) -> str:
 class DriverEnv(_Environment):
     """What the driver (and its heartbeat watch) reads from a build container's environment: the host writes
     it (`factory.build.jobspec`, with `to_env`), the driver reads it (`from_env`); each phase gets the fields
-    it
-    uses.
+    it uses.
 
     FACTORY_JOB_DIR         the job's directory in the work volume (every phase)
     FACTORY_JOB_OWNER       the factory process the job belongs to (`owner_json`), written into OWNER_FILE

@@ -9,8 +9,7 @@ letters as text: flash-attn's `+cu12torch2.7` sorts above `+cu12torch2.10`, whil
 `torch2` and `10`, and `10 > 7` numerically.
 
 A stable-ABI variant (a recipe's `stable_abi`, factory.spec.stable_abi) names no torch it was built with but
-the
-oldest torch its one wheel serves, after the word `stable`: `cu130-stable2.12-abi1-sm80`, label
+the oldest torch its one wheel serves, after the word `stable`: `cu130-stable2.12-abi1-sm80`, label
 `cu13.0.stable2.12.abi1.sm80`. Its wheel is listed on the page of every torch variant it covers
 (`VariantKey.covers`): same CUDA, ABI and arch set, a torch at or after the floor.
 

@@ -7,8 +7,7 @@ that reads without JavaScript:
 - each row is a variant of a project, its `data-*` attributes what the variant id says (CUDA, torch, C++
   ABI, archs; parsed here, by `factory.core.variants`, never by the script), and its last cell the pip and uv
   commands `factory.publish.installcmd` composes for it. The script only picks a row and shows its commands
-  (with
-  the page's own URL completing the relative index URL), so the command format has one owner.
+  (with the page's own URL completing the relative index URL), so the command format has one owner.
 - each built cell carries its wheel's machine, the end of its filename (the row carries the shared start,
   which keeps the page small: under 100 KB for a 300-job matrix) and which files are published beside it
   (`index.BESIDE`); the script turns them into links to the wheel, its provenance, SBOM, signature and

@@ -772,9 +772,8 @@ def publish_variants(
     store: Store, infos: Iterable[WheelInfo], notify: Progress
 ) -> tuple[tuple[PublishedFile, ...], tuple[str, ...]]:
     """The experimental wheel variant channel (`factory.publish.wheelvariants`): each wheel rewritten as a
-    variant
-    wheel and published under `variants/<group>/files/` (immutable, with its .metadata), then each project
-    page's state merged by compare-and-swap and the pages made from it (`variant_site`: each release's
+    variant wheel and published under `variants/<group>/files/` (immutable, with its .metadata), then each
+    project page's state merged by compare-and-swap and the pages made from it (`variant_site`: each release's
     variants.json, the project page, the group's root, the list of groups) brought up to date. A variant file
     already published with other bytes (the same properties from another arch set) keeps its place and the
     wheel gets a note; one whose core metadata differs from its release's other variants is refused

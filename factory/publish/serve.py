@@ -11,9 +11,8 @@ answered 502 with the reason on the request's log line.
 
 With --accept-requests (a local index only), POST /_requests/ takes a consumer's build request
 (`factory.plan.variantrequest`): rate-limited per client address and overall before its body is read, refused
-past
-MAX_BYTES, parsed and validated, then written atomically under the index's _requests/ named by its hash. The
-directory is never served, and nothing in a request is run or used as a path.
+past MAX_BYTES, parsed and validated, then written atomically under the index's _requests/ named by its hash.
+The directory is never served, and nothing in a request is run or used as a path.
 """
 
 from __future__ import annotations

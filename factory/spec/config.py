@@ -69,8 +69,7 @@ DEFAULT_AXES: Mapping[str, object] = MappingProxyType({"platform": platforms.DEF
 # what git check-ref-format allows in practice for a tag, a branch or a commit: no leading "-" or "/"
 _GIT_REF = re.compile(r"[\w.+][\w./+-]*")
 # Versions without leading zeros, as factory.core.variants reads CUDA and torch back from a variant id or a
-# local
-# label (PEP 440 turns "12.08" into "12.8"); matched whole, so no trailing newline passes either.
+# local label (PEP 440 turns "12.08" into "12.8"); matched whole, so no trailing newline passes either.
 _N = r"(?:0|[1-9]\d*)"
 _TORCH_MINOR = re.compile(rf"{_N}\.{_N}")
 _PYTHON = re.compile(r"3\.(?:0|[1-9]\d?)")

@@ -116,8 +116,8 @@ class Recipe:
     # tag the package builds; "auto" (`py_limited_api = true`): the tag of each variant's lowest Python.
     py_limited_api: str | None = None
     # A stable-ABI wheel (factory.spec.stable_abi): the torch release ("2.12") the package targets with
-    # torch's
-    # stable C ABI; one wheel then serves every torch of the matrix from it on. None: one wheel per torch.
+    # torch's stable C ABI; one wheel then serves every torch of the matrix from it on. None: one wheel per
+    # torch.
     stable_abi: str | None = None
     # Extension modules (globs on their path in the wheel, `wheelcheck.library_glob_matches`) that may carry
     # no device code: PyG's `_version_cuda.so` only reports the CUDA version. Any other module without cubins
@@ -133,8 +133,7 @@ class Recipe:
 OWN_INDEX = "publish"
 
 # Builder image flavors (factory/build/images.py): NVIDIA's devel image, NVIDIA's PyPI toolkit on a
-# bootstrapped
-# Debian, PyTorch's manylinux builder, Debian's own nvidia-cuda-toolkit package.
+# bootstrapped Debian, PyTorch's manylinux builder, Debian's own nvidia-cuda-toolkit package.
 FLAVORS = ("devel", "pypi", "manylinux", "debian")
 
 

@@ -3,8 +3,7 @@ one owner of both; `factory/cache/sync.py` moves the files).
 
 A manifest counts only when a key the host trusts signed it: Ed25519 (the key formats and fingerprints of
 `factory/trust/signing.py`, which signs wheels), over the domain and the manifest's canonical text, the
-signature
-and its key's fingerprint beside the entry's fields:
+signature and its key's fingerprint beside the entry's fields:
 
     {...the entry's fields..., "key": "SHA256:...", "signature": "<base64 of 64 bytes>"}
 

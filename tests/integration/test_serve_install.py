@@ -248,8 +248,7 @@ def test_which_prints_the_matching_install_commands(
     assert lines[0] == f"python {PYTHON}, torch {torch}, CUDA 13.0, cxx11 ABI 1, GPUs none (from none)"
     assert f"variant: {VID_NEW}" in lines
     # the wheel by URL and hash, torch pinned to the release installed (factory.publish.installcmd; installed
-    # by
-    # these commands in tests/integration/test_safe_commands.py)
+    # by these commands in tests/integration/test_safe_commands.py)
     wheel = served.wheels[VID_NEW]
     pinned = f"tinyvar @ {served.url}files/{VID_NEW}/{quote(wheel.name)}#sha256={sha256_file(wheel)}"
     pip = "pip install --only-binary tinyvar --index-url https://pypi.org/simple"

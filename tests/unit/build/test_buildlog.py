@@ -1,6 +1,6 @@
 """What the host reads from a build log (`factory.build.logs`) and what the container's launchers write into
-it
-(`factory.container.links`, `protocol.link_line`): progress over every extension, host-only modules, a failed
+it (`factory.container.links`, `protocol.link_line`): progress over every extension, host-only modules, a
+failed
 check's reason."""
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 its entries on disk, what a corrupt entry or a race does, deterministic objects, verification claims; and the
 `c++` launcher through it, with a stand-in compiler whose object is every line it read (so a wrong hit shows
 as a wrong object), a build's outbox imported and signed by the host (factory/cache/sync.py) as a run does.
-The
-host's side (import, signatures, sync, prune, stats): test_cache.py, test_cache_trust.py. Real nvcc:
+The host's side (import, signatures, sync, prune, stats): test_cache.py, test_cache_trust.py. Real nvcc:
 tests/integration/test_compilecache_nvcc.py."""
 
 from __future__ import annotations

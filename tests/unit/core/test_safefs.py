@@ -1,6 +1,6 @@
 """factory/core/safefs.py: reading and writing trees a build container wrote. A link is never followed (to a
-file
-or to a directory, at any level), only regular files are read, a FIFO never blocks, every read and write is
+file or to a directory, at any level), only regular files are read, a FIFO never blocks, every read and write
+is
 bounded, and a failed write leaves nothing behind."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`factory index audit` (factory.publish.indexaudit) on small indexes made by publishing hand-zipped
-extension
-wheels: device code from test_fatbin.py's ELF builder, provenance from test_provenance.py's facts, the
+extension wheels: device code from test_fatbin.py's ELF builder, provenance from test_provenance.py's facts,
+the
 wheel's torch pin and provenance written by the factory's own rewrite (`wheelcheck.pin_torch_requirement`)."""
 
 from __future__ import annotations

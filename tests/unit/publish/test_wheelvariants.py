@@ -1,6 +1,6 @@
 """The wheel variant format and the variant index layout (factory.publish.wheelvariants), checked against
-variantlib,
-the PEP 825 reference library: labels, variant.json, {name}-{version}-variants.json, file names; the
+variantlib, the PEP 825 reference library: labels, variant.json, {name}-{version}-variants.json, file names;
+the
 rewrite of a factory wheel; the pages as a pure function of their state, and hostile state refused."""
 
 from __future__ import annotations
