@@ -185,16 +185,18 @@ def test_pip_installs_both_beside_torch_in_a_fresh_container(
     sha256 = hashlib.sha256((out / "factory-dependency" / dep["wheel"]).read_bytes()).hexdigest()
     made = {h: h / "inputs.json" for h in (session_factory_home / "wheelhouses").iterdir()}
     # (the wheelhouse cache is shared by sessions, and the dependency's build is reproducible: an earlier
-    # session's wheelhouse of the same bytes is the same wheelhouse)
-    check = next(
-        h
+    # session's wheelhouse of the same bytes is the same wheelhouse; the other variant's check, had its
+    # dependency the same bytes, would have another wheelhouse of the same wheel, for its own tags)
+    checks = {
+        json.loads(inputs.read_text())["platform"]: h
         for h, inputs in made.items()
         if inputs.is_file() and json.loads(inputs.read_text()).get("wheels") == {dep["wheel"]: sha256}
-    )
-    assert (check / dep["wheel"]).is_file()
+    }
     # downloaded with the tags the check's container (the job's builder) accepts
     platform = f"manylinux_{variant.glibc.replace('.', '_')}_x86_64"
-    assert json.loads((check / "inputs.json").read_text())["platform"] == platform
+    assert platform in checks, checks
+    check = checks[platform]
+    assert (check / dep["wheel"]).is_file()
     script = (
         "python3.13 -m venv /tmp/v && /tmp/v/bin/pip install -q --no-index --find-links /deps "
         f"/w/factory-dependency/{dep['wheel']} /w/factory-dependent/{app['wheel']} "
