@@ -42,9 +42,12 @@ floor-image: install docker
 	$(FACTORY) images build --cuda 13.0 --python 3.13 --flavor pypi --glibc 2.36
 
 # The demo extension for Python 3.13 built in that image, its wheel at or below manylinux_2_36, installed and
-# imported in a fresh container of the older base (tests/integration/test_floor_builder_image.py; not in CI).
+# imported in a fresh container of the older base (tests/integration/test_floor_builder_image.py), and the
+# dependency + dependent pair built there and installed beside torch on that base (test_dependency_build.py's
+# floor variant; its forky variant runs in `make test`). Not in CI.
 test-floor-builder: install toolkit docker floor-image
-	FACTORY_TEST_FLOOR_BUILDER=1 $(PY) -m pytest -ra tests/integration/test_floor_builder_image.py
+	FACTORY_TEST_FLOOR_BUILDER=1 $(PY) -m pytest -ra tests/integration/test_floor_builder_image.py \
+		tests/integration/test_dependency_build.py -k "not forky"
 
 test: install toolkit docker images debian-image
 	$(PY) -m pytest -ra --durations=25
