@@ -202,7 +202,11 @@ class Runner:
             return self._once(f"image:{explicit}", lambda: self._explicit_image(explicit))
         # Keyed by the image, not the Python: the Pythons of one toolchain share one image, made once.
         name = images.builder_image_for(
-            cuda=job.variant.cuda, python=job.python, flavor=b.flavor, base_image=b.base_image
+            cuda=job.variant.cuda,
+            python=job.python,
+            flavor=b.flavor,
+            base_image=b.base_image,
+            target=job.platform,
         )
         return self._once(
             f"image:{name}",
@@ -213,6 +217,7 @@ class Runner:
                 flavor=b.flavor,
                 base_image=b.base_image,
                 progress=self.log,
+                target=job.platform,
             ),
         )
 

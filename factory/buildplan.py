@@ -142,10 +142,13 @@ def run_planned(
     """Build the planned jobs (publishing, those not yet published) and publish the accepted wheels when
     asked. Docker is first asked once something is to be built; `showing` wraps each build (a progress
     display), `finished` gets its report."""
+    from factory import emulation
     from factory.build import run_build
     from factory.engine import connect
 
     def build(todo: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
+        # another platform's jobs run under QEMU: its missing emulation is one line before any container
+        emulation.require(job.platform for job in todo)
         client = connect()
         settings = replace(planned.settings, reuse=reuse)
         with showing():

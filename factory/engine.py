@@ -366,13 +366,30 @@ def image_layers(client: Any, image_id: str) -> set[str]:
 
 
 def import_image(
-    client: Any, chunks: Iterable[bytes], *, repository: str, tag: str, changes: Sequence[str]
+    client: Any,
+    chunks: Iterable[bytes],
+    *,
+    repository: str,
+    tag: str,
+    changes: Sequence[str],
+    platform: str | None = None,
 ) -> str:
-    """`docker import` of a root filesystem's tar stream; the daemon's answer, as text."""
+    """`docker import` of a root filesystem's tar stream; the daemon's answer, as text. `platform`
+    (`Platform.docker`) is the image's own where it is not the daemon's (the SDK's import has no such
+    argument)."""
     with _requests(f"docker import of {repository}:{tag}"):
-        result = client.api.import_image_from_stream(
-            chunks, repository=repository, tag=tag, changes=list(changes)
-        )
+        if platform is None:
+            result = client.api.import_image_from_stream(
+                chunks, repository=repository, tag=tag, changes=list(changes)
+            )
+        else:
+            params = {"repo": repository, "tag": tag, "fromSrc": "-", "changes": list(changes)}
+            params["platform"] = platform
+            headers = {"Content-Type": "application/tar", "Transfer-Encoding": "chunked"}
+            response = client.api._post(
+                client.api._url("/images/create"), data=chunks, params=params, headers=headers
+            )
+            result = client.api._result(response)
     return result if isinstance(result, str) else json.dumps(result)
 
 
@@ -384,9 +401,11 @@ def build_image(
     buildargs: Mapping[str, str],
     labels: Mapping[str, str],
     network_mode: str | None,
+    platform: str | None = None,
 ) -> Iterator[Mapping[str, Any]]:
     """`docker build` of `context` (the legacy builder, intermediate containers removed): the daemon's
-    decoded stream, one JSON object a step line or an error."""
+    decoded stream, one JSON object a step line or an error. `platform` (`Platform.docker`): an image for
+    another platform than the daemon's, on a base of that platform."""
     with _requests(f"building {tag}"):
         stream = client.api.build(
             path=str(context),
@@ -398,6 +417,7 @@ def build_image(
             decode=True,
             network_mode=network_mode,
             use_config_proxy=False,
+            **({"platform": platform} if platform is not None else {}),
         )
         yield from stream
 

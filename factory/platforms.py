@@ -36,6 +36,8 @@ class Platform:
     gnu_triplet: str  # the multiarch directory and the prefix of the cross-named compilers
     elf_machine: int  # e_machine of its ELF objects (EM_X86_64 = 62, EM_AARCH64 = 183)
     auditwheel_arch: str  # the architecture auditwheel's manylinux policies are written for
+    # QEMU's name for it: the binfmt_misc entry `qemu-<qemu>` that runs its binaries on another host
+    qemu: str
 
     @property
     def tag_suffix(self) -> str:
@@ -85,6 +87,7 @@ PLATFORMS: tuple[Platform, ...] = (
         gnu_triplet="x86_64-linux-gnu",
         elf_machine=62,
         auditwheel_arch="x86_64",
+        qemu="x86_64",
     ),
     Platform(
         name="aarch64",
@@ -95,6 +98,7 @@ PLATFORMS: tuple[Platform, ...] = (
         gnu_triplet="aarch64-linux-gnu",
         elf_machine=183,
         auditwheel_arch="aarch64",
+        qemu="aarch64",
     ),
 )
 

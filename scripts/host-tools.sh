@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What `make install` and the tests need on the host besides Docker: python3 with venv/ensurepip (Debian
 # ships it apart, as python3-venv: the test venv and the tests' fresh consumer venvs need it), g++ (nvcc's
-# host compiler) and headless Chromium with its WebDriver (the human page's browser test, Selenium driving
-# it). Installs the missing ones with apt; one clear line when that cannot be done.
+# host compiler), headless Chromium with its WebDriver (the human page's browser test, Selenium driving
+# it), debootstrap (the factory's base images) and QEMU's user-mode emulators with binfmt-support (the other
+# platform's images and containers: Debian registers qemu-<arch> with binfmt_misc's fix-binary flag, which a
+# container needs). Installs the missing ones with apt; one clear line when that cannot be done.
 set -euo pipefail
 
 fail() {
@@ -16,15 +18,42 @@ python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
-[ ${#missing[@]} -eq 0 ] && exit 0
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+# the emulator of the other platform: aarch64 on an x86_64 host, x86_64 on an aarch64 one
+case "$(uname -m)" in
+    aarch64 | arm64) emulator=qemu-x86_64 ;;
+    *) emulator=qemu-aarch64 ;;
+esac
+[ -e "/usr/libexec/qemu-binfmt/${emulator#qemu-}-binfmt-P" ] || command -v "${emulator}-static" >/dev/null 2>&1 \
+    || missing+=(qemu-user-static)
+command -v update-binfmts >/dev/null 2>&1 || missing+=(binfmt-support)
+
+# binfmt_misc registered, enabled and with the fix-binary flag (F), else emulated containers cannot start
+register_emulator() {
+    local dir=/proc/sys/fs/binfmt_misc
+    [ -e "$dir/status" ] || "${as_root[@]}" mount -t binfmt_misc binfmt_misc "$dir" 2>/dev/null \
+        || fail "binfmt_misc is not mounted and cannot be: run \`mount -t binfmt_misc binfmt_misc $dir\` as root"
+    if [ -e "$dir/$emulator" ] && grep -q '^enabled' "$dir/$emulator" && grep -q '^flags:.*F' "$dir/$emulator"; then
+        return 0
+    fi
+    "${as_root[@]}" update-binfmts --enable "$emulator" >/dev/null 2>&1 || true
+    grep -q '^flags:.*F' "$dir/$emulator" 2>/dev/null \
+        || fail "$emulator is not registered with binfmt_misc's fix-binary flag (see $dir/$emulator)"
+}
+
+as_root=()
+[ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+if [ ${#missing[@]} -eq 0 ]; then
+    register_emulator
+    exit 0
+fi
 
 command -v apt-get >/dev/null 2>&1 || fail "apt-get not found; install ${missing[*]} by hand"
-as_root=()
 if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || fail "need root (or passwordless sudo) to install ${missing[*]}"
-    as_root=(sudo -n)
 fi
 echo "host-tools: installing ${missing[*]}"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update failed"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
     || fail "apt-get install ${missing[*]} failed"
+register_emulator

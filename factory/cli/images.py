@@ -8,6 +8,7 @@ import typer
 
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
+from factory.platforms import DEFAULT_PLATFORM, NAMES
 
 images_app = typer.Typer(help="Make and list the factory's builder images.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
@@ -15,6 +16,12 @@ app.add_typer(images_app, name="images")
 
 def _progress(message: str) -> None:
     typer.echo(message, err=True)
+
+
+PLATFORM_OPTION = typer.Option(
+    metavar="PLATFORM",
+    help=f"Target platform ({', '.join(NAMES)}); another than the host's runs under QEMU (binfmt_misc).",
+)
 
 
 @images_app.command("bootstrap")
@@ -32,18 +39,19 @@ def bootstrap(
     mirror: Annotated[
         str | None, typer.Option(metavar="URL", help="Debian mirror (default: the host's apt mirror).")
     ] = None,
+    platform: Annotated[str, PLATFORM_OPTION] = DEFAULT_PLATFORM.name,
 ) -> None:
     """Make a base image from the distribution mirror (debootstrap, then docker import)."""
-    from factory import images
+    from factory import emulation, images
     from factory.engine import connect
+    from factory.platforms import named
 
+    target = named(platform)
+    tag_name = name or images.base_image_name(suite, target)
+    emulation.require([target])
     client = connect()
     tag = images.bootstrap_base(
-        client,
-        suite=suite,
-        name=name or f"{images.BASE_REPOSITORY}:{suite}",
-        mirror=mirror,
-        progress=_progress,
+        client, suite=suite, name=tag_name, mirror=mirror, progress=_progress, target=target
     )
     typer.echo(tag)
 
@@ -102,9 +110,11 @@ def build(
     no_bootstrap: Annotated[
         bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
     ] = False,
+    platform: Annotated[str, PLATFORM_OPTION] = DEFAULT_PLATFORM.name,
 ) -> None:
     """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
     from factory import images
+    from factory.platforms import named
 
     tags = images.build_images(
         cuda=cuda,
@@ -113,6 +123,7 @@ def build(
         base_image=base,
         bootstrap=not no_bootstrap,
         progress=_progress,
+        target=named(platform),
     )
     for tag in tags:
         typer.echo(tag)
