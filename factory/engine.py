@@ -376,7 +376,8 @@ def import_image(
 ) -> str:
     """`docker import` of a root filesystem's tar stream; the daemon's answer, as text. `platform`
     (`Platform.docker`) is the image's own where it is not the daemon's (the SDK's import has no such
-    argument)."""
+    argument); a daemon may record its own architecture whatever it is told (20.10 does), so the factory's
+    images carry their platform in a label as well (`images.LABEL_PLATFORM`)."""
     with _requests(f"docker import of {repository}:{tag}"):
         if platform is None:
             result = client.api.import_image_from_stream(
@@ -401,11 +402,9 @@ def build_image(
     buildargs: Mapping[str, str],
     labels: Mapping[str, str],
     network_mode: str | None,
-    platform: str | None = None,
 ) -> Iterator[Mapping[str, Any]]:
     """`docker build` of `context` (the legacy builder, intermediate containers removed): the daemon's
-    decoded stream, one JSON object a step line or an error. `platform` (`Platform.docker`): an image for
-    another platform than the daemon's, on a base of that platform."""
+    decoded stream, one JSON object a step line or an error."""
     with _requests(f"building {tag}"):
         stream = client.api.build(
             path=str(context),
@@ -417,7 +416,6 @@ def build_image(
             decode=True,
             network_mode=network_mode,
             use_config_proxy=False,
-            **({"platform": platform} if platform is not None else {}),
         )
         yield from stream
 

@@ -1224,7 +1224,6 @@ def _make_image(
             labels=all_labels,
             network_mode=network_mode,
             progress=progress,
-            platform=None if target == DEFAULT_PLATFORM else target.docker,
         )
     built = engine.get_image(client, name)
     if built is None:
@@ -1251,9 +1250,11 @@ def _build(
     labels: Mapping[str, str],
     network_mode: str | None,
     progress: Progress | None,
-    platform: str | None = None,
 ) -> list[str]:
-    """Run a build, streaming its steps to `progress`; returns the ids of the images it stepped through."""
+    """Run a build, streaming its steps to `progress`; returns the ids of the images it stepped through.
+    Another platform's image is built as any other: the legacy builder runs its steps in containers of
+    its base, whose binaries QEMU runs; no `--platform` is passed, because a daemon that records the host's
+    architecture for an imported base (20.10 does) would then look for another base and try to pull it."""
     log_dir = factory_home() / "logs" / "images"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{tag.replace(':', '_').replace('/', '_')}.log"
@@ -1269,7 +1270,6 @@ def _build(
                 buildargs=buildargs,
                 labels=labels,
                 network_mode=network_mode,
-                platform=platform,
             )
             for chunk in stream:
                 if "error" in chunk:
