@@ -13,7 +13,9 @@ container starts; what is missing is one line saying what to run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +24,19 @@ from factory.errors import ConfigError, FactoryError
 from factory.platforms import DEFAULT_PLATFORM, Platform, host_platform
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+# The oldest QEMU that runs what the factory runs: Debian bookworm's 7.2 crashes in torch 2.14's module init
+# (`import torch` in an aarch64 container: SIGSEGV after oneDNN's CPU probe), so no extension's setup.py runs;
+# 10.0 (trixie, bookworm-backports) imports it. Releases between were not measured, so they are not taken.
+MIN_QEMU = (10, 0)
+_QEMU_VERSION = re.compile(r"^qemu-\S+ version (\d+)\.(\d+)", re.MULTILINE)
 # An entry is a few lines (interpreter, flags, offset, magic, mask); a bigger file is not one.
 MAX_ENTRY_BYTES = 4096
 INSTALL = "apt-get install qemu-user-static binfmt-support"
+# What installs a QEMU of at least MIN_QEMU on bookworm (scripts/host-tools.sh does it); trixie's own is one.
+UPGRADE = (
+    "scripts/host-tools.sh (on Debian bookworm: qemu-user-static from bookworm-backports), then "
+    "`update-binfmts --disable {name} && update-binfmts --enable {name}`"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,11 +79,30 @@ def needs_emulation(target: Platform, host: Platform | None) -> bool:
     return target != host
 
 
+def qemu_version(text: str) -> tuple[int, int] | None:
+    """(10, 0) of `qemu-aarch64 --version`'s "qemu-aarch64 version 10.0.2 (Debian ...)"; None otherwise."""
+    match = _QEMU_VERSION.search(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def interpreter_version(interpreter: str) -> str | None:
+    """What the registered interpreter says to --version (bounded: 64 KiB within 30 s); None if it cannot.
+    Debian registers a `<arch>-binfmt-P` link, which refuses to run but from binfmt_misc: its target is
+    asked."""
+    return bounded.run_output([os.path.realpath(interpreter), "--version"], max_bytes=65536, seconds=30)
+
+
 def emulation_problem(
-    target: Platform, *, host: Platform | None = None, binfmt_dir: Path = BINFMT_DIR
+    target: Platform,
+    *,
+    host: Platform | None = None,
+    binfmt_dir: Path = BINFMT_DIR,
+    version_of: Callable[[str], str | None] = interpreter_version,
 ) -> str | None:
     """Why `target`'s containers cannot run on this host, with what to run (one line); None when they can:
-    the host's own platform, or a QEMU entry registered, enabled and with the fix-binary flag."""
+    the host's own platform, or a QEMU entry registered, enabled, with the fix-binary flag and of at least
+    MIN_QEMU (the interpreter's --version; the kernel holds the file it opened at registration, so after an
+    upgrade the entry must be registered again, as the message says)."""
     host = host if host is not None else host_platform()
     if not needs_emulation(target, host):
         return None
@@ -99,6 +130,15 @@ def emulation_problem(
             f"its interpreter {entry.interpreter or '(none)'}; run `update-binfmts --disable {name}` and "
             f"`{INSTALL}`"
         )
+    said = version_of(entry.interpreter) if entry.interpreter else None
+    version = qemu_version(said or "")
+    if version is None or version < MIN_QEMU:
+        shown = "an unknown version" if version is None else f"{version[0]}.{version[1]}"
+        wanted = f"{MIN_QEMU[0]}.{MIN_QEMU[1]}"
+        return (
+            f"{what}: {entry.interpreter or name} is QEMU {shown}, older than {wanted} (7.2 crashes "
+            f"importing torch); run {UPGRADE.format(name=name)}"
+        )
     return None
 
 
@@ -115,10 +155,15 @@ def measured_on(target: Platform, host: Platform | None = None) -> str:
     return f"{target.name}-emulated"
 
 
-def require(targets: Iterable[Platform], *, binfmt_dir: Path = BINFMT_DIR) -> None:
+def require(
+    targets: Iterable[Platform],
+    *,
+    binfmt_dir: Path = BINFMT_DIR,
+    version_of: Callable[[str], str | None] = interpreter_version,
+) -> None:
     """ConfigError (exit 2) with the first platform's problem, before any container of it starts."""
     for target in dict.fromkeys(targets):
-        problem = emulation_problem(target, binfmt_dir=binfmt_dir)
+        problem = emulation_problem(target, binfmt_dir=binfmt_dir, version_of=version_of)
         if problem is not None:
             raise ConfigError(problem)
 
@@ -126,11 +171,13 @@ def require(targets: Iterable[Platform], *, binfmt_dir: Path = BINFMT_DIR) -> No
 __all__ = [
     "BINFMT_DIR",
     "INSTALL",
+    "MIN_QEMU",
     "BinfmtEntry",
     "emulation_problem",
     "entry_name",
     "measured_on",
     "needs_emulation",
     "parse_entry",
+    "qemu_version",
     "require",
 ]

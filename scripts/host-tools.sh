@@ -4,7 +4,8 @@
 # host compiler), headless Chromium with its WebDriver (the human page's browser test, Selenium driving
 # it), debootstrap (the factory's base images) and QEMU's user-mode emulators with binfmt-support (the other
 # platform's images and containers: Debian registers qemu-<arch> with binfmt_misc's fix-binary flag, which a
-# container needs). Installs the missing ones with apt; one clear line when that cannot be done.
+# container needs; QEMU 10 or later, because bookworm's 7.2 crashes in `import torch`: on bookworm it comes
+# from bookworm-backports). Installs the missing ones with apt; one clear line when that cannot be done.
 set -euo pipefail
 
 fail() {
@@ -24,16 +25,24 @@ case "$(uname -m)" in
     aarch64 | arm64) emulator=qemu-x86_64 ;;
     *) emulator=qemu-aarch64 ;;
 esac
-[ -e "/usr/libexec/qemu-binfmt/${emulator#qemu-}-binfmt-P" ] || command -v "${emulator}-static" >/dev/null 2>&1 \
-    || missing+=(qemu-user-static)
 command -v update-binfmts >/dev/null 2>&1 || missing+=(binfmt-support)
+# the emulator's major version (0 when absent): factory/emulation.py's MIN_QEMU
+qemu_major() {
+    "${emulator}-static" --version 2>/dev/null | sed -n 's/^qemu-[^ ]* version \([0-9]*\)\..*/\1/p' | head -1
+}
+old_qemu=false
+major="$(qemu_major)"
+[ "${major:-0}" -ge 10 ] || old_qemu=true
 
 # binfmt_misc registered, enabled and with the fix-binary flag (F), else emulated containers cannot start
 register_emulator() {
     local dir=/proc/sys/fs/binfmt_misc
     [ -e "$dir/status" ] || "${as_root[@]}" mount -t binfmt_misc binfmt_misc "$dir" 2>/dev/null \
         || fail "binfmt_misc is not mounted and cannot be: run \`mount -t binfmt_misc binfmt_misc $dir\` as root"
-    if [ -e "$dir/$emulator" ] && grep -q '^enabled' "$dir/$emulator" && grep -q '^flags:.*F' "$dir/$emulator"; then
+    if [ "${1:-}" = again ]; then
+        # the kernel holds the interpreter it opened at registration (F): a new QEMU needs a new entry
+        "${as_root[@]}" update-binfmts --disable "$emulator" >/dev/null 2>&1 || true
+    elif [ -e "$dir/$emulator" ] && grep -q '^enabled' "$dir/$emulator" && grep -q '^flags:.*F' "$dir/$emulator"; then
         return 0
     fi
     "${as_root[@]}" update-binfmts --enable "$emulator" >/dev/null 2>&1 || true
@@ -41,9 +50,35 @@ register_emulator() {
         || fail "$emulator is not registered with binfmt_misc's fix-binary flag (see $dir/$emulator)"
 }
 
+# QEMU 10: trixie's own; bookworm's from bookworm-backports (its qemu-user, qemu-user-binfmt and the
+# qemu-user-static that names the static binaries)
+install_qemu() {
+    local codename backports=()
+    codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+    if [ "$codename" = bookworm ]; then
+        local list=/etc/apt/sources.list.d/bookworm-backports.list
+        if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+            echo "deb http://deb.debian.org/debian bookworm-backports main" | "${as_root[@]}" tee "$list" >/dev/null \
+                || fail "cannot add bookworm-backports (for QEMU 10) to $list"
+        fi
+        backports=(-t bookworm-backports)
+    fi
+    echo "host-tools: installing QEMU 10 (qemu-user-static${backports[*]:+ from bookworm-backports})"
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update failed"
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${backports[@]}" \
+        qemu-user-static qemu-user qemu-user-binfmt >/dev/null \
+        || fail "apt-get install of QEMU 10 (qemu-user-static qemu-user qemu-user-binfmt) failed"
+    major="$(qemu_major)"
+    [ "${major:-0}" -ge 10 ] || fail "QEMU is ${major:-missing} after installing it, not 10 or later"
+}
+
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
 if [ ${#missing[@]} -eq 0 ]; then
+    if $old_qemu; then
+        install_qemu
+        register_emulator again
+    fi
     register_emulator
     exit 0
 fi
@@ -56,4 +91,8 @@ echo "host-tools: installing ${missing[*]}"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update failed"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
     || fail "apt-get install ${missing[*]} failed"
+if $old_qemu; then
+    install_qemu
+    register_emulator again
+fi
 register_emulator

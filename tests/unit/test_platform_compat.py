@@ -1,5 +1,5 @@
-"""Which torch, Python and CUDA exist per platform, read off the index's file names: an aarch64 job whose torch
-has no aarch64 wheel for its Python is dropped with its reason; the x86_64 jobs plan as before."""
+"""Which torch, Python and CUDA exist per platform, read off the index's file names: an aarch64 job whose
+torch has no aarch64 wheel for its Python is dropped with its reason; the x86_64 jobs plan as before."""
 
 from __future__ import annotations
 

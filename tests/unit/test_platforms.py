@@ -3,8 +3,6 @@ field, and the rule that no other module spells a platform."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import re
 import textwrap
 from dataclasses import replace
@@ -130,7 +128,7 @@ def test_tags(tag: str, platform: str | None, glibc: tuple[int, int] | None) -> 
 def test_build_problem() -> None:
     assert build_problem(DEFAULT_PLATFORM) is None
     assert build_problem(AARCH64) is None
-    riscv = dataclasses.replace(AARCH64, name="riscv64", machines=("riscv64",))
+    riscv = replace(AARCH64, name="riscv64", machines=("riscv64",))
     assert build_problem(riscv) == "riscv64 builds are not supported yet (the factory builds x86_64, aarch64)"
 
 
