@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,7 @@ ARCHS = "9.0"
 CROSS = "aarch64-linux-gnu-g++"
 VENV = "/tmp/v"
 SITE = f"{VENV}/lib/python3.11/site-packages"
+TOOLKIT = "/opt/toolkit/lib/python3.11/site-packages/nvidia/cu13"  # the image's CUDA_HOME
 
 # In the emulated container: a venv from the wheelhouse (uv, as the factory's driver), then the build; each
 # step's clock printed as `::t <step> <start> <end>`.
@@ -113,6 +115,10 @@ def unpack_torch(wheelhouse: Path, dest: Path) -> Path:
     (runtime,) = wheelhouse.glob("nvidia_cuda_runtime-*aarch64*.whl")
     with zipfile.ZipFile(runtime) as zf:
         zf.extractall(dest, [n for n in zf.namelist() if "/lib/" in n])
+    # as the builder image does: torch's extensions link `-lcudart`
+    for lib in (dest / "nvidia" / "cu13" / "lib", dest / "nvidia" / "cu13" / "lib64"):
+        if (lib / "libcudart.so.13").exists() and not (lib / "libcudart.so").exists():
+            (lib / "libcudart.so").symlink_to("libcudart.so.13")
     return dest
 
 
@@ -126,15 +132,13 @@ def cross(work: Path, wheelhouse: Path, x86_toolkit: Path, sysroot: Path) -> dic
     ninja_text = (work / "emulated" / "build.ninja").read_text()
     nvcc = f"{x86_toolkit}/bin/nvcc -ccbin {CROSS} -Xcompiler --sysroot={sysroot}"
     swaps = [
-        (f"{SITE}/nvidia/cu13/bin/nvcc", nvcc),
-        (f"{SITE}/nvidia/cu13", str(x86_toolkit)),  # the headers: the same release's, byte for byte
+        (f"{TOOLKIT}/bin/nvcc", nvcc),
+        (TOOLKIT, str(x86_toolkit)),  # the headers: the same release's
         (f"{SITE}/torch", f"{arm}/torch"),
         ("/usr/include/python3.11", f"{sysroot}/usr/include/python3.11"),
         ("/tmp/src", str(src)),
     ]
-    ninja_text = re.sub(r"/tmp/src/build/temp\.[^/ :$]+", str(build), ninja_text)
-    for old, new in swaps:
-        ninja_text = ninja_text.replace(old, new)
+    ninja_text = swapped(ninja_text, swaps, build)
     ninja_text = re.sub(r"^cxx = .*$", f"cxx = {CROSS} --sysroot={sysroot}", ninja_text, flags=re.MULTILINE)
     (build / "build.ninja").write_text(ninja_text)
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
@@ -143,24 +147,25 @@ def cross(work: Path, wheelhouse: Path, x86_toolkit: Path, sysroot: Path) -> dic
     compile_s = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"cross compile failed: {proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    objects = sorted(str(p) for p in build.rglob("*.o"))
     module = work / "cross-module" / "factory_demo_ext" / "_C.cpython-311-aarch64-linux-gnu.so"
     module.parent.mkdir(parents=True)
-    libs = [
-        f"-L{arm}/torch/lib",
-        "-lc10",
-        "-ltorch",
-        "-ltorch_cpu",
-        "-ltorch_python",
-        f"-L{arm}/nvidia/cu13/lib",
-        "-lcudart",
-        "-lc10_cuda",
-        "-ltorch_cuda",
-    ]
+    # setuptools' own link line of the emulated build, its compiler and paths swapped
+    log = (work / "emulated" / "build.log").read_text()
+    (line,) = [x for x in log.splitlines() if " -shared " in x and "_C.cpython-311" in x]
+    args = shlex.split(swapped(line, [(f"{TOOLKIT}/lib", f"{arm}/nvidia/cu13/lib"), *swaps], build))
+    out_at = args.index("-o") + 1
+    args[out_at] = str(module)
     start = time.monotonic()
-    run([CROSS, f"--sysroot={sysroot}", "-shared", *objects, *libs, "-o", str(module)])
+    run([CROSS, f"--sysroot={sysroot}", *args[1:]])
     link_s = time.monotonic() - start
     return {"compile_s": round(compile_s, 1), "link_s": round(link_s, 1), "module": str(module)}
+
+
+def swapped(text: str, swaps: list[tuple[str, str]], build: Path) -> str:
+    text = re.sub(r"/tmp/src/build/temp\.[^/ :$]+", str(build), text)
+    for old, new in swaps:
+        text = text.replace(old, new)
+    return text
 
 
 def fatbin_digest(path: Path) -> str | None:

@@ -96,7 +96,7 @@ def emulation_problem(
     target: Platform,
     *,
     host: Platform | None = None,
-    binfmt_dir: Path = BINFMT_DIR,
+    binfmt_dir: Path | None = None,
     version_of: Callable[[str], str | None] = interpreter_version,
 ) -> str | None:
     """Why `target`'s containers cannot run on this host, with what to run (one line); None when they can:
@@ -106,6 +106,7 @@ def emulation_problem(
     host = host if host is not None else host_platform()
     if not needs_emulation(target, host):
         return None
+    binfmt_dir = binfmt_dir or BINFMT_DIR
     name = entry_name(target)
     here = host.name if host is not None else "this"
     what = f"{target.name} containers on this {here} host need QEMU emulation"
@@ -158,7 +159,7 @@ def measured_on(target: Platform, host: Platform | None = None) -> str:
 def require(
     targets: Iterable[Platform],
     *,
-    binfmt_dir: Path = BINFMT_DIR,
+    binfmt_dir: Path | None = None,
     version_of: Callable[[str], str | None] = interpreter_version,
 ) -> None:
     """ConfigError (exit 2) with the first platform's problem, before any container of it starts."""

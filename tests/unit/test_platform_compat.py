@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,51 @@ def test_plan_drops_a_platform_without_torch_with_its_reason(tmp_path: Path, pip
     assert dropped.values["python"] == "3.11" and dropped.values["platform"] == "aarch64"
     assert dropped.reason.startswith("no torch 2.14 wheel for Python 3.11 on aarch64 on ")
     assert dropped.reason.endswith("(it has Python 3.12)")
+
+
+def test_build_without_emulation_is_one_line_before_any_container(
+    tmp_path: Path, pip_index: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any
+) -> None:
+    """`factory build` of an aarch64 job on an x86_64 host without QEMU's entry: exit 2, one line saying
+    what to run, and Docker never asked."""
+    from factory import emulation, engine
+
+    monkeypatch.setattr(emulation, "host_platform", lambda: DEFAULT_PLATFORM)
+    monkeypatch.setattr(emulation, "BINFMT_DIR", tmp_path / "binfmt_misc")
+    (tmp_path / "binfmt_misc").mkdir()
+    (tmp_path / "binfmt_misc" / "status").write_text("enabled\n")
+
+    def no_docker(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Docker was asked")
+
+    monkeypatch.setattr(engine, "connect", no_docker)
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: src}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        " platform: [aarch64]}\n"
+        'build: {torch_index: {"13.0": default}}\n'
+    )
+    code, out = factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+    assert code == 2, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines[-1].startswith(
+        "error: aarch64 containers on this x86_64 host need QEMU emulation: run `apt-get"
+    )
+    assert "Traceback" not in out
+
+
+def test_factory_matrix_names_the_platform_of_a_job(tmp_path: Path, pip_index: Path) -> None:
+    from factory.cli.matrix import _pythons
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: .}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        " platform: [x86_64, aarch64]}\n"
+        'build: {torch_index: {"13.0": default}}\n'
+    )
+    assert [_pythons(j) for j in plan_matrix(load_matrix_file(path)).jobs] == ["3.12", "3.12 aarch64"]
