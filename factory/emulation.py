@@ -25,7 +25,7 @@ from factory.platforms import DEFAULT_PLATFORM, Platform, host_platform
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 # The oldest QEMU that runs what the factory runs: Debian bookworm's 7.2 crashes in torch 2.14's module init
-# (`import torch` in an aarch64 container: SIGSEGV after oneDNN's CPU probe), so no extension's setup.py runs;
+# (`import torch` in an Arm container: SIGSEGV after oneDNN's CPU probe), so no extension's setup.py runs;
 # 10.0 (trixie, bookworm-backports) imports it. Releases between were not measured, so they are not taken.
 MIN_QEMU = (10, 0)
 _QEMU_VERSION = re.compile(r"^qemu-\S+ version (\d+)\.(\d+)", re.MULTILINE)
@@ -80,7 +80,7 @@ def needs_emulation(target: Platform, host: Platform | None) -> bool:
 
 
 def qemu_version(text: str) -> tuple[int, int] | None:
-    """(10, 0) of `qemu-aarch64 --version`'s "qemu-aarch64 version 10.0.2 (Debian ...)"; None otherwise."""
+    """(10, 0) of `qemu-<arch> --version`'s "qemu-<arch> version 10.0.2 (Debian ...)"; None otherwise."""
     match = _QEMU_VERSION.search(text)
     return (int(match.group(1)), int(match.group(2))) if match else None
 

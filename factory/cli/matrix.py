@@ -49,7 +49,7 @@ def _pythons(job: Job) -> str:
     """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"; a stable-ABI job adds the torches
     its wheel serves: "3.11 (torch 2.12, 2.14)"."""
     served = f" (torch {', '.join(job.torches)})" if job.torches else ""
-    # another platform's job says so (its id ends with it too): "3.11 aarch64"
+    # another platform's job says so (its id ends with it too): "3.11 <platform>"
     where = platform_suffix(job.platform).replace("-", " ")
     if not job.limited_api:
         return job.python + where + served
