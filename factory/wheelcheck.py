@@ -38,7 +38,7 @@ from factory.abi3 import ABI3
 from factory.errors import CheckError
 from factory.fatbin import read_device_code
 from factory.platform_tag import audit, vendored_torch_libraries
-from factory.platforms import DEFAULT_PLATFORM
+from factory.platforms import DEFAULT_PLATFORM, PLATFORMS, by_name
 from factory.stable_abi import module_problem as stable_abi_module_problem
 from factory.stable_abi import torch_requirement as stable_abi_requirement
 from factory.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
@@ -609,6 +609,7 @@ def check_wheel(
             ]
         if stable_abi:
             problems += stable_abi_problems(archive)
+        problems += machine_problems(archive, machine)
     if problems:
         return problems  # auditwheel's errors about a broken wheel would only repeat these
     if limited_api:
@@ -806,6 +807,28 @@ def stable_abi_problems(archive: zipfile.ZipFile) -> list[str]:
             problem = stable_abi_module_problem(info.filename, fh)
         if problem is not None:
             problems.append(problem)
+    return problems
+
+
+def machine_problems(archive: zipfile.ZipFile, machine: str) -> list[str]:
+    """An extension module built for another machine than the wheel's platform (its ELF header's e_machine),
+    one line each: an emulated or cross build that took the wrong compiler is refused, not published under a
+    tag pip would install it by."""
+    target = by_name(machine)
+    if target is None:
+        return []
+    problems = []
+    for info in archive.infolist():
+        if info.is_dir() or not is_extension_module(info.filename):
+            continue
+        with archive.open(info) as member:
+            header = member.read(20)
+        if len(header) < 20 or header[:4] != b"\x7fELF":
+            continue  # the device code's check names a module that is no ELF file
+        found = int.from_bytes(header[18:20], "little")
+        if found != target.elf_machine:
+            named = next((p.name for p in PLATFORMS if p.elf_machine == found), f"ELF machine {found}")
+            problems.append(f"{info.filename}: built for {named}, not for the wheel's {target.name}")
     return problems
 
 
