@@ -73,8 +73,11 @@ print('::import', torch.__version__, m.__file__)"
 """
 
 
-def run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
+def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, text=True, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed: {proc.stderr.strip()[-3000:]}")
+    return proc
 
 
 def docker_run(image: str, script: str, mounts: dict[Path, tuple[str, str]]) -> tuple[float, str]:
@@ -115,17 +118,28 @@ def unpack_torch(wheelhouse: Path, dest: Path) -> Path:
     (runtime,) = wheelhouse.glob("nvidia_cuda_runtime-*aarch64*.whl")
     with zipfile.ZipFile(runtime) as zf:
         zf.extractall(dest, [n for n in zf.namelist() if "/lib/" in n])
-    # as the builder image does: torch's extensions link `-lcudart`
-    for lib in (dest / "nvidia" / "cu13" / "lib", dest / "nvidia" / "cu13" / "lib64"):
-        if (lib / "libcudart.so.13").exists() and not (lib / "libcudart.so").exists():
-            (lib / "libcudart.so").symlink_to("libcudart.so.13")
+    # as the builder image does: torch's extensions link `-lcudart` from CUDA_HOME/lib64
+    lib = dest / "nvidia" / "cu13" / "lib"
+    (lib / "libcudart.so").symlink_to("libcudart.so.13")
+    (lib.parent / "lib64").symlink_to("lib")
     return dest
 
 
 def cross(work: Path, wheelhouse: Path, x86_toolkit: Path, sysroot: Path) -> dict[str, object]:
     """The emulated build's ninja file and link line, replayed with the x86_64 nvcc and the cross g++."""
-    src = work / "cross-src"
+    # the source at the emulated build's own path: nvcc names an anonymous namespace's kernels by a hash of
+    # the file's path (`_GLOBAL__N__fe13871f_6_add_cu_...`), so another path is another cubin
+    src = Path("/tmp/src")
+    if src.exists():
+        raise SystemExit(f"{src} exists: the cross build compiles at the emulated build's path, and needs it")
     shutil.copytree(DEMO, src)
+    try:
+        return _cross(work, wheelhouse, x86_toolkit, sysroot)
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
+
+
+def _cross(work: Path, wheelhouse: Path, x86_toolkit: Path, sysroot: Path) -> dict[str, object]:
     arm = unpack_torch(wheelhouse, work / "arm-site")
     build = work / "cross-build"
     build.mkdir()
@@ -136,7 +150,6 @@ def cross(work: Path, wheelhouse: Path, x86_toolkit: Path, sysroot: Path) -> dic
         (TOOLKIT, str(x86_toolkit)),  # the headers: the same release's
         (f"{SITE}/torch", f"{arm}/torch"),
         ("/usr/include/python3.11", f"{sysroot}/usr/include/python3.11"),
-        ("/tmp/src", str(src)),
     ]
     ninja_text = swapped(ninja_text, swaps, build)
     ninja_text = re.sub(r"^cxx = .*$", f"cxx = {CROSS} --sysroot={sysroot}", ninja_text, flags=re.MULTILINE)
@@ -224,7 +237,7 @@ def main() -> None:
             work = Path(tmp) if args.work is None else args.work / f"run{number}"
             if args.work is not None:
                 work.mkdir(parents=True, exist_ok=True)
-                for made in ("cross-src", "arm-site", "cross-build", "cross-module", "emulated-module"):
+                for made in ("arm-site", "cross-build", "cross-module", "emulated-module"):
                     shutil.rmtree(work / made, ignore_errors=True)
             result: dict[str, object] = {"run": number, "emulated": emulated(work, args.wheelhouse)}
             crossed = cross(work, args.wheelhouse, args.x86_toolkit.resolve(), args.sysroot.resolve())
