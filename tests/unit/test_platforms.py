@@ -235,3 +235,13 @@ def test_one_abi3_and_one_stable_abi_wheel_per_platform() -> None:
         ("aarch64", ("2.11",)),
     ]
     assert replace(stable.jobs[1], platform=DEFAULT_PLATFORM).id != stable.jobs[1].id
+
+
+def test_auditwheel_repairs_another_platform_to_auto() -> None:
+    """auditwheel's --plat lists the host machine's tags only: an aarch64 wheel on x86_64 is "auto"."""
+    from factory.platform_tag import repair_plat
+
+    assert repair_plat("manylinux_2_34_x86_64", DEFAULT_PLATFORM) == "manylinux_2_34_x86_64"
+    assert repair_plat("manylinux_2_34_aarch64", DEFAULT_PLATFORM) == "auto"
+    assert repair_plat("manylinux_2_34_aarch64", AARCH64) == "manylinux_2_34_aarch64"
+    assert repair_plat("manylinux_2_34_aarch64", None) == "auto"
