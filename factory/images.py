@@ -577,7 +577,6 @@ def build_args(
         assert toolchain.cuda is not None and toolchain.gcc is not None
         args["TOOLKIT"] = toolchain.cuda
         args["GCC"] = toolchain.gcc
-        args["TRIPLET"] = target.gnu_triplet
     if flavor == "manylinux":
         args["PYTHON_BIN"] = manylinux_python(python)
     return args

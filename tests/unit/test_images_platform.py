@@ -112,11 +112,11 @@ def test_compilers_are_named_by_the_platform_triplet() -> None:
     assert images.toolchain_build_args(cuda="13.0", toolchain=toolchain, base_image="b")["TRIPLET"] == (
         "x86_64-linux-gnu"
     )
-    assert images.build_args(cuda="12.8", python="3.13", flavor="debian", base_image="b")["TRIPLET"] == (
-        "x86_64-linux-gnu"
-    )
-    for text in (images.toolchain_dockerfile_text(), images.dockerfile_text("debian")):
-        assert "x86_64" not in text and '"${TRIPLET}-g++"' in text
+    # the debian flavor builds the default platform only (`flavor_platform_problem`): its Dockerfile, and so
+    # its image's inputs, stay as they were
+    assert "TRIPLET" not in images.build_args(cuda="12.8", python="3.13", flavor="debian", base_image="b")
+    text = images.toolchain_dockerfile_text()
+    assert "x86_64" not in text and '"${TRIPLET}-g++"' in text
 
 
 def test_default_platform_base_inputs_are_unchanged() -> None:
