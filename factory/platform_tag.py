@@ -160,7 +160,7 @@ def repair_platform_tag(wheel: Path, out_dir: Path) -> Path:
         written = sorted(Path(scratch).glob("*.whl"))
         if len(written) != 1:
             raise CheckError(f"{wheel.name}: auditwheel repair wrote {len(written)} wheels, expected one")
-        if not written[0].name.endswith(f"-{verdict.policy}.whl"):
+        if verdict.policy not in written[0].name.removesuffix(".whl").rsplit("-", 1)[-1].split("."):
             raise CheckError(
                 f"{wheel.name}: auditwheel repair wrote {written[0].name}, not the {verdict.policy} its "
                 "symbols allow"
