@@ -206,6 +206,7 @@ class Runner:
             flavor=b.flavor,
             base_image=b.base_image,
             floor=job.glibc,
+            target=job.platform,
         )
         return self._once(
             f"image:{name}",
@@ -217,6 +218,7 @@ class Runner:
                 base_image=b.base_image,
                 progress=self.log,
                 floor=job.glibc,
+                target=job.platform,
             ),
         )
 

@@ -264,6 +264,17 @@ def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex
     return Resolver(index=index, sources=sources)
 
 
+def _platform_problem(
+    resolver: Resolver, platform: Platform, *, cuda: str, torch: str, python: str
+) -> str | None:
+    """Why the index CUDA `cuda` takes torch from has no torch wheel for the job on `platform` (which
+    torches, Pythons and platforms exist is read off its file names, as for the default platform)."""
+    from factory.plan.torchcompat import platform_problem
+
+    source = resolver.sources[cuda]
+    return platform_problem(resolver.index.files(source), source, platform, torch=torch, python=python)
+
+
 def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None = None) -> Plan:
     """Expand the matrix and (unless prune=False) drop or trim what the compatibility data rules out.
 
@@ -277,6 +288,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
     compat = mf.compat
     resolved: tuple[Resolution, ...] = ()
     plan_notes: tuple[str, ...] = ()
+    resolver: Resolver | None = None
     if has_specifiers(combos):
         resolver = _resolver(mf, combos, index)
         combos, resolved = resolve_combinations(
@@ -317,6 +329,13 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
                 dropped.append(DroppedJob(values=raw, reason=verdict.dropped))
                 continue
             archs, notes, verified = verdict.archs, verdict.notes, verdict.verified
+            if platform != DEFAULT_PLATFORM:
+                # compat.json speaks of the default platform's wheels; another's are read off the index
+                resolver = resolver or _resolver(mf, combos, index)
+                missing = _platform_problem(resolver, platform, cuda=cuda, torch=torch, python=python)
+                if missing is not None:
+                    dropped.append(DroppedJob(values=raw, reason=missing))
+                    continue
         else:
             notes = ("not checked (--no-prune)",)
         toolkit = job_toolkit(mf, cuda=cuda, python=python)
