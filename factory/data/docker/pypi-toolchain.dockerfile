@@ -2,7 +2,7 @@
 # ensure_toolchain_image: factory-builder:cu<cuda>-<suite>-pypi), after its final stage.
 ARG PYTHONS
 ARG GCC
-# The GNU triplet of the target platform (factory/platforms.py): setuptools calls <triplet>-g++.
+# The GNU triplet of the target platform (factory/core/platforms.py): setuptools calls <triplet>-g++.
 ARG TRIPLET
 USER root
 # CUDA 13.0's crt/math_functions.h and glibc >= 2.42 (forky) disagree on rsqrt/rsqrtf: see the script.
