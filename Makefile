@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TEST_CUDA ?= 13.0
 FACTORY := $(VENV)/bin/factory
 
-.PHONY: install toolkit docker images debian-image floor-image test-floor-builder flash-attn-wheel test test-unit lint demo selector-screenshot preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages clean
+.PHONY: install toolkit docker images debian-image floor-image test-floor-builder flash-attn-wheel test test-unit lint demo selector-screenshot preflight preflight-here bench-memory bench-cache bench-shard bench-side-by-side bench-serve bench-new-torch bench-docs real-packages aarch64-demo clean
 
 install: $(VENV)/.installed
 
@@ -126,6 +126,13 @@ real-packages: install docker images debian-image
 	$(FACTORY) build --matrix examples/real/causal-conv1d.yaml --output wheelhouse/causal-conv1d
 	$(FACTORY) build --matrix examples/real/causal-conv1d-cu12.yaml --output wheelhouse/causal-conv1d-cu12
 	$(FACTORY) build --matrix examples/real/torch-scatter.yaml --output wheelhouse/torch-scatter
+
+# The demo extension for aarch64 on this x86_64 host, the whole job under QEMU (binfmt_misc; host-tools.sh
+# registers it): the arm64 base and builder images, the build, the wheel and install checks, publishing
+# (tests/integration/test_aarch64_demo.py). Not in `make test`: cold it takes well over the 10 minutes CI's
+# budget leaves one job (docs/BENCHMARKS.md, "aarch64").
+aarch64-demo: install docker
+	FACTORY_AARCH64_DEMO=1 $(PY) -m pytest -ra tests/integration/test_aarch64_demo.py
 
 clean:
 	rm -rf wheelhouse index .pytest_cache

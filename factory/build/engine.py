@@ -366,13 +366,31 @@ def image_layers(client: Any, image_id: str) -> set[str]:
 
 
 def import_image(
-    client: Any, chunks: Iterable[bytes], *, repository: str, tag: str, changes: Sequence[str]
+    client: Any,
+    chunks: Iterable[bytes],
+    *,
+    repository: str,
+    tag: str,
+    changes: Sequence[str],
+    platform: str | None = None,
 ) -> str:
-    """`docker import` of a root filesystem's tar stream; the daemon's answer, as text."""
+    """`docker import` of a root filesystem's tar stream; the daemon's answer, as text. `platform`
+    (`Platform.docker`) is the image's own where it is not the daemon's (the SDK's import has no such
+    argument); a daemon may record its own architecture whatever it is told (20.10 does), so the factory's
+    images carry their platform in a label as well (`images.LABEL_PLATFORM`)."""
     with _requests(f"docker import of {repository}:{tag}"):
-        result = client.api.import_image_from_stream(
-            chunks, repository=repository, tag=tag, changes=list(changes)
-        )
+        if platform is None:
+            result = client.api.import_image_from_stream(
+                chunks, repository=repository, tag=tag, changes=list(changes)
+            )
+        else:
+            params = {"repo": repository, "tag": tag, "fromSrc": "-", "changes": list(changes)}
+            params["platform"] = platform
+            headers = {"Content-Type": "application/tar", "Transfer-Encoding": "chunked"}
+            response = client.api._post(
+                client.api._url("/images/create"), data=chunks, params=params, headers=headers
+            )
+            result = client.api._result(response)
     return result if isinstance(result, str) else json.dumps(result)
 
 

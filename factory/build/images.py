@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from factory.build import engine
+from factory.build import emulation, engine
 from factory.build.wheelhouse import download_wheelhouse, link_wheels, wheel_files
 from factory.core.errors import ConfigError, DockerError, ImageError
 from factory.core.home import factory_home
-from factory.core.platforms import DEFAULT_PLATFORM
+from factory.core.platforms import DEFAULT_PLATFORM, Platform, host_platform
 from factory.core.resources import data_path
 from factory.spec.imageref import check_image_reference
 from factory.spec.toolchains import (
@@ -58,11 +58,14 @@ from factory.spec.toolchains import (
     _check_flavor,
     _check_pypi_toolkit,
     _check_version,
+    base_image_name,
+    base_platform_of,
     base_suite_of,
     builder_image_for,
     cuda_major,
     debian_toolchain,
     job_toolchain,
+    platform_suffix,
     pypi_toolchain,
     python_suite_for,
     standin_cuda_of,
@@ -84,6 +87,8 @@ LABEL_SUITE = "io.wheel-factory.suite"
 LABEL_MIRROR = "io.wheel-factory.mirror"
 # The GCC every compile in the image uses ("14"); absent where the suite's one default g++ is it.
 LABEL_GCC = "io.wheel-factory.gcc"
+# The platform of an image's binaries; absent on the default platform's (their labels predate the axis).
+LABEL_PLATFORM = "io.wheel-factory.platform"
 
 DEFAULT_BASE_IMAGE = f"{BASE_REPOSITORY}:{DEFAULT_SUITE}"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -143,13 +148,13 @@ def base_include(suite: str) -> tuple[str, ...]:
     return ("python3", *pythons, f"g++-{toolchain.gcc}", "ca-certificates")
 
 
-def compiler_links(gcc: str) -> dict[str, str]:
+def compiler_links(gcc: str, target: Platform = DEFAULT_PLATFORM) -> dict[str, str]:
     """/usr/local/bin links that make GCC `gcc` the only compiler: nvcc runs `gcc`/`g++` from PATH, torch's
     cpp_extension `c++` (or $CXX), setuptools the `<triplet>-g++` of Python's sysconfig."""
     cc, cxx = f"/usr/bin/gcc-{gcc}", f"/usr/bin/g++-{gcc}"
     links = {"gcc": cc, "cc": cc, "g++": cxx, "c++": cxx, "cpp": f"/usr/bin/cpp-{gcc}"}
     for name in ("gcc", "g++", "cpp"):
-        links[f"{DEFAULT_PLATFORM.gnu_triplet}-{name}"] = links[name]
+        links[f"{target.gnu_triplet}-{name}"] = links[name]
     return links
 
 
@@ -175,9 +180,41 @@ def debootstrap_script(suite: str, scripts_dir: Path = Path("/usr/share/debootst
     return "sid"
 
 
-def default_base_image(python: str) -> str:
+def debootstrap_commands(
+    debootstrap: str,
+    *,
+    suite: str,
+    rootfs: Path,
+    mirror: str,
+    include: Sequence[str],
+    target: Platform = DEFAULT_PLATFORM,
+    script: str | None = None,
+    foreign: bool = False,
+) -> list[list[str]]:
+    """The commands that bootstrap `suite` for `target` into `rootfs`: one debootstrap for the host's own
+    platform; for another, its first stage (`--foreign`: download and unpack) and the second stage run by
+    the root's own debootstrap in a chroot (every binary there runs through QEMU's binfmt_misc entry, whose
+    fix-binary flag makes the host's interpreter reach into the chroot)."""
+    arch = [] if target == DEFAULT_PLATFORM and not foreign else [f"--arch={target.debian_arch}"]
+    first = [
+        debootstrap,
+        "--variant=minbase",
+        *arch,
+        *(["--foreign"] if foreign else []),
+        f"--include={','.join(include)}",
+        suite,
+        str(rootfs),
+        mirror,
+        *([script] if script else []),
+    ]
+    if not foreign:
+        return [first]
+    return [first, ["chroot", str(rootfs), "/debootstrap/debootstrap", "--second-stage"]]
+
+
+def default_base_image(python: str, target: Platform = DEFAULT_PLATFORM) -> str:
     """The bootstrapped base for the pypi flavor with this Python ("factory-base:bookworm" for 3.11)."""
-    return f"{BASE_REPOSITORY}:{python_suite_for(python)}"
+    return base_image_name(python_suite_for(python), target)
 
 
 def devel_base_image(cuda: str, *, os_name: str = DEFAULT_DEVEL_OS) -> str:
@@ -275,10 +312,14 @@ def toolchain_context_files() -> dict[str, str]:
     return {name: _docker_file(name) for name in TOOLCHAIN_CONTEXT}
 
 
-def toolchain_build_args(*, cuda: str, toolchain: Toolchain, base_image: str) -> dict[str, str]:
+def toolchain_build_args(
+    *, cuda: str, toolchain: Toolchain, base_image: str, target: Platform = DEFAULT_PLATFORM
+) -> dict[str, str]:
     """The `--build-arg` values of a toolchain image: Dockerfile.pypi's for its first Python (the toolkit
     venv's), and the Pythons and GCC its steps check."""
-    args = build_args(cuda=cuda, python=toolchain.pythons[0], flavor="pypi", base_image=base_image)
+    python = toolchain.pythons[0]
+    args = build_args(cuda=cuda, python=python, flavor="pypi", base_image=base_image, target=target)
+    args["TRIPLET"] = target.gnu_triplet
     args["PYTHONS"] = " ".join(toolchain.pythons)
     if toolchain.gcc is not None:
         args["GCC"] = toolchain.gcc
@@ -292,8 +333,11 @@ def declared_build_args(dockerfile: str) -> frozenset[str]:
     )
 
 
-def build_args(*, cuda: str, python: str, flavor: str, base_image: str) -> dict[str, str]:
-    """The `--build-arg` values of a flavor's Dockerfile."""
+def build_args(
+    *, cuda: str, python: str, flavor: str, base_image: str, target: Platform = DEFAULT_PLATFORM
+) -> dict[str, str]:
+    """The `--build-arg` values of a flavor's Dockerfile (`target`: the platform whose GNU triplet names its
+    compilers)."""
     _check_flavor(flavor)
     _check_version("Python", python)
     args = {"BASE_IMAGE": base_image, "PYTHON": python, "FACTORY_UID": str(FACTORY_UID)}
@@ -410,13 +454,23 @@ def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str | None:
     return pick_mirror(sources)
 
 
-def base_changes(*, suite: str, mirror: str, include: Sequence[str], gcc: str | None = None) -> list[str]:
+def base_changes(
+    *,
+    suite: str,
+    mirror: str,
+    include: Sequence[str],
+    gcc: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
+) -> list[str]:
     """The Dockerfile instructions `docker import` applies to a bootstrapped root filesystem."""
     inputs: list[Any] = [suite, sorted(include)]
     extra = []
     if gcc is not None:
         inputs.append(gcc)
         extra.append(f"LABEL {LABEL_GCC}={gcc}")
+    if target != DEFAULT_PLATFORM:  # the default platform's inputs predate the axis: its images stay valid
+        inputs.append(target.name)
+        extra.append(f"LABEL {LABEL_PLATFORM}={target.name}")
     return [
         f"ENV PATH={_ROOT_PATH}",
         "ENV LANG=C.UTF-8",
@@ -445,12 +499,17 @@ def bootstrap_base(
     mirror: str | None = None,
     include: Sequence[str] | None = None,
     progress: Progress | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """Make a base image from the distribution mirror: `debootstrap --variant=minbase`, then `docker import`.
 
     The mirror defaults to the host's apt mirror, so a host that can install packages can also make images.
     `include` defaults to the suite's toolchain (`base_include`); a toolchain's pinned GCC is made the root's
     only gcc/g++/cc/c++ (`compiler_links`). Returns the image's tag.
+
+    Another platform than the host's (`target`, an Arm base on an Intel host) is bootstrapped with
+    `--arch` and `--foreign` (the packages unpacked), then its second stage (the packages configured) runs
+    in the root under QEMU, which `emulation` checks first.
     """
     if not _SUITE_RE.fullmatch(suite):
         raise ConfigError(f"invalid suite name {suite!r}")
@@ -464,26 +523,38 @@ def bootstrap_base(
         raise ImageError(f"cannot bootstrap {name}: debootstrap is not installed (apt-get install it)")
     if os.geteuid() != 0:
         raise ImageError(f"cannot bootstrap {name}: debootstrap needs root")
+    foreign = emulation.needs_emulation(target, host_platform())
+    if foreign:
+        emulation.require([target])
     mirror = mirror or host_apt_mirror() or DEFAULT_MIRROR
     repository, _, tag = name.rpartition(":")
     if not repository:
         repository, tag = name, "latest"
     log_dir = factory_home() / "logs" / "images"
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"bootstrap-{suite}.log"
+    log_path = log_dir / f"bootstrap-{suite}{platform_suffix(target)}.log"
     rootfs = Path(tempfile.mkdtemp(prefix=f"factory-rootfs-{suite}-"))
     try:
-        _say(progress, f"debootstrap {suite} from {mirror} (log: {log_path})")
+        _say(progress, f"debootstrap {suite} ({target.debian_arch}) from {mirror} (log: {log_path})")
         with log_path.open("w") as log:
-            command = [debootstrap, "--variant=minbase", f"--include={','.join(include)}", suite, str(rootfs)]
             script = debootstrap_script(suite)
-            proc = subprocess.run(
-                [*command, mirror, *([script] if script else [])],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
+            for command in debootstrap_commands(
+                debootstrap,
+                suite=suite,
+                rootfs=rootfs,
+                mirror=mirror,
+                include=include,
+                target=target,
+                script=script,
+                foreign=foreign,
+            ):
+                if command[0] == "chroot":
+                    _say(progress, f"debootstrap's second stage of {suite} under QEMU")
+                proc = subprocess.run(
+                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False
+                )
+                if proc.returncode != 0:
+                    break
         if proc.returncode != 0:
             raise ImageError(
                 f"debootstrap of {suite} from {mirror} failed: {_last_line(log_path)} (log: {log_path})"
@@ -496,8 +567,8 @@ def bootstrap_base(
                     f"its toolchain needs {', '.join(include)}"
                 )
             if toolchain.gcc is not None:
-                for link, target in compiler_links(toolchain.gcc).items():
-                    (rootfs / "usr/local/bin" / link).symlink_to(target)
+                for link, to in compiler_links(toolchain.gcc, target).items():
+                    (rootfs / "usr/local/bin" / link).symlink_to(to)
         # Package caches only make the image bigger; apt in a container fetches fresh lists anyway.
         for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*.log"):
             for path in rootfs.glob(pattern):
@@ -510,8 +581,13 @@ def bootstrap_base(
             repository=repository,
             tag=tag,
             changes=base_changes(
-                suite=suite, mirror=mirror, include=include, gcc=toolchain.gcc if toolchain else None
+                suite=suite,
+                mirror=mirror,
+                include=include,
+                gcc=toolchain.gcc if toolchain else None,
+                target=target,
             ),
+            platform=None if target == DEFAULT_PLATFORM else target.docker,
         )
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
@@ -529,7 +605,9 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _import_rootfs(client: Any, rootfs: Path, *, repository: str, tag: str, changes: list[str]) -> None:
+def _import_rootfs(
+    client: Any, rootfs: Path, *, repository: str, tag: str, changes: list[str], platform: str | None = None
+) -> None:
     # /dev, /proc and /sys are the runtime's business; debootstrap's device nodes must not land in the image.
     tar = subprocess.Popen(
         [
@@ -555,7 +633,9 @@ def _import_rootfs(client: Any, rootfs: Path, *, repository: str, tag: str, chan
             yield chunk
 
     try:
-        text = engine.import_image(client, chunks(), repository=repository, tag=tag, changes=changes)
+        text = engine.import_image(
+            client, chunks(), repository=repository, tag=tag, changes=changes, platform=platform
+        )
     except DockerError:
         tar.kill()
         tar.wait()
@@ -612,6 +692,16 @@ def pull_hint(*, flavor: str, image: str, cuda: str | None = None) -> str:
     )
 
 
+def _source_built_default_only(toolchain: Toolchain, target: Platform) -> None:
+    # the source-built CPython base is compiled on the host: another platform's would need its compile
+    # under QEMU, which nothing does yet
+    if target != DEFAULT_PLATFORM:
+        raise ImageError(
+            f"the {toolchain.name} base (a source-built CPython) is made for {DEFAULT_PLATFORM.name} only, "
+            f"not {target.name}"
+        )
+
+
 def _ensure_base(
     client: Any,
     base_image: str,
@@ -625,16 +715,19 @@ def _ensure_base(
     if image is not None:
         return image
     suite = base_suite_of(base_image)
+    target = base_platform_of(base_image)
     standin_cuda = standin_cuda_of(base_image)
     source_built = toolchain_named(suite) if suite is not None else None
     if source_built is not None and source_built.source_built:
+        _source_built_default_only(source_built, target)
         ensure_cpython_base(client, source_built, bootstrap=bootstrap, progress=progress)
     elif suite is not None:
         if not bootstrap:
             raise ImageError(
-                f"base image {base_image} is missing; make it with `factory images bootstrap --suite {suite}`"
+                f"base image {base_image} is missing; make it with `factory images bootstrap --suite {suite}"
+                + (f" --platform {target.name}`" if target != DEFAULT_PLATFORM else "`")
             )
-        bootstrap_base(client, suite=suite, name=base_image, progress=progress)
+        bootstrap_base(client, suite=suite, name=base_image, progress=progress, target=target)
     elif standin_cuda is not None:
         ensure_standin_devel(client, cuda=standin_cuda, bootstrap=bootstrap, progress=progress)
     else:
@@ -648,21 +741,27 @@ def _ensure_base(
 
 
 def base_image_for(
-    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+    *,
+    cuda: str,
+    python: str,
+    flavor: str,
+    base_image: str | None,
+    floor: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """The image a builder image is made on: for pypi, `base_image` or the factory base of the job's
     toolchain (`pypi_toolchain`: the suite that ships `python`, or for a glibc `floor` below its glibc the
-    base with a source-built `python`); for devel and manylinux, NVIDIA's devel image or PyTorch's manylinux
-    builder for `cuda` unless `base_image` names another image that is not a factory base (the devel
-    stand-in, say)."""
+    base with a source-built `python`) for `target`; for devel and manylinux, NVIDIA's devel image or
+    PyTorch's manylinux builder for `cuda` unless `base_image` names another image that is not a factory base
+    (the devel stand-in, say)."""
     if base_image is not None:
         check_image_reference(base_image, "base image")
     _check_flavor(flavor)
     if flavor == "pypi":
         toolchain = None if base_image else pypi_toolchain(python, base_image=None, floor=floor)
         if toolchain is not None:
-            return f"{BASE_REPOSITORY}:{toolchain.name}"
-        return base_image or default_base_image(python)
+            return base_image_name(toolchain.name, target)
+        return base_image or default_base_image(python, target)
     if flavor == "debian":
         # the toolkit is the suite's own package: only that suite's bootstrapped base carries it
         return f"{BASE_REPOSITORY}:{debian_toolchain(cuda=cuda, python=python).suite}"
@@ -680,14 +779,19 @@ def build_images(
     bootstrap: bool = True,
     progress: Progress | None = None,
     floor: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> list[str]:
     """`factory images build`: each Python's builder image (`ensure_builder_image`; for a glibc `floor`,
     the one a job with that floor gets), an image that several of `pythons` share built once; its tags, in the
-    order of their first Python. Bad values are one line before the daemon is asked anything."""
+    order of their first Python. Bad values (and another platform's missing emulation) are one line before
+    the daemon is asked anything."""
     first_python: dict[str, str] = {}
     for python in pythons:
-        tag = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, floor=floor)
+        tag = builder_image_for(
+            cuda=cuda, python=python, flavor=flavor, base_image=base_image, floor=floor, target=target
+        )
         first_python.setdefault(tag, python)
+    emulation.require([target])
     client = engine.connect()
     return [
         ensure_builder_image(
@@ -699,6 +803,7 @@ def build_images(
             bootstrap=bootstrap,
             progress=progress,
             floor=floor,
+            target=target,
         )
         for python in first_python.values()
     ]
@@ -714,6 +819,7 @@ def ensure_builder_image(
     bootstrap: bool = True,
     progress: Progress | None = None,
     floor: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """The tag of a builder image for (cuda, python, flavor), built only when missing or its inputs changed.
 
@@ -727,12 +833,20 @@ def ensure_builder_image(
     toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image, floor=floor)
     if toolchain is not None:
         return ensure_toolchain_image(
-            client, cuda=cuda, suite=toolchain.name, flavor=flavor, bootstrap=bootstrap, progress=progress
+            client,
+            cuda=cuda,
+            suite=toolchain.name,
+            flavor=flavor,
+            bootstrap=bootstrap,
+            progress=progress,
+            target=target,
         )
-    name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
-    base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
+    name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, target=target)
+    base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, target=target)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress, cuda=cuda)
     labels = {LABEL: "builder", LABEL_CUDA: cuda, LABEL_PYTHON: python, LABEL_FLAVOR: flavor}
+    if target != DEFAULT_PLATFORM:
+        labels[LABEL_PLATFORM] = target.name
     if flavor == "debian":
         # named and labelled by its toolkit (the Dockerfile checks nvcc is that release), not by a variant
         toolchain = debian_toolchain(cuda=cuda, python=python)
@@ -751,7 +865,7 @@ def ensure_builder_image(
         base=base,
         base_id=base_obj.id,
         dockerfile=dockerfile_text(flavor),
-        args=build_args(cuda=cuda, python=python, flavor=flavor, base_image=base),
+        args=build_args(cuda=cuda, python=python, flavor=flavor, base_image=base, target=target),
         requirements=image_requirements(cuda=cuda, flavor=flavor),
         python=python,
         labels=labels,
@@ -759,6 +873,7 @@ def ensure_builder_image(
         # debian for the toolkit (the distribution's mirror).
         network_mode=None if flavor in ("devel", "debian") else "none",
         progress=progress,
+        target=target,
     )
 
 
@@ -770,6 +885,7 @@ def ensure_toolchain_image(
     flavor: str = "pypi",
     bootstrap: bool = True,
     progress: Progress | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """The tag of the builder image carrying every Python of `suite`'s toolchain and its one GCC
     (`factory-builder:cu13.0-forky-pypi`), built only when missing or its inputs changed. Its toolkit venv
@@ -779,9 +895,10 @@ def ensure_toolchain_image(
     toolchain = toolchain_named(suite)
     if toolchain is None or not toolchain.own_image or flavor != "pypi":
         raise ImageError(f"no multi-Python {flavor} toolchain for suite {suite!r}")
-    name = toolchain_image_name(cuda=cuda, suite=suite, flavor=flavor)
-    base = f"{BASE_REPOSITORY}:{suite}"
+    name = toolchain_image_name(cuda=cuda, suite=suite, flavor=flavor, target=target)
+    base = base_image_name(suite, target)
     if toolchain.source_built:
+        _source_built_default_only(toolchain, target)
         ensure_cpython_base(client, toolchain, bootstrap=bootstrap, progress=progress)
     base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress)
     toolkit_python = toolchain.pythons[0]
@@ -794,6 +911,8 @@ def ensure_toolchain_image(
     }
     if toolchain.gcc is not None:
         labels[LABEL_GCC] = toolchain.gcc
+    if target != DEFAULT_PLATFORM:
+        labels[LABEL_PLATFORM] = target.name
     return _make_image(
         client,
         name=name,
@@ -801,12 +920,13 @@ def ensure_toolchain_image(
         base_id=base_obj.id,
         dockerfile=toolchain_dockerfile_text(),
         files=toolchain_context_files(),
-        args=toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base),
+        args=toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base, target=target),
         requirements=image_requirements(cuda=cuda, flavor=flavor),
         python=toolkit_python,
         labels=labels,
         network_mode="none",
         progress=progress,
+        target=target,
     )
 
 
@@ -922,11 +1042,13 @@ def _make_image(
     network_mode: str | None,
     progress: Progress | None,
     files: Mapping[str, str] | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """Build `name` from `dockerfile` with `requirements` as wheels/ in its context (and `files`, name ->
-    text, beside the Dockerfile), unless an image of that name carries the same inputs hash already."""
+    text, beside the Dockerfile), unless an image of that name carries the same inputs hash already. The
+    wheels are `target`'s (the toolkit's wheels of that platform)."""
     files = dict(files or {})
-    wheelhouse = download_wheelhouse(requirements, python=python)
+    wheelhouse = download_wheelhouse(requirements, python=python, platform=target.wheelhouse_tag)
     wheels = [w.name for w in wheel_files(wheelhouse)]
     digest = inputs_hash(
         dockerfile=dockerfile,
@@ -986,7 +1108,10 @@ def _build(
     network_mode: str | None,
     progress: Progress | None,
 ) -> list[str]:
-    """Run a build, streaming its steps to `progress`; returns the ids of the images it stepped through."""
+    """Run a build, streaming its steps to `progress`; returns the ids of the images it stepped through.
+    Another platform's image is built as any other: the legacy builder runs its steps in containers of
+    its base, whose binaries QEMU runs; no `--platform` is passed, because a daemon that records the host's
+    architecture for an imported base (20.10 does) would then look for another base and try to pull it."""
     log_dir = factory_home() / "logs" / "images"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{tag.replace(':', '_').replace('/', '_')}.log"
@@ -996,7 +1121,12 @@ def _build(
     with log_path.open("w") as log:
         try:
             stream = engine.build_image(
-                client, context, tag=tag, buildargs=buildargs, labels=labels, network_mode=network_mode
+                client,
+                context,
+                tag=tag,
+                buildargs=buildargs,
+                labels=labels,
+                network_mode=network_mode,
             )
             for chunk in stream:
                 if "error" in chunk:

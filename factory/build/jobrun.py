@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from factory.build import jobspec, logs, preflight
+from factory.build import emulation, jobspec, logs, preflight
 from factory.build.acceptance import Acceptance, accept_reused, oldest_torch_job
 from factory.build.engine import Interrupted
 from factory.build.jobcontext import DriverOutcome, JobContext, JobInputs
@@ -223,6 +223,12 @@ class JobRun:
         """The host side of the job's read-only profile mount: the learned profile as each attempt starts."""
         return self.ctx.run_dir / "profiles" / self.job.id
 
+    @property
+    def profile_version(self) -> str:
+        """The key of the learned memory profile this job reads and extends: the package's version, qualified
+        where the job is not measured natively on the default platform (`emulation.measured_on`)."""
+        return profiles.keyed_version(self.mf.package.version, emulation.measured_on(self.job.platform))
+
     def driver_env(self, python: str | None = None) -> dict[str, str]:
         """What every driver phase needs (`jobspec.driver_env`). `python`: the interpreter of an install
         check other than the job's own (a Python its abi3 wheel covers)."""
@@ -242,7 +248,7 @@ class JobRun:
             job_dir=self.job_dir,
             memory_limit=self.ctx.memory_limit,
             package=self.mf.package.name,
-            version=self.mf.package.version,
+            version=self.profile_version,
             profile_dir=self.profile_dir,
         )
         return jobspec.container_env(
@@ -262,7 +268,7 @@ class JobRun:
         units = sharding.compile_units(source)
         if not units:
             return
-        learned = profiles.load_profile(profiles.profile_path(self.mf.package.name, self.mf.package.version))
+        learned = profiles.load_profile(profiles.profile_path(self.mf.package.name, self.profile_version))
         weights = sharding.unit_weights(
             units, entries=learned.entries, seconds_by_file=self.mf.recipe.compile_seconds_by_file
         )
@@ -437,7 +443,7 @@ class JobRun:
         archs = len(job.variant.archs)
         first = jobmemory.initial_parallelism(
             recipe=self.mf.recipe, archs=archs, limit_bytes=ctx.memory_limit, cpus=ctx.cpus,
-            package=self.mf.package.name, version=self.mf.package.version,
+            package=self.mf.package.name, version=self.profile_version,
         )  # fmt: skip
         last: list[DriverOutcome] = []
         package, version = self.mf.package.name, self.mf.package.version
@@ -467,7 +473,7 @@ class JobRun:
             last[:] = [outcome]
             segment = read_from(self.log_path, start)
             record.wall_s = round(time.monotonic() - t0, 1)
-            learn(self.mf, segment)
+            learn(self.mf, segment, version=self.profile_version)
             counted = record_attempt(record, outcome, segment)
             if counted.ok and number == 1 and record.objects_planned and not record.objects_kept:
                 # a whole build's compiles (a retry resumes, and counts only those left)
@@ -520,12 +526,15 @@ class JobRun:
         return None
 
 
-def learn(mf: MatrixFile, segment: str) -> None:
-    """Fold one attempt's measured compiles into the package's profile, which the next attempt reads."""
+def learn(mf: MatrixFile, segment: str, *, version: str | None = None) -> None:
+    """Fold one attempt's measured compiles into the package's profile (`version`: the profile's key,
+    `JobRun.profile_version`), which the next attempt reads."""
     with tempfile.NamedTemporaryFile("w", suffix=".log") as fh:
         fh.write(segment)
         fh.flush()
-        jobmemory.record_profiles(package=mf.package.name, version=mf.package.version, log_path=Path(fh.name))
+        jobmemory.record_profiles(
+            package=mf.package.name, version=version or mf.package.version, log_path=Path(fh.name)
+        )
 
 
 def run_job(ctx: JobContext, job: Job, result: JobResult, *, prepare: Callable[[Job], JobInputs]) -> None:

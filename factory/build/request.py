@@ -146,10 +146,13 @@ def run_planned(
     """Build the planned jobs (publishing, those not yet published) and publish the accepted wheels when
     asked. Docker is first asked once something is to be built; `showing` wraps each build (a progress
     display), `finished` gets its report."""
+    from factory.build import emulation
     from factory.build.engine import connect
     from factory.build.runner import run_build
 
     def build(todo: Sequence[Job], reuse: Mapping[str, Reuse]) -> BuildReport:
+        # another platform's jobs run under QEMU: its missing emulation is one line before any container
+        emulation.require(job.platform for job in todo)
         client = connect()
         settings = replace(planned.settings, reuse=reuse)
         with showing():

@@ -205,6 +205,7 @@ class Runner:
             flavor=b.flavor,
             base_image=b.base_image,
             floor=job.glibc,
+            target=job.platform,
         )
         return self._once(
             f"image:{name}",
@@ -216,6 +217,7 @@ class Runner:
                 base_image=b.base_image,
                 progress=self.log,
                 floor=job.glibc,
+                target=job.platform,
             ),
         )
 

@@ -8,6 +8,7 @@ import typer
 
 from factory.cli import app
 from factory.cli.output import echo_json, json_option, table_console
+from factory.core.platforms import DEFAULT_PLATFORM, NAMES
 
 images_app = typer.Typer(help="Make and list the factory's builder images.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
@@ -15,6 +16,12 @@ app.add_typer(images_app, name="images")
 
 def _progress(message: str) -> None:
     typer.echo(message, err=True)
+
+
+PLATFORM_OPTION = typer.Option(
+    metavar="PLATFORM",
+    help=f"Target platform ({', '.join(NAMES)}); another than the host's runs under QEMU (binfmt_misc).",
+)
 
 
 @images_app.command("bootstrap")
@@ -32,19 +39,20 @@ def bootstrap(
     mirror: Annotated[
         str | None, typer.Option(metavar="URL", help="Debian mirror (default: the host's apt mirror).")
     ] = None,
+    platform: Annotated[str, PLATFORM_OPTION] = DEFAULT_PLATFORM.name,
 ) -> None:
     """Make a base image from the distribution mirror (debootstrap, then docker import)."""
-    from factory.build import images
+    from factory.build import emulation, images
     from factory.build.engine import connect
+    from factory.core.platforms import named
     from factory.spec import toolchains
 
+    target = named(platform)
+    tag_name = name or toolchains.base_image_name(suite, target)
+    emulation.require([target])
     client = connect()
     tag = images.bootstrap_base(
-        client,
-        suite=suite,
-        name=name or f"{toolchains.BASE_REPOSITORY}:{suite}",
-        mirror=mirror,
-        progress=_progress,
+        client, suite=suite, name=tag_name, mirror=mirror, progress=_progress, target=target
     )
     typer.echo(tag)
 
@@ -111,10 +119,12 @@ def build(
             "floor gets (pypi, Python 3.13, 2.36: bookworm with a source-built CPython).",
         ),
     ] = None,
+    platform: Annotated[str, PLATFORM_OPTION] = DEFAULT_PLATFORM.name,
 ) -> None:
     """Build (or reuse, when its inputs are unchanged) each Python's builder image; prints each tag once."""
     from factory.build import images
     from factory.core.errors import ConfigError
+    from factory.core.platforms import named
     from factory.spec.config import GLIBC_TORCH, parse_glibc_floor
 
     floor = parse_glibc_floor(glibc) if glibc is not None else None
@@ -128,6 +138,7 @@ def build(
         bootstrap=not no_bootstrap,
         progress=_progress,
         floor=floor,
+        target=named(platform),
     )
     for tag in tags:
         typer.echo(tag)

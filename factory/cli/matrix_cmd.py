@@ -20,6 +20,7 @@ from factory.plan.ci import Chunk, parse_chunk
 from factory.plan.plan import Job, Plan, plan_file
 from factory.spec import stable_abi
 from factory.spec.config import MatrixFile
+from factory.spec.toolchains import platform_suffix
 
 # Shared with `factory build`: the file's own paths are confined to its directory unless the user says so.
 TRUST_PATHS = typer.Option(
@@ -50,10 +51,12 @@ def _pythons(job: Job) -> str:
     """ "3.11", or for an abi3 job "3.11 (cp311-abi3, covers 3.12, 3.13)"; a stable-ABI job adds the torches
     its wheel serves: "3.11 (torch 2.12, 2.14)"."""
     served = f" (torch {', '.join(job.torches)})" if job.torches else ""
+    # another platform's job says so (its id ends with it too): "3.11 <platform>"
+    where = platform_suffix(job.platform).replace("-", " ")
     if not job.limited_api:
-        return job.python + served
+        return job.python + where + served
     covered = f", covers {', '.join(job.covers)}" if job.covers else ""
-    return f"{job.python} ({job.limited_api}-abi3{covered}){served}"
+    return f"{job.python}{where} ({job.limited_api}-abi3{covered}){served}"
 
 
 def _floors(mf: MatrixFile, jobs: tuple[Job, ...]) -> str:

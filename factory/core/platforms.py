@@ -10,7 +10,8 @@ named by, the ELF machine number of its shared objects and the architecture of a
 No other module spells a platform's name: they take a `Platform` (`DEFAULT_PLATFORM` where a caller has
 no job at hand) and read its columns, so adding a platform is a row here plus what truly differs (a unit
 test holds the rest of factory/ to that). Only `BUILDABLE` platforms are planned; the others are known
-(tags, host detection) but refused in a matrix with one line, until their builder images exist.
+(tags, host detection) but refused in a matrix with one line, until their builder images exist. Today
+every platform of the table is buildable.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Platform:
     gnu_triplet: str  # the multiarch directory and the prefix of the cross-named compilers
     elf_machine: int  # e_machine of its ELF objects (EM_X86_64 = 62, EM_AARCH64 = 183)
     auditwheel_arch: str  # the architecture auditwheel's manylinux policies are written for
+    # QEMU's name for it: the binfmt_misc entry `qemu-<qemu>` that runs its binaries on another host
+    qemu: str
 
     @property
     def tag_suffix(self) -> str:
@@ -85,6 +88,7 @@ PLATFORMS: tuple[Platform, ...] = (
         gnu_triplet="x86_64-linux-gnu",
         elf_machine=62,
         auditwheel_arch="x86_64",
+        qemu="x86_64",
     ),
     Platform(
         name="aarch64",
@@ -95,6 +99,7 @@ PLATFORMS: tuple[Platform, ...] = (
         gnu_triplet="aarch64-linux-gnu",
         elf_machine=183,
         auditwheel_arch="aarch64",
+        qemu="aarch64",
     ),
 )
 
@@ -102,8 +107,10 @@ PLATFORMS: tuple[Platform, ...] = (
 # platform whose job ids and wheel names carry no platform (they predate the axis).
 DEFAULT_PLATFORM = PLATFORMS[0]
 
-# The platforms a matrix may plan today; the others' builder images do not exist yet.
-BUILDABLE: tuple[Platform, ...] = (DEFAULT_PLATFORM,)
+# The platforms a matrix may plan: each has builder images (the pypi flavor's, from a bootstrapped base and
+# the toolkit's wheels of that platform), built natively on such a host and under QEMU on another
+# (`factory.build.emulation`).
+BUILDABLE: tuple[Platform, ...] = PLATFORMS
 
 NAMES: tuple[str, ...] = tuple(p.name for p in PLATFORMS)
 

@@ -36,6 +36,13 @@ def profile_path(package: str, version: str, *, home: Path | None = None) -> Pat
     return (home or factory_home()) / "profiles" / canonicalize_name(package) / f"{version}.json"
 
 
+def keyed_version(version: str, measured: str) -> str:
+    """The version a profile is stored and shipped under: the package's own for figures measured natively on
+    the default platform, "<version>@<measured>" for others (`emulation.measured_on`), so figures measured
+    under emulation never mix with native ones (a PEP 440 version has no "@")."""
+    return f"{version}@{measured}" if measured else version
+
+
 def profile_from_json(data: object, *, source: str = "profile") -> Profile:
     try:
         package, version, entries = protocol.parse_profile(data)

@@ -24,7 +24,7 @@ from factory.spec.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.spec.matrix import expand, expand_with_origin
 from factory.spec.recipes import recipe_env, recipe_warnings
 from factory.spec.stable_abi import covers_torch
-from factory.spec.toolchains import cuda_major, toolkit_cuda
+from factory.spec.toolchains import cuda_major, platform_suffix, toolkit_cuda
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,11 +196,6 @@ def plan_file(
     return mf, select_jobs(plan_matrix(mf, prune=prune), only, file=str(path))
 
 
-def platform_suffix(found: Platform) -> str:
-    """What a job id adds for its platform: nothing for the default one (ids predate the axis)."""
-    return "" if found == DEFAULT_PLATFORM else f"-{found.name}"
-
-
 def _glob(pattern: str, *names: str) -> bool:
     return any(fnmatch.fnmatchcase(n, pattern) for n in names)
 
@@ -264,6 +259,17 @@ def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex
     return Resolver(index=index, sources=sources)
 
 
+def _platform_problem(
+    resolver: Resolver, platform: Platform, *, cuda: str, torch: str, python: str
+) -> str | None:
+    """Why the index CUDA `cuda` takes torch from has no torch wheel for the job on `platform` (which
+    torches, Pythons and platforms exist is read off its file names, as for the default platform)."""
+    from factory.plan.torchcompat import platform_problem
+
+    source = resolver.sources[cuda]
+    return platform_problem(resolver.index.files(source), source, platform, torch=torch, python=python)
+
+
 def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None = None) -> Plan:
     """Expand the matrix and (unless prune=False) drop or trim what the compatibility data rules out.
 
@@ -277,6 +283,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
     compat = mf.compat
     resolved: tuple[Resolution, ...] = ()
     plan_notes: tuple[str, ...] = ()
+    resolver: Resolver | None = None
     if has_specifiers(combos):
         resolver = _resolver(mf, combos, index)
         combos, resolved = resolve_combinations(
@@ -317,6 +324,13 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
                 dropped.append(DroppedJob(values=raw, reason=verdict.dropped))
                 continue
             archs, notes, known = verdict.archs, verdict.notes, verdict.known
+            if platform != DEFAULT_PLATFORM:
+                # compat.json speaks of the default platform's wheels; another's are read off the index
+                resolver = resolver or _resolver(mf, combos, index)
+                missing = _platform_problem(resolver, platform, cuda=cuda, torch=torch, python=python)
+                if missing is not None:
+                    dropped.append(DroppedJob(values=raw, reason=missing))
+                    continue
         else:
             notes = ("not checked (--no-prune)",)
         toolkit = job_toolkit(mf, cuda=cuda, python=python)

@@ -74,6 +74,39 @@ def allowed(
     ]
 
 
+def platform_offer(
+    files: Iterable[TorchFile], source: TorchSource, platform: Platform, *, torch: str
+) -> dict[str, list[str]]:
+    """What `source` has of `torch` (a minor, "2.14", or a release, "2.14.1") for `platform`, from the index's
+    file names alone: each Python -> the versions with a wheel for it, newest first."""
+    offer: dict[str, list[str]] = {}
+    for f in sorted(allowed(files, source, platform), key=lambda f: f.version, reverse=True):
+        public = f.version.public
+        if torch not in (public, torch_minor(public)) or f.version.is_prerelease or f.version.is_devrelease:
+            continue
+        for python in f.pythons:
+            versions = offer.setdefault(python, [])
+            if str(f.version) not in versions:
+                versions.append(str(f.version))
+    return offer
+
+
+def platform_problem(
+    files: Iterable[TorchFile], source: TorchSource, platform: Platform, *, torch: str, python: str
+) -> str | None:
+    """Why a job of torch `torch` and Python `python` on `platform` cannot be built from `source`, one line
+    naming what the index has instead; None when it has a wheel (which CUDA it is a build of is judged as
+    for every platform, by the version pip takes)."""
+    offer = platform_offer(files, source, platform, torch=torch)
+    if python in offer:
+        return None
+    where = f"on {source.label}"
+    if not offer:
+        return f"no torch {torch} wheel for {platform.name} {where} (its {platform.wheelhouse_tag} wheels)"
+    pythons = ", ".join(sorted(offer, key=lambda p: tuple(int(x) for x in p.split("."))))
+    return f"no torch {torch} wheel for Python {python} on {platform.name} {where} (it has Python {pythons})"
+
+
 def representative(files: Sequence[TorchFile]) -> TorchFile:
     """The one wheel of a version read for what all of them share (version.py, headers, requirements)."""
     return next((f for f in files if "3.11" in f.pythons), files[0])

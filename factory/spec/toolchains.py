@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from factory.core.errors import ConfigError, ImageError
+from factory.core.platforms import DEFAULT_PLATFORM, PLATFORMS, Platform
 from factory.spec.options import FLAVORS
 
 BASE_REPOSITORY = "factory-base"
@@ -127,21 +128,45 @@ def _check_flavor(flavor: str) -> None:
         raise ConfigError(f"unknown image flavor {flavor!r}: expected one of {', '.join(FLAVORS)}")
 
 
-def builder_image_name(*, cuda: str, python: str, flavor: str) -> str:
-    """The tag of a one-Python builder image: `factory-builder:cu13.0-py3.11-pypi`."""
+def platform_suffix(target: Platform) -> str:
+    """What an image tag or a job id adds for its platform: nothing for the default one (both predate the
+    axis), "-<name>" for another; an image of another platform is never taken for the default one's."""
+    return "" if target == DEFAULT_PLATFORM else f"-{target.name}"
+
+
+def split_platform(tag: str) -> tuple[str, Platform]:
+    """A factory image tag's name part and platform ("bookworm-<name>" -> ("bookworm", that platform))."""
+    for target in PLATFORMS:
+        suffix = platform_suffix(target)
+        if suffix and tag.endswith(suffix):
+            return tag[: -len(suffix)], target
+    return tag, DEFAULT_PLATFORM
+
+
+def base_image_name(suite: str, target: Platform = DEFAULT_PLATFORM) -> str:
+    """The bootstrapped base of a suite for a platform: `factory-base:bookworm`, and
+    `factory-base:bookworm-<name>` for another platform."""
+    if not _SUITE_RE.fullmatch(suite):
+        raise ConfigError(f"invalid suite name {suite!r}")
+    return f"{BASE_REPOSITORY}:{suite}{platform_suffix(target)}"
+
+
+def builder_image_name(*, cuda: str, python: str, flavor: str, target: Platform = DEFAULT_PLATFORM) -> str:
+    """The tag of a one-Python builder image: `factory-builder:cu13.0-py3.11-pypi` (`...-pypi-<platform>`
+    for another platform)."""
     _check_version("CUDA", cuda)
     _check_version("Python", python)
     _check_flavor(flavor)
-    return f"{BUILDER_REPOSITORY}:cu{cuda}-py{python}-{flavor}"
+    return f"{BUILDER_REPOSITORY}:cu{cuda}-py{python}-{flavor}{platform_suffix(target)}"
 
 
-def toolchain_image_name(*, cuda: str, suite: str, flavor: str) -> str:
+def toolchain_image_name(*, cuda: str, suite: str, flavor: str, target: Platform = DEFAULT_PLATFORM) -> str:
     """The tag of a builder image with every Python of a toolchain: `factory-builder:cu13.0-forky-pypi`."""
     _check_version("CUDA", cuda)
     _check_flavor(flavor)
     if not _SUITE_RE.fullmatch(suite):
         raise ConfigError(f"invalid suite name {suite!r}")
-    return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}"
+    return f"{BUILDER_REPOSITORY}:cu{cuda}-{suite}-{flavor}{platform_suffix(target)}"
 
 
 def pypi_toolchain(python: str, *, base_image: str | None, floor: str | None = None) -> Toolchain | None:
@@ -216,21 +241,47 @@ def toolkit_cuda(*, cuda: str, python: str, flavor: str) -> str:
     return cuda
 
 
+# The flavors whose builder images the factory makes for every platform (from a bootstrapped base and the
+# toolkit's wheels); NVIDIA's devel images, PyTorch's manylinux builder and Debian's toolkit: the default
+# platform's only.
+PORTABLE_FLAVORS = ("pypi",)
+
+
+def flavor_platform_problem(flavor: str, target: Platform) -> str | None:
+    """Why `flavor` makes no builder image for `target` (one line); None where it does."""
+    if target == DEFAULT_PLATFORM or flavor in PORTABLE_FLAVORS:
+        return None
+    return (
+        f"flavor {flavor} builds {DEFAULT_PLATFORM.name} only; {target.name} jobs use flavor "
+        f"{' or '.join(PORTABLE_FLAVORS)} (the toolkit from NVIDIA's {target.name} wheels)"
+    )
+
+
 def builder_image_for(
-    *, cuda: str, python: str, flavor: str, base_image: str | None, floor: str | None = None
+    *,
+    cuda: str,
+    python: str,
+    flavor: str,
+    base_image: str | None,
+    floor: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """The builder image a job of (cuda, python) runs in: the toolchain image when the job has one (every
     Python of a variant then compiles with one compiler; for a glibc `floor`, one whose glibc meets it where
     there is such), else the image of its own Python. The debian flavor's image is its suite's, named by the
-    toolkit's CUDA (every CUDA 12 variant shares it)."""
+    toolkit's CUDA (every CUDA 12 variant shares it). Another platform's image carries its name
+    (`platform_suffix`)."""
+    problem = flavor_platform_problem(flavor, target)
+    if problem is not None:
+        raise ConfigError(problem)
     if flavor == "debian":
         debian = debian_toolchain(cuda=cuda, python=python)
         assert debian.cuda is not None
         return toolchain_image_name(cuda=debian.cuda, suite=debian.suite, flavor=flavor)
     toolchain = job_toolchain(python=python, flavor=flavor, base_image=base_image, floor=floor)
     if toolchain is not None:
-        return toolchain_image_name(cuda=cuda, suite=toolchain.name, flavor=flavor)
-    return builder_image_name(cuda=cuda, python=python, flavor=flavor)
+        return toolchain_image_name(cuda=cuda, suite=toolchain.name, flavor=flavor, target=target)
+    return builder_image_name(cuda=cuda, python=python, flavor=flavor, target=target)
 
 
 def builder_glibc(
@@ -284,8 +335,17 @@ def _check_pypi_toolkit(cuda: str) -> None:
 
 
 def base_suite_of(image: str) -> str | None:
-    """The suite of a factory-bootstrapped base tag (`factory-base:bookworm` -> "bookworm"), else None."""
+    """The suite of a factory-bootstrapped base tag (`factory-base:bookworm` -> "bookworm", so does
+    `factory-base:bookworm-<platform>`), else None."""
     repo, sep, tag = image.rpartition(":")
     if not sep or repo != BASE_REPOSITORY or not _SUITE_RE.fullmatch(tag):
         return None
-    return tag
+    return split_platform(tag)[0]
+
+
+def base_platform_of(image: str) -> Platform:
+    """The platform of a factory-bootstrapped base tag; the default one for any other image."""
+    repo, sep, tag = image.rpartition(":")
+    if not sep or repo != BASE_REPOSITORY:
+        return DEFAULT_PLATFORM
+    return split_platform(tag)[1]

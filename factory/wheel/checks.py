@@ -34,7 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.core import bounded, reproducible
 from factory.core.errors import CheckError
-from factory.core.platforms import DEFAULT_PLATFORM
+from factory.core.platforms import DEFAULT_PLATFORM, PLATFORMS, by_name
 from factory.core.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.core.variants import Arch
 from factory.spec import abi3
@@ -596,6 +596,7 @@ def check_wheel(
             ]
         if stable_abi:
             problems += stable_abi_problems(archive)
+        problems += machine_problems(archive, machine)
     if problems:
         return problems  # auditwheel's errors about a broken wheel would only repeat these
     if limited_api:
@@ -793,6 +794,28 @@ def stable_abi_problems(archive: zipfile.ZipFile) -> list[str]:
             problem = stable_abi_module_problem(info.filename, fh)
         if problem is not None:
             problems.append(problem)
+    return problems
+
+
+def machine_problems(archive: zipfile.ZipFile, machine: str) -> list[str]:
+    """An extension module built for another machine than the wheel's platform (its ELF header's e_machine),
+    one line each: an emulated or cross build that took the wrong compiler is refused, not published under a
+    tag pip would install it by."""
+    target = by_name(machine)
+    if target is None:
+        return []
+    problems = []
+    for info in archive.infolist():
+        if info.is_dir() or not is_extension_module(info.filename):
+            continue
+        with archive.open(info) as member:
+            header = member.read(20)
+        if len(header) < 20 or header[:4] != b"\x7fELF":
+            continue  # the device code's check names a module that is no ELF file
+        found = int.from_bytes(header[18:20], "little")
+        if found != target.elf_machine:
+            named = next((p.name for p in PLATFORMS if p.elf_machine == found), f"ELF machine {found}")
+            problems.append(f"{info.filename}: built for {named}, not for the wheel's {target.name}")
     return problems
 
 

@@ -26,6 +26,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from factory.core.errors import CheckError
+from factory.core.platforms import Platform, host_platform
 from factory.core.tags import parse_manylinux
 
 # SONAME patterns of what the torch wheel and the nvidia-* wheels it depends on install (torch/lib; libcudart,
@@ -132,6 +133,14 @@ def _exclude_args() -> list[str]:
     return [arg for pattern in TORCH_PROVIDED for arg in ("--exclude", pattern)]
 
 
+def repair_plat(policy: str, host: Platform | None) -> str:
+    """auditwheel repair's --plat for a wheel whose symbols allow `policy`: the tag itself, but "auto" for a
+    tag of another platform than the host's, because --plat takes only the host machine's tags (an emulated
+    Arm build on an Intel host); "auto" repairs to the best tag its analysis allows, which
+    `repair_platform_tag` then holds to `policy`."""
+    return policy if host is not None and host.owns_tag(policy) else "auto"
+
+
 def repair_platform_tag(wheel: Path, out_dir: Path) -> Path:
     """Write `wheel` retagged with the manylinux tag auditwheel allows into `out_dir`; return its path.
 
@@ -144,12 +153,18 @@ def repair_platform_tag(wheel: Path, out_dir: Path) -> Path:
     if problems:
         raise CheckError(f"{wheel.name}: {problems[0]}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    plat = repair_plat(verdict.policy, host_platform())
     with tempfile.TemporaryDirectory(prefix=".factory-repair-", dir=out_dir) as scratch:
-        args = ["repair", "--plat", verdict.policy, "--only-plat", "-w", scratch, *_exclude_args()]
+        args = ["repair", "--plat", plat, "--only-plat", "-w", scratch, *_exclude_args()]
         _auditwheel(args, wheel)
         written = sorted(Path(scratch).glob("*.whl"))
         if len(written) != 1:
             raise CheckError(f"{wheel.name}: auditwheel repair wrote {len(written)} wheels, expected one")
+        if verdict.policy not in written[0].name.removesuffix(".whl").rsplit("-", 1)[-1].split("."):
+            raise CheckError(
+                f"{wheel.name}: auditwheel repair wrote {written[0].name}, not the {verdict.policy} its "
+                "symbols allow"
+            )
         target = out_dir / written[0].name
         written[0].replace(target)
     target.chmod(0o644)

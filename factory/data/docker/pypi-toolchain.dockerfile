@@ -2,6 +2,8 @@
 # ensure_toolchain_image: factory-builder:cu<cuda>-<suite>-pypi), after its final stage.
 ARG PYTHONS
 ARG GCC
+# The GNU triplet of the target platform (factory/core/platforms.py): setuptools calls <triplet>-g++.
+ARG TRIPLET
 USER root
 # CUDA 13.0's crt/math_functions.h and glibc >= 2.42 (forky) disagree on rsqrt/rsqrtf: see the script.
 COPY cuda-headers-glibc.py /tmp/cuda-headers-glibc.py
@@ -12,7 +14,7 @@ USER factory
 # Every Python of the toolchain, and its one GCC (when pinned) under each name nvcc, torch and setuptools call.
 RUN set -eu; \
     for p in ${PYTHONS}; do "python${p}" -c 'import venv, sysconfig'; "python${p}" --version; done; \
-    for c in gcc g++ cc c++ x86_64-linux-gnu-gcc x86_64-linux-gnu-g++; do \
+    for c in gcc g++ cc c++ "${TRIPLET}-gcc" "${TRIPLET}-g++"; do \
       [ -z "${GCC}" ] || [ "$("$c" -dumpversion)" = "${GCC}" ] \
         || { echo "factory: $c is GCC $("$c" -dumpversion), not the toolchain's ${GCC}" >&2; exit 1; }; \
     done

@@ -97,7 +97,7 @@ def test_the_table_is_consistent() -> None:
     for p in PLATFORMS:
         assert p.name in p.machines and p.gnu_triplet.startswith(p.name + "-")
         assert p.docker == f"linux/{p.debian_arch}"
-    assert BUILDABLE == (DEFAULT_PLATFORM,)
+    assert BUILDABLE == PLATFORMS
 
 
 def test_lookups() -> None:
@@ -136,7 +136,9 @@ def test_tags(tag: str, platform: str | None, glibc: tuple[int, int] | None) -> 
 
 def test_build_problem() -> None:
     assert build_problem(DEFAULT_PLATFORM) is None
-    assert build_problem(AARCH64) == "aarch64 builds are not supported yet (the factory builds x86_64)"
+    assert build_problem(AARCH64) is None
+    riscv = replace(AARCH64, name="riscv64", machines=("riscv64",))
+    assert build_problem(riscv) == "riscv64 builds are not supported yet (the factory builds x86_64, aarch64)"
 
 
 def test_x86_64_names_are_as_before() -> None:
@@ -208,13 +210,9 @@ def test_platform_in_exclude_and_include(tmp_path: Path) -> None:
     assert all(j.platform is DEFAULT_PLATFORM and "platform" not in j.extra for j in jobs)
 
 
-def test_aarch64_is_refused_naming_its_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
-        load(tmp_path, HEAD + AXES + "  platform: [aarch64]\n")
-    assert str(caught.value) == (
-        f"{tmp_path / 'm.yaml'}:8: aarch64 builds are not supported yet (the factory builds x86_64)"
-    )
-    assert caught.value.exit_code == 2
+def test_aarch64_loads(tmp_path: Path) -> None:
+    mf = load(tmp_path, HEAD + AXES + "  platform: [x86_64, aarch64]\n")
+    assert mf.matrix.axes["platform"] == ("x86_64", "aarch64")
 
 
 def job(python: str, platform: platforms.Platform = DEFAULT_PLATFORM, torch: str = "2.10") -> Job:
@@ -246,3 +244,13 @@ def test_one_abi3_and_one_stable_abi_wheel_per_platform() -> None:
         ("aarch64", ("2.11",)),
     ]
     assert replace(stable.jobs[1], platform=DEFAULT_PLATFORM).id != stable.jobs[1].id
+
+
+def test_auditwheel_repairs_another_platform_to_auto() -> None:
+    """auditwheel's --plat lists the host machine's tags only: an aarch64 wheel on x86_64 is "auto"."""
+    from factory.wheel.platform_tag import repair_plat
+
+    assert repair_plat("manylinux_2_34_x86_64", DEFAULT_PLATFORM) == "manylinux_2_34_x86_64"
+    assert repair_plat("manylinux_2_34_aarch64", DEFAULT_PLATFORM) == "auto"
+    assert repair_plat("manylinux_2_34_aarch64", AARCH64) == "manylinux_2_34_aarch64"
+    assert repair_plat("manylinux_2_34_aarch64", None) == "auto"

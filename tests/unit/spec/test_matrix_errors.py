@@ -413,10 +413,6 @@ CASES: dict[str, tuple[str, str]] = {
         'package:\n  name: x\n  version: "1"\n  max_download: lots #<\nmatrix:\n' + GOOD_AXES,
         "package.max_download: size 'lots' is not a size like 16GiB",
     ),
-    "platform-not-built-yet": (
-        HEAD + "matrix:\n" + GOOD_AXES + "  platform: [x86_64, aarch64] #<\n",
-        "aarch64 builds are not supported yet",
-    ),
     "platform-unknown": (
         HEAD + "matrix:\n" + GOOD_AXES + '  include:\n    - {python: "3.12", platform: arm} #<\n',
         "unknown platform 'arm': expected one of x86_64, aarch64",

@@ -878,3 +878,14 @@ def test_a_wheel_pinned_with_the_recipes_extra_requires_passes_its_check(tmp_pat
     assert (
         "Requires-Dist: torch==2.14.*\nRequires-Dist: torch-scatter>=2.1\nRequires-Dist: einops\n" in metadata
     )
+
+
+def test_a_module_of_another_machine_is_refused(tmp_path: Path) -> None:
+    """An x86_64 extension in a wheel of an aarch64 job (a build that took the wrong compiler): one line."""
+    from factory.wheel.checks import machine_problems
+
+    wheel = good_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        assert machine_problems(zf, "x86_64") == []
+        assert machine_problems(zf, "aarch64") == [f"{SO}: built for x86_64, not for the wheel's aarch64"]
+        assert machine_problems(zf, "riscv64") == []  # a machine the table lacks is judged by its tags

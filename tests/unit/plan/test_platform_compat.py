@@ -1,0 +1,152 @@
+"""Which torch, Python and CUDA exist per platform, read off the index's file names: an aarch64 job whose
+torch has no aarch64 wheel for its Python is dropped with its reason; the x86_64 jobs plan as before."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from factory.core.platforms import DEFAULT_PLATFORM, named
+from factory.plan.plan import plan_matrix
+from factory.plan.torchcompat import platform_offer, platform_problem
+from factory.plan.torchindex import TorchSource, parse_torch_file
+from factory.spec.config import load_matrix_file
+from tests.torch_index_helpers import TorchWheel, make_index
+
+AARCH64 = named("aarch64")
+ARM = "manylinux_2_28_aarch64"
+WHEELS = [
+    TorchWheel("2.13.0", "13.0", pythons=("3.11", "3.12")),
+    TorchWheel("2.14.1", "13.0", cxx_std="20", pythons=("3.11", "3.12")),
+    TorchWheel("2.14.0", "13.0", cxx_std="20", pythons=("3.12",), platform=ARM),
+    TorchWheel("2.14.1", "13.0", cxx_std="20", pythons=("3.12",), platform=ARM),
+]
+SOURCE = TorchSource(pages=("https://i/simple/torch/",), label="https://i/simple")
+
+
+def files(wheels: list[TorchWheel]) -> list:  # type: ignore[type-arg]
+    out = []
+    for wheel in wheels:
+        for name in wheel.filenames():
+            parsed = parse_torch_file(name, f"https://i/{name}", None, "https://i/simple/torch/")
+            assert parsed is not None
+            out.append(parsed)
+    return out
+
+
+def test_offer_per_platform_from_file_names() -> None:
+    found = files(WHEELS)
+    assert platform_offer(found, SOURCE, AARCH64, torch="2.14") == {"3.12": ["2.14.1", "2.14.0"]}
+    assert platform_offer(found, SOURCE, AARCH64, torch="2.14.0") == {"3.12": ["2.14.0"]}
+    assert platform_offer(found, SOURCE, AARCH64, torch="2.13") == {}
+    assert platform_offer(found, SOURCE, DEFAULT_PLATFORM, torch="2.14") == {
+        "3.11": ["2.14.1"],
+        "3.12": ["2.14.1"],
+    }
+
+
+def test_problem_names_what_the_index_has() -> None:
+    found = files(WHEELS)
+    assert platform_problem(found, SOURCE, AARCH64, torch="2.14", python="3.12") is None
+    assert platform_problem(found, SOURCE, AARCH64, torch="2.14", python="3.11") == (
+        "no torch 2.14 wheel for Python 3.11 on aarch64 on https://i/simple (it has Python 3.12)"
+    )
+    assert platform_problem(found, SOURCE, AARCH64, torch="2.13", python="3.12") == (
+        "no torch 2.13 wheel for aarch64 on https://i/simple (its manylinux_2_28_aarch64 wheels)"
+    )
+
+
+@pytest.fixture
+def pip_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    simple = make_index(tmp_path_factory.mktemp("torch-index"), WHEELS)
+    for var in [v for v in os.environ if v.startswith("PIP_")]:
+        monkeypatch.delenv(var)
+    for key, value in {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": simple.as_uri(),
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_CONSTRAINT": "",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path_factory.mktemp("home")))
+    return simple
+
+
+def test_plan_drops_a_platform_without_torch_with_its_reason(tmp_path: Path, pip_index: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: .}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        "matrix:\n"
+        '  cuda: ["13.0"]\n'
+        '  torch: ["2.14"]\n'
+        '  python: ["3.11", "3.12"]\n'
+        "  cxx11_abi: [true]\n"
+        '  arch: ["9.0"]\n'
+        "  platform: [x86_64, aarch64]\n"
+        "build:\n"
+        '  torch_index: {"13.0": default}\n'
+    )
+    plan = plan_matrix(load_matrix_file(path))
+    assert [(j.python, j.platform.name) for j in plan.jobs] == [
+        ("3.11", "x86_64"),
+        ("3.12", "x86_64"),
+        ("3.12", "aarch64"),
+    ]
+    assert [j.id for j in plan.jobs][2].endswith("-py312-aarch64")
+    (dropped,) = plan.dropped
+    assert dropped.values["python"] == "3.11" and dropped.values["platform"] == "aarch64"
+    assert dropped.reason.startswith("no torch 2.14 wheel for Python 3.11 on aarch64 on ")
+    assert dropped.reason.endswith("(it has Python 3.12)")
+
+
+def test_build_without_emulation_is_one_line_before_any_container(
+    tmp_path: Path, pip_index: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any
+) -> None:
+    """`factory build` of an aarch64 job on an x86_64 host without QEMU's entry: exit 2, one line saying
+    what to run, and Docker never asked."""
+    from factory.build import emulation, engine
+
+    monkeypatch.setattr(emulation, "host_platform", lambda: DEFAULT_PLATFORM)
+    monkeypatch.setattr(emulation, "BINFMT_DIR", tmp_path / "binfmt_misc")
+    (tmp_path / "binfmt_misc").mkdir()
+    (tmp_path / "binfmt_misc" / "status").write_text("enabled\n")
+
+    def no_docker(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Docker was asked")
+
+    monkeypatch.setattr(engine, "connect", no_docker)
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: src}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        " platform: [aarch64]}\n"
+        'build: {torch_index: {"13.0": default}}\n'
+    )
+    code, out = factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+    assert code == 2, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines[-1].startswith(
+        "error: aarch64 containers on this x86_64 host need QEMU emulation: run `apt-get"
+    )
+    assert "Traceback" not in out
+
+
+def test_factory_matrix_names_the_platform_of_a_job(tmp_path: Path, pip_index: Path) -> None:
+    from factory.cli.matrix import _pythons
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: .}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        " platform: [x86_64, aarch64]}\n"
+        'build: {torch_index: {"13.0": default}}\n'
+    )
+    assert [_pythons(j) for j in plan_matrix(load_matrix_file(path)).jobs] == ["3.12", "3.12 aarch64"]
