@@ -139,7 +139,7 @@ def test_build_without_emulation_is_one_line_before_any_container(
 
 
 def test_factory_matrix_names_the_platform_of_a_job(tmp_path: Path, pip_index: Path) -> None:
-    from factory.cli.matrix import _pythons
+    from factory.cli.matrix_cmd import _pythons
 
     path = tmp_path / "matrix.yaml"
     path.write_text(
