@@ -185,6 +185,7 @@ LOADER_MODULES = {
     "factory.core.errors",
     "factory.core.platforms",
     "factory.core.resources",
+    "factory.core.storeurl",
     "factory.core.tags",
     "factory.core.units",
     "factory.core.urls",
