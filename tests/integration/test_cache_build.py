@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from homes import fresh_home
 from test_build import FACTORY, ROOT, demo_matrix
 from test_kill import build_containers
 from test_memory_build import SCALE, memext_matrix
@@ -33,14 +34,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SHARED_KEY, SHARED_PUB = (k.decode() for k in signing.generate_key())
 WRITER = {cachekeys.SIGN_KEY_ENV: SHARED_KEY}
 READER = {cachekeys.PUBLIC_KEYS_ENV: SHARED_PUB}
-
-
-def fresh_home(tmp: Path, name: str, session_home: Path) -> Path:
-    """An empty `$FACTORY_HOME` but for the wheelhouse cache (keyed by its inputs, shared by the session)."""
-    home = tmp / name
-    home.mkdir()
-    (home / "wheelhouses").symlink_to((session_home / "wheelhouses").resolve(), target_is_directory=True)
-    return home
 
 
 def factory_build(matrix: Path, out: Path) -> list[str]:

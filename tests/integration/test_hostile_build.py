@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_cache_build import fresh_home
+from homes import fresh_home
 
 from bench.matrices import DEMO, write_matrix
 from factory.cache import sync

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from homes import fresh_home
 from test_build import DEMO_SRC, ROOT, demo_matrix
-from test_cache_build import factory_build, fresh_home
+from test_cache_build import factory_build
 
 from factory.build import engine
 from factory.cache.sync import LAYOUT

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from homes import SHARED, fresh_home
 from test_build import FACTORY, ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,12 +31,7 @@ def flash_attn_preflight(
     tmp_path_factory: pytest.TempPathFactory, docker_client: Any, session_factory_home: Path
 ) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("flash-attn-preflight")
-    home = tmp / "home"
-    home.mkdir()
-    shared = (session_factory_home / "wheelhouses").resolve().parent  # the user's $FACTORY_HOME
-    for name in ("wheelhouses", "sdists"):
-        (shared / name).mkdir(exist_ok=True)
-        (home / name).symlink_to(shared / name, target_is_directory=True)
+    home = fresh_home(tmp, "home", session_factory_home, shared=SHARED)
     matrix = tmp / "matrix.yaml"
     matrix.write_text(
         textwrap.dedent(

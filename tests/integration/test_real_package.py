@@ -4,7 +4,9 @@ configured index, by its built-in recipe alone (`recipe: causal-conv1d`), for sm
 command line; its wheel then installed with pip into a fresh Python 3.13 venv beside torch 2.10 and imported
 (an extension imports without a GPU), in a container of its own with no network.
 
-One module-scoped build (10-15 minutes on two cores), several assertions on it. Before it, every built-in
+One module-scoped build (about 5 minutes on two cores; its compiles are kept across sessions as a CI cache
+would keep them, `homes.kept_compile_cache`, so a warm run links what an earlier one compiled with the same
+inputs), several assertions on it. Before it, every built-in
 recipe's patches are tried against the real sdist they were made for (`factory matrix --check`). The CUDA 13
 and C++20 path of a real package is the flash-attn preflight's (test_preflight_flash_attn.py).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -22,6 +25,7 @@ from typing import Any
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from homes import SHARED, fresh_home, kept_compile_cache
 from packaging.utils import parse_wheel_filename
 
 from factory.build.jobspec import requirements
@@ -64,8 +68,11 @@ def test_builtin_patches_apply_to_the_sdists_they_were_made_for(name: str, tmp_p
 
 
 @pytest.fixture(scope="module")
-def real_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> dict[str, Any]:
+def real_build(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, session_factory_home: Path
+) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("real-package")
+    home = fresh_home(tmp, "home", session_factory_home, shared=SHARED)
     matrix = tmp / "matrix.yaml"
     matrix.write_text(
         textwrap.dedent(
@@ -85,12 +92,14 @@ def real_build(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
         )
     )
     out = tmp / "wheels"
-    proc = subprocess.run(
-        [*FACTORY, "build", "--matrix", str(matrix), "--output", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    with kept_compile_cache(home, session_factory_home, "real-package"):
+        proc = subprocess.run(
+            [*FACTORY, "build", "--matrix", str(matrix), "--output", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "FACTORY_HOME": str(home)},
+        )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     job = {j["job_id"]: j for j in report["jobs"]}[JOB]

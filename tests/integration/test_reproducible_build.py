@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from homes import fresh_home
 from test_build import DEMO_SRC, FACTORY, ROOT, demo_matrix
-from test_cache_build import fresh_home
 
 from factory.cache import sync
 from factory.container import compilecache

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from homes import fresh_home
 from test_build import ROOT
-from test_cache_build import WRITER, cubin_archs, factory_build, fresh_home, run_build, store_entries
+from test_cache_build import WRITER, cubin_archs, factory_build, run_build, store_entries
 from test_memory_build import SCALE, memext_matrix
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
