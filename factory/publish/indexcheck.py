@@ -210,10 +210,7 @@ def _show_planned(
     missing: list[str] = []
     for job in jobs:
         filenames = [r.filename for r in listed.get(index.project_page(job.variant.id, name), ())]
-        version = job.variant.full_version
-        if published_wheel(
-            filenames, project=project, version=version, python=job.python, platform=job.platform
-        ):
+        if published_wheel(filenames, project=project, version=job.variant.full_version, python=job.python):
             have.append((job.variant.id, job.python))
         else:
             missing.append(job.id)

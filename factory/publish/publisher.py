@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.core import bounded, storeurl
 from factory.core.errors import CheckError, ConfigError, PublishError
-from factory.core.platforms import DEFAULT_PLATFORM, Platform
+from factory.core.platforms import Platform
 from factory.core.tags import canonical_wheel_filename, python_tag
 from factory.publish import index, site, wheelvariants
 from factory.publish.index import FileRecord, PageRef
@@ -932,11 +932,12 @@ def published_wheel(
     version: str,
     python: str,
     limited_api: str | None = None,
-    platform: Platform = DEFAULT_PLATFORM,
+    platform: Platform | None = None,
 ) -> str | None:
-    """The one of `filenames` that is this project's wheel of `version` for CPython `python` ("3.11") on
-    `platform` (a variant's page lists the wheels of every platform, each told by its platform tag); for
-    an abi3 job (`limited_api`, its tag "cp311"), the `cp311-abi3` wheel."""
+    """The one of `filenames` that is this project's wheel of `version` for CPython `python` ("3.11"); for
+    an abi3 job (`limited_api`, its tag "cp311"), the `cp311-abi3` wheel. With `platform`, only a wheel for
+    that platform (or a pure one) counts: a job's wheel is not its sibling of another platform, which has
+    the same name but for its platform tag; None: whatever platform it is for."""
     interpreter = limited_api or python_tag(python)
     for filename in filenames:
         try:
@@ -949,7 +950,7 @@ def published_wheel(
             and any(
                 t.interpreter == interpreter
                 and (t.abi == "abi3") == bool(limited_api)
-                and platform.owns_tag(t.platform)
+                and (platform is None or t.platform == "any" or platform.owns_tag(t.platform))
                 for t in tags
             )
         ):

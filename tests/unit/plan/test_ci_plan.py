@@ -256,11 +256,11 @@ def test_published_wheel_is_per_platform() -> None:
     x86 = "demo-1.0+cu13-cp311-cp311-manylinux_2_28_x86_64.whl"
     arm_wheel = "demo-1.0+cu13-cp311-cp311-manylinux_2_28_aarch64.whl"
     job = {"project": "demo", "version": "1.0+cu13", "python": "3.11"}
-    assert published_wheel([x86, arm_wheel], **job) == x86  # the default platform's
-    assert published_wheel([x86, arm_wheel], **job, platform=DEFAULT_PLATFORM) == x86
+    assert published_wheel([arm_wheel, x86], **job, platform=DEFAULT_PLATFORM) == x86
     assert published_wheel([x86, arm_wheel], **job, platform=arm) == arm_wheel
     assert published_wheel([x86], **job, platform=arm) is None
-    assert published_wheel([arm_wheel], **job) is None
+    assert published_wheel([arm_wheel], **job, platform=DEFAULT_PLATFORM) is None
+    assert published_wheel([arm_wheel], **job) == arm_wheel  # no platform asked: any
     abi3 = "demo-1.0+cu13-cp39-abi3-linux_aarch64.whl"
     assert published_wheel([abi3], **job, limited_api="cp39", platform=arm) == abi3
-    assert published_wheel([abi3], **job, limited_api="cp39") is None
+    assert published_wheel([abi3], **job, limited_api="cp39", platform=DEFAULT_PLATFORM) is None
