@@ -17,7 +17,16 @@ from factory.build.reuse import Reuse, fetch_all, plan_reuse
 from factory.core.errors import ConfigError, FactoryError
 from factory.memory.shipping import pull_profile, push_profile
 from factory.plan import shard as sharding
-from factory.plan.ci import Chunk, chunk_of, github_json, github_matrix, github_outputs, too_many
+from factory.plan.ci import (
+    RUNS_ON,
+    Chunk,
+    Runners,
+    chunk_of,
+    github_json,
+    github_matrix,
+    github_outputs,
+    too_many,
+)
 from factory.publish.publisher import (
     PublishResult,
     describe,
@@ -60,7 +69,8 @@ def job_pages(job: Job) -> tuple[str, ...]:
 
 def unpublished(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> list[Job]:
     """The jobs whose wheel the store does not list yet (a stable-ABI job's: on some torch's page); each one
-    left out is said through `log`."""
+    left out is said through `log`. Per platform: one variant's page lists the wheels of every platform, and
+    a job is left to build while only another platform's wheel of it is there."""
     pages: dict[str, tuple[str, ...]] = {}
     left = []
     for job in jobs:
@@ -74,6 +84,7 @@ def unpublished(store: Store, mf: MatrixFile, jobs: Sequence[Job], log: Log) -> 
                 version=job.variant.full_version,
                 python=job.python,
                 limited_api=job.limited_api,
+                platform=job.platform,
             )
             if found is None:
                 break
@@ -116,12 +127,17 @@ def github_plan(
     shards: int | None,
     github_output: Path | None,
     log: Log,
+    runners: Runners | None = None,
 ) -> str:
     """`factory matrix --format github`: the chunk's jobs (`plan_ci`) as a GitHub Actions matrix, or with
-    `shards`, its shard and final matrices; appended to `github_output` as step outputs too. The JSON to
+    `shards`, its shard and final matrices; appended to `github_output` as step outputs too. Each job names
+    the runner labels of its platform (`runners`; an include entry's own `runs_on` wins). The JSON to
     print; ConfigError for a matrix GitHub would refuse (the run would fail after its plan)."""
     ci = plan_ci(mf, jobs, chunk=chunk, skip_published=skip_published, log=log)
+    runners = runners or Runners()
     rows = [j.to_json() for j in ci.jobs]
+    for job, row in zip(ci.jobs, rows, strict=True):
+        row.setdefault(RUNS_ON, list(runners.of(job.platform)))
     matrices = sharding.github_matrices(rows, shards) if shards is not None else None
     if matrices is not None:
         for line in sharding.over_limit(matrices):

@@ -93,6 +93,15 @@ def plan_build(request: BuildRequest, *, warn: Log) -> PlannedBuild:
     jobs = list(plan.jobs)
     if not jobs:  # what --only kept, if anything, was dropped
         what = f"no job matches --only {request.only!r}" if request.only else "the matrix plans no job"
+        if plan.dropped:
+            # why, in the same line: a torch with no wheel for the platform, say (`factory matrix` shows all)
+            first = plan.dropped[0]
+            more = (
+                f" (and {len(plan.dropped) - 1} more: `factory matrix` lists them)"
+                if len(plan.dropped) > 1
+                else ""
+            )
+            what += f": {first.id} is dropped: {first.reason}{more}"
         raise ConfigError(what, file=str(request.matrix))
     if request.preflight:
         jobs = lead_jobs(jobs)  # one Python per variant: the others compile the same sources

@@ -116,7 +116,7 @@ def decide(
         records = {r.filename: r for r in pages.get(page, ())}
         name = published_wheel(
             records, project=project, version=job.variant.full_version, python=job.python,
-            limited_api=job.limited_api,
+            limited_api=job.limited_api, platform=job.platform,
         )  # fmt: skip
         if name is None:
             missing.append((torch, page))

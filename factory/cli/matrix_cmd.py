@@ -16,7 +16,7 @@ from factory.core.errors import ConfigError
 from factory.core.validate import shown_name
 from factory.plan import glibcfloor
 from factory.plan import shard as sharding
-from factory.plan.ci import Chunk, parse_chunk
+from factory.plan.ci import Chunk, parse_chunk, parse_runners
 from factory.plan.plan import Job, Plan, plan_file
 from factory.spec import stable_abi
 from factory.spec.config import MatrixFile
@@ -186,6 +186,15 @@ def matrix_command(
             help="With --format github: N shard jobs per job, then its final job (two matrices).",
         ),
     ] = None,
+    runner: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runner",
+            metavar="PLATFORM=LABELS",
+            help="With --format github: the runs-on labels of that platform's jobs (comma-separated, or "
+            "JSON), instead of its own (a host of the platform: its builds never run emulated); repeatable.",
+        ),
+    ] = None,
     requests: Annotated[
         str | None,
         typer.Option(
@@ -199,8 +208,11 @@ def matrix_command(
     part = parse_chunk(chunk)
     if as_json and fmt is not Format.table:
         raise ConfigError(f"--json and --format {fmt}: give one")
-    if fmt is not Format.github and (unpublished or github_output or part != Chunk()):
-        raise ConfigError("--unpublished, --chunk and --github-output apply to --format github only")
+    if fmt is not Format.github and (unpublished or github_output or part != Chunk() or runner):
+        raise ConfigError(
+            "--unpublished, --chunk, --runner and --github-output apply to --format github only"
+        )
+    runners = parse_runners(runner or ())
     mf, plan = plan_file(
         matrix,
         trust_paths=trust_paths,
@@ -245,6 +257,7 @@ def matrix_command(
             shards=shards,
             github_output=github_output,
             log=say,
+            runners=runners,
         )
         typer.echo(github)
         return

@@ -5,7 +5,8 @@ and a field of each planned job. Everything that differs between platforms is a 
 name pip, PEP 425 tags and `platform_machine` markers use, what `platform.machine()` says on such a host,
 the manylinux/musllinux tag suffix, the tag of an untagged build and the tag of the host-side wheelhouse
 (torch's own wheels), Docker's platform string, Debian's architecture name, the GNU triplet compilers are
-named by, the ELF machine number of its shared objects and the architecture of auditwheel's policies.
+named by, the ELF machine number of its shared objects, the architecture of auditwheel's policies and the
+CI runner its jobs run on by default.
 
 No other module spells a platform's name: they take a `Platform` (`DEFAULT_PLATFORM` where a caller has
 no job at hand) and read its columns, so adding a platform is a row here plus what truly differs (a unit
@@ -39,6 +40,10 @@ class Platform:
     auditwheel_arch: str  # the architecture auditwheel's manylinux policies are written for
     # QEMU's name for it: the binfmt_misc entry `qemu-<qemu>` that runs its binaries on another host
     qemu: str
+    # The `runs-on` labels of a CI job (the reusable workflow's build and shard jobs) building for it, unless
+    # the caller names others (`factory matrix --runner`): a host of this platform, so that its builds run
+    # natively, never under emulation
+    ci_runner: tuple[str, ...]
 
     @property
     def tag_suffix(self) -> str:
@@ -89,6 +94,8 @@ PLATFORMS: tuple[Platform, ...] = (
         elf_machine=62,
         auditwheel_arch="x86_64",
         qemu="x86_64",
+        # the self-hosted Docker hosts the workflow has always built on (root, the matrix's memory)
+        ci_runner=("self-hosted", "linux", "x64"),
     ),
     Platform(
         name="aarch64",
@@ -100,6 +107,8 @@ PLATFORMS: tuple[Platform, ...] = (
         elf_machine=183,
         auditwheel_arch="aarch64",
         qemu="aarch64",
+        # GitHub's hosted Arm runner (Ubuntu 24.04, Docker)
+        ci_runner=("ubuntu-24.04-arm",),
     ),
 )
 

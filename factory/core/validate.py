@@ -155,6 +155,35 @@ def specifier_problem(text: str) -> str | None:
     return None
 
 
+# --- CI runners --------------------------------------------------------------------------------------------
+
+# The labels a GitHub Actions job's `runs-on` names: GitHub's hosted images ("ubuntu-24.04-arm") and what a
+# self-hosted runner registers (`config.sh --labels a,b`, so never a comma). Nothing else: no whitespace, no
+# quote, no `${{`: a label reaches the workflow as data and is shown in messages and logs.
+_RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_RUNNER_LABEL = 100
+MAX_RUNNER_LABELS = 16
+
+
+def runner_labels_problem(labels: object) -> str | None:
+    """Why `labels` (a label, or a list of them: what a job's `runs-on` takes) is not a runner's labels;
+    None when it is."""
+    items = [labels] if isinstance(labels, str) else labels
+    if not isinstance(items, list) or not items:
+        return "expected a runner label or a non-empty list of them"
+    if len(items) > MAX_RUNNER_LABELS:
+        return f"{len(items)} runner labels; at most {MAX_RUNNER_LABELS}"
+    for label in items:
+        if not isinstance(label, str):
+            return f"runner label {label!r} is not a string"
+        if len(label) > MAX_RUNNER_LABEL or not _RUNNER_LABEL.fullmatch(label):
+            return (
+                f"runner label {shown_name(label)!r} is not a label like ubuntu-24.04-arm (letters, digits, "
+                f"'.', '_', '-', at most {MAX_RUNNER_LABEL} characters)"
+            )
+    return None
+
+
 # --- memory ------------------------------------------------------------------------------------------------
 
 DEFAULT_BUDGET_FRACTION = 0.75  # of the host's memory, for all of a build's containers together

@@ -388,7 +388,7 @@ def planned_job(
     for job in jobs.get(key.id, ()):
         if published_wheel(
             [filename], project=project, version=job.variant.full_version, python=job.python,
-            limited_api=job.limited_api,
+            limited_api=job.limited_api, platform=job.platform,
         ):  # fmt: skip
             return job
     return None

@@ -30,6 +30,7 @@ from factory.core.validate import (
     library_glob_problem,
     package_name_problem,
     requirement_problem,
+    runner_labels_problem,
     shown_name,
     specifier_problem,
 )
@@ -681,6 +682,13 @@ def _entries(
                         f"matrix.include[{i}].shards must be 1 to {MAX_SHARDS}, not {value!r}", item, k
                     )
                 values[k] = value
+            elif k == "runs_on":
+                # `factory matrix --format github`: the runner labels of this entry's jobs, instead of their
+                # platform's (`--runner`)
+                problem = runner_labels_problem(plain(item[k]))
+                if problem is not None:
+                    raise check.fail(f"matrix.include[{i}].runs_on: {problem}", item, k)
+                values[k] = plain(item[k])
             elif k in (
                 "id",
                 "job_id",

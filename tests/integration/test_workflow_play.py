@@ -1,10 +1,12 @@
 """The reusable workflow (.github/workflows/factory.yml) played locally, no mocks: its plan, build and index
 steps' own `run:` scripts and `env:`, read from the YAML, run in bash as GitHub's runners would.
 
-The plan's real output is the build matrix; each of its jobs gets a "runner" of its own (its own checkout,
-$RUNNER_TEMP, $FACTORY_HOME, output), all building the demo extension at once in real containers and
-publishing to one S3-protocol server (moto, over HTTP); then the index step. Every wheel is published exactly
-once and none is lost, the secrets show in no output or file, and a second run plans nothing.
+The plan's real output is the build matrix, each job naming the runner labels of a host of its platform (an
+aarch64 job an Arm runner's: the play plans those, and builds the x86_64 ones here); each of its jobs gets a
+"runner" of its own (its own checkout, $RUNNER_TEMP, $FACTORY_HOME, output), all building the demo extension
+at once in real containers and publishing to one S3-protocol server (moto, over HTTP); then the index step.
+Every wheel is published exactly once and none is lost, the secrets show in no output or file, and a second
+run plans nothing.
 
 The factory is the project's wheel, installed by the workflow's own "Install the factory" step (a fresh venv,
 not editable) on the plan's runner; the other runners use that venv, as each would install the same wheel.
@@ -68,6 +70,8 @@ def workflow_steps() -> dict[str, Step]:
         "!cancelled() && needs.plan.result == 'success' && needs.plan.outputs.count != '0'"
     )
     assert jobs["build"]["needs"] == ["plan", "shard"]
+    # each shard and build on the runner the plan names for its job: a host of its platform
+    assert jobs["build"]["runs-on"] == jobs["shard"]["runs-on"] == "${{ matrix.runs_on }}"
     assert jobs["shard"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
     assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
     assert jobs["index"]["needs"] == ["plan", "build"]
@@ -283,6 +287,29 @@ def test_the_workflow_played_by_parallel_runners_publishes_every_wheel_once(
     assert plan["count"] == "2"
     # one runner per job by default: no shard job runs
     assert plan["shard_count"] == "0", plan
+    # each on a runner of its platform: x86_64 jobs on build-runs-on (the plan emits, GitHub reads it)
+    x86_runner = json.loads(context["inputs"]["build-runs-on"])
+    assert [j["runs_on"] for j in include] == [x86_runner] * 2, include
+
+    # the same plan for both platforms, the caller naming its own Arm runner: each aarch64 job gets that one,
+    # so that it builds natively there, never emulated (planned only: the play builds the x86_64 jobs)
+    both = matrices.matrix_text(
+        matrices.DEMO,
+        absolute_source=False,
+        matrix={"arch": ["8.0", "9.0"], "platform": ["x86_64", "aarch64"]},
+        build={"memory": "4GiB", "cpus": 1},
+        publish={"to": f"s3://{BUCKET}/{PREFIX}", "endpoint_url": moto.endpoint},
+    )
+    arm = Runner.make(tmp_path / "plan-arm", both, factory=factory)
+    arm_inputs = {**context["inputs"], "aarch64-build-runs-on": '["self-hosted", "linux", "ARM64"]'}
+    said_arm = finish(arm.start(steps["plan"], {**context, "inputs": arm_inputs}), timeout=300)
+    runs_on = {j["job_id"]: j["runs_on"] for j in json.loads(arm.outputs()["matrix"])["include"]}
+    assert runs_on == {
+        "cu130-torch2.14-abi1-sm80-py311": x86_runner,
+        "cu130-torch2.14-abi1-sm90-py311": x86_runner,
+        "cu130-torch2.14-abi1-sm80-py311-aarch64": ["self-hosted", "linux", "ARM64"],
+        "cu130-torch2.14-abi1-sm90-py311-aarch64": ["self-hosted", "linux", "ARM64"],
+    }, said_arm
 
     # build: one runner per matrix job, all at once
     runners = {

@@ -176,3 +176,32 @@ def test_the_index_is_audited_after_publishing_and_weekly() -> None:
     assert job["with"]["audit"] == (
         f"${{{{ github.event.schedule == '{weekly[0]}' || github.event_name == 'workflow_dispatch' }}}}"
     )
+
+
+def test_each_build_runs_on_a_host_of_its_platform() -> None:
+    """Issue 45 §5: the shard and build jobs run where the plan says (`runs_on`, a host of the job's own
+    platform: an aarch64 job on an Arm runner, never emulated); the plan gets every platform's runner from
+    the caller's inputs, whose defaults are the factory's own (`Platform.ci_runner`)."""
+    from factory.core.platforms import PLATFORMS
+    from factory.plan.ci import RUNS_ON, parse_runners
+
+    doc = load("factory.yml")
+    jobs = doc["jobs"]
+    for name in ("shard", "build"):
+        assert jobs[name]["runs-on"] == f"${{{{ matrix.{RUNS_ON} }}}}", name
+    inputs = doc["on"]["workflow_call"]["inputs"]
+    (plan,) = [s for s in jobs["plan"]["steps"] if s.get("id") == "plan"]
+    given = re.findall(r'--runner "(\w+)=\$(\w+)"', plan["run"])
+    assert sorted(platform for platform, _var in given) == sorted(p.name for p in PLATFORMS)
+    defaults = []
+    for platform, var in given:
+        expression = plan["env"][var]
+        found = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", expression)
+        assert found is not None, expression
+        spec = inputs[found.group(1)]
+        assert spec["type"] == "string"
+        defaults.append(f"{platform}={spec['default']}")
+    # the defaults are valid `--runner` values, and the platform's own runner
+    runners = parse_runners(defaults)
+    assert all(runners.chosen[p] == p.ci_runner for p in PLATFORMS)
+    assert inputs["aarch64-build-runs-on"]["default"] == '"ubuntu-24.04-arm"'

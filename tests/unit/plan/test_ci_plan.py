@@ -31,7 +31,7 @@ from factory.plan.ci import (
     too_many,
 )
 from factory.plan.plan import plan_matrix
-from factory.publish.publisher import publish_wheels
+from factory.publish.publisher import publish_wheels, published_wheel
 from factory.spec.config import load_matrix_file
 from factory.spec.options import PublishOptions
 from factory.wheel.checks import record_hash
@@ -212,3 +212,55 @@ def test_cli_plan_never_emits_more_than_a_github_matrix_holds(
         matrix_line = next(line for line in output.splitlines() if line.startswith("{"))
         seen += [j["job_id"] for j in json.loads(matrix_line)["include"]]
     assert len(seen) == len(set(seen)) == 272
+
+
+def test_unpublished_counts_per_platform(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    """One variant's page lists every platform's wheels: an aarch64 job is left to build while only its
+    x86_64 sibling's wheel is published, and the other way round."""
+    text = _demo(tmp_path).read_text()
+    assert 'arch: ["8.0", "9.0;12.0"]' in text
+    text = text.replace('arch: ["8.0", "9.0;12.0"]', 'arch: ["8.0"]\n  platform: [x86_64, aarch64]')
+    tags = {"x86_64": "cp311-cp311-linux_x86_64", "aarch64": "cp311-cp311-manylinux_2_28_aarch64"}
+
+    def planned(path: Path) -> list[str]:
+        code, out = factory_cli(["matrix", "--trust-paths", "-m", str(path), "-f", "github", "--unpublished"])
+        assert code == 0, out
+        (line,) = [line for line in out.splitlines() if line.startswith("{")]
+        return [j["job_id"] for j in json.loads(line)["include"]]
+
+    for first, then in (("x86_64", "aarch64"), ("aarch64", "x86_64")):
+        path = tmp_path / first / "m.yaml"
+        path.parent.mkdir()
+        path.write_text(text.replace(f"to: {tmp_path / 'index'}", f"to: {tmp_path / first / 'index'}"))
+        mf = load_matrix_file(path, trust_paths=True)
+        jobs = {j.platform.name: j for j in plan_matrix(mf).jobs}
+        assert sorted(jobs) == ["aarch64", "x86_64"] and jobs["aarch64"].variant == jobs["x86_64"].variant
+        assert planned(path) == [jobs["x86_64"].id, jobs["aarch64"].id]
+        version = jobs[first].variant.full_version
+        publish_wheels(
+            [_wheel(tmp_path / first / "w", mf.package.name, version, tags[first])], to=mf.publish.to
+        )
+        assert planned(path) == [jobs[then].id], first
+        publish_wheels(
+            [_wheel(tmp_path / first / "w2", mf.package.name, version, tags[then])], to=mf.publish.to
+        )
+        assert planned(path) == [], first
+
+
+def test_published_wheel_is_per_platform() -> None:
+    from factory.core.platforms import DEFAULT_PLATFORM, named
+
+    arm = named("aarch64")
+    x86 = "demo-1.0+cu13-cp311-cp311-manylinux_2_28_x86_64.whl"
+    arm_wheel = "demo-1.0+cu13-cp311-cp311-manylinux_2_28_aarch64.whl"
+    job = {"project": "demo", "version": "1.0+cu13", "python": "3.11"}
+    assert published_wheel([arm_wheel, x86], **job, platform=DEFAULT_PLATFORM) == x86
+    assert published_wheel([x86, arm_wheel], **job, platform=arm) == arm_wheel
+    assert published_wheel([x86], **job, platform=arm) is None
+    assert published_wheel([arm_wheel], **job, platform=DEFAULT_PLATFORM) is None
+    assert published_wheel([arm_wheel], **job) == arm_wheel  # no platform asked: any
+    abi3 = "demo-1.0+cu13-cp39-abi3-linux_aarch64.whl"
+    assert published_wheel([abi3], **job, limited_api="cp39", platform=arm) == abi3
+    assert published_wheel([abi3], **job, limited_api="cp39", platform=DEFAULT_PLATFORM) is None

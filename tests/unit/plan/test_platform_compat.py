@@ -150,3 +150,33 @@ def test_factory_matrix_names_the_platform_of_a_job(tmp_path: Path, pip_index: P
         'build: {torch_index: {"13.0": default}}\n'
     )
     assert [_pythons(j) for j in plan_matrix(load_matrix_file(path)).jobs] == ["3.12", "3.12 aarch64"]
+
+
+def test_a_platform_torch_has_no_wheel_for_is_one_line_before_any_container(
+    tmp_path: Path, pip_index: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any
+) -> None:
+    """`factory build` of a matrix whose only platform has no torch wheel: exit 2, one line saying why (the
+    dropped job and its reason), and Docker never asked."""
+    from factory.build import engine
+
+    def no_docker(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Docker was asked")
+
+    monkeypatch.setattr(engine, "connect", no_docker)
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: src}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.13"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        " platform: [aarch64]}\n"
+        'build: {torch_index: {"13.0": default}}\n'
+    )
+    code, out = factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+    assert code == 2, out
+    assert out.strip().splitlines() == [
+        f"error: {path}: the matrix plans no job: cu130-torch2.13-abi1-sm90-py312-aarch64 is dropped: "
+        "no torch 2.13 wheel for aarch64 on the pip configuration's indexes "
+        "(its manylinux_2_28_aarch64 wheels)"
+    ]
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -226,26 +227,46 @@ def test_the_production_matrix() -> None:
         ("2.11", "13.0"), ("2.12", "13.0"), ("2.13", "13.0"), ("2.14", "13.0"),
     }  # fmt: skip
     assert {j.python for j in plan.jobs} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
-    assert {j.variant.archs for j in plan.jobs} == {("8.0", "9.0", "10.0", "12.0")}
-    assert len(plan.jobs) == 30 and all(j.known and not j.notes for j in plan.jobs) and not plan.dropped
+    assert len(plan.jobs) == 60 and all(j.known and not j.notes for j in plan.jobs) and not plan.dropped
+    # x86_64: A100, H100, B200, RTX 50xx; aarch64: GH200 (sm_90), GB200 (sm_100) and DGX Spark (sm_121, which
+    # CUDA 13.0 compiles; CUDA 12.8's sm_120 cubins run on it), every torch and Python as on x86_64
+    archs: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    for j in plan.jobs:
+        archs.setdefault((j.platform.name, j.variant.cuda), set()).add(j.variant.archs)
+    assert archs == {
+        ("x86_64", "12.8"): {("8.0", "9.0", "10.0", "12.0")},
+        ("x86_64", "13.0"): {("8.0", "9.0", "10.0", "12.0")},
+        ("aarch64", "12.8"): {("9.0", "10.0", "12.0")},
+        ("aarch64", "13.0"): {("9.0", "10.0", "12.1")},
+    }
+    arm = [j for j in plan.jobs if j.platform.name == "aarch64"]
+    assert {(j.variant.torch, j.python) for j in arm} == {
+        (j.variant.torch, j.python) for j in plan.jobs if j.platform.name == "x86_64"
+    }
     assert "cu128-torch2.10-abi1-sm80.90.100.120" in {v.id for v in plan.variants}
+    assert "cu130-torch2.14-abi1-sm90.100.121-py312-aarch64" in {j.id for j in arm}
     assert mf.build.torch_index_url("12.8") is None and mf.build.torch_index_url("13.0") is None
 
 
 def test_the_production_matrix_excludes_only_what_the_index_lacks(tmp_path: Path) -> None:
     """Its excludes name exactly the pairs the compatibility data drops, so they hide no job that exists."""
     text = (ROOT / "matrix.yaml").read_text()
-    start, end = text.index("  exclude:"), text.index("build:")
-    body = text[:start] + text[end:]
+    # the cuda/torch pairs go; the excludes that pair each platform with its arch sets stay
+    pairs = re.compile(r'^    - \{cuda: "[\d.]+", torch: "[\d.]+"\}\n', re.M)
+    assert len(pairs.findall(text)) == 6
     path = tmp_path / "matrix.yaml"
-    path.write_text(body)
+    path.write_text(pairs.sub("", text))
     full = plan_matrix(load_matrix_file(path))
     shipped = plan_matrix(load_matrix_file(ROOT / "matrix.yaml"))
     assert {j.id for j in full.jobs} == {j.id for j in shipped.jobs}
-    dropped = {(d.values["torch"], d.values["cuda"]) for d in full.dropped}
+    dropped = {(d.values["torch"], d.values["cuda"], d.values["platform"]) for d in full.dropped}
     newer = {(t, "12.8") for t in ("2.11", "2.12", "2.13", "2.14")}
-    assert dropped == {("2.9", "13.0"), ("2.10", "13.0")} | newer
-    assert len(full.dropped) == 6 * 5
+    assert dropped == {
+        (*pair, platform)
+        for pair in {("2.9", "13.0"), ("2.10", "13.0")} | newer
+        for platform in ("x86_64", "aarch64")
+    }
+    assert len(full.dropped) == 6 * 5 * 2
     assert all("on the default index is a CUDA" in d.reason for d in full.dropped)
 
 
