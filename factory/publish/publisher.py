@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.core import bounded, storeurl
 from factory.core.errors import CheckError, ConfigError, PublishError
+from factory.core.platforms import NAMES, Platform, by_name
 from factory.core.tags import canonical_wheel_filename, python_tag
 from factory.publish import index, site, wheelvariants
 from factory.publish.index import FileRecord, PageRef
@@ -224,6 +225,7 @@ _JOB_FIELDS: Mapping[str, tuple[type, ...]] = {
     "result": (str,),
     "package": (str, type(None)),
     "wheel": (str, type(None)),
+    "platform": (str, type(None)),  # absent in a report older than the platform axis: the default platform
 }
 
 
@@ -252,6 +254,11 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
                 raise ConfigError(f"{path}: job {n} has no {key!r}")
             if not isinstance(value, types):
                 raise ConfigError(f"{path}: job {n}: {key!r} is {json.dumps(value)[:60]}, not a string")
+        platform = job.get("platform")
+        if platform is not None and by_name(str(platform)) is None:
+            raise ConfigError(
+                f"{path}: job {n}: platform {json.dumps(platform)[:60]} is not one of {', '.join(NAMES)}"
+            )
         wheel = job.get("wheel")
         if wheel:
             try:
@@ -925,10 +932,18 @@ def published_files(store: Store, *, project: str, variant_id: str) -> tuple[str
 
 
 def published_wheel(
-    filenames: Iterable[str], *, project: str, version: str, python: str, limited_api: str | None = None
+    filenames: Iterable[str],
+    *,
+    project: str,
+    version: str,
+    python: str,
+    limited_api: str | None = None,
+    platform: Platform | None = None,
 ) -> str | None:
     """The one of `filenames` that is this project's wheel of `version` for CPython `python` ("3.11"); for
-    an abi3 job (`limited_api`, its tag "cp311"), the `cp311-abi3` wheel."""
+    an abi3 job (`limited_api`, its tag "cp311"), the `cp311-abi3` wheel. With `platform`, only a wheel for
+    that platform (or a pure one) counts: a job's wheel is not its sibling of another platform, which has
+    the same name but for its platform tag; None: whatever platform it is for."""
     interpreter = limited_api or python_tag(python)
     for filename in filenames:
         try:
@@ -938,7 +953,12 @@ def published_wheel(
         if (
             name == canonicalize_name(project)
             and found == Version(version)
-            and any(t.interpreter == interpreter and (t.abi == "abi3") == bool(limited_api) for t in tags)
+            and any(
+                t.interpreter == interpreter
+                and (t.abi == "abi3") == bool(limited_api)
+                and (platform is None or t.platform == "any" or platform.owns_tag(t.platform))
+                for t in tags
+            )
         ):
             return filename
     return None
