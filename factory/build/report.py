@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from factory import version
+from factory.core.platforms import DEFAULT_PLATFORM
 
 
 @dataclass(kw_only=True)
@@ -57,6 +58,8 @@ class JobResult:
     version: str = ""
     result: str = "pending"  # ok | failed | oom | interrupted | skipped
     wheel: str | None = None
+    # the platform its wheel is for: publishing shows a job that made no wheel in its platform's cell
+    platform: str = DEFAULT_PLATFORM.name
     wall_s: float = 0.0
     peak_bytes: int = 0
     reason: str | None = None

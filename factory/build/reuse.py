@@ -103,8 +103,9 @@ def label_problem(filename: str, pages: Sequence[str]) -> str | None:
 def decide(
     job: Job, *, project: str, pages: Mapping[str, Sequence[FileRecord]], max_bytes: int = MAX_WHEEL_BYTES
 ) -> Reuse | None:
-    """Whether a stable-ABI job reuses its published wheel, from the records each of its pages lists
-    (`pages`, by variant id; an absent page lists nothing): None when no page lists the job's wheel (it is
+    """Whether a stable-ABI job reuses its published wheel (of its own platform: a page lists every
+    platform's wheels), from the records each of its pages lists (`pages`, by variant id; an absent page
+    lists nothing): None when no page lists the job's wheel (it is
     built) or every page does (it is published); else a Reuse from the oldest torch's page that lists it,
     onto the others, with a `problem` when the store's word cannot be trusted (two pages list the filename
     with different hashes, a size over `max_bytes`, a label that does not cover a page)."""

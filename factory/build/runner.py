@@ -465,6 +465,7 @@ def run_build(
             python=j.python,
             package=mf.package.name,
             version=mf.package.version,
+            platform=j.platform.name,
             shard=None if settings.shard is None else str(settings.shard),
             covers=list(j.covers),
             torches=list(j.torches),

@@ -41,7 +41,7 @@ from factory.consume.indexhttp import _http_request, fetch_page, open_url
 from factory.consume.verify import verify_project
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
-from factory.core.platforms import DEFAULT_PLATFORM
+from factory.core.platforms import DEFAULT_PLATFORM, of_machine
 from factory.core.simpleapi import parse_anchors
 from factory.core.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.core.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
@@ -547,10 +547,12 @@ def _index_links(page: str, base: str) -> dict[str, str]:
 
 
 def host_of(env: Environment) -> Host:
-    """What of an environment decides which wheel an installer takes."""
+    """What of an environment decides which wheel an installer takes: its machine as wheel tags name it
+    (`platform.machine()` may say another of its names than its wheel tags do: `platforms.of_machine`)."""
     if env.machine is None:
         return Host(python=env.python, glibc=env.glibc)
-    return Host(python=env.python, glibc=env.glibc, machine=env.machine)
+    found = of_machine(env.machine)
+    return Host(python=env.python, glibc=env.glibc, machine=found.name if found else env.machine)
 
 
 def _variant_projects(
@@ -828,8 +830,11 @@ def describe_environment(env: Environment) -> str:
     driver = ""
     if env.torch is None:
         driver = f", driver CUDA {env.driver_cuda or 'none'} (from {env.driver_source})"
+    # the machine where it is not the default platform's (the one every line said before the axis)
+    found = of_machine(env.machine) if env.machine else None
+    machine = f" on {env.machine}" if env.machine and found != DEFAULT_PLATFORM else ""
     return (
-        f"python {env.python}, torch {env.torch or 'not installed'}, CUDA {env.cuda or 'none'}, "
+        f"python {env.python}{machine}, torch {env.torch or 'not installed'}, CUDA {env.cuda or 'none'}, "
         f"cxx11 ABI {abi}, GPUs {gpus} (from {env.gpu_source}){driver}"
     )
 

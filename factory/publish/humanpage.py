@@ -4,10 +4,13 @@ selector above the matrix as a grid.
 The page is static: no server, no external script, font or style, so it works from a directory, S3 or
 `factory serve` alike. Everything the selector knows is in the grid itself, and the grid is a plain table
 that reads without JavaScript:
-- each row is a variant of a project, its `data-*` attributes what the variant id says (CUDA, torch, C++
-  ABI, archs; parsed here, by `factory.core.variants`, never by the script), and its last cell the pip and uv
-  commands `factory.publish.installcmd` composes for it. The script only picks a row and shows its commands
-  (with the page's own URL completing the relative index URL), so the command format has one owner.
+- each row is a variant of a project on one platform (one variant index lists every platform's wheels,
+  the wheel's platform tag tells pip which to take), its `data-*` attributes what the variant id says
+  (CUDA, torch, C++ ABI, archs; parsed here, by `factory.core.variants`, never by the script) and its
+  platform, and its last cell the pip and uv commands `factory.publish.installcmd` composes for it: pinned
+  to the newest release built for that platform, so a row's commands install its platform's wheel. The
+  script only picks a row and shows its commands (with the page's own URL completing the relative index
+  URL), so the command format has one owner.
 - each built cell carries its wheel's machine, the end of its filename (the row carries the shared start,
   which keeps the page small: under 100 KB for a 300-job matrix) and which files are published beside it
   (`index.BESIDE`); the script turns them into links to the wheel, its provenance, SBOM, signature and
@@ -31,12 +34,14 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.core import gpus
+from factory.core.platforms import DEFAULT_PLATFORM
 from factory.core.tags import parse_manylinux
 from factory.core.variants import VariantKey, version_tuple
 from factory.publish import installcmd
 from factory.publish.index import BESIDE, MatrixCell
 
 _CPYTHON = re.compile(r"\d+\.\d+")
+_DEFAULT = DEFAULT_PLATFORM.name
 # The one-letter spelling of index.BESIDE's names in a cell's data-s, and each link's text.
 _BESIDE_LETTERS = {
     "provenance": ("p", "provenance"),
@@ -126,13 +131,12 @@ class _Shared:
         return filename[len(self.prefix) : len(filename) - len(self.suffix)]
 
 
-def _row_attrs(variant_id: str, key: VariantKey | None, shared: _Shared) -> str:
+def _row_attrs(variant_id: str, key: VariantKey | None, shared: _Shared, platform: str) -> str:
     attrs = {
         "data-w": f"files/{quote(variant_id, safe='')}/{quote(shared.prefix, safe='')}",
         "data-x": quote(shared.suffix, safe=""),
+        "data-m": shared.machine or platform,
     }
-    if shared.machine is not None:
-        attrs["data-m"] = shared.machine
     if key is not None:
         attrs |= {
             "data-cu": key.cuda,
@@ -169,21 +173,26 @@ def _cell(got: MatrixCell | None, shared: _Shared) -> str:
 
 def _grid(project: str, pcells: Sequence[MatrixCell]) -> list[str]:
     pythons = sorted({c.python for c in pcells}, key=_python_key)
-    variants = sorted({c.variant_id for c in pcells})
-    grid = {(c.variant_id, c.python): c for c in pcells}
+    # a variant's rows, one per platform: the default platform's first
+    rows = sorted({(c.variant_id, c.platform) for c in pcells}, key=lambda r: (r[0], r[1] != _DEFAULT, r[1]))
+    grid = {(c.variant_id, c.platform, c.python): c for c in pcells}
     head = "".join(f"<th>{html.escape(p)}</th>" for p in pythons)
     lines = [
         f"<h3>{html.escape(project)}</h3>",
         f'<table data-p="{html.escape(project)}">',
-        f"  <tr><th>variant</th>{head}<th>install</th></tr>",
+        f"  <tr><th>variant</th><th>platform</th>{head}<th>install</th></tr>",
     ]
-    for vid in variants:
-        built = [c.detail for c in pcells if c.variant_id == vid and c.status == "built"]
+    for vid, platform in rows:
+        built = [
+            c.detail for c in pcells if (c.variant_id, c.platform) == (vid, platform) and c.status == "built"
+        ]
         shared = _Shared.of(built)
-        tds = "".join(_cell(grid.get((vid, py)), shared) for py in pythons)
+        tds = "".join(_cell(grid.get((vid, platform, py)), shared) for py in pythons)
         install = _install_cell(project, vid, built)
-        row = _row_attrs(vid, _key(vid), shared)
-        lines.append(f"  <tr{row}><td>{html.escape(vid)}</td>{tds}<td>{install}</td></tr>")
+        row = _row_attrs(vid, _key(vid), shared, platform)
+        # a pure wheel's row serves every platform
+        shown = html.escape(shared.machine if shared.machine == "any" else platform)
+        lines.append(f"  <tr{row}><td>{html.escape(vid)}</td><td>{shown}</td>{tds}<td>{install}</td></tr>")
     lines.append("</table>")
     return lines
 
@@ -282,7 +291,7 @@ var BESIDE=__BESIDE__,rows=[];
 each(d.querySelectorAll('table[data-p]'),function(t){
 var heads=[];each(t.rows[0].cells,function(c){heads.push(c.textContent)});
 each(t.querySelectorAll('tr[data-w]'),function(tr){var s=tr.dataset,
-r={p:t.dataset.p,v:tr.cells[0].textContent,tr:tr,py:{},cmd:[]};each(tr.querySelectorAll('code'),function(c){r.cmd.push(c.textContent)});
+r={p:t.dataset.p,v:tr.cells[0].textContent,n:rows.length,tr:tr,py:{},cmd:[]};each(tr.querySelectorAll('code'),function(c){r.cmd.push(c.textContent)});
 each(tr.cells,function(td,i){var f=td.dataset.f,m=td.dataset.m||s.m;if(f===undefined)return;
 var href=s.w+f+s.x,
 when=td.textContent.replace('built','').trim();td.textContent='';var a=d.createElement('a');a.href=href;
@@ -318,14 +327,15 @@ if(!pys.some(function(p){return!c.py||p==c.py||!/^\d+\.\d+$/.test(p)}))
 why.push('no wheel for '+(c.py?'Python '+c.py:'this platform')+(c.m?' on '+c.m:''));
 (why.length?near:fits).push({r:r,why:why,notes:notes})});
 fits.sort(function(a,b){return cmp(b.r.t,a.r.t)||a.notes.length-b.notes.length||cmp(b.r.cu,a.r.cu)||
-a.r.a.length-b.r.a.length||(a.r.v<b.r.v?-1:1)});
+a.r.a.length-b.r.a.length||(a.r.v<b.r.v?-1:a.r.v>b.r.v?1:a.r.n-b.r.n)});
 near.sort(function(a,b){return a.why.length-b.why.length||cmp(b.r.t,a.r.t)});
 each(d.querySelectorAll('tr.hit'),function(tr){tr.classList.remove('hit')});
 var ans=$('answer'),notes=$('notes');notes.textContent='';
 function note(t){var li=d.createElement('li');li.textContent=t;notes.appendChild(li)}
 if(fits.length){var f=fits[0];ans.className='';f.r.tr.classList.add('hit');
-$('verdict').textContent=c.p+': variant '+f.r.v;$('pip').textContent=f.r.cmd[0]||'';$('uv').textContent=
-f.r.cmd[1]||'';f.notes.forEach(note);if(!c.g)note('pick the GPU to be sure the wheel has code for it');
+$('verdict').textContent=c.p+': variant '+f.r.v+(c.m?' on '+c.m:'');$('pip').textContent=f.r.cmd[0]||'';
+$('uv').textContent=f.r.cmd[1]||'';f.notes.forEach(note);
+if(!c.g)note('pick the GPU to be sure the wheel has code for it');
 $('commands').hidden=false;$('missing').hidden=true;return}
 ans.className='none';$('commands').hidden=true;$('missing').hidden=false;
 var cu=c.cu?c.cu.slice(2):'',rcu=cu,po=$('python').options;

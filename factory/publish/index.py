@@ -27,6 +27,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, is_normalized_name, parse_wheel_filename
 from packaging.version import Version
 
+from factory.core import platforms
 from factory.core.errors import PublishError
 from factory.core.variants import is_variant_id
 from factory.wheel import record as buildrecord
@@ -92,6 +93,18 @@ class MatrixCell:
     published: str = ""  # a built cell's wheel: its upload time (PEP 700's, as its project page says)
     beside: tuple[str, ...] = ()  # a built cell's wheel: the BESIDE files published next to it
     record: str = ""  # a failed cell's build record: its key (`failed_record_path`), where one was published
+    # the platform its wheel is for (a `factory.core.platforms` name): each platform's wheel is a cell of its
+    # own beside its siblings of the same variant and Python
+    platform: str = platforms.DEFAULT_PLATFORM.name
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What one cell of the grid is: no two cells of a grid share it."""
+        return (self.project, self.variant_id, self.python, self.platform)
+
+
+def _in_order(cells: Iterable[MatrixCell]) -> tuple[MatrixCell, ...]:
+    return tuple(sorted(cells, key=lambda c: c.key))
 
 
 # ---------------------------------------------------------------------------------------------- key layout
@@ -284,6 +297,24 @@ def parse_wheel_key(key: str) -> tuple[str, str] | None:
 def file_href(variant_id: str, filename: str) -> str:
     """The link from a project page to a file; "+" must be "%2B" or S3 and some proxies read it as a space."""
     return f"../../../files/{quote(variant_id, safe='')}/{quote(filename, safe='')}"
+
+
+def platform_of_wheel(filename: str) -> str:
+    """The matrix's platform of a wheel (a `factory.core.platforms` name): the one its platform tags are for;
+    the default platform's for a pure wheel (it serves them all) or a tag of no platform the table knows."""
+    found = {p.name for t in parse_wheel_filename(filename)[3] if (p := platforms.of_tag(t.platform))}
+    return found.pop() if len(found) == 1 else platforms.DEFAULT_PLATFORM.name
+
+
+def job_platform(job: Mapping[str, object]) -> str:
+    """The platform of a build report's job: its wheel's (`platform_of_wheel`), else the one it names
+    (`platform`, written for every job since the platform axis; an older report's jobs are the default
+    platform's)."""
+    wheel = job.get("wheel")
+    if isinstance(wheel, str) and wheel:
+        return platform_of_wheel(wheel)
+    named = platforms.by_name(str(job.get("platform") or ""))
+    return (named or platforms.DEFAULT_PLATFORM).name
 
 
 def python_of_wheel(filename: str) -> str:
@@ -576,7 +607,7 @@ def matrix_cells(
     """
     beside = beside or {}
     built: dict[str, MatrixCell] = {}
-    cells: dict[tuple[str, str, str], MatrixCell] = {}
+    cells: dict[tuple[str, str, str, str], MatrixCell] = {}
     jobs = list(report_jobs)
     project = project_hint
     for job in jobs:
@@ -586,16 +617,17 @@ def matrix_cells(
     published_names = set()
     for variant_id, rec in published:
         published_names.add(rec.filename)
-        key = (rec.project, variant_id, python_of_wheel(rec.filename))
-        cells[key] = built[rec.filename] = MatrixCell(
+        cell = built[rec.filename] = MatrixCell(
             project=rec.project,
             variant_id=variant_id,
-            python=key[2],
+            python=python_of_wheel(rec.filename),
             status="built",
             detail=rec.filename,
             published=rec.upload_time,
             beside=tuple(sorted(set(beside.get((variant_id, rec.filename), ())) & set(BESIDE))),
+            platform=platform_of_wheel(rec.filename),
         )
+        cells[cell.key] = cell
     for job in jobs:
         variant_id = str(job.get("variant_id", ""))
         wheel = job.get("wheel")
@@ -603,12 +635,13 @@ def matrix_cells(
         if isinstance(wheel, str) and wheel:
             job_project = str(parse_wheel_filename(wheel)[0])
         python = str(job.get("python", ""))
-        key = (str(canonicalize_name(job_project)), variant_id, python)
+        platform = job_platform(job)
+        key = (str(canonicalize_name(job_project)), variant_id, python, platform)
         result = str(job.get("result", ""))
         if isinstance(wheel, str) and wheel in published_names:
             # an abi3 job's one wheel is the built wheel of every Python it covers
             for covered in _covered(job):
-                cells[(key[0], variant_id, covered)] = replace(built[wheel], python=covered)
+                cells[(key[0], variant_id, covered, platform)] = replace(built[wheel], python=covered)
             continue
         record = ""
         if result in buildrecord.FAILED_RESULTS:
@@ -621,9 +654,9 @@ def matrix_cells(
         if existing is None or existing.status != "built":
             cells[key] = MatrixCell(
                 project=key[0], variant_id=variant_id, python=python, status=status, detail=detail,
-                record=record,
+                record=record, platform=platform,
             )  # fmt: skip
-    return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+    return _in_order(cells.values())
 
 
 MAX_REASON = 200  # characters of a failed job's reason the grid shows (the build log has the rest)
@@ -647,10 +680,10 @@ def _covered(job: Mapping[str, object]) -> list[str]:
 def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tuple[MatrixCell, ...] | None:
     """Later reports override earlier ones, except that nothing overrides a built (published) cell. The
     same wheel published again keeps its first upload time and gains what is now published beside it."""
-    cells = {(c.project, c.variant_id, c.python): c for c in existing}
+    cells = {c.key: c for c in existing}
     before = dict(cells)
     for cell in new:
-        key = (cell.project, cell.variant_id, cell.python)
+        key = cell.key
         old = cells.get(key)
         if old is not None and old.status == "built" and cell.status != "built":
             continue
@@ -663,7 +696,7 @@ def merge_cells(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tu
         cells[key] = cell
     if cells == before:
         return None
-    return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+    return _in_order(cells.values())
 
 
 def cells_to_json(cells: Iterable[MatrixCell]) -> str:
@@ -683,6 +716,8 @@ def cells_to_json(cells: Iterable[MatrixCell]) -> str:
             row["beside"] = list(c.beside)
         if c.record:
             row["record"] = c.record
+        if c.platform != platforms.DEFAULT_PLATFORM.name:
+            row["platform"] = c.platform
         rows.append(row)
     return json.dumps({"cells": rows}, indent=2) + "\n"
 
@@ -708,6 +743,10 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
         record = _state_optional_str(r, "record", where=where) or ""
         if record and (status != "failed" or parse_failed_record_key(record) is None):
             raise DamagedState(f"{where}: record {record[:80]!r} is not a failed job's build record key")
+        platform = _state_optional_str(r, "platform", where=where) or platforms.DEFAULT_PLATFORM.name
+        if platforms.by_name(platform) is None:
+            known = ", ".join(platforms.NAMES)
+            raise DamagedState(f"{where}: platform {platform[:40]!r} is not one of {known}")
         cells.append(
             MatrixCell(
                 project=fields["project"],
@@ -718,6 +757,7 @@ def cells_from_json(text: str | bytes) -> tuple[MatrixCell, ...]:
                 published=_state_optional_str(r, "published", where=where) or "",
                 beside=tuple(sorted(set(beside))),
                 record=record,
+                platform=platform,
             )
         )
     return tuple(cells)

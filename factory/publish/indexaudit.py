@@ -384,7 +384,8 @@ def plan_index(jobs: Sequence[Job]) -> dict[str, list[Job]]:
 def planned_job(
     filename: str, key: VariantKey, jobs: Mapping[str, Sequence[Job]], project: str
 ) -> Job | None:
-    """The planned job whose wheel `filename` is (`publish.published_wheel`); None when none builds it."""
+    """The planned job whose wheel `filename` is (`publish.published_wheel`, of the job's own platform);
+    None when none builds it."""
     for job in jobs.get(key.id, ()):
         if published_wheel(
             [filename], project=project, version=job.variant.full_version, python=job.python,

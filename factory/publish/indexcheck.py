@@ -71,32 +71,37 @@ class IndexCheck:
 
 
 def planned_cells(
-    jobs: Iterable[Job], listed: Iterable[tuple[str, str]], *, project: str
+    jobs: Iterable[Job], listed: Iterable[tuple[str, str, str]], *, project: str
 ) -> list[MatrixCell]:
-    """A "not built" cell for each planned job whose (variant id, python) has no wheel in `listed`."""
+    """A "not built" cell for each planned job whose (variant id, python, platform name) has no wheel in
+    `listed`: each platform's wheel is a cell of its own."""
     have = set(listed)
     name = str(canonicalize_name(project))
     return [
         MatrixCell(
-            project=name, variant_id=j.variant.id, python=j.python, status="not built", detail="not published"
+            project=name,
+            variant_id=j.variant.id,
+            python=j.python,
+            status="not built",
+            detail="not published",
+            platform=j.platform.name,
         )
         for j in jobs
-        if (j.variant.id, j.python) not in have
+        if (j.variant.id, j.python, j.platform.name) not in have
     ]
 
 
 def add_absent(existing: Iterable[MatrixCell], new: Iterable[MatrixCell]) -> tuple[MatrixCell, ...] | None:
     """`existing` plus the cells of `new` for combinations it does not show (what a report said stays)."""
-    cells = {(c.project, c.variant_id, c.python): c for c in existing}
+    cells = {c.key: c for c in existing}
     added = False
     for cell in new:
-        key = (cell.project, cell.variant_id, cell.python)
-        if key not in cells:
-            cells[key] = cell
+        if cell.key not in cells:
+            cells[cell.key] = cell
             added = True
     if not added:
         return None
-    return tuple(sorted(cells.values(), key=lambda c: (c.project, c.variant_id, c.python)))
+    return tuple(sorted(cells.values(), key=lambda c: c.key))
 
 
 class _Checker:
@@ -204,14 +209,18 @@ def _show_planned(
     written: list[str],
 ) -> list[str]:
     """Show each planned job with no published wheel as "not built" on the human page (merged as publish
-    merges it, so beside publishers); the ids of those jobs."""
+    merges it, so beside publishers); the ids of those jobs. A job is published by a wheel of its own
+    platform: a job whose sibling of another platform is listed is missing all the same."""
     name = str(canonicalize_name(project))
-    have: list[tuple[str, str]] = []
+    have: list[tuple[str, str, str]] = []
     missing: list[str] = []
     for job in jobs:
         filenames = [r.filename for r in listed.get(index.project_page(job.variant.id, name), ())]
-        if published_wheel(filenames, project=project, version=job.variant.full_version, python=job.python):
-            have.append((job.variant.id, job.python))
+        if published_wheel(
+            filenames, project=project, version=job.variant.full_version, python=job.python,
+            platform=job.platform,
+        ):  # fmt: skip
+            have.append((job.variant.id, job.python, job.platform.name))
         else:
             missing.append(job.id)
     cells = planned_cells(jobs, have, project=project)

@@ -35,6 +35,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from factory.core.platforms import host_platform
 from factory.core.simpleapi import parse_anchors
 from factory.core.tags import parse_glibc, parse_manylinux, python_tag
 from factory.core.urls import INDEX_SCHEMES
@@ -48,6 +49,10 @@ PREVIEW_FEATURE = "wheel-variants"
 _SHA256_HEX = frozenset("0123456789abcdef")
 
 
+# this host's machine as wheel tags name it (`platform.machine()` may say another of its names)
+_THIS_MACHINE = host.name if (host := host_platform()) is not None else platform.machine()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Host:
     """What decides whether an installer on a host takes a wheel: its CPython ("3.11"), glibc ("2.36"; None
@@ -56,7 +61,7 @@ class Host:
 
     python: str
     glibc: str | None = None
-    machine: str = platform.machine()
+    machine: str = _THIS_MACHINE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from factory.core import bounded, storeurl
 from factory.core.errors import CheckError, ConfigError, PublishError
-from factory.core.platforms import Platform
+from factory.core.platforms import NAMES, Platform, by_name
 from factory.core.tags import canonical_wheel_filename, python_tag
 from factory.publish import index, site, wheelvariants
 from factory.publish.index import FileRecord, PageRef
@@ -225,6 +225,7 @@ _JOB_FIELDS: Mapping[str, tuple[type, ...]] = {
     "result": (str,),
     "package": (str, type(None)),
     "wheel": (str, type(None)),
+    "platform": (str, type(None)),  # absent in a report older than the platform axis: the default platform
 }
 
 
@@ -253,6 +254,11 @@ def load_report(path: Path) -> list[Mapping[str, object]]:
                 raise ConfigError(f"{path}: job {n} has no {key!r}")
             if not isinstance(value, types):
                 raise ConfigError(f"{path}: job {n}: {key!r} is {json.dumps(value)[:60]}, not a string")
+        platform = job.get("platform")
+        if platform is not None and by_name(str(platform)) is None:
+            raise ConfigError(
+                f"{path}: job {n}: platform {json.dumps(platform)[:60]} is not one of {', '.join(NAMES)}"
+            )
         wheel = job.get("wheel")
         if wheel:
             try:

@@ -227,3 +227,76 @@ def test_repair_rebuilds_the_same_page(tmp_path: Path) -> None:
     (idx / "matrix.json").write_bytes(state)
     repair_index(to=str(idx))
     assert (idx / "index.html").read_bytes() == page
+
+
+def test_the_platform_is_shown_and_an_aarch64_pick_installs_the_aarch64_wheel(
+    browser: Any, tmp_path: Path
+) -> None:
+    """One variant index lists flash-attn's x86_64 wheels and its aarch64 ones (an older release, and a
+    failed aarch64 job): the grid has a row per platform saying which, and picking aarch64 (a GH200) gives
+    the aarch64 row's commands, whose pin only the aarch64 wheel carries: real pip for an aarch64 host takes
+    that file from the index, by that requirement."""
+    from publish_helpers import make_wheel
+    from selenium.webdriver.common.by import By
+
+    from factory.publish.publisher import publish_wheels
+
+    vid, label = CU130_214
+    versions = {"x86_64": VERSION, "aarch64": "2.8.2"}
+    wheels, jobs = {}, []
+    for arch, version in versions.items():
+        wheels[arch] = make_wheel(
+            tmp_path / "wh", name="flash-attn", version=version, label=label,
+            tag=f"cp311-cp311-manylinux_2_28_{arch}",
+        )  # fmt: skip
+        job = {"variant_id": vid, "python": "3.11", "result": "ok", "wheel": wheels[arch].name}
+        jobs.append({**job, "job_id": f"{vid}-py311-{arch}", "platform": arch, "package": "flash-attn"})
+    jobs.append({"job_id": f"{vid}-py312-aarch64", "variant_id": vid, "python": "3.12", "result": "oom",
+                 "platform": "aarch64", "wheel": None, "package": "flash-attn"})  # fmt: skip
+    jobs.append({"job_id": f"{vid}-py312", "variant_id": vid, "python": "3.12", "result": "ok", "wheel": None,
+                 "package": "flash-attn"})  # fmt: skip
+    report = tmp_path / "wh" / "report.json"
+    report.write_text(json.dumps({"jobs": jobs}))
+    publish_wheels(list(wheels.values()), to=str(tmp_path / "idx"), report=report)
+    base = (tmp_path / "idx").as_uri() + "/"
+    browser.get(base + "index.html")
+    with screenshot_on_failure(browser, tmp_path):
+        rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-w]")]
+        assert [r.split()[:2] for r in rows] == [[vid, "x86_64"], [vid, "aarch64"]], rows
+        assert "failed: oom" in rows[1] and "failed" not in rows[0]
+        platforms = [
+            o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#platform option")
+        ]
+        assert platforms == ["", "aarch64", "x86_64"]
+        commands = {}
+        for arch, version in versions.items():
+            choose(browser, platform=arch, python="3.11", gpu="GH200")
+            assert shown(browser, "verdict") == f"flash-attn: variant {vid} on {arch}"
+            install = installcmd.variant_install(
+                "flash-attn",
+                version=f"{version}+{label}",
+                variant_id=vid,
+                variant_index=f"{base}simple/{vid}/",
+            )
+            assert install is not None
+            commands[arch] = (shown(browser, "pip"), shown(browser, "uv"))
+            assert commands[arch] == installcmd.commands(install)
+        assert commands["aarch64"] != commands["x86_64"]
+        # no aarch64 wheel for Python 3.12 (its job ran out of memory): nothing fits, and the page says why
+        choose(browser, platform="aarch64", python="3.12", gpu="GH200")
+        assert shown(browser, "commands") == ""
+        assert "no wheel for Python 3.12 on aarch64" in shown(browser, "notes")
+    # the aarch64 command's requirement, from its variant index, on an aarch64 host: the aarch64 wheel
+    pip = commands["aarch64"][0].split()
+    requirement = pip[-1]
+    index_url = pip[pip.index("--index-url") + 1]
+    assert requirement == f"flash-attn=={versions['aarch64']}+{label}" and index_url == f"{base}simple/{vid}/"
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--no-cache-dir", "download", "--no-deps",
+         "--only-binary", ":all:", "--platform", "manylinux_2_28_aarch64", "--python-version", "3.11",
+         "--implementation", "cp", "--abi", "cp311", "--index-url", index_url, "-d", str(tmp_path / "dl"),
+         requirement],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert [p.name for p in (tmp_path / "dl").iterdir()] == [wheels["aarch64"].name]

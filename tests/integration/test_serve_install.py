@@ -349,3 +349,111 @@ def test_a_cuda_12_10_host_is_offered_the_12_10_index_and_installs_from_it(tmp_p
     proc = pip_install(venv, index_url, requirement)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert installed_label(venv) == label
+
+
+def host_platforms(arch: str, glibc_minor: int = 34) -> list[str]:
+    """pip's --platform options for a glibc 2.`glibc_minor` host of `arch`: pip takes a given platform as it
+    is (manylinux_2_34 alone would refuse a manylinux_2_28 wheel such a host runs), so every manylinux tag
+    the host runs is given, newest first, as `packaging.tags` lists them on that host."""
+    return [f"--platform=manylinux_2_{minor}_{arch}" for minor in range(glibc_minor, 16, -1)]
+
+
+def pip_picks(venv: Path, index_url: str, arch: str, target: Path) -> tuple[Path, dict[str, object]]:
+    """What real pip takes for a glibc 2.34 host of `arch` (this CPython) from a variant index: the file
+    `pip download` fetches, and what `pip install --dry-run --report` would install (pip takes platform
+    options only with a --target, which a dry run leaves untouched)."""
+    cp = "cp" + PYTHON.replace(".", "")
+    picks = [*host_platforms(arch), "--only-binary", ":all:", "--implementation", "cp", "--abi", cp]
+    picks += ["--python-version", PYTHON, "--index-url", index_url, "--no-deps"]
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "--isolated",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+    ]
+    got = subprocess.run(
+        [*pip, "download", *picks, "-d", str(target), "tinyvar"], capture_output=True, text=True, timeout=300
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    (downloaded,) = target.iterdir()
+    report = target.parent / f"{target.name}.json"
+    dry = subprocess.run(
+        [
+            *pip,
+            "install",
+            "--dry-run",
+            "--target",
+            str(target / "t"),
+            "--report",
+            str(report),
+            *picks,
+            "tinyvar",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    (install,) = json.loads(report.read_text())["install"]
+    return downloaded, install
+
+
+def test_an_aarch64_wheel_published_beside_its_x86_64_sibling_is_what_pip_takes_on_aarch64(
+    tmp_path: Path,
+) -> None:
+    """Both platforms' wheels of one variant and Python on the same variant page, the second published after
+    the first: nothing of the first is lost, both are listed, and real pip for either platform takes its
+    own from the served index by the platform tag alone."""
+    cp = "cp" + PYTHON.replace(".", "")
+    wheels = {
+        arch: make_wheel(tmp_path / f"wh-{arch}", label=LABEL_NEW, tag=f"{cp}-{cp}-manylinux_2_28_{arch}")
+        for arch in ("x86_64", "aarch64")
+    }
+    reports = {}
+    for arch, wheel in wheels.items():
+        job = {"job_id": "j", "variant_id": VID_NEW, "python": PYTHON, "result": "ok", "wheel": wheel.name}
+        reports[arch] = wheel.parent / "report.json"
+        reports[arch].write_text(json.dumps({"jobs": [{**job, "platform": arch, "package": "tinyvar"}]}))
+    idx = tmp_path / "idx"
+    publish_wheels([wheels["x86_64"]], to=str(idx), report=reports["x86_64"])
+    first = {p.relative_to(idx): p.read_bytes() for p in (idx / "files").rglob("*") if p.is_file()}
+    publish_wheels([wheels["aarch64"]], to=str(idx), report=reports["aarch64"])
+    for path, data in first.items():  # the x86_64 wheel and everything beside it, as published
+        assert (idx / path).read_bytes() == data, path
+    page = json.loads((idx / "simple" / VID_NEW / "tinyvar" / "index.json").read_text())
+    assert {f["filename"]: f["hashes"]["sha256"] for f in page["files"]} == {
+        w.name: sha256_file(w) for w in wheels.values()
+    }
+    # the grid: a built cell for each platform, the human page a row for each
+    cells = index.cells_from_json((idx / "matrix.json").read_bytes())
+    assert sorted((c.platform, c.status, c.detail) for c in cells) == [
+        ("aarch64", "built", wheels["aarch64"].name),
+        ("x86_64", "built", wheels["x86_64"].name),
+    ]
+    human = (idx / "index.html").read_text()
+    assert f"<td>{VID_NEW}</td><td>x86_64</td>" in human and f"<td>{VID_NEW}</td><td>aarch64</td>" in human
+    proc, url = start_server(idx, tmp_path / "access.log")
+    try:
+        venv = fresh_venv(tmp_path / "venv", tool="pip")
+        for arch in ("aarch64", "x86_64"):
+            downloaded, install = pip_picks(venv, f"{url}simple/{VID_NEW}/", arch, tmp_path / arch)
+            assert downloaded.name == wheels[arch].name and sha256_file(downloaded) == sha256_file(
+                wheels[arch]
+            )
+            download_info = install["download_info"]
+            assert isinstance(download_info, dict)
+            assert download_info["url"].endswith(quote(wheels[arch].name)), download_info
+            assert download_info["archive_info"]["hashes"]["sha256"] == sha256_file(wheels[arch])
+        # a platform no wheel is for: pip finds none, and builds nothing
+        got = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "--isolated", "download", "--only-binary", ":all:",
+             *host_platforms("ppc64le"), "--python-version", PYTHON, "--no-deps",
+             "--index-url", f"{url}simple/{VID_NEW}/", "-d", str(tmp_path / "none"), "tinyvar"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert got.returncode != 0 and "No matching distribution found for tinyvar" in got.stderr, got.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

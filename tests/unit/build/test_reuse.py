@@ -30,6 +30,7 @@ from factory.build.reuse import (
     plan_reuse,
     provenance_problems,
 )
+from factory.core import platforms
 from factory.plan.plan import Job, plan_matrix
 from factory.publish import index
 from factory.publish.index import FileRecord
@@ -97,6 +98,16 @@ def test_nothing_to_reuse_when_no_page_or_every_page_lists_it(tmp_path: Path) ->
     assert decide(job, project="demo-stable", pages={OLD: [record(other_version)]}) is None
     other_python = WHEEL.replace("cp311-cp311", "cp312-cp312")
     assert decide(job, project="demo-stable", pages={OLD: [record(other_python)]}) is None
+
+
+def test_a_wheel_of_another_platform_is_never_reused(tmp_path: Path) -> None:
+    """The old torch's page lists the x86_64 wheel only: the aarch64 job builds its own, and reuses its own
+    platform's once that is listed."""
+    job = replace(stable_job(tmp_path), platform=platforms.named("aarch64"))
+    assert decide(job, project="demo-stable", pages={OLD: [record()]}) is None
+    arm = WHEEL.replace("x86_64", "aarch64")
+    reuse = decide(job, project="demo-stable", pages={OLD: [record(), record(arm)]})
+    assert reuse is not None and reuse.filename == arm and reuse.missing == (NEW,)
 
 
 def test_a_job_that_is_not_stable_abi_never_reuses(tmp_path: Path) -> None:

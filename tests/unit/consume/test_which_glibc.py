@@ -203,3 +203,50 @@ def test_factory_which_without_a_command_exits_non_zero(
     )
     assert code == (0 if files else 1), out
     assert ("pip install" in out) == bool(files)
+
+
+def probed_on(machine: str, glibc: str = "2.39") -> str:
+    """The probe's answer of a host whose `platform.machine()` is `machine`: `factory which` takes the
+    machine from the probe of the target interpreter, never from this process."""
+    return probe(glibc).replace('"machine": "x86_64"', f'"machine": "{machine}"')
+
+
+def test_factory_which_on_an_aarch64_host_installs_the_aarch64_wheel(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    """One variant index lists both platforms' wheels: an aarch64 host (GH200, DGX Spark) is given the
+    command that installs the aarch64 wheel by URL and hash, an x86_64 host the x86_64 one."""
+    x86, arm = wheel("demo_ext", "manylinux_2_28_x86_64"), wheel("demo_ext", "manylinux_2_28_aarch64")
+    root = local_index(tmp_path / "idx", {"demo-ext": [x86, arm]})
+    files = f"{root.resolve().as_uri()}/files/{VARIANT}/"
+    for machine, chosen, other in (("aarch64", arm, x86), ("arm64", arm, x86), ("x86_64", x86, arm)):
+        python = fake_python(tmp_path, probed_on(machine))
+        code, out = factory_cli(["which", "--index-url", str(root), "--python", python])
+        assert code == 0, out
+        pip = next(line for line in out.splitlines() if line.startswith("pip install"))
+        assert f"demo-ext @ {files}{quote(chosen)}#sha256={'0' * 64}" in pip, pip
+        assert quote(other) not in out
+    # the machine named on the first line where it is not the default platform's
+    assert out.splitlines()[0].startswith("python 3.11, torch 2.14.1")
+    python = fake_python(tmp_path, probed_on("aarch64"))
+    assert factory_cli(["which", "--index-url", str(root), "--python", python])[1].startswith(
+        "python 3.11 on aarch64, torch 2.14.1"
+    )
+
+
+def test_factory_which_on_an_aarch64_host_with_only_x86_64_wheels_says_so(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    root = local_index(tmp_path / "idx", {"demo-ext": [wheel("demo_ext", "manylinux_2_28_x86_64")]})
+    python = fake_python(tmp_path, probed_on("aarch64"))
+    code, out = factory_cli(["which", "--index-url", str(root), "--python", python])
+    assert code == 1 and "Traceback" not in out, out
+    lines = out.strip().splitlines()
+    assert "note: demo-ext left out: its wheels for Python 3.11 are for x86_64; this host is aarch64" in lines
+    assert lines[-1].endswith("no install command: its project does not fit this host (the notes say why)")
+    assert "pip install" not in out
+    # asked for that project: one line, naming the platforms it has and this host's
+    code, out = factory_cli(["which", "demo-ext", "--index-url", str(root), "--python", python])
+    assert code == 1, out
+    (line,) = [x for x in out.strip().splitlines() if x.startswith("error: ")]
+    assert line.endswith(": its wheels for Python 3.11 are for x86_64; this host is aarch64"), line

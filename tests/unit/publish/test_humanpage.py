@@ -100,7 +100,11 @@ def test_hostile_cells_are_text_and_unparsed_rows_are_not_offered() -> None:
         ]
     )
     assert "<script>alert" not in page and "<img" not in page and "<b>x" not in page
-    assert '<tr data-w="files/..%2F..%2Fetc/" data-x=""><td>../../etc</td>' in page  # no data-cu: not offered
+    # no data-cu: not offered
+    assert (
+        '<tr data-w="files/..%2F..%2Fetc/" data-x="" data-m="x86_64"><td>../../etc</td><td>x86_64</td>'
+        in page
+    )
     assert "<details>" not in page  # no wheel name parses: no command
 
 
@@ -185,3 +189,53 @@ def test_a_failed_cell_shows_the_jobs_reason_bounded() -> None:
     ]
     details = [c.detail for c in index.matrix_cells(jobs, [], project_hint="p")]
     assert details == ["oom: killed at 23 GiB", "failed: " + "x" * index.MAX_REASON + "…", "failed"]
+
+
+ARM = FN.replace("manylinux_2_28_x86_64", "manylinux_2_28_aarch64")
+
+
+def test_an_aarch64_wheel_is_a_cell_of_its_own_beside_its_x86_64_sibling() -> None:
+    """Published beside the x86_64 wheel of the same variant and Python, the aarch64 one loses nothing: each
+    is a built cell of its platform, the report's failed aarch64 job (no wheel) a cell of its own too, and
+    the grid keeps them all through JSON and merges."""
+    recs = [index.FileRecord(filename=f, sha256="0" * 64, size=1, upload_time="t") for f in (FN, ARM)]
+    jobs = [
+        {"variant_id": VID, "python": "3.11", "result": "ok", "wheel": FN},
+        {"variant_id": VID, "python": "3.11", "result": "ok", "wheel": ARM},
+        {"variant_id": VID, "python": "3.12", "result": "ok", "wheel": None},  # an older report: x86_64
+        {"variant_id": VID, "python": "3.12", "result": "oom", "platform": "aarch64"},
+    ]
+    cells = index.matrix_cells(jobs, [(VID, r) for r in recs], project_hint="flash-attn")
+    assert [(c.python, c.platform, c.status, c.detail) for c in cells] == [
+        ("3.11", "aarch64", "built", ARM),
+        ("3.11", "x86_64", "built", FN),
+        ("3.12", "aarch64", "failed", "oom"),
+        ("3.12", "x86_64", "not built", "not published"),
+    ]
+    text = index.cells_to_json(cells)
+    assert text.count('"platform": "aarch64"') == 2 and '"platform": "x86_64"' not in text  # as before
+    assert index.cells_from_json(text) == cells
+    with pytest.raises(index.DamagedState, match="cell 1: platform 'sparc' is not one of x86_64, aarch64"):
+        index.cells_from_json(text.replace('"aarch64"', '"sparc"', 1))
+    # a later x86_64-only publish overrides nothing of the aarch64 cells
+    again = index.matrix_cells([], [(VID, recs[0])])
+    assert index.merge_cells(cells, again) is None
+    assert index.merge_cells(cells[2:], again) == (cells[1], cells[2], cells[3])
+
+
+def test_the_grid_shows_each_platform_and_its_rows_commands_install_its_wheel() -> None:
+    """One row per platform, saying which; the aarch64 row's commands pin the newest release built for
+    aarch64 (here an older one than x86_64's), which only an aarch64 wheel carries."""
+    older_arm = ARM.replace("2.8.3+", "2.8.2+")
+    page = humanpage.human_page([built(VID, "3.11", FN), built(VID, "3.11", older_arm, platform="aarch64")])
+    assert "<th>variant</th><th>platform</th><th>3.11</th>" in page
+    rows = re.findall(r"<tr data-w=[^>]*>.*?</tr>", page)
+    assert len(rows) == 2
+    x86, arm = rows  # the default platform's row first
+    assert 'data-m="x86_64"' in x86 and f"<td>{VID}</td><td>x86_64</td>" in x86
+    assert 'data-m="aarch64"' in arm and f"<td>{VID}</td><td>aarch64</td>" in arm
+    assert "flash-attn==2.8.3+cu13.0" in x86 and "2.8.2" not in x86
+    assert "flash-attn==2.8.2+cu13.0" in arm and "2.8.3" not in arm
+    # the selector offers both platforms
+    assert '<option value="aarch64">Linux aarch64</option>' in page
+    assert '<option value="x86_64">Linux x86_64</option>' in page

@@ -31,6 +31,8 @@ from factory.publish.indexaudit import (
     audit_index,
     content_checks,
     label_of,
+    plan_index,
+    planned_job,
     provenance_label_problems,
     torch_pin_problem,
 )
@@ -313,6 +315,29 @@ def test_with_the_matrix_each_wheel_is_its_jobs(idx: Index, tmp_path: Path) -> N
     assert lines(fresh.audit(jobs=jobs, project=mf.package.name)) == [
         f"{key_of(wrong)}: matrix: provenance: job.id is 'not-the-job', the matrix job's is '{jobs[0].id}'"
     ]
+
+
+def test_each_platforms_wheel_is_its_own_platforms_job(tmp_path: Path) -> None:
+    """One variant page lists an x86_64 and an aarch64 wheel of the same Python: each is held to the job of
+    its own platform, and neither stands for the other's job."""
+    text = (
+        (FIXTURES / "memext.yaml").read_text().replace("{path: memext}", f"{{path: {FIXTURES / 'memext'}}}")
+    )
+    assert "  cxx11_abi:" in text
+    matrix = tmp_path / "memext.yaml"
+    matrix.write_text(text.replace("  cxx11_abi:", "  platform: [x86_64, aarch64]\n  cxx11_abi:", 1))
+    mf = load_matrix_file(matrix, trust_paths=True)
+    jobs = list(plan_matrix(mf).jobs)
+    x86, arm = sorted(jobs, key=lambda j: j.platform.name != "x86_64")
+    assert (x86.platform.name, arm.platform.name) == ("x86_64", "aarch64")
+    planned = plan_index(jobs)
+    key = VariantKey.parse_id(VID)
+    for tag, job in ((TAG, x86), (TAG.replace("manylinux_2_17_x86_64", "manylinux_2_28_aarch64"), arm)):
+        filename = f"factory_memext-0.1.0+{LABEL}-{tag}.whl"
+        found = planned_job(filename, key, planned, mf.package.name)
+        assert found is not None and found.id == job.id, (filename, found)
+        only_other = {VID: [j for j in jobs if j is not job]}
+        assert planned_job(filename, key, only_other, mf.package.name) is None
 
 
 def _result(wheel: Path, *, differs: bool) -> RebuildResult:

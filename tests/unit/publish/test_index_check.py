@@ -128,3 +128,46 @@ def test_check_published_needs_an_index_to_check(tmp_path: Path) -> None:
     (tmp_path / "index").mkdir()
     result = check_published(to=str(tmp_path / "index"))
     assert result.ok and result.planned == 0 and result.to == str(tmp_path / "index")
+
+
+def _two_platforms(tmp_path: Path) -> tuple[Path, list, str]:
+    """The demo matrix for both platforms, only the x86_64 wheel of its first variant published."""
+    text = _demo(tmp_path).read_text().replace('  arch: ["8.0", "9.0;12.0"]', '  arch: ["9.0"]')
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        text.replace("  cxx11_abi: [true]\n", "  cxx11_abi: [true]\n  platform: [x86_64, aarch64]\n")
+    )
+    mf = load_matrix_file(matrix, trust_paths=True)
+    jobs = list(plan_matrix(mf).jobs)
+    assert [j.platform.name for j in jobs] == ["x86_64", "aarch64"]
+    assert jobs[0].variant.id == jobs[1].variant.id  # one variant page lists both platforms' wheels
+    wheel = _wheel(tmp_path / "w", mf.package.name, jobs[0].variant.full_version, "cp311-cp311-linux_x86_64")
+    publish_wheels([wheel], to=mf.publish.to)
+    return Path(mf.publish.to), jobs, mf.package.name
+
+
+def test_a_missing_aarch64_wheel_is_named_beside_its_published_x86_64_sibling(
+    tmp_path: Path, factory_cli: Cli
+) -> None:
+    to, jobs, project = _two_platforms(tmp_path)
+    x86, arm = jobs
+    result = check_index(to=str(to), jobs=jobs, project=project)
+    assert result.ok, result.problems
+    assert result.missing == (arm.id,) and arm.id.endswith("-aarch64")
+    # the grid: the x86_64 wheel built, the aarch64 one a cell of its own, not built
+    cells = {(c.platform, c.status) for c in index.cells_from_json((to / "matrix.json").read_bytes())}
+    assert cells == {("x86_64", "built"), ("aarch64", "not built")}
+    code, output = factory_cli(["index", "check", "--matrix", str(tmp_path / "m.yaml"), "--trust-paths"])
+    assert code == 0, output
+    assert "1 of 2 planned jobs published" in output and f"not published: {arm.id}\n" in output, output
+    # its own wheel published beside the x86_64 one: both are listed, nothing is missing
+    wheel = _wheel(tmp_path / "w", project, arm.variant.full_version, "cp311-cp311-manylinux_2_28_aarch64")
+    publish_wheels([wheel], to=str(to))
+    listed = {r.filename for _vid, r in check_index(to=str(to)).listed}
+    assert len(listed) == 2 and wheel.name in listed
+    again = check_index(to=str(to), jobs=jobs, project=project)
+    assert again.ok and again.missing == (), again
+    # and the other way round: an index with only the aarch64 wheel misses the x86_64 job
+    only_arm = tmp_path / "arm-only"
+    publish_wheels([wheel], to=str(only_arm))
+    assert check_index(to=str(only_arm), jobs=jobs, project=project).missing == (x86.id,)

@@ -151,6 +151,8 @@ GOOD_JOB = {"variant_id": VID, "python": "3.11", "result": "ok", "wheel": None}
         ({**GOOD_JOB, "python": 3.11}, "'python' is 3.11"),
         ({"python": "3.11", "result": "ok"}, "has no 'variant_id'"),
         ({**GOOD_JOB, "package": ["x"]}, "'package'"),
+        ({**GOOD_JOB, "platform": 64}, "'platform' is 64, not a string"),
+        ({**GOOD_JOB, "platform": "sparc"}, 'platform "sparc" is not one of x86_64, aarch64'),
     ],
 )
 def test_every_report_job_is_checked(tmp_path: Path, job: dict[str, object], why: str) -> None:
@@ -158,6 +160,19 @@ def test_every_report_job_is_checked(tmp_path: Path, job: dict[str, object], why
     report.write_text(json.dumps({"jobs": [GOOD_JOB, job]}))
     with pytest.raises(ConfigError, match=f"job 2.*{why}"):
         load_report(report)
+
+
+def test_a_report_job_names_its_platform_or_is_the_default_ones(tmp_path: Path) -> None:
+    """The runner writes each job's platform (a job that made no wheel is shown in its platform's cell); a
+    report older than the platform axis has none: its jobs are the default platform's."""
+    from factory.build.report import JobResult
+    from factory.publish.index import job_platform
+
+    report = tmp_path / "report.json"
+    arm = JobResult(job_id="j-aarch64", variant_id=VID, python="3.11", platform="aarch64", result="oom")
+    report.write_text(json.dumps({"jobs": [GOOD_JOB, arm.to_json()]}))
+    assert [job_platform(j) for j in load_report(report)] == ["x86_64", "aarch64"]
+    assert JobResult(job_id="j", variant_id=VID, python="3.11").to_json()["platform"] == "x86_64"
 
 
 def test_a_report_that_is_not_text_is_a_config_error(tmp_path: Path) -> None:
