@@ -49,11 +49,17 @@ test-floor-builder: install toolkit docker floor-image
 	FACTORY_TEST_FLOOR_BUILDER=1 $(PY) -m pytest -ra tests/integration/test_floor_builder_image.py \
 		tests/integration/test_dependency_build.py -k "not forky"
 
+# The unit tests are pure and independent: one process per core (pytest-xdist) takes them from ~8 minutes to
+# ~3 on two cores. The integration tests run one at a time: their containers' memory limits and parallelism
+# are sized to the whole machine.
+UNIT_WORKERS ?= auto
+
 test: install toolkit docker images debian-image
-	$(PY) -m pytest -ra --durations=25
+	$(PY) -m pytest -ra -n $(UNIT_WORKERS) --dist loadscope tests/unit
+	$(PY) -m pytest -ra --durations=25 tests/integration
 
 test-unit: install toolkit
-	$(PY) -m pytest -ra tests/unit
+	$(PY) -m pytest -ra -n $(UNIT_WORKERS) --dist loadscope tests/unit
 
 lint: install
 	$(VENV)/bin/ruff check factory tests bench
