@@ -39,12 +39,18 @@ from factory.spec.config import MatrixFile
 from factory.spec.toolchains import flavor_platform_problem
 
 
-def requested_archs(mf: MatrixFile, archs: tuple[str, ...]) -> tuple[str, ...] | None:
+def requested_archs(
+    mf: MatrixFile, archs: tuple[str, ...], values: Mapping[str, object] | None = None
+) -> tuple[str, ...] | None:
     """The arch set to build a request with: the matrix's first `arch` value whose code runs on every
     requested GPU (so the wheel joins the variants the matrix makes), else the requested set; the matrix's
-    first set when the GPUs are unknown. None when there is neither."""
+    first set when the GPUs are unknown. None when there is neither. With the request's other `values`, a
+    set the matrix's `exclude` takes out for them is passed over (a matrix that gives each platform or CUDA
+    its own arch set by excluding the others, as matrix.yaml does)."""
     sets = [parse_arch_set(str(value)) for value in mf.matrix.axes.get("arch", ())]
     sets += [parse_arch_set(str(e.values["arch"])) for e in mf.matrix.include if "arch" in e.values]
+    if values is not None:  # where it takes out every set, they stay: the request is dropped naming the entry
+        sets = [s for s in sets if excluded_by(mf, {**values, "arch": ";".join(s)}) is None] or sets
     if not archs:
         return sets[0] if sets else None
     gpus = [Arch.parse(a) for a in archs]
@@ -139,7 +145,7 @@ def add_requests(
         if refused is not None:
             dropped.append(_dropped(name, values, refused))
             continue
-        archs = requested_archs(mf, request.archs)
+        archs = requested_archs(mf, request.archs, {**values, "platform": platform.name})
         if archs is None:
             dropped.append(_dropped(name, values, "names no GPU and the matrix no arch set"))
             continue

@@ -521,11 +521,12 @@ def test_a_requests_platform_meets_the_matrixs_exclude_and_flavor(tmp_path: Path
     x86 = parse(body(package="demo-ext", python="3.12", archs=["9.0"]))
     both = [(arm.file_name, arm), (x86.file_name, x86)]
     mf = load_matrix_file(pypi_matrix(tmp_path, "  exclude:\n    - {platform: aarch64}\n"))
-    out = add_requests(mf, plan_matrix(mf), both)
+    unknown_gpus = parse(body(package="demo-ext", python="3.12", archs=[], platform="aarch64"))
+    out = add_requests(mf, plan_matrix(mf), [*both, (unknown_gpus.file_name, unknown_gpus)])
     assert [j.platform for j in out.jobs] == [DEFAULT_PLATFORM, DEFAULT_PLATFORM]
     assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
         "the matrix excludes it: matrix.exclude[0] (line 10) {platform: aarch64}"
-    ]
+    ] * 2
     # the devel flavor (NVIDIA's images) builds the default platform only: an aarch64 request is not built
     # by a matrix of it
     path = tmp_path / "devel.yaml"
@@ -575,6 +576,16 @@ def test_cli_matrix_requests_plans_an_aarch64_request_and_drops_a_bad_platform(
     ]
     [dropped] = doc["dropped"]
     assert dropped["reason"].endswith(": refused: platform 'sparc' is not one of x86_64, aarch64")
+    # in CI the requested aarch64 job builds on its platform's runner, never under emulation
+    result = CliRunner().invoke(
+        app, ["matrix", "-m", str(path), "--requests", str(tmp_path), "--format", "github"]
+    )
+    assert result.exit_code == 0, result.output
+    runners = {j["job_id"]: j["runs_on"] for j in json.loads(result.output)["include"]}
+    assert runners == {
+        "cu130-torch2.14-abi1-sm80.90.100.120-py311": list(DEFAULT_PLATFORM.ci_runner),
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64": list(AARCH64.ci_runner),
+    }
 
 
 def test_an_abi3_job_of_one_platform_does_not_cover_a_request_for_another(
@@ -603,4 +614,47 @@ def test_an_abi3_job_of_one_platform_does_not_cover_a_request_for_another(
     ]
     assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
         "planned already (cu130-torch2.14-abi1-sm80.90.100.120-py311)"
+    ]
+
+
+def test_a_request_takes_the_arch_set_the_matrix_gives_its_platform(
+    tmp_path: Path, torch_index: Path
+) -> None:
+    """matrix.yaml's way: every arch set in the axis, each platform's own kept by excluding the others. A
+    GH200 or a DGX Spark asking for aarch64 gets the aarch64 set (sm_121 for the Spark), an x86_64 host
+    with the same GPU the x86_64 one; neither is dropped as excluded."""
+    sets = '  arch: ["8.0;9.0;10.0;12.0", "9.0;10.0;12.1"]\n'
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        textwrap.dedent(MATRIX)
+        .replace('  arch: ["8.0;9.0;10.0;12.0"]\n', sets + "  platform: [x86_64, aarch64]\n  exclude:\n"
+                 '    - {platform: x86_64, arch: "9.0;10.0;12.1"}\n'
+                 '    - {platform: aarch64, arch: "8.0;9.0;10.0;12.0"}\n')
+        .replace("build:\n", "build:\n  flavor: pypi\n")
+    )  # fmt: skip
+    mf = load_matrix_file(path)
+    plan = plan_matrix(mf)
+    assert [j.id for j in plan.jobs] == [
+        "cu130-torch2.14-abi1-sm80.90.100.120-py311"
+    ]  # no aarch64 torch for 3.11
+
+    def req(**kw: object) -> tuple[str, VariantRequest | str]:
+        r = parse(body(package="demo-ext", python="3.12", **kw))
+        return r.file_name, r
+
+    out = add_requests(
+        mf,
+        plan,
+        [
+            req(archs=["12.1"], platform="aarch64"),
+            req(archs=["9.0"], platform="aarch64"),  # the same set
+            req(archs=["12.1"]),
+        ],
+    )
+    assert sorted(j.id for j in out.jobs if j not in plan.jobs) == [
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312",
+        "cu130-torch2.14-abi1-sm90.100.121-py312-aarch64",
+    ]
+    assert [d.reason.split(": ", 1)[1] for d in out.dropped if d not in plan.dropped] == [
+        "planned already (cu130-torch2.14-abi1-sm90.100.121-py312-aarch64)"
     ]
