@@ -19,7 +19,8 @@ that reads without JavaScript:
   `DRIVER_CUDA`).
 When no row fits, the script says what is missing and prints the matrix lines that would build it, in
 `variantrequest.matrix_lines`' format (a browser test checks both give the same lines): for the platform
-picked, named where it is not the default one (which an include entry without a platform builds).
+picked, named where it is not the default one (which an include entry without a platform builds). The
+platform picker offers every platform the factory builds, those without a wheel yet too.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.core import gpus
-from factory.core.platforms import DEFAULT_PLATFORM
+from factory.core.platforms import BUILDABLE, DEFAULT_PLATFORM
 from factory.core.tags import parse_manylinux
 from factory.core.variants import VariantKey, version_tuple
 from factory.publish import installcmd
@@ -212,8 +213,11 @@ def _selector(cells: Sequence[MatrixCell]) -> list[str]:
     cudas = sorted({k.cuda for k in keys}, key=version_tuple, reverse=True)
     torches = sorted({k.torch for k in keys}, key=version_tuple, reverse=True)
     pythons = sorted({c.python for c in cells if _CPYTHON.fullmatch(c.python)}, key=_python_key, reverse=True)
+    # every platform the factory builds, a wheel or not: a host of one that has none yet is told so, and gets
+    # the matrix lines (and `factory which --request`'s request) for its own platform
     machines = sorted(
         {m for c in cells if c.status == "built" for m in [_machine(c.detail)] if m and m != "any"}
+        | {p.name for p in BUILDABLE}
     )
     abis = sorted({str(int(k.cxx11_abi)) for k in keys}, reverse=True)
     low = min((version_tuple(c)[0] for c in cudas), default=12)
