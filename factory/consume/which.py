@@ -8,7 +8,7 @@ Without torch, the host's NVIDIA driver decides (`factory.consume.hostgpu`): the
 the driver runs, whose archs cover every GPU and which has a wheel for this Python, installed together with
 that torch from the index of its CUDA build in one command. The commands install exactly the wheel chosen
 here, by URL and sha256 (`factory.publish.installcmd` composes them). When nothing fits, what is missing
-becomes a build request
+becomes a build request for this host's platform
 (`factory.plan.variantrequest`), printed as matrix lines and, with --request, sent to the index's server.
 
 Where the index also publishes the experimental wheel-variant channel (PEP 825,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import platform as _host
 import re
 import shutil
 import subprocess
@@ -41,7 +42,14 @@ from factory.consume.indexhttp import _http_request, fetch_page, open_url
 from factory.consume.verify import verify_project
 from factory.core import bounded
 from factory.core.errors import ConfigError, FactoryError
-from factory.core.platforms import DEFAULT_PLATFORM, of_machine
+from factory.core.platforms import (
+    BUILDABLE,
+    DEFAULT_PLATFORM,
+    Platform,
+    build_problem,
+    host_platform,
+    of_machine,
+)
 from factory.core.simpleapi import parse_anchors
 from factory.core.tags import manylinux_tag, parse_glibc, parse_manylinux, python_tag
 from factory.core.urls import INDEX_SCHEMES, checked_url, printable, without_credentials
@@ -664,11 +672,25 @@ def _request_torch(env: Environment, compat: CompatData) -> tuple[str, str] | No
     return None if best is None else (best[1], best[2])
 
 
+def _request_platform(env: Environment) -> tuple[Platform | None, str]:
+    """(the platform this host's wheel is for, the machine it was told by); None where the factory builds
+    for no such machine."""
+    if env.machine is None:  # not probed: this process's
+        found = host_platform()
+        return found, found.name if found is not None else _host.machine()
+    return of_machine(env.machine), env.machine
+
+
 def missing_request(
     env: Environment, project: str | None, compat: CompatData
 ) -> tuple[VariantRequest | None, str]:
     """(the request for what this host lacks, what it lacks in words); no request where there is nothing a
-    build could make (a CPU build of torch, no driver)."""
+    build could make (a CPU build of torch, no driver, a machine the factory builds no wheel for). The
+    request is for this host's platform."""
+    target, machine = _request_platform(env)
+    if target is None or build_problem(target) is not None:
+        built = ", ".join(p.name for p in BUILDABLE)
+        return None, f"the factory builds no wheel for this host's machine {machine} (it builds {built})"
     if env.torch is not None:
         if env.cuda is None:
             return None, "torch here is a CPU build: install a CUDA build of torch first"
@@ -688,14 +710,22 @@ def missing_request(
         abi = entry.get("cxx11_abi", [True])[-1] is not False
     try:
         request = variantrequest.make_request(
-            package=project, python=env.python, cuda=cuda, torch=torch, cxx11_abi=abi, archs=env.gpus
+            package=project,
+            python=env.python,
+            cuda=cuda,
+            torch=torch,
+            cxx11_abi=abi,
+            archs=env.gpus,
+            platform=target,
         )
     except variantrequest.RequestError as exc:
         return None, f"cannot request it: {exc}"
     gpus = ", ".join(request.archs) or "unknown"
+    # the platform where it is not the default's, as `describe_environment` says the machine
+    on = f" on {target.name}" if target != DEFAULT_PLATFORM else ""
     what = (
-        f"{project or 'a variant'} for Python {request.python}, CUDA {request.cuda}, torch {request.torch}, "
-        f"cxx11 ABI {int(request.cxx11_abi)}, GPUs {gpus}"
+        f"{project or 'a variant'} for Python {request.python}{on}, CUDA {request.cuda}, "
+        f"torch {request.torch}, cxx11 ABI {int(request.cxx11_abi)}, GPUs {gpus}"
     )
     return request, what
 

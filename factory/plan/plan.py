@@ -246,7 +246,7 @@ def _job_floor(mf: MatrixFile, compat: CompatData, *, cuda: str, torch: str, pyt
     return floor
 
 
-def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
+def torch_resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
     """A Resolver reading, for each CUDA of `combos`, the index its torch comes from (build.torch_index)."""
     from factory.core.home import factory_home
 
@@ -259,7 +259,7 @@ def _resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex
     return Resolver(index=index, sources=sources)
 
 
-def _platform_problem(
+def torch_platform_problem(
     resolver: Resolver, platform: Platform, *, cuda: str, torch: str, python: str
 ) -> str | None:
     """Why the index CUDA `cuda` takes torch from has no torch wheel for the job on `platform` (which
@@ -285,7 +285,7 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
     plan_notes: tuple[str, ...] = ()
     resolver: Resolver | None = None
     if has_specifiers(combos):
-        resolver = _resolver(mf, combos, index)
+        resolver = torch_resolver(mf, combos, index)
         combos, resolved = resolve_combinations(
             expand_with_origin(spec.axes, includes, excludes, spec.defaults),
             resolver,
@@ -326,8 +326,8 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
             archs, notes, known = verdict.archs, verdict.notes, verdict.known
             if platform != DEFAULT_PLATFORM:
                 # compat.json speaks of the default platform's wheels; another's are read off the index
-                resolver = resolver or _resolver(mf, combos, index)
-                missing = _platform_problem(resolver, platform, cuda=cuda, torch=torch, python=python)
+                resolver = resolver or torch_resolver(mf, combos, index)
+                missing = torch_platform_problem(resolver, platform, cuda=cuda, torch=torch, python=python)
                 if missing is not None:
                     dropped.append(DroppedJob(values=raw, reason=missing))
                     continue

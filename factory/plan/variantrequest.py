@@ -5,15 +5,19 @@ form), the matrix lines it stands for, and the rate limiter `factory serve --acc
 
 A request comes from any HTTP client, so it is hostile until parsed here: a JSON object of at most
 `MAX_BYTES` with only the keys below, each value a string of the grammar the factory itself writes (ASCII
-digits only: `\\d` would take other scripts' digits), a bool, or a short list of archs. A parsed request
-holds nothing else, so its values can only be versions, archs and a PEP 508 project name; its file name is
-its content hash, never text the client chose.
+digits only: `\\d` would take other scripts' digits), a bool, a short list of archs, or the name of a
+platform of `factory.core.platforms`. A parsed request holds nothing else, so its values can only be
+versions, archs, a platform and a PEP 508 project name; its file name is its content hash, never text the
+client chose.
 
     {"format": "factory-request/1", "package": "flash-attn", "python": "3.11", "cuda": "13.0",
-     "torch": "2.14", "cxx11_abi": true, "archs": ["9.0"]}
+     "torch": "2.14", "cxx11_abi": true, "archs": ["9.0"], "platform": "<name>"}
 
 `package` may be null (any package the matrix builds) and `archs` empty (the GPUs are unknown: any arch set
-the matrix builds).
+the matrix builds). `platform` is the host's (the machine of the wheel it asks for); without it a request is
+for the default platform, which is what every request written before the platform axis meant. A request for
+the default platform is composed without the key, so its bytes, and so its id and file name, are what they
+were before the axis: a stored request keeps its name, and a factory that predates the axis reads it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 from factory.core import safefs, strictjson
 from factory.core.errors import ConfigError
+from factory.core.platforms import DEFAULT_PLATFORM, NAMES, Platform, by_name
 from factory.core.variants import Arch
 
 FORMAT = "factory-request/1"
@@ -42,7 +47,7 @@ MAX_PACKAGE = 100
 DIRECTORY = "_requests"  # under an index's root; `factory serve` never serves it
 MAX_STORED = 1000  # requests an index keeps at most: past that, new ones are refused (507)
 MAX_READ = 2 * MAX_STORED  # entries of a _requests/ directory `factory matrix --requests` reads at most
-KEYS = frozenset({"format", "package", "python", "cuda", "torch", "cxx11_abi", "archs"})
+KEYS = frozenset({"format", "package", "python", "cuda", "torch", "cxx11_abi", "archs", "platform"})
 REQUIRED = frozenset({"format", "python", "cuda", "torch"})
 
 _PYTHON = re.compile(r"3\.(?:0|[1-9][0-9]?)", re.ASCII)
@@ -66,6 +71,8 @@ class VariantRequest:
     torch: str  # "2.14" or "2.14.1"
     cxx11_abi: bool = True
     archs: tuple[str, ...] = ()  # dotted, sorted, de-duplicated; () when the GPUs are unknown
+    # the platform the wheel is for (the requesting host's); a row of the platform table, never a copy
+    platform: Platform = DEFAULT_PLATFORM
 
     def __post_init__(self) -> None:
         # Built only from valid parts, so that composing and parsing are inverse and every value is safe.
@@ -116,6 +123,16 @@ def _check(request: VariantRequest) -> None:
             raise RequestError(f"archs: {_short(arch)} is not a compute capability like 9.0")
     if archs != tuple(a.dotted for a in sorted({Arch.parse_dotted(a) for a in archs})):
         raise RequestError("archs: not sorted and de-duplicated")
+    if not isinstance(request.platform, Platform) or by_name(request.platform.name) != request.platform:
+        raise RequestError(f"platform {_short(request.platform)} is not a platform of the table")
+
+
+def platform_named(name: object) -> Platform:
+    """A request's `platform` value -> the platform; RequestError naming the known ones."""
+    found = by_name(name) if isinstance(name, str) else None
+    if found is None:
+        raise RequestError(f"platform {_short(name)} is not one of {', '.join(NAMES)}")
+    return found
 
 
 def make_request(
@@ -126,6 +143,7 @@ def make_request(
     torch: str,
     cxx11_abi: bool = True,
     archs: tuple[str, ...] | list[str] = (),
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> VariantRequest:
     """A request from loose parts: archs in any order or repeated are sorted and de-duplicated."""
     for arch in archs:
@@ -135,7 +153,13 @@ def make_request(
         raise RequestError(f"archs: at most {MAX_ARCHS} compute capabilities")
     canonical = tuple(a.dotted for a in sorted({Arch.parse_dotted(a) for a in archs}))
     return VariantRequest(
-        package=package, python=python, cuda=cuda, torch=torch, cxx11_abi=cxx11_abi, archs=canonical
+        package=package,
+        python=python,
+        cuda=cuda,
+        torch=torch,
+        cxx11_abi=cxx11_abi,
+        archs=canonical,
+        platform=platform,
     )
 
 
@@ -150,6 +174,8 @@ def compose(request: VariantRequest) -> bytes:
         "cxx11_abi": request.cxx11_abi,
         "archs": list(request.archs),
     }
+    if request.platform != DEFAULT_PLATFORM:  # the default platform's request is the one before the axis
+        data["platform"] = request.platform.name
     return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -175,6 +201,8 @@ def parse(data: bytes) -> VariantRequest:
     if not isinstance(archs, list):
         raise RequestError("archs is not a list")
     cxx11_abi = value.get("cxx11_abi", True)
+    # absent: a request written before the platform axis, which asked for the default platform's wheel
+    platform = platform_named(value.get("platform", DEFAULT_PLATFORM.name))
     return make_request(
         package=value.get("package"),
         python=value["python"],
@@ -182,6 +210,7 @@ def parse(data: bytes) -> VariantRequest:
         torch=value["torch"],
         cxx11_abi=cxx11_abi,
         archs=archs,
+        platform=platform,
     )
 
 
@@ -197,14 +226,16 @@ def parse_stored(name: str, data: bytes) -> VariantRequest:
 
 
 def matrix_lines(request: VariantRequest) -> list[str]:
-    """The matrix-file lines (YAML) that would build what `request` asks for."""
+    """The matrix-file lines (YAML) that would build what `request` asks for (its platform named where it is
+    not the default, which an include entry without one builds)."""
     arch = f', arch: "{request.arch}"' if request.archs else ""
     abi = "true" if request.cxx11_abi else "false"
+    platform = f", platform: {request.platform.name}" if request.platform != DEFAULT_PLATFORM else ""
     return [
         "matrix:",
         "  include:",
         f'    - {{cuda: "{request.cuda}", torch: "{request.torch}", python: "{request.python}", '
-        f"cxx11_abi: {abi}{arch}}}",
+        f"cxx11_abi: {abi}{arch}{platform}}}",
     ]
 
 

@@ -18,7 +18,9 @@ that reads without JavaScript:
 - the GPU picker's names and the driver's CUDA choices come from `factory.core.gpus` (`GPUS`,
   `DRIVER_CUDA`).
 When no row fits, the script says what is missing and prints the matrix lines that would build it, in
-`variantrequest.matrix_lines`' format (a browser test checks both give the same lines).
+`variantrequest.matrix_lines`' format (a browser test checks both give the same lines): for the platform
+picked, named where it is not the default one (which an include entry without a platform builds). The
+platform picker offers every platform the factory builds, those without a wheel yet too.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from urllib.parse import quote
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from factory.core import gpus
-from factory.core.platforms import DEFAULT_PLATFORM
+from factory.core.platforms import BUILDABLE, DEFAULT_PLATFORM
 from factory.core.tags import parse_manylinux
 from factory.core.variants import VariantKey, version_tuple
 from factory.publish import installcmd
@@ -211,8 +213,11 @@ def _selector(cells: Sequence[MatrixCell]) -> list[str]:
     cudas = sorted({k.cuda for k in keys}, key=version_tuple, reverse=True)
     torches = sorted({k.torch for k in keys}, key=version_tuple, reverse=True)
     pythons = sorted({c.python for c in cells if _CPYTHON.fullmatch(c.python)}, key=_python_key, reverse=True)
+    # every platform the factory builds, a wheel or not: a host of one that has none yet is told so, and gets
+    # the matrix lines (and `factory which --request`'s request) for its own platform
     machines = sorted(
         {m for c in cells if c.status == "built" for m in [_machine(c.detail)] if m and m != "any"}
+        | {p.name for p in BUILDABLE}
     )
     abis = sorted({str(int(k.cxx11_abi)) for k in keys}, reverse=True)
     low = min((version_tuple(c)[0] for c in cudas), default=12)
@@ -287,7 +292,7 @@ var d=document,$=function(i){return d.getElementById(i)},
 each=function(l,f){Array.prototype.forEach.call(l,f)};
 each(d.querySelectorAll('code[data-index]'),function(c){var i=c.getAttribute('data-index'),
 u=new URL(i,d.baseURI).href;c.textContent=c.textContent.split(i).join(u)});
-var BESIDE=__BESIDE__,rows=[];
+var BESIDE=__BESIDE__,DEFAULT=__DEFAULT__,rows=[];
 each(d.querySelectorAll('table[data-p]'),function(t){
 var heads=[];each(t.rows[0].cells,function(c){heads.push(c.textContent)});
 each(t.querySelectorAll('tr[data-w]'),function(tr){var s=tr.dataset,
@@ -344,12 +349,14 @@ return !driverRuns(cu,u)[0]}).sort(cmp);rcu=ok.length?ok[ok.length-1]:cu}
 function newest(k){return rows.filter(function(r){return r.p==c.p}).map(function(r){return r[k]})
 .sort(cmp).pop()}
 if(!rcu)rcu=newest('cu');var t=c.t||newest('t'),py=c.py||(po.length>1?po[1].value:'3'),
-abi=c.abi||newest('abi'),g=c.g?', GPUs '+c.g:', GPUs unknown';
-$('verdict').textContent='No wheel fits: missing '+c.p+' for Python '+py+', CUDA '+rcu+', torch '+t+
-', cxx11 ABI '+abi+g;if(c.g===false)note('unknown GPU: type its name or compute capability (9.0)');
+abi=c.abi||newest('abi'),g=c.g?', GPUs '+c.g:', GPUs unknown',on=c.m&&c.m!=DEFAULT?c.m:'';
+$('verdict').textContent='No wheel fits: missing '+c.p+' for Python '+py+(on?' on '+on:'')+', CUDA '+rcu+
+', torch '+t+', cxx11 ABI '+abi+g;
+if(c.g===false)note('unknown GPU: type its name or compute capability (9.0)');
 if(near.length)note('nearest: '+near[0].r.v+' ('+near[0].why.join('; ')+')');
 $('lines').textContent=['matrix:','  include:','    - {cuda: "'+rcu+'", torch: "'+t+'", python: "'+py+
-'", cxx11_abi: '+(abi=='1'?'true':'false')+(c.g?', arch: "'+c.g+'"':'')+'}'].join('\n')}
+'", cxx11_abi: '+(abi=='1'?'true':'false')+(c.g?', arch: "'+c.g+'"':'')+(on?', platform: '+on:'')+'}']
+.join('\n')}
 each(form.elements,function(e){e.addEventListener('input',pick);e.addEventListener('change',pick)});pick();
 })();"""
 
@@ -378,7 +385,9 @@ def human_page(cells: Iterable[MatrixCell]) -> str:
     for project in sorted(by_project):
         body += _grid(project, by_project[project])
     beside = {letter: [BESIDE[name], text] for name, (letter, text) in _BESIDE_LETTERS.items()}
-    script = _SCRIPT.replace("__BESIDE__", json.dumps(beside, separators=(",", ":")))
+    script = _SCRIPT.replace("__BESIDE__", json.dumps(beside, separators=(",", ":"))).replace(
+        "__DEFAULT__", json.dumps(_DEFAULT)
+    )
     lines = [
         "<!DOCTYPE html>",
         '<html lang="en">',

@@ -17,12 +17,14 @@ import pytest
 from conftest import require
 from publish_helpers import chromium, selector_index
 
+from factory.core.platforms import named
 from factory.plan import variantrequest
 from factory.publish import installcmd
 
 pytestmark = pytest.mark.integration
 FACTORY = str(Path(sys.executable).with_name("factory"))
 VERSION = "2.8.3.post2"
+AARCH64 = named("aarch64")
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +139,30 @@ def test_the_selector_from_a_directory(browser: Any, idx: Path, tmp_path: Path) 
     browser.get((idx / "index.html").as_uri())
     with screenshot_on_failure(browser, tmp_path):
         check_choices(browser, idx.as_uri() + "/")
+
+
+def test_an_arm_host_on_an_index_without_arm_wheels_gets_its_own_matrix_lines(
+    browser: Any, idx: Path, tmp_path: Path
+) -> None:
+    """The index has x86_64 wheels only: picking aarch64 (a GH200) gives no x86_64 command but what is
+    missing on aarch64 and the matrix lines that build it there, the lines `factory which` prints on such a
+    host; picking x86_64 gives the command again."""
+    browser.get((idx / "index.html").as_uri())
+    with screenshot_on_failure(browser, tmp_path):
+        choose(browser, platform="aarch64", cuda="t:13.0", python="3.12", gpu="GH200")
+        assert shown(browser, "commands") == ""
+        assert shown(browser, "verdict") == (
+            "No wheel fits: missing flash-attn for Python 3.12 on aarch64, CUDA 13.0, torch 2.14, "
+            "cxx11 ABI 1, GPUs 9.0"
+        )
+        assert "no wheel for Python 3.12 on aarch64" in shown(browser, "notes")
+        request = variantrequest.make_request(
+            package="flash-attn", python="3.12", cuda="13.0", torch="2.14", archs=["9.0"], platform=AARCH64
+        )
+        assert shown(browser, "lines") == "\n".join(variantrequest.matrix_lines(request))
+        choose(browser, platform="x86_64")
+        assert shown(browser, "verdict") == f"flash-attn: variant {CU130_214[0]} on x86_64"
+        assert shown(browser, "missing") == ""
 
 
 def test_the_selector_over_factory_serve_and_its_links(browser: Any, served: str, tmp_path: Path) -> None:
@@ -286,6 +312,16 @@ def test_the_platform_is_shown_and_an_aarch64_pick_installs_the_aarch64_wheel(
         choose(browser, platform="aarch64", python="3.12", gpu="GH200")
         assert shown(browser, "commands") == ""
         assert "no wheel for Python 3.12 on aarch64" in shown(browser, "notes")
+        # ... and the matrix lines that build it build it for aarch64, as `factory which` on such a host says
+        assert shown(browser, "verdict") == (
+            "No wheel fits: missing flash-attn for Python 3.12 on aarch64, CUDA 13.0, torch 2.14, "
+            "cxx11 ABI 1, GPUs 9.0"
+        )
+        request = variantrequest.make_request(
+            package="flash-attn", python="3.12", cuda="13.0", torch="2.14", archs=["9.0"], platform=AARCH64
+        )
+        assert shown(browser, "lines") == "\n".join(variantrequest.matrix_lines(request))
+        assert shown(browser, "lines").endswith(", platform: aarch64}")
     # the aarch64 command's requirement, from its variant index, on an aarch64 host: the aarch64 wheel
     pip = commands["aarch64"][0].split()
     requirement = pip[-1]

@@ -376,3 +376,40 @@ def test_a_bad_default_index_is_one_line_before_the_host_is_probed(
     assert got == 2 and "Traceback" not in output, output
     (line,) = output.strip().splitlines()
     assert line.startswith("error: ") and "--default-index" in line and "/nonexistent/python" not in line
+
+
+def test_which_request_on_an_arm_host_asks_for_its_platform(
+    tmp_path: Path, factory_cli: Callable[[list[str]], tuple[int, str]]
+) -> None:
+    """A DGX Spark (GB10, sm_121) no variant has code for: `factory which --request` writes a request for
+    aarch64 into the local index, and prints the matrix lines that build it there; a machine the factory
+    builds for no platform of gets no request, one line and exit 1."""
+    from factory.plan.variantrequest import matrix_lines, parse_stored, read_requests
+
+    local_index(tmp_path)
+    spark = {**PROBED, "gpus": ["12.1"], "machine": "aarch64"}
+    got, output = factory_cli(
+        ["which", "-i", str(tmp_path), "--python", fake_python(tmp_path, json.dumps(spark)), "--request"]
+    )
+    assert got == 0, output
+    [(name, request)] = read_requests(tmp_path / "_requests", warn=pytest.fail)
+    assert not isinstance(request, str) and request.platform.name == "aarch64"
+    assert parse_stored(name, (tmp_path / "_requests" / name).read_bytes()) == request
+    lines = output.splitlines()
+    assert lines[0].startswith("python 3.11 on aarch64, torch 2.14.1")
+    assert (
+        "missing: a variant for Python 3.11 on aarch64, CUDA 13.0, torch 2.14, cxx11 ABI 1, GPUs 12.1"
+        in lines
+    )
+    assert lines[-1] == f"request {request.id[:12]} recorded: {tmp_path / '_requests' / name}"
+    assert matrix_lines(request)[-1] in lines and matrix_lines(request)[-1].endswith(", platform: aarch64}")
+    power = {**spark, "machine": "ppc64le"}
+    got, output = factory_cli(
+        ["which", "-i", str(tmp_path), "--python", fake_python(tmp_path, json.dumps(power)), "--request"]
+    )
+    assert got == 1, output
+    assert output.splitlines()[-1] == (
+        "error: nothing to request: the factory builds no wheel for this host's machine ppc64le "
+        "(it builds x86_64, aarch64)"
+    )
+    assert len(list((tmp_path / "_requests").iterdir())) == 1

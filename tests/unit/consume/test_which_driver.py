@@ -229,3 +229,43 @@ def test_missing_lines_are_matrix_yaml() -> None:
             ]
         }
     }
+
+
+def test_the_request_is_for_this_hosts_platform() -> None:
+    """An Arm host (GH200) is asked for its own platform's wheel, whichever name its machine goes by, and the
+    matrix lines say so; a machine the factory builds for no platform of gets no request, and one line."""
+    import yaml
+
+    from factory.consume.which import Choice, WhichResult
+    from factory.core.platforms import DEFAULT_PLATFORM, named
+
+    for machine in ("aarch64", "arm64"):
+        request, what = missing_request(host(machine=machine), "flash-attn", COMPAT)
+        assert request is not None and request.platform == named("aarch64")
+        assert what == "flash-attn for Python 3.11 on aarch64, CUDA 13.0, torch 2.14, cxx11 ABI 1, GPUs 9.0"
+    result = WhichResult(
+        env=host(machine="aarch64"),
+        choice=Choice(match=None, notes=(), nearest=None, reasons=()),
+        variant_url=None,
+        projects=(),
+        request=request,
+        missing=what,
+    )
+    data = yaml.safe_load("\n".join(missing_lines(result)[2:]))
+    assert data["matrix"]["include"] == [
+        {
+            "cuda": "13.0",
+            "torch": "2.14",
+            "python": "3.11",
+            "cxx11_abi": True,
+            "arch": "9.0",
+            "platform": "aarch64",
+        }
+    ]
+    request, what = missing_request(
+        host(machine="x86_64", torch="2.14.1", cuda="13.0", cxx11_abi=True), None, COMPAT
+    )
+    assert request is not None and request.platform == DEFAULT_PLATFORM and " on " not in what
+    request, what = missing_request(host(machine="ppc64le"), "flash-attn", COMPAT)
+    assert request is None
+    assert what == "the factory builds no wheel for this host's machine ppc64le (it builds x86_64, aarch64)"

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from factory.core.errors import ConfigError
+from factory.core.platforms import DEFAULT_PLATFORM, named
 from factory.plan.plan import plan_matrix
 from factory.plan.requestplan import add_requests
 from factory.plan.variantrequest import (
@@ -21,6 +24,7 @@ from factory.plan.variantrequest import (
     VariantRequest,
     compose,
     make_request,
+    matrix_lines,
     parse,
     parse_stored,
     read_requests,
@@ -28,6 +32,7 @@ from factory.plan.variantrequest import (
     store_request,
 )
 from factory.spec.config import load_matrix_file
+from tests.torch_index_helpers import TorchWheel, make_index
 
 GOOD = {
     "format": FORMAT,
@@ -98,6 +103,14 @@ def test_compose_and_parse_are_inverse_and_the_id_is_the_content_hash() -> None:
         (body(package="-x"), "package"),
         (body(package=["x"]), "package"),
         (b'{"format": NaN}', "NaN is not JSON"),
+        (body(platform="sparc"), "platform 'sparc' is not one of x86_64, aarch64"),
+        (body(platform="AARCH64"), "platform 'AARCH64'"),  # the tag's spelling only
+        (body(platform="arm64"), "platform 'arm64'"),  # a machine's other name is not a platform's
+        (body(platform="aarch64\n"), "platform"),
+        (body(platform=""), "platform '' is not"),
+        (body(platform=None), "platform None"),
+        (body(platform=["aarch64"]), "platform ['aarch64']"),
+        (body(platform="x" * 500), "platform 'xxxxx"),
     ],
 )
 def test_hostile_requests_are_refused(data: bytes, message: str) -> None:
@@ -375,4 +388,273 @@ def test_an_exclude_naming_the_default_platform_drops_a_request(tmp_path: Path) 
     assert [j.python for j in out.jobs] == ["3.11"]
     assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
         "the matrix excludes it: matrix.exclude[0] (line 10) {python: 3.12, platform: x86_64}"
+    ]
+
+
+AARCH64 = named("aarch64")
+
+
+def test_a_request_carries_its_platform_and_the_default_one_is_written_as_before() -> None:
+    arm = parse(body(platform="aarch64"))
+    assert arm.platform == AARCH64
+    assert parse(compose(arm)) == arm and json.loads(compose(arm))["platform"] == "aarch64"
+    # a request written before the platform axis: the default platform's, its bytes (and so its id and the
+    # name of its file) what that factory wrote, with no platform key
+    old = parse(body())
+    assert old.platform == DEFAULT_PLATFORM
+    before = json.dumps(GOOD, sort_keys=True, separators=(",", ":")).encode()
+    assert compose(old) == before
+    assert old.file_name == hashlib.sha256(before).hexdigest() + ".json"
+    assert parse_stored(old.file_name, before) == old
+    # the default platform said outright is the same request, stored under the same name
+    assert parse(body(platform=DEFAULT_PLATFORM.name)).id == old.id
+    assert arm.id != old.id
+    assert (
+        make_request(
+            package="flash-attn", python="3.11", cuda="13.0", torch="2.14", archs=["9.0"], platform=AARCH64
+        )
+        == arm
+    )
+    with pytest.raises(RequestError, match="platform"):
+        VariantRequest(package=None, python="3.11", cuda="13.0", torch="2.14", platform="aarch64")  # type: ignore[arg-type]
+
+
+def test_a_stored_request_of_another_platform_must_be_named_by_its_hash_too(tmp_path: Path) -> None:
+    arm = parse(body(platform="aarch64"))
+    x86 = replace(arm, platform=DEFAULT_PLATFORM)
+    assert store_request(tmp_path, arm) is True and store_request(tmp_path, x86) is True  # two requests
+    directory = tmp_path / "_requests"
+    # the aarch64 request's bytes under the x86_64 one's name: refused, not read as either
+    (directory / x86.file_name).write_bytes(compose(arm))
+    found = dict(read_requests(directory, warn=pytest.fail))
+    assert found[arm.file_name] == arm
+    assert "not the sha256" in str(found[x86.file_name])
+
+
+def test_matrix_lines_name_a_platform_other_than_the_default() -> None:
+    import yaml
+
+    arm = parse(body(platform="aarch64", archs=["9.0", "10.0"]))
+    assert matrix_lines(arm)[-1] == (
+        '    - {cuda: "13.0", torch: "2.14", python: "3.11", cxx11_abi: true, arch: "9.0;10.0", '
+        "platform: aarch64}"
+    )
+    assert yaml.safe_load("\n".join(matrix_lines(arm)))["matrix"]["include"][0]["platform"] == "aarch64"
+    assert "platform" not in "\n".join(matrix_lines(parse(body())))
+
+
+# torch 2.14.1 (a CUDA 13.0 build) on the index: x86_64 wheels for Python 3.10 to 3.12, aarch64 ones for 3.12
+TORCH = [
+    TorchWheel("2.14.1", "13.0", cxx_std="20", pythons=("3.10", "3.11", "3.12")),
+    TorchWheel("2.14.1", "13.0", cxx_std="20", pythons=("3.12",), platform="manylinux_2_28_aarch64"),
+]
+
+
+@pytest.fixture
+def torch_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The host's pip configuration naming a local index with `TORCH` (and nothing else)."""
+    simple = make_index(tmp_path_factory.mktemp("torch-index"), TORCH)
+    for var in [v for v in os.environ if v.startswith("PIP_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", simple.as_uri())
+    monkeypatch.setenv("FACTORY_HOME", str(tmp_path_factory.mktemp("home")))
+    return simple
+
+
+def pypi_matrix(tmp_path: Path, extra: str = "") -> Path:
+    """MATRIX built with the pypi flavor (whose builders exist for every platform), `extra` under matrix:."""
+    arch = '  arch: ["8.0;9.0;10.0;12.0"]\n'
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        textwrap.dedent(MATRIX).replace(arch, arch + extra).replace("build:\n", "build:\n  flavor: pypi\n")
+    )
+    return path
+
+
+def test_a_request_is_planned_for_its_platform_or_dropped_with_the_reason(
+    tmp_path: Path, torch_index: Path
+) -> None:
+    mf = load_matrix_file(pypi_matrix(tmp_path))
+    plan = plan_matrix(mf)
+    assert [j.id for j in plan.jobs] == ["cu130-torch2.14-abi1-sm80.90.100.120-py311"]
+
+    def req(**kw: object) -> tuple[str, VariantRequest | str]:
+        r = parse(body(package="demo-ext", **kw))
+        return r.file_name, r
+
+    out = add_requests(
+        mf,
+        plan,
+        [
+            req(python="3.12", archs=["9.0"], platform="aarch64"),  # a GH200: added for aarch64
+            req(python="3.12", archs=["8.6"]),  # the same job for x86_64: another job
+            req(python="3.12", archs=["10.0"], platform="aarch64"),  # the same arch set: planned already
+            req(python="3.11", archs=["9.0"], platform="aarch64"),  # no aarch64 torch for 3.11
+            req(python="3.11", archs=["9.0"]),  # x86_64, in the matrix already
+        ],
+    )
+    added = {j.id: j for j in out.jobs if j not in plan.jobs}  # in the order of the requests' names
+    assert {i: j.platform for i, j in added.items()} == {
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64": AARCH64,
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312": DEFAULT_PLATFORM,
+    }
+    assert added["cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64"].to_json()["platform"] == "aarch64"
+    assert "platform" not in added["cu130-torch2.14-abi1-sm80.90.100.120-py312"].to_json()
+    dropped = {d.id: d.reason.split(": ", 1)[1] for d in out.dropped}
+    assert len(out.dropped) == 3 and dropped == {
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64": (
+            "planned already (cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64)"
+        ),
+        "cu130-torch2.14-abi1-sm80.90.100.120-py311-aarch64": (
+            "no torch 2.14 wheel for Python 3.11 on aarch64 on the pip configuration's indexes (it has "
+            "Python 3.12)"
+        ),
+        "cu130-torch2.14-abi1-sm80.90.100.120-py311": (
+            "planned already (cu130-torch2.14-abi1-sm80.90.100.120-py311)"
+        ),
+    }
+
+
+def test_a_requests_platform_meets_the_matrixs_exclude_and_flavor(tmp_path: Path, torch_index: Path) -> None:
+    arm = parse(body(package="demo-ext", python="3.12", archs=["9.0"], platform="aarch64"))
+    x86 = parse(body(package="demo-ext", python="3.12", archs=["9.0"]))
+    both = [(arm.file_name, arm), (x86.file_name, x86)]
+    mf = load_matrix_file(pypi_matrix(tmp_path, "  exclude:\n    - {platform: aarch64}\n"))
+    unknown_gpus = parse(body(package="demo-ext", python="3.12", archs=[], platform="aarch64"))
+    out = add_requests(mf, plan_matrix(mf), [*both, (unknown_gpus.file_name, unknown_gpus)])
+    assert [j.platform for j in out.jobs] == [DEFAULT_PLATFORM, DEFAULT_PLATFORM]
+    assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
+        "the matrix excludes it: matrix.exclude[0] (line 10) {platform: aarch64}"
+    ] * 2
+    # the devel flavor (NVIDIA's images) builds the default platform only: an aarch64 request is not built
+    # by a matrix of it
+    path = tmp_path / "devel.yaml"
+    path.write_text(textwrap.dedent(MATRIX))
+    mf = load_matrix_file(path)
+    out = add_requests(mf, plan_matrix(mf), both)
+    assert [j.platform for j in out.jobs] == [DEFAULT_PLATFORM, DEFAULT_PLATFORM]
+    [dropped] = out.dropped
+    assert dropped.values["platform"] == "aarch64"
+    assert dropped.reason.split(": ", 1)[1].startswith(
+        "flavor devel builds x86_64 only; aarch64 jobs use flavor pypi"
+    )
+
+
+def test_the_matrix_lines_of_an_aarch64_request_plan_its_job(tmp_path: Path, torch_index: Path) -> None:
+    """What `factory which` prints for an aarch64 host, put in a matrix, builds the wheel it asked for."""
+    arm = parse(body(package="demo-ext", python="3.12", archs=["9.0"], platform="aarch64"))
+    lines = "\n".join(matrix_lines(arm))
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        'package: {name: demo-ext, version: "1.0"}\nrecipe: torch-ext\n'
+        + lines
+        + '\nbuild:\n  flavor: pypi\n  torch_index: {"13.0": default}\n'
+    )
+    [job] = plan_matrix(load_matrix_file(path)).jobs
+    assert (job.platform, job.python, job.variant.arch) == (AARCH64, "3.12", "9.0")
+
+
+def test_cli_matrix_requests_plans_an_aarch64_request_and_drops_a_bad_platform(
+    tmp_path: Path, torch_index: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from factory.cli import app
+
+    path = pypi_matrix(tmp_path)
+    arm = parse(body(package="demo-ext", python="3.12", platform="aarch64"))
+    store_request(tmp_path, arm)
+    bad = json.dumps({**GOOD, "platform": "sparc"}, sort_keys=True, separators=(",", ":")).encode()
+    (tmp_path / "_requests" / f"{hashlib.sha256(bad).hexdigest()}.json").write_bytes(bad)
+    result = CliRunner().invoke(app, ["matrix", "-m", str(path), "--requests", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [(j["job_id"], j.get("platform")) for j in doc["jobs"]] == [
+        ("cu130-torch2.14-abi1-sm80.90.100.120-py311", None),
+        ("cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64", "aarch64"),
+    ]
+    [dropped] = doc["dropped"]
+    assert dropped["reason"].endswith(": refused: platform 'sparc' is not one of x86_64, aarch64")
+    # in CI the requested aarch64 job builds on its platform's runner, never under emulation
+    result = CliRunner().invoke(
+        app, ["matrix", "-m", str(path), "--requests", str(tmp_path), "--format", "github"]
+    )
+    assert result.exit_code == 0, result.output
+    runners = {j["job_id"]: j["runs_on"] for j in json.loads(result.output)["include"]}
+    assert runners == {
+        "cu130-torch2.14-abi1-sm80.90.100.120-py311": list(DEFAULT_PLATFORM.ci_runner),
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64": list(AARCH64.ci_runner),
+    }
+
+
+def test_an_abi3_job_of_one_platform_does_not_cover_a_request_for_another(
+    tmp_path: Path, torch_index: Path
+) -> None:
+    """The x86_64 abi3 wheel of Python 3.11 installs on 3.12 too, on x86_64 only: an aarch64 request for
+    3.12 is a job of its own, an x86_64 one is planned already."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        textwrap.dedent(MATRIX)
+        .replace("recipe: torch-ext", "recipe: {name: torch-ext, py_limited_api: true}")
+        .replace('python: ["3.11"]', 'python: ["3.11", "3.12"]')
+        .replace("build:\n", "build:\n  flavor: pypi\n")
+    )
+    mf = load_matrix_file(path)
+    plan = plan_matrix(mf)
+    assert [(j.id, j.covers) for j in plan.jobs] == [
+        ("cu130-torch2.14-abi1-sm80.90.100.120-py311", ("3.12",))
+    ]
+    arm = parse(body(package="demo-ext", python="3.12", archs=["9.0"], platform="aarch64"))
+    x86 = parse(body(package="demo-ext", python="3.12", archs=["9.0"]))
+    out = add_requests(mf, plan, [(arm.file_name, arm), (x86.file_name, x86)])
+    assert [(j.id, j.limited_api) for j in out.jobs] == [
+        ("cu130-torch2.14-abi1-sm80.90.100.120-py311", "cp311"),
+        ("cu130-torch2.14-abi1-sm80.90.100.120-py312-aarch64", "cp312"),
+    ]
+    assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
+        "planned already (cu130-torch2.14-abi1-sm80.90.100.120-py311)"
+    ]
+
+
+def test_a_request_takes_the_arch_set_the_matrix_gives_its_platform(
+    tmp_path: Path, torch_index: Path
+) -> None:
+    """matrix.yaml's way: every arch set in the axis, each platform's own kept by excluding the others. A
+    GH200 or a DGX Spark asking for aarch64 gets the aarch64 set (sm_121 for the Spark), an x86_64 host
+    with the same GPU the x86_64 one; neither is dropped as excluded."""
+    sets = '  arch: ["8.0;9.0;10.0;12.0", "9.0;10.0;12.1"]\n'
+    path = tmp_path / "matrix.yaml"
+    path.write_text(
+        textwrap.dedent(MATRIX)
+        .replace('  arch: ["8.0;9.0;10.0;12.0"]\n', sets + "  platform: [x86_64, aarch64]\n  exclude:\n"
+                 '    - {platform: x86_64, arch: "9.0;10.0;12.1"}\n'
+                 '    - {platform: aarch64, arch: "8.0;9.0;10.0;12.0"}\n')
+        .replace("build:\n", "build:\n  flavor: pypi\n")
+    )  # fmt: skip
+    mf = load_matrix_file(path)
+    plan = plan_matrix(mf)
+    assert [j.id for j in plan.jobs] == [
+        "cu130-torch2.14-abi1-sm80.90.100.120-py311"
+    ]  # no aarch64 torch for 3.11
+
+    def req(**kw: object) -> tuple[str, VariantRequest | str]:
+        r = parse(body(package="demo-ext", python="3.12", **kw))
+        return r.file_name, r
+
+    out = add_requests(
+        mf,
+        plan,
+        [
+            req(archs=["12.1"], platform="aarch64"),
+            req(archs=["9.0"], platform="aarch64"),  # the same set
+            req(archs=["12.1"]),
+        ],
+    )
+    assert sorted(j.id for j in out.jobs if j not in plan.jobs) == [
+        "cu130-torch2.14-abi1-sm80.90.100.120-py312",
+        "cu130-torch2.14-abi1-sm90.100.121-py312-aarch64",
+    ]
+    assert [d.reason.split(": ", 1)[1] for d in out.dropped if d not in plan.dropped] == [
+        "planned already (cu130-torch2.14-abi1-sm90.100.121-py312-aarch64)"
     ]

@@ -239,3 +239,12 @@ def test_the_grid_shows_each_platform_and_its_rows_commands_install_its_wheel() 
     # the selector offers both platforms
     assert '<option value="aarch64">Linux aarch64</option>' in page
     assert '<option value="x86_64">Linux x86_64</option>' in page
+
+
+def test_the_picker_offers_every_platform_the_factory_builds() -> None:
+    """A page of x86_64 wheels only still offers aarch64: a GH200's owner picks it and is told nothing fits,
+    with the matrix lines for aarch64, rather than being given an x86_64 wheel's command."""
+    page = humanpage.human_page([built(VID, "3.11", FN)])
+    options = re.search(r'<select id="platform">(.*?)</select>', page)
+    assert options is not None
+    assert re.findall(r'value="([^"]*)"', options.group(1)) == ["", "aarch64", "x86_64"]

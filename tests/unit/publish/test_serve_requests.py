@@ -122,3 +122,17 @@ def test_a_flood_from_one_client_is_429(index_root: Path) -> None:
 def test_accept_requests_needs_a_local_index() -> None:
     with pytest.raises(ConfigError, match="--accept-requests needs a local index"):
         serve(Path("."), source="s3://bucket/prefix", accept_requests=True, announce=print)
+
+
+def test_a_request_for_another_platform_is_stored_as_such_and_a_bad_platform_is_400(index_root: Path) -> None:
+    arm = json.dumps({**json.loads(GOOD), "platform": "aarch64"}).encode()
+    with start(index_root, requests_root=index_root) as port:
+        status, said = post(port, arm)
+        assert status == 201
+        name = said.decode().strip() + ".json"
+        assert post(port)[0] == 201  # the default platform's request is another one
+        status, said = post(port, arm.replace(b"aarch64", b"sparc"))
+        assert status == 400
+        assert said == b"bad request: platform 'sparc' is not one of x86_64, aarch64\n"
+    assert len(list((index_root / "_requests").iterdir())) == 2
+    assert parse((index_root / "_requests" / name).read_bytes()).platform.name == "aarch64"
