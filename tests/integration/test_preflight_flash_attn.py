@@ -5,7 +5,9 @@ cheapest kernel by the recipe's per-file estimate for sm_80; no link, no wheel (
 cores, warm images, against the hours of the whole build).
 
 Its own `$FACTORY_HOME`, but for the wheelhouses and the sdists, which it shares with the user's (both are
-keyed by their content and never change once made), as the other integration tests do.
+keyed by their content and never change once made), as the other integration tests do, and its compile cache,
+kept across sessions as a CI cache keeps it (`homes.kept_compile_cache`): a warm run takes both compiles from
+it (a preflight counts a cache hit as a compile that passed), a changed input compiles again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from homes import SHARED, fresh_home
+from homes import SHARED, fresh_home, kept_compile_cache
 from test_build import FACTORY, ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,14 +53,15 @@ def flash_attn_preflight(
         )
     )
     out = tmp / "out"
-    proc = subprocess.run(
-        [*FACTORY, "build", "--matrix", str(matrix), "--output", str(out), "--preflight", "--keep-going"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "FACTORY_HOME": str(home)},
-        timeout=1800,
-    )
+    with kept_compile_cache(home, session_factory_home, "flash-attn-preflight"):
+        proc = subprocess.run(
+            [*FACTORY, "build", "--matrix", str(matrix), "--output", str(out), "--preflight", "--keep-going"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "FACTORY_HOME": str(home)},
+            timeout=1800,
+        )
     assert (out / "report.json").is_file(), proc.stderr[-3000:]
     (job,) = json.loads((out / "report.json").read_text())["jobs"]
     return {"proc": proc, "job": job, "out": out}
