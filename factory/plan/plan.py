@@ -24,7 +24,7 @@ from factory.spec.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.spec.matrix import expand, expand_with_origin
 from factory.spec.recipes import recipe_env, recipe_warnings
 from factory.spec.stable_abi import covers_torch
-from factory.spec.toolchains import cuda_major, platform_suffix, toolkit_cuda
+from factory.spec.toolchains import cuda_major, flavor_platform_problem, platform_suffix, toolkit_cuda
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,6 +306,13 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         cuda, torch, python = str(combo["cuda"]), str(combo["torch"]), str(combo["python"])
         abi = bool(combo["cxx11_abi"])
         platform = named(str(combo.get("platform", spec.defaults["platform"])))
+        # a flavor that makes no builder image for the platform (debian and manylinux but on the default one):
+        # dropped here, --no-prune or not, so no build starts for it (an image in build.images is taken at its
+        # word)
+        unbuildable = None if cuda in mf.build.images else flavor_platform_problem(mf.build.flavor, platform)
+        if unbuildable is not None:
+            dropped.append(DroppedJob(values=raw, reason=unbuildable))
+            continue
         notes: tuple[str, ...] = ()
         known = False
         if prune:
