@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from factory.core.platforms import named
 from factory.core.units import parse_size
 from factory.core.variants import Variant
 from factory.plan.plan import matrix_env, plan_matrix
@@ -219,9 +216,6 @@ def test_unquoted_yaml_scalars_in_env_keep_their_text(tmp_path: Path) -> None:
     assert dict(mf.recipe.env) == {"FORCE_CUDA": "1", "LEVEL": "3.10", "N": "08"}  # over torch-ext's
 
 
-AARCH64 = named("aarch64")
-
-
 def test_the_production_matrix() -> None:
     mf = load_matrix_file(ROOT / "matrix.yaml")
     assert mf.package.name == "flash-attn" and mf.package.version == "2.8.3.post2"
@@ -252,28 +246,6 @@ def test_the_production_matrix() -> None:
     assert "cu128-torch2.10-abi1-sm80.90.100.120" in {v.id for v in plan.variants}
     assert "cu130-torch2.14-abi1-sm90.100.121-py312-aarch64" in {j.id for j in arm}
     assert mf.build.torch_index_url("12.8") is None and mf.build.torch_index_url("13.0") is None
-
-
-def test_factory_matrix_plans_the_production_matrixs_aarch64_jobs_with_the_devel_flavor(
-    factory_cli: Callable[[list[str]], tuple[int, str]],
-) -> None:
-    """`factory matrix --matrix matrix.yaml`: its 30 aarch64 jobs are planned with `build.flavor: devel` (the
-    arm64 variant of NVIDIA's image), none dropped; the `--format github` plan gives each an Arm runner."""
-    code, out = factory_cli(["matrix", "--matrix", str(ROOT / "matrix.yaml"), "--json"])
-    assert code == 0, out
-    shown = json.loads(out)
-    assert shown["dropped"] == []
-    arm = [j for j in shown["jobs"] if j.get("platform") == "aarch64"]
-    assert len(arm) == 30 and len(shown["jobs"]) == 60
-    assert {(j["cuda"], j["torch"]) for j in arm} == {
-        ("12.8", "2.9"), ("12.8", "2.10"),
-        ("13.0", "2.11"), ("13.0", "2.12"), ("13.0", "2.13"), ("13.0", "2.14"),
-    }  # fmt: skip
-    assert load_matrix_file(ROOT / "matrix.yaml").build.flavor == "devel"
-    code, out = factory_cli(["matrix", "--matrix", str(ROOT / "matrix.yaml"), "--format", "github"])
-    assert code == 0, out
-    runners = {row["job_id"]: row["runs_on"] for row in json.loads(out)["include"]}
-    assert {tuple(runners[j["job_id"]]) for j in arm} == {AARCH64.ci_runner}
 
 
 def test_the_production_matrix_excludes_only_what_the_index_lacks(tmp_path: Path) -> None:
