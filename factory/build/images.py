@@ -1276,8 +1276,12 @@ def list_images(client: Any) -> list[ImageInfo]:
     return sorted(found, key=lambda i: i.created, reverse=True)
 
 
-def housekeeping_image(found: Sequence[ImageInfo]) -> str | None:
+def housekeeping_image(found: Sequence[ImageInfo], host: Platform | None = None) -> str | None:
     """A local image to run the driver's housekeeping phases in (`list_images`' order): a tagged builder,
-    whose system python3 the driver runs with; None when this host has none."""
+    whose system python3 the driver runs with, of the host's platform (`host`, default this host's) where
+    there is one, as another platform's runs under QEMU (or not at all); None when this host has none."""
     builders = [image for image in found if image.kind == "builder" and image.tags]
-    return builders[0].tags[0] if builders else None
+    here = (host or host_platform() or DEFAULT_PLATFORM).name
+    native = [i for i in builders if i.labels.get(LABEL_PLATFORM, DEFAULT_PLATFORM.name) == here]
+    chosen = native or builders
+    return chosen[0].tags[0] if chosen else None
