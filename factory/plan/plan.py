@@ -246,6 +246,13 @@ def _job_floor(mf: MatrixFile, compat: CompatData, *, cuda: str, torch: str, pyt
     return floor
 
 
+def flavor_problem(mf: MatrixFile, *, cuda: str, platform: Platform) -> str | None:
+    """Why the matrix's flavor makes no builder image for a CUDA `cuda` job on `platform` (the debian and
+    manylinux flavors but on the default platform: `flavor_platform_problem`); None where it does, and for an
+    image build.images names for the CUDA, which is taken at its word."""
+    return None if cuda in mf.build.images else flavor_platform_problem(mf.build.flavor, platform)
+
+
 def torch_resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
     """A Resolver reading, for each CUDA of `combos`, the index its torch comes from (build.torch_index)."""
     from factory.core.home import factory_home
@@ -306,10 +313,8 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         cuda, torch, python = str(combo["cuda"]), str(combo["torch"]), str(combo["python"])
         abi = bool(combo["cxx11_abi"])
         platform = named(str(combo.get("platform", spec.defaults["platform"])))
-        # a flavor that makes no builder image for the platform (debian and manylinux but on the default one):
-        # dropped here, --no-prune or not, so no build starts for it (an image in build.images is taken at its
-        # word)
-        unbuildable = None if cuda in mf.build.images else flavor_platform_problem(mf.build.flavor, platform)
+        # a flavor with no builder image for the platform: dropped here, --no-prune or not, so no build starts
+        unbuildable = flavor_problem(mf, cuda=cuda, platform=platform)
         if unbuildable is not None:
             dropped.append(DroppedJob(values=raw, reason=unbuildable))
             continue

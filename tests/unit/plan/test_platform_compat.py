@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from factory.core.platforms import DEFAULT_PLATFORM, named
-from factory.plan.plan import plan_matrix
+from factory.plan.plan import flavor_problem, plan_matrix
 from factory.plan.torchcompat import platform_offer, platform_problem
 from factory.plan.torchindex import TorchSource, parse_torch_file
 from factory.spec.config import load_matrix_file
@@ -247,3 +247,16 @@ def test_a_matrix_whose_every_job_no_flavor_image_builds_is_one_line_before_any_
 def test_the_devel_flavor_plans_aarch64_jobs(tmp_path: Path, pip_index: Path) -> None:
     plan = plan_matrix(load_matrix_file(flavor_matrix(tmp_path, "devel", "x86_64, aarch64")))
     assert [j.platform for j in plan.jobs] == [DEFAULT_PLATFORM, AARCH64] and not plan.dropped
+
+
+def test_an_image_build_images_names_is_taken_at_its_word_for_any_platform(
+    tmp_path: Path, pip_index: Path
+) -> None:
+    path = flavor_matrix(tmp_path, "debian", "aarch64")
+    path.write_text(path.read_text().replace("build: {", 'build: {images: {"13.0": "mine/arm:1"}, '))
+    mf = load_matrix_file(path)
+    assert flavor_problem(mf, cuda="13.0", platform=AARCH64) is None
+    assert flavor_problem(mf, cuda="12.8", platform=AARCH64) == (
+        "flavor debian builds x86_64 only; aarch64 jobs use flavor pypi or devel"
+    )
+    assert [j.id for j in plan_matrix(mf).jobs] == ["cu130-torch2.14-abi1-sm90-py312-aarch64"]
