@@ -670,7 +670,8 @@ def pull_image(
     repository, _, tag = ref.rpartition(":")
     if not repository or "/" in tag:
         repository, tag = ref, "latest"
-    where = f" for {target.docker}" if target is not None else ""
+    # the default platform's pull reads as it always has
+    where = f" for {target.docker}" if target not in (None, DEFAULT_PLATFORM) else ""
     _say(progress, f"pulling {ref}{where}")
     with _PULL_LOCK:
         before = engine.get_image(client, ref) if local not in (None, ref) else None
