@@ -138,7 +138,8 @@ real-packages: install docker images debian-image
 # (tests/integration/test_aarch64_demo.py). Not in `make test`: cold it takes well over the 10 minutes CI's
 # budget leaves one job (docs/BENCHMARKS.md, "aarch64").
 aarch64-demo: install docker
-	FACTORY_AARCH64_DEMO=1 $(PY) -m pytest -ra tests/integration/test_aarch64_demo.py
+	FACTORY_AARCH64_DEMO=1 $(PY) -m pytest -ra tests/integration/test_aarch64_demo.py \
+	  tests/integration/test_devel_aarch64.py
 
 clean:
 	rm -rf wheelhouse index .pytest_cache

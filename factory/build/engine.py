@@ -312,6 +312,8 @@ class LocalImage:
     env: tuple[str, ...] = ()  # its config's environment, "KEY=value" each
     size: int = 0
     created: str = ""
+    # "<os>/<architecture>" of its config (`Platform.docker`'s form); "" where it says neither
+    platform: str = ""
 
     @property
     def short_id(self) -> str:
@@ -328,6 +330,9 @@ def _local_image(image: Any) -> LocalImage:
         env=tuple(str(item) for item in (attrs.get("Config") or {}).get("Env") or ()),
         size=int(attrs.get("Size", 0) or 0),
         created=str(attrs.get("Created", "")),
+        platform=(
+            f"{attrs['Os']}/{attrs['Architecture']}" if attrs.get("Os") and attrs.get("Architecture") else ""
+        ),
     )
 
 
@@ -348,9 +353,21 @@ def list_images(client: Any, *, label: str) -> list[LocalImage]:
         return [_local_image(image) for image in client.images.list(filters={"label": label})]
 
 
-def pull_image(client: Any, repository: str, *, tag: str) -> None:
+def pull_image(client: Any, repository: str, *, tag: str, platform: str | None = None) -> None:
+    """`docker pull`; `platform` (`Platform.docker`) picks that variant of a multi-platform image."""
     with _requests(f"pulling {repository}:{tag}"):
-        client.images.pull(repository, tag=tag)
+        if platform is None:
+            client.images.pull(repository, tag=tag)
+        else:
+            client.images.pull(repository, tag=tag, platform=platform)
+
+
+def tag_image(client: Any, image_id: str, name: str) -> None:
+    """`docker tag image_id name` (`name`: "repository:tag")."""
+    repository, _, tag = name.rpartition(":")
+    with _requests(f"tagging {name}"):
+        if not client.api.tag(image_id, repository, tag=tag):
+            raise DockerError(f"docker did not tag {image_id} as {name}")
 
 
 def remove_image(client: Any, image_id: str) -> None:

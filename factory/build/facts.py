@@ -122,19 +122,20 @@ def image_identity(mf: MatrixFile, job: Job, labels: Mapping[str, str]) -> dict[
         return {"reference": explicit}
     cuda, python, flavor = job.variant.cuda, job.python, b.flavor
     floor = job.glibc
+    target = job.platform  # another platform's image and base carry its name (`toolchains.platform_suffix`)
     name = toolchains.builder_image_for(
-        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor
+        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor, target=target
     )
     base = images.base_image_for(
-        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor
+        cuda=cuda, python=python, flavor=flavor, base_image=b.base_image, floor=floor, target=target
     )
     toolchain = toolchains.job_toolchain(python=python, flavor=flavor, base_image=b.base_image, floor=floor)
     if toolchain is not None:
         dockerfile = images.toolchain_dockerfile_text()
-        args = images.toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base)
+        args = images.toolchain_build_args(cuda=cuda, toolchain=toolchain, base_image=base, target=target)
     else:
         dockerfile = images.dockerfile_text(flavor)
-        args = images.build_args(cuda=cuda, python=python, flavor=flavor, base_image=base)
+        args = images.build_args(cuda=cuda, python=python, flavor=flavor, base_image=base, target=target)
     identity = {
         "name": name,
         "base": base,

@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ from factory.spec.toolchains import (
     cuda_major,
     debian_toolchain,
     job_toolchain,
+    platform_image_name,
     platform_suffix,
     pypi_toolchain,
     python_suite_for,
@@ -245,10 +247,11 @@ def manylinux_python(python: str) -> str:
     return f"/opt/python/{tag}-{tag}/bin/python"
 
 
-def standin_devel_image(cuda: str) -> str:
-    """The local stand-in for NVIDIA's devel image: "13.0" -> `factory-standin:cuda13.0-devel`."""
+def standin_devel_image(cuda: str, target: Platform = DEFAULT_PLATFORM) -> str:
+    """The local stand-in for NVIDIA's devel image: "13.0" -> `factory-standin:cuda13.0-devel`
+    (`...-devel-<platform>` for another platform, made on that platform's bootstrapped base)."""
     _check_version("CUDA", cuda)
-    return f"{STANDIN_REPOSITORY}:cuda{cuda}-devel"
+    return f"{STANDIN_REPOSITORY}:cuda{cuda}-devel{platform_suffix(target)}"
 
 
 def toolkit_requirements(cuda: str) -> tuple[str, ...]:
@@ -343,6 +346,9 @@ def build_args(
     args = {"BASE_IMAGE": base_image, "PYTHON": python, "FACTORY_UID": str(FACTORY_UID)}
     if flavor == "pypi":
         args["CUDA_MAJOR"] = str(cuda_major(cuda))
+    if flavor == "devel":
+        # the image checks its compilers are the platform's (a base of another platform fails its build)
+        args["TRIPLET"] = target.gnu_triplet
     if flavor == "debian":
         toolchain = debian_toolchain(cuda=cuda, python=python)
         assert toolchain.cuda is not None and toolchain.gcc is not None
@@ -653,17 +659,52 @@ def pull_image(
     *,
     progress: Progress | None = None,
     hint: str = "use flavor pypi or `factory images bootstrap`",
+    target: Platform | None = None,
+    local: str | None = None,
 ) -> None:
-    """Pull `ref`; an unreachable registry is an ImageError that says what to do instead."""
+    """Pull `ref` (`target`'s variant of a multi-platform image where one is given); an unreachable registry
+    is an ImageError that says what to do instead. `local` is the tag the variant is kept under
+    (`platform_image_name`) where that is not `ref`: the pull moves `ref` to the variant, so `ref` is given
+    back to the image it named before (or untagged), under `_PULL_LOCK`, which every look-up of a pulled
+    base takes too."""
     repository, _, tag = ref.rpartition(":")
     if not repository or "/" in tag:
         repository, tag = ref, "latest"
-    _say(progress, f"pulling {ref}")
-    try:
-        engine.pull_image(client, repository, tag=tag)
-    except DockerError as exc:
-        # what to do first, then docker's own words (a long line of a DNS or TLS failure)
-        raise ImageError(f"cannot pull {ref}: no registry reachable; {hint} (docker: {exc})") from None
+    # the default platform's pull reads as it always has
+    where = f" for {target.docker}" if target not in (None, DEFAULT_PLATFORM) else ""
+    _say(progress, f"pulling {ref}{where}")
+    with _PULL_LOCK:
+        before = engine.get_image(client, ref) if local not in (None, ref) else None
+        try:
+            engine.pull_image(
+                client, repository, tag=tag, platform=target.docker if target is not None else None
+            )
+        except DockerError as exc:
+            # what to do first, then docker's own words (a long line of a DNS or TLS failure)
+            raise ImageError(
+                f"cannot pull {ref}{where}: no registry reachable; {hint} (docker: {exc})"
+            ) from None
+        if local in (None, ref):
+            return
+        assert local is not None
+        pulled = engine.get_image(client, ref)
+        if pulled is None:
+            raise ImageError(f"pulling {ref}{where} reported success but the image is not there")
+        engine.tag_image(client, pulled.id, local)
+        if before is not None and before.id != pulled.id:
+            engine.tag_image(client, before.id, ref)
+        elif before is None:
+            engine.remove_image(client, ref)  # only the tag: `local` keeps the image
+
+
+# One pull at a time in this process: pulling another platform's variant moves the shared tag for a moment.
+_PULL_LOCK = threading.RLock()
+
+
+def _platform_mismatch(image: engine.LocalImage, target: Platform) -> bool:
+    """Whether a pulled image is another platform's than `target` (its config's os/architecture; images the
+    factory imports or builds are not judged by it, as a daemon may record its own architecture for them)."""
+    return bool(image.platform) and image.platform != target.docker
 
 
 def flavor_without_registry(cuda: str | None) -> str:
@@ -710,13 +751,28 @@ def _ensure_base(
     bootstrap: bool,
     progress: Progress | None,
     cuda: str | None = None,
+    pull: tuple[str, Platform] | None = None,
 ) -> engine.LocalImage:
+    """The base image `base_image`, made when missing: a factory base bootstrapped, the stand-in built, any
+    other image pulled; `pull` is (the reference, the platform) that `base_image` is pulled as where it is a
+    registry image's platform variant (`platform_image_name`)."""
+    suite = base_suite_of(base_image)
+    standin_cuda = standin_cuda_of(base_image)
+    if suite is None and standin_cuda is None:
+        ref, target = pull or (base_image, None)
+        with _PULL_LOCK:
+            image = engine.get_image(client, base_image)
+            if image is None or (target is not None and _platform_mismatch(image, target)):
+                hint = pull_hint(flavor=flavor, image=ref, cuda=cuda)
+                pull_image(client, ref, progress=progress, hint=hint, target=target, local=base_image)
+                image = engine.get_image(client, base_image)
+        if image is None:
+            raise ImageError(f"base image {base_image} is still missing after it was pulled")
+        return image
     image = engine.get_image(client, base_image)
     if image is not None:
         return image
-    suite = base_suite_of(base_image)
     target = base_platform_of(base_image)
-    standin_cuda = standin_cuda_of(base_image)
     source_built = toolchain_named(suite) if suite is not None else None
     if source_built is not None and source_built.source_built:
         _source_built_default_only(source_built, target)
@@ -728,12 +784,9 @@ def _ensure_base(
                 + (f" --platform {target.name}`" if target != DEFAULT_PLATFORM else "`")
             )
         bootstrap_base(client, suite=suite, name=base_image, progress=progress, target=target)
-    elif standin_cuda is not None:
-        ensure_standin_devel(client, cuda=standin_cuda, bootstrap=bootstrap, progress=progress)
     else:
-        pull_image(
-            client, base_image, progress=progress, hint=pull_hint(flavor=flavor, image=base_image, cuda=cuda)
-        )
+        assert standin_cuda is not None
+        ensure_standin_devel(client, cuda=standin_cuda, bootstrap=bootstrap, progress=progress, target=target)
     image = engine.get_image(client, base_image)
     if image is None:
         raise ImageError(f"base image {base_image} is still missing after it was made")
@@ -753,7 +806,9 @@ def base_image_for(
     toolchain (`pypi_toolchain`: the suite that ships `python`, or for a glibc `floor` below its glibc the
     base with a source-built `python`) for `target`; for devel and manylinux, NVIDIA's devel image or
     PyTorch's manylinux builder for `cuda` unless `base_image` names another image that is not a factory base
-    (the devel stand-in, say)."""
+    (the devel stand-in, say); for another platform than the default, its variant's local tag
+    (`platform_image_name`: `nvidia/cuda:12.8.1-devel-ubuntu22.04-<platform>`, pulled with the platform by
+    `_ensure_base`) or that platform's stand-in (`factory-standin:cuda13.0-devel-<platform>`)."""
     if base_image is not None:
         check_image_reference(base_image, "base image")
     _check_flavor(flavor)
@@ -766,8 +821,12 @@ def base_image_for(
         # the toolkit is the suite's own package: only that suite's bootstrapped base carries it
         return f"{BASE_REPOSITORY}:{debian_toolchain(cuda=cuda, python=python).suite}"
     if base_image and base_suite_of(base_image) is None:
-        return base_image
-    return devel_base_image(cuda) if flavor == "devel" else manylinux_base_image(cuda)
+        standin = standin_cuda_of(base_image)
+        if standin is not None:  # the stand-in of the job's platform, made on its bootstrapped base
+            return standin_devel_image(standin, target)
+        return platform_image_name(base_image, target)
+    ref = devel_base_image(cuda) if flavor == "devel" else manylinux_base_image(cuda)
+    return platform_image_name(ref, target)
 
 
 def build_images(
@@ -843,7 +902,17 @@ def ensure_builder_image(
         )
     name = builder_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, target=target)
     base = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image, target=target)
-    base_obj = _ensure_base(client, base, flavor=flavor, bootstrap=bootstrap, progress=progress, cuda=cuda)
+    # another platform's variant of a registry image is pulled as the default platform's reference
+    origin = base_image_for(cuda=cuda, python=python, flavor=flavor, base_image=base_image)
+    base_obj = _ensure_base(
+        client,
+        base,
+        flavor=flavor,
+        bootstrap=bootstrap,
+        progress=progress,
+        cuda=cuda,
+        pull=(origin, target) if flavor != "pypi" else None,
+    )
     labels = {LABEL: "builder", LABEL_CUDA: cuda, LABEL_PYTHON: python, LABEL_FLAVOR: flavor}
     if target != DEFAULT_PLATFORM:
         labels[LABEL_PLATFORM] = target.name
@@ -1002,29 +1071,38 @@ def ensure_standin_devel(
     client: Any,
     *,
     cuda: str,
-    base_image: str = DEFAULT_BASE_IMAGE,
+    base_image: str | None = None,
     bootstrap: bool = True,
     progress: Progress | None = None,
+    target: Platform = DEFAULT_PLATFORM,
 ) -> str:
     """The tag of the local stand-in for `nvidia/cuda:<cuda>-devel` (docker/Dockerfile.standin-devel), built
-    only when missing or its inputs (Dockerfile, base, toolkit wheels) changed."""
+    only when missing or its inputs (Dockerfile, base, toolkit wheels) changed. For another platform than
+    the default it is that platform's (`factory-standin:cuda13.0-devel-<platform>`: the toolkit's wheels of
+    the platform on its bootstrapped base, `factory-base:bookworm-<platform>` unless `base_image` names one),
+    labelled with it."""
+    base_image = base_image or base_image_name(DEFAULT_SUITE, target)
     args = standin_build_args(cuda=cuda, base_image=base_image)
     base_obj = _ensure_base(client, base_image, flavor="pypi", bootstrap=bootstrap, progress=progress)
     # The toolkit wheels are `py3-none`; the base's own Python only runs pip while the image is built.
     toolchain = toolchain_named(base_suite_of(base_image) or DEFAULT_SUITE)
     python = toolchain.pythons[0] if toolchain is not None else "3.11"
+    labels = {LABEL: "standin", LABEL_CUDA: cuda}
+    if target != DEFAULT_PLATFORM:
+        labels[LABEL_PLATFORM] = target.name
     return _make_image(
         client,
-        name=standin_devel_image(cuda),
+        name=standin_devel_image(cuda, target),
         base=base_image,
         base_id=base_obj.id,
         dockerfile=dockerfile_text(STANDIN_DEVEL),
         args=args,
         requirements=toolkit_requirements(cuda),
         python=python,
-        labels={LABEL: "standin", LABEL_CUDA: cuda},
+        labels=labels,
         network_mode="none",
         progress=progress,
+        target=target,
     )
 
 
@@ -1199,8 +1277,12 @@ def list_images(client: Any) -> list[ImageInfo]:
     return sorted(found, key=lambda i: i.created, reverse=True)
 
 
-def housekeeping_image(found: Sequence[ImageInfo]) -> str | None:
+def housekeeping_image(found: Sequence[ImageInfo], host: Platform | None = None) -> str | None:
     """A local image to run the driver's housekeeping phases in (`list_images`' order): a tagged builder,
-    whose system python3 the driver runs with; None when this host has none."""
+    whose system python3 the driver runs with, of the host's platform (`host`, default this host's) where
+    there is one, as another platform's runs under QEMU (or not at all); None when this host has none."""
     builders = [image for image in found if image.kind == "builder" and image.tags]
-    return builders[0].tags[0] if builders else None
+    here = (host or host_platform() or DEFAULT_PLATFORM).name
+    native = [i for i in builders if i.labels.get(LABEL_PLATFORM, DEFAULT_PLATFORM.name) == here]
+    chosen = native or builders
+    return chosen[0].tags[0] if chosen else None

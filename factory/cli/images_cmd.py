@@ -64,23 +64,34 @@ def standin_devel(
         typer.Option(metavar="VERSION", help="CUDA version, MAJOR.MINOR (13.0 or later: the PyPI toolkit)."),
     ],
     base: Annotated[
-        str, typer.Option(metavar="IMAGE", help="Debian base image to put the toolkit on.")
-    ] = "factory-base:bookworm",
+        str | None,
+        typer.Option(
+            metavar="IMAGE",
+            help="Debian base image to put the toolkit on (default factory-base:bookworm of the platform).",
+        ),
+    ] = None,
     no_bootstrap: Annotated[
         bool, typer.Option("--no-bootstrap", help="Fail instead of bootstrapping a missing base.")
     ] = False,
+    platform: Annotated[str, PLATFORM_OPTION] = DEFAULT_PLATFORM.name,
 ) -> None:
     """Make (or reuse) a stand-in for nvidia/cuda:<cuda>-devel, for the devel flavor without a registry.
 
-    The image is factory-standin:cuda<cuda>-devel, with the layout of nvidia/cuda:<cuda>-devel; a matrix
-    uses it with build.base_image: factory-standin:cuda<cuda>-devel."""
-    from factory.build import images
+    The image is factory-standin:cuda<cuda>-devel (factory-standin:cuda<cuda>-devel-<platform> for another
+    platform), with the layout of nvidia/cuda:<cuda>-devel; a matrix uses it with build.base_image:
+    factory-standin:cuda<cuda>-devel, and its jobs of another platform that platform's stand-in."""
+    from factory.build import emulation, images
     from factory.build.engine import connect
+    from factory.core.platforms import named
+    from factory.spec import toolchains
 
+    target = named(platform)
+    base = base or toolchains.base_image_name(toolchains.DEFAULT_SUITE, target)
     images.standin_build_args(cuda=cuda, base_image=base)  # a bad value is one line, without a daemon
+    emulation.require([target])
     client = connect()
     tag = images.ensure_standin_devel(
-        client, cuda=cuda, base_image=base, bootstrap=not no_bootstrap, progress=_progress
+        client, cuda=cuda, base_image=base, bootstrap=not no_bootstrap, progress=_progress, target=target
     )
     typer.echo(tag)
 

@@ -62,13 +62,15 @@ def _pythons(job: Job) -> str:
 def _floors(mf: MatrixFile, jobs: tuple[Job, ...]) -> str:
     """The glibc column: each job's floor and the builder meeting it (`glibcfloor.shown`), one line when
     every Python of the variant has the same, else one per Python."""
+    # keyed as the Pythons column names a job ("3.12 <platform>" for another platform's, with its own image)
     shown = {
-        j.python: glibcfloor.shown(
+        j.python + platform_suffix(j.platform).replace("-", " "): glibcfloor.shown(
             mf.build,
             j.glibc,
             cuda=j.variant.cuda,
             python=j.python,
             torch_floor=mf.compat.torch_glibc(j.variant.torch),
+            target=j.platform,
         )
         for j in jobs
     }

@@ -65,16 +65,28 @@ class Builder:
     explicit: bool = False  # named in build.images or build.base_image: its glibc is the user's word
 
 
-def builder_of(build: BuildOptions, *, cuda: str, python: str, floor: str | None = None) -> Builder:
-    """The builder of a (cuda, python) job of glibc floor `floor` and its glibc (`toolchains.builder_glibc`:
-    the pypi flavor's Python 3.13 job with a floor below forky's builds on bookworm with a source-built
-    CPython)."""
+def builder_of(
+    build: BuildOptions,
+    *,
+    cuda: str,
+    python: str,
+    floor: str | None = None,
+    target: Platform = DEFAULT_PLATFORM,
+) -> Builder:
+    """The builder of a (cuda, python) job of glibc floor `floor` on `target` and its glibc
+    (`toolchains.builder_glibc`: the pypi flavor's Python 3.13 job with a floor below forky's builds on
+    bookworm with a source-built CPython; another platform's image has the same glibc, and its name)."""
     explicit = build.images.get(cuda)
     if explicit:
         return Builder(image=explicit, glibc=None, explicit=True)
     try:
         image = toolchains.builder_image_for(
-            cuda=cuda, python=python, flavor=build.flavor, base_image=build.base_image, floor=floor
+            cuda=cuda,
+            python=python,
+            flavor=build.flavor,
+            base_image=build.base_image,
+            floor=floor,
+            target=target,
         )
         glibc = toolchains.builder_glibc(
             cuda=cuda, python=python, flavor=build.flavor, base_image=build.base_image, floor=floor
@@ -177,12 +189,20 @@ def floor_problem(build: BuildOptions, floor: str | None, *, cuda: str, python: 
     )
 
 
-def shown(build: BuildOptions, floor: str | None, *, cuda: str, python: str, torch_floor: str | None) -> str:
+def shown(
+    build: BuildOptions,
+    floor: str | None,
+    *,
+    cuda: str,
+    python: str,
+    torch_floor: str | None,
+    target: Platform = DEFAULT_PLATFORM,
+) -> str:
     """What `factory matrix` says of a job's floor: "2.28 (manylinux builder, glibc 2.28)", or without a
     declared floor the builder's bound and, where it is above, torch's: "<= 2.43 (<image>, glibc 2.43; torch:
     2.28)". A job the flavor has no builder for says so (the build refuses it when it makes the image)."""
     try:
-        builder = builder_of(build, cuda=cuda, python=python, floor=floor)
+        builder = builder_of(build, cuda=cuda, python=python, floor=floor, target=target)
     except ConfigError as exc:
         return f"no builder: {exc}"
     where = builder.image + (f", glibc {builder.glibc}" if builder.glibc else ", glibc not known")

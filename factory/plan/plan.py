@@ -24,7 +24,7 @@ from factory.spec.config import AXES, MatrixFile, load_matrix_file, with_flavor
 from factory.spec.matrix import expand, expand_with_origin
 from factory.spec.recipes import recipe_env, recipe_warnings
 from factory.spec.stable_abi import covers_torch
-from factory.spec.toolchains import cuda_major, platform_suffix, toolkit_cuda
+from factory.spec.toolchains import cuda_major, flavor_platform_problem, platform_suffix, toolkit_cuda
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,6 +246,13 @@ def _job_floor(mf: MatrixFile, compat: CompatData, *, cuda: str, torch: str, pyt
     return floor
 
 
+def flavor_problem(mf: MatrixFile, *, cuda: str, platform: Platform) -> str | None:
+    """Why the matrix's flavor makes no builder image for a CUDA `cuda` job on `platform` (the debian and
+    manylinux flavors but on the default platform: `flavor_platform_problem`); None where it does, and for an
+    image build.images names for the CUDA, which is taken at its word."""
+    return None if cuda in mf.build.images else flavor_platform_problem(mf.build.flavor, platform)
+
+
 def torch_resolver(mf: MatrixFile, combos: list[dict[str, object]], index: TorchIndex | None) -> Resolver:
     """A Resolver reading, for each CUDA of `combos`, the index its torch comes from (build.torch_index)."""
     from factory.core.home import factory_home
@@ -306,6 +313,11 @@ def plan_matrix(mf: MatrixFile, *, prune: bool = True, index: TorchIndex | None 
         cuda, torch, python = str(combo["cuda"]), str(combo["torch"]), str(combo["python"])
         abi = bool(combo["cxx11_abi"])
         platform = named(str(combo.get("platform", spec.defaults["platform"])))
+        # a flavor with no builder image for the platform: dropped here, --no-prune or not, so no build starts
+        unbuildable = flavor_problem(mf, cuda=cuda, platform=platform)
+        if unbuildable is not None:
+            dropped.append(DroppedJob(values=raw, reason=unbuildable))
+            continue
         notes: tuple[str, ...] = ()
         known = False
         if prune:

@@ -26,6 +26,7 @@ from factory.plan.plan import (
     DroppedJob,
     Job,
     Plan,
+    flavor_problem,
     job_toolkit,
     limited_api_plan,
     toolkit_arch_problem,
@@ -36,7 +37,6 @@ from factory.plan.specs import Resolver
 from factory.plan.torchindex import TorchIndex
 from factory.plan.variantrequest import VariantRequest
 from factory.spec.config import MatrixFile
-from factory.spec.toolchains import flavor_platform_problem
 
 
 def requested_archs(
@@ -141,7 +141,7 @@ def add_requests(
                 _dropped(name, values, f"for {request.package}; this matrix builds {mf.package.name}")
             )
             continue
-        refused = build_problem(platform) or flavor_platform_problem(mf.build.flavor, platform)
+        refused = build_problem(platform) or flavor_problem(mf, cuda=request.cuda, platform=platform)
         if refused is not None:
             dropped.append(_dropped(name, values, refused))
             continue

@@ -6,6 +6,7 @@ without Docker. The plan checks a matrix against them (`factory.plan.plan`, `fac
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -241,20 +242,42 @@ def toolkit_cuda(*, cuda: str, python: str, flavor: str) -> str:
     return cuda
 
 
-# The flavors whose builder images the factory makes for every platform (from a bootstrapped base and the
-# toolkit's wheels); NVIDIA's devel images, PyTorch's manylinux builder and Debian's toolkit: the default
-# platform's only.
-PORTABLE_FLAVORS = ("pypi",)
+# The flavors whose builder images the factory makes for every platform: pypi from a bootstrapped base and
+# the toolkit's wheels of that platform, devel from the platform's variant of NVIDIA's multi-platform devel
+# image (one manifest per platform; `platform_image_name`) or of the stand-in. PyTorch's manylinux builder
+# and Debian's toolkit image: the default platform's only.
+PORTABLE_FLAVORS = ("pypi", "devel")
 
 
 def flavor_platform_problem(flavor: str, target: Platform) -> str | None:
-    """Why `flavor` makes no builder image for `target` (one line); None where it does."""
+    """Why `flavor` makes no builder image for `target` (one line); None where it does. The plan drops such
+    a job with this reason (`factory.plan.plan`), so no build starts for it."""
     if target == DEFAULT_PLATFORM or flavor in PORTABLE_FLAVORS:
         return None
     return (
         f"flavor {flavor} builds {DEFAULT_PLATFORM.name} only; {target.name} jobs use flavor "
-        f"{' or '.join(PORTABLE_FLAVORS)} (the toolkit from NVIDIA's {target.name} wheels)"
+        f"{' or '.join(PORTABLE_FLAVORS)}"
     )
+
+
+def platform_image_name(ref: str, target: Platform) -> str:
+    """The local tag of `target`'s variant of an image pulled from a registry (a multi-platform one:
+    `nvidia/cuda:<cuda>-devel-<os>`): `ref` itself for the default platform; for another, its tag with the
+    platform's suffix (`nvidia/cuda:12.8.1-devel-ubuntu22.04-<platform>`), a digest's as "sha256-<hex>": one
+    tag names one image on a daemon, so each platform's variant has its own and pulling one never moves the
+    other's."""
+    if target == DEFAULT_PLATFORM:
+        return ref
+    name, _, digest = ref.partition("@")
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    repository, tag = (name[:colon], name[colon + 1 :]) if colon > slash else (name, "latest")
+    if digest:
+        tag = digest.replace(":", "-")
+    suffix = platform_suffix(target)
+    if len(tag) + len(suffix) > 128:  # Docker's limit of a tag: a long one keeps its start and a hash
+        tag = tag[: 128 - len(suffix) - 13] + "-" + hashlib.sha256(tag.encode()).hexdigest()[:12]
+    return f"{repository}:{tag}{suffix}"
 
 
 def builder_image_for(
@@ -313,9 +336,10 @@ def toolchain_glibc(suite: str) -> str | None:
 
 
 def standin_cuda_of(image: str) -> str | None:
-    """The CUDA version of a stand-in tag (`factory-standin:cuda13.0-devel` -> "13.0"), else None."""
+    """The CUDA version of a stand-in tag (`factory-standin:cuda13.0-devel` -> "13.0", so does
+    `factory-standin:cuda13.0-devel-<platform>`), else None."""
     repo, sep, tag = image.rpartition(":")
-    match = re.fullmatch(r"cuda(\d+\.\d+)-devel", tag)
+    match = re.fullmatch(r"cuda(\d+\.\d+)-devel", split_platform(tag)[0])
     if not sep or repo != STANDIN_REPOSITORY or match is None:
         return None
     return match.group(1)
@@ -344,8 +368,9 @@ def base_suite_of(image: str) -> str | None:
 
 
 def base_platform_of(image: str) -> Platform:
-    """The platform of a factory-bootstrapped base tag; the default one for any other image."""
+    """The platform of a factory-bootstrapped base tag or a stand-in tag; the default one for any other
+    image."""
     repo, sep, tag = image.rpartition(":")
-    if not sep or repo != BASE_REPOSITORY:
+    if not sep or repo not in (BASE_REPOSITORY, STANDIN_REPOSITORY):
         return DEFAULT_PLATFORM
     return split_platform(tag)[1]

@@ -82,6 +82,31 @@ def test_an_image_comes_back_as_the_factory_reads_it() -> None:
     assert engine.get_image(client, "missing:1") is None
 
 
+def test_a_pulled_images_platform_is_its_configs_os_and_architecture() -> None:
+    image = FakeImage("sha256:1", tags=["nvidia/cuda:12.8.1-devel-ubuntu22.04-aarch64"], labels=None)
+    image.attrs.update({"Os": "linux", "Architecture": "arm64", "Variant": "v8"})
+    found = engine.get_image(FakeClient(images=FakeImages({"n": image})), "n")
+    assert found is not None and found.platform == "linux/arm64"  # `Platform.docker` of aarch64
+
+
+class TaggingApi:
+    def __init__(self, answer: bool) -> None:
+        self.answer = answer
+        self.calls: list[tuple[str, str, str]] = []
+
+    def tag(self, image_id: str, repository: str, tag: str) -> bool:
+        self.calls.append((image_id, repository, tag))
+        return self.answer
+
+
+def test_tagging_splits_the_name_at_its_tag_and_a_refusal_is_an_error() -> None:
+    api = TaggingApi(True)
+    engine.tag_image(FakeClient(api=api), "sha256:1", "localhost:5000/cuda:13.0-aarch64")
+    assert api.calls == [("sha256:1", "localhost:5000/cuda", "13.0-aarch64")]
+    with pytest.raises(DockerError, match="did not tag sha256:1 as r:t"):
+        engine.tag_image(FakeClient(api=TaggingApi(False)), "sha256:1", "r:t")
+
+
 def test_listing_keeps_the_labelled_images() -> None:
     images = {
         "a": FakeImage("sha256:1", tags=["a"], labels={engine.LABEL: "1"}),
@@ -100,6 +125,7 @@ def test_a_refused_request_is_one_docker_error(exc: BaseException) -> None:
     calls = [
         lambda: engine.pull_image(client, "nvidia/cuda", tag="13.0-devel"),
         lambda: engine.remove_image(client, "sha256:1"),
+        lambda: engine.tag_image(client, "sha256:1", "r:t-aarch64"),
         lambda: engine.get_image(client, "x:1"),
         lambda: engine.list_images(client, label=engine.LABEL),
         lambda: engine.image_layers(client, "sha256:1"),

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from factory.build import images
-from factory.core.errors import ConfigError, ImageError
-from factory.core.platforms import DEFAULT_PLATFORM, named
+from factory.build import engine, images
+from factory.core.errors import ConfigError, DockerError, ImageError
+from factory.core.platforms import DEFAULT_PLATFORM, Platform, named
 from factory.spec import toolchains
+from factory.spec.imageref import is_image_reference
 
 AARCH64 = named("aarch64")
 
@@ -49,16 +50,81 @@ def test_a_base_tag_says_its_suite_and_platform() -> None:
     )
 
 
-@pytest.mark.parametrize("flavor", ["devel", "manylinux", "debian"])
-def test_only_the_pypi_flavor_builds_another_platform(flavor: str) -> None:
-    with pytest.raises(
-        ConfigError, match=rf"^flavor {flavor} builds x86_64 only; aarch64 jobs use flavor pypi"
-    ):
+@pytest.mark.parametrize("flavor", ["manylinux", "debian"])
+def test_the_pypi_and_devel_flavors_build_another_platform_the_others_do_not(flavor: str) -> None:
+    problem = f"flavor {flavor} builds x86_64 only; aarch64 jobs use flavor pypi or devel"
+    assert toolchains.flavor_platform_problem(flavor, AARCH64) == problem
+    # `factory images build --platform aarch64` of such a flavor: one line (a matrix drops its jobs first)
+    with pytest.raises(ConfigError, match=rf"^{problem}$"):
         toolchains.builder_image_for(
             cuda="12.8", python="3.11", flavor=flavor, base_image=None, target=AARCH64
         )
     assert toolchains.flavor_platform_problem(flavor, DEFAULT_PLATFORM) is None
     assert toolchains.flavor_platform_problem("pypi", AARCH64) is None
+    assert toolchains.flavor_platform_problem("devel", AARCH64) is None
+
+
+def test_a_registry_images_platform_variant_has_its_own_local_tag() -> None:
+    ref = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    assert toolchains.platform_image_name(ref, DEFAULT_PLATFORM) == ref
+    assert toolchains.platform_image_name(ref, AARCH64) == "nvidia/cuda:12.8.1-devel-ubuntu22.04-aarch64"
+    assert toolchains.platform_image_name("my/cuda", AARCH64) == "my/cuda:latest-aarch64"
+    # a registry's port is not a tag; a digest names the variant by itself
+    assert (
+        toolchains.platform_image_name("localhost:5000/cuda", AARCH64) == "localhost:5000/cuda:latest-aarch64"
+    )
+    digest = "sha256:" + "ab" * 32
+    assert toolchains.platform_image_name(f"nvcr.io/nvidia/cuda:13.0@{digest}", AARCH64) == (
+        f"nvcr.io/nvidia/cuda:sha256-{'ab' * 32}-aarch64"
+    )
+    long = toolchains.platform_image_name("r:" + "t" * 128, AARCH64)
+    tag = long.split(":", 1)[1]
+    assert len(tag) == 128 and tag.endswith("-aarch64") and tag.startswith("t" * 100)
+    for name in (long, toolchains.platform_image_name(f"r@{digest}", AARCH64)):
+        assert is_image_reference(name), name
+
+
+def test_the_devel_flavors_aarch64_builder_is_made_on_the_arm64_variant() -> None:
+    assert toolchains.builder_image_for(
+        cuda="12.8", python="3.11", flavor="devel", base_image=None, target=AARCH64
+    ) == ("factory-builder:cu12.8-py3.11-devel-aarch64")
+    assert toolchains.builder_image_for(cuda="12.8", python="3.11", flavor="devel", base_image=None) == (
+        "factory-builder:cu12.8-py3.11-devel"
+    )
+    # NVIDIA's image: the default platform's reference as before; aarch64's variant under its own tag
+    assert images.base_image_for(cuda="12.8", python="3.11", flavor="devel", base_image=None) == (
+        "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    )
+    assert images.base_image_for(
+        cuda="12.8", python="3.11", flavor="devel", base_image=None, target=AARCH64
+    ) == ("nvidia/cuda:12.8.1-devel-ubuntu22.04-aarch64")
+    assert images.base_image_for(
+        cuda="12.8", python="3.11", flavor="devel", base_image="my/cuda:1", target=AARCH64
+    ) == ("my/cuda:1-aarch64")
+    # the stand-in named for a matrix is each platform's own, made on that platform's bootstrapped base
+    standin = images.standin_devel_image("13.0")
+    assert images.standin_devel_image("13.0", AARCH64) == "factory-standin:cuda13.0-devel-aarch64"
+    assert images.base_image_for(
+        cuda="13.0", python="3.11", flavor="devel", base_image=standin, target=AARCH64
+    ) == ("factory-standin:cuda13.0-devel-aarch64")
+    assert images.base_image_for(cuda="13.0", python="3.11", flavor="devel", base_image=standin) == standin
+    assert toolchains.standin_cuda_of("factory-standin:cuda13.0-devel-aarch64") == "13.0"
+    assert toolchains.base_platform_of("factory-standin:cuda13.0-devel-aarch64") is AARCH64
+    assert toolchains.base_platform_of(standin) is DEFAULT_PLATFORM
+    # its glibc is the stand-in's bookworm, as on the default platform
+    assert toolchains.builder_glibc(
+        cuda="13.0", python="3.11", flavor="devel", base_image="factory-standin:cuda13.0-devel-aarch64"
+    ) == ("2.36")
+
+
+def test_the_devel_dockerfile_checks_its_compilers_against_the_platforms_triplet() -> None:
+    text = images.dockerfile_text("devel")
+    assert "x86_64" not in text and "amd64" not in text
+    assert '"${TRIPLET}-g++"' in text and "-dumpmachine" in text
+    for target, triplet in ((DEFAULT_PLATFORM, "x86_64-linux-gnu"), (AARCH64, "aarch64-linux-gnu")):
+        args = images.build_args(cuda="12.8", python="3.11", flavor="devel", base_image="b", target=target)
+        assert args["TRIPLET"] == triplet
+        assert set(args) == images.declared_build_args(text)
 
 
 def test_debootstrap_native_is_one_command_as_before() -> None:
@@ -150,3 +216,90 @@ def test_the_source_built_cpython_base_is_the_default_platforms_only() -> None:
             progress=None,
             target=AARCH64,
         )
+
+
+class FakeDaemon:
+    """The daemon's tags, as far as pulling a multi-platform image goes: one tag names one image, and a pull
+    points the pulled tag at the variant of the platform asked for (the daemon's own, amd64, without)."""
+
+    def __init__(self, tags: dict[str, str] | None = None, *, registry: bool = True) -> None:
+        self.variants = {
+            p: engine.LocalImage(id=f"sha256:{p.replace('/', '-')}", platform=p)
+            for p in ("linux/amd64", "linux/arm64")
+        }
+        self.tags = {name: self.variants[p] for name, p in (tags or {}).items()}
+        self.pulls: list[tuple[str, str | None]] = []
+        self.registry = registry
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeDaemon:
+        monkeypatch.setattr(engine, "get_image", lambda _c, name: self.tags.get(name))
+        monkeypatch.setattr(engine, "pull_image", self.pull)
+        monkeypatch.setattr(engine, "tag_image", self.tag)
+        monkeypatch.setattr(engine, "remove_image", lambda _c, name: self.tags.pop(name))
+        return self
+
+    def pull(self, _client: object, repository: str, *, tag: str, platform: str | None = None) -> None:
+        self.pulls.append((f"{repository}:{tag}", platform))
+        if not self.registry:
+            raise DockerError("pulling failed (APIError: Get https://registry-1.docker.io/v2/: dial tcp)")
+        self.tags[f"{repository}:{tag}"] = self.variants[platform or "linux/amd64"]
+
+    def tag(self, _client: object, image_id: str, name: str) -> None:
+        self.tags[name] = next(i for i in self.variants.values() if i.id == image_id)
+
+    def platform_of(self, name: str) -> str | None:
+        image = self.tags.get(name)
+        return image.platform if image is not None else None
+
+
+REF = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+ARM_REF = f"{REF}-aarch64"
+
+
+def ensure_devel_base(target: Platform) -> engine.LocalImage:
+    base = images.base_image_for(cuda="12.8", python="3.11", flavor="devel", base_image=None, target=target)
+    return images._ensure_base(
+        None, base, flavor="devel", bootstrap=False, progress=None, cuda="12.8", pull=(REF, target)
+    )
+
+
+def test_the_arm64_variant_is_pulled_with_its_platform_and_the_amd64_tag_stays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    daemon = FakeDaemon({REF: "linux/amd64"}).install(monkeypatch)
+    assert ensure_devel_base(AARCH64).platform == "linux/arm64"
+    assert daemon.pulls == [(REF, "linux/arm64")]
+    assert daemon.platform_of(ARM_REF) == "linux/arm64"
+    assert daemon.platform_of(REF) == "linux/amd64"  # the x86_64 jobs' base, given back
+    # present: reused, for both platforms
+    assert ensure_devel_base(AARCH64).platform == "linux/arm64"
+    assert ensure_devel_base(DEFAULT_PLATFORM).platform == "linux/amd64"
+    assert len(daemon.pulls) == 1
+
+
+def test_a_first_pull_of_the_arm64_variant_leaves_no_default_tag_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    daemon = FakeDaemon().install(monkeypatch)
+    assert ensure_devel_base(AARCH64).platform == "linux/arm64"
+    assert set(daemon.tags) == {ARM_REF}  # an x86_64 job would otherwise take the arm64 image for its own
+    assert ensure_devel_base(DEFAULT_PLATFORM).platform == "linux/amd64"
+    assert daemon.pulls == [(REF, "linux/arm64"), (REF, "linux/amd64")]
+
+
+def test_a_tag_left_on_the_other_platforms_variant_is_pulled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon = FakeDaemon({REF: "linux/arm64", ARM_REF: "linux/amd64"}).install(monkeypatch)
+    assert ensure_devel_base(DEFAULT_PLATFORM).platform == "linux/amd64"
+    assert ensure_devel_base(AARCH64).platform == "linux/arm64"
+    assert daemon.pulls == [(REF, "linux/amd64"), (REF, "linux/arm64")]
+    assert daemon.platform_of(REF) == "linux/amd64"
+
+
+def test_an_unreachable_registry_for_the_arm64_variant_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeDaemon(registry=False).install(monkeypatch)
+    with pytest.raises(ImageError) as info:
+        ensure_devel_base(AARCH64)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot pull {REF} for linux/arm64: no registry reachable; ")
+    assert "factory images standin-devel" in message

@@ -10,6 +10,7 @@ import pytest
 
 from factory.build import images
 from factory.core.errors import ConfigError, ImageError
+from factory.core.platforms import DEFAULT_PLATFORM, Platform, named
 from factory.spec import toolchains
 from factory.spec.options import FLAVORS
 
@@ -590,7 +591,22 @@ def test_the_housekeeping_image_is_a_tagged_builder() -> None:
     assert images.housekeeping_image([]) is None
     assert images.housekeeping_image([info("base", "factory-base:forky"), info("builder")]) is None
     found = [info("base", "a:1"), info("builder"), info("builder", "b:1", "b:2"), info("builder", "c:1")]
-    assert images.housekeeping_image(found) == "b:1"
+    assert images.housekeeping_image(found, DEFAULT_PLATFORM) == "b:1"
+
+
+def test_the_housekeeping_image_is_of_the_hosts_platform_where_there_is_one() -> None:
+    """A newer aarch64 builder (a devel or pypi one) is passed over on an x86_64 host, whose containers of it
+    run under QEMU, and taken on an Arm host; another platform's is still better than none."""
+    aarch64 = named("aarch64")
+
+    def info(tag: str, platform: Platform) -> images.ImageInfo:
+        labels = {} if platform == DEFAULT_PLATFORM else {images.LABEL_PLATFORM: platform.name}
+        return images.ImageInfo(tags=(tag,), id="0", kind="builder", labels=labels, size=0, created="")
+
+    found = [info("arm:1", aarch64), info("x86:1", DEFAULT_PLATFORM)]
+    assert images.housekeeping_image(found, DEFAULT_PLATFORM) == "x86:1"
+    assert images.housekeeping_image(found, aarch64) == "arm:1"
+    assert images.housekeeping_image(found[:1], DEFAULT_PLATFORM) == "arm:1"
 
 
 # ---------------------------------------------------------------------------------------------- debian flavor

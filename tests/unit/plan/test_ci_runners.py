@@ -122,12 +122,18 @@ def test_a_platform_given_twice_is_refused() -> None:
 
 
 def test_factory_matrix_shows_the_production_matrix_s_aarch64_jobs(factory_cli: Cli) -> None:
+    """Its flavor is devel (NVIDIA's images, multi-platform): the aarch64 jobs are planned, none dropped for
+    their flavor, each on its platform's builder."""
     code, out = factory_cli(["matrix", "--matrix", str(PRODUCTION)])
     assert code == 0, out
     assert out.rstrip().endswith("60 jobs in 12 variants; 0 dropped"), out[-2000:]
     for variant in ("cu128-torch2.9-abi1-sm90.100.120", "cu130-torch2.14-abi1-sm90.100.121"):
         assert variant in out
-    assert out.count("3.14 aarch64") == 6  # each aarch64 variant's Pythons, said as such
+    # each aarch64 variant's Pythons, said as such, in the Pythons column and the glibc one (its builder)
+    assert out.count("3.14 aarch64") == 12
+    assert out.count("3.14 aarch64: <= 2.35 (factory-builder:cu13.0-py3.14-devel-aarch64, glibc 2.35") == 4
+    assert out.count("3.14 aarch64: <= 2.35 (factory-builder:cu12.8-py3.14-devel-aarch64, glibc 2.35") == 2
+    assert "builds x86_64 only" not in out
     code, out = factory_cli(["matrix", "--matrix", str(PRODUCTION), "--json"])
     jobs = json.loads(out)["jobs"]
     assert sum(j.get("platform") == "aarch64" for j in jobs) == 30

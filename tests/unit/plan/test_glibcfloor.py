@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from factory.core.errors import ConfigError, ImageError
+from factory.core.platforms import named
 from factory.plan import glibcfloor
 from factory.plan.plan import plan_matrix
 from factory.spec import toolchains
@@ -163,6 +164,12 @@ def test_what_factory_matrix_shows_of_a_floor() -> None:
     own = BuildOptions(images={"12.8": "mine:1"})
     assert glibcfloor.shown(own, None, cuda="12.8", python="3.12", torch_floor=None) == (
         "not declared (mine:1, glibc not known)"
+    )
+    # an aarch64 job's builder is its platform's image, of the same glibc
+    devel = BuildOptions(flavor="devel")
+    aarch64 = named("aarch64")
+    assert glibcfloor.shown(devel, None, cuda="12.8", python="3.12", torch_floor="2.28", target=aarch64) == (
+        "<= 2.35 (factory-builder:cu12.8-py3.12-devel-aarch64, glibc 2.35; torch: 2.28)"
     )
 
 

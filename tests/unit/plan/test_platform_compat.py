@@ -3,6 +3,7 @@ torch has no aarch64 wheel for its Python is dropped with its reason; the x86_64
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from factory.core.platforms import DEFAULT_PLATFORM, named
-from factory.plan.plan import plan_matrix
+from factory.plan.plan import flavor_problem, plan_matrix
 from factory.plan.torchcompat import platform_offer, platform_problem
 from factory.plan.torchindex import TorchSource, parse_torch_file
 from factory.spec.config import load_matrix_file
@@ -180,3 +181,82 @@ def test_a_platform_torch_has_no_wheel_for_is_one_line_before_any_container(
         "(its manylinux_2_28_aarch64 wheels)"
     ]
     assert not (tmp_path / "out").exists()
+
+
+def flavor_matrix(tmp_path: Path, flavor: str, platforms: str) -> Path:
+    (tmp_path / "src").mkdir(exist_ok=True)
+    path = tmp_path / f"{flavor}.yaml"
+    path.write_text(
+        'package: {name: demo, version: "0.1.0", source: {path: src}}\n'
+        'recipe: {name: demo, cxx_std: "20"}\n'
+        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        f" platform: [{platforms}]}}\n"
+        f'build: {{flavor: {flavor}, torch_index: {{"13.0": default}}}}\n'
+    )
+    return path
+
+
+@pytest.mark.parametrize("flavor", ["manylinux", "debian"])
+def test_a_flavor_without_aarch64_images_drops_those_jobs_when_planned(
+    tmp_path: Path, pip_index: Path, flavor: str, factory_cli: Any
+) -> None:
+    """Found by the plan, not at image choice: `factory matrix` lists the aarch64 job as dropped, with why,
+    and plans the x86_64 one (the debian flavor's x86_64 job is left out: its toolkit has no CUDA 13)."""
+    path = flavor_matrix(tmp_path, flavor, "x86_64, aarch64" if flavor == "manylinux" else "aarch64")
+    reason = f"flavor {flavor} builds x86_64 only; aarch64 jobs use flavor pypi or devel"
+    for prune in (True, False):  # not a verdict of the compatibility data: --no-prune drops it too
+        plan = plan_matrix(load_matrix_file(path), prune=prune)
+        (dropped,) = plan.dropped
+        assert dropped.id == "cu130-torch2.14-abi1-sm90-py312-aarch64" and dropped.reason == reason
+        assert [j.platform for j in plan.jobs] == ([DEFAULT_PLATFORM] if flavor == "manylinux" else [])
+    code, out = factory_cli(["matrix", "--matrix", str(path), "--trust-paths", "--json"])
+    assert code == 0, out
+    shown = json.loads(out)
+    assert shown["dropped"] == [
+        {
+            "id": "cu130-torch2.14-abi1-sm90-py312-aarch64",
+            "reason": reason,
+            "values": {**dropped.values, "platform": "aarch64"},
+        }
+    ]
+
+
+def test_a_matrix_whose_every_job_no_flavor_image_builds_is_one_line_before_any_container(
+    tmp_path: Path, pip_index: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any
+) -> None:
+    """`factory build` of a debian-flavor matrix of aarch64 jobs only: exit 2, one line naming the dropped
+    job and why, and Docker never asked (neither the torch index: the flavor is judged first)."""
+    from factory.build import engine
+    from factory.plan import plan as plan_module
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("asked")
+
+    monkeypatch.setattr(engine, "connect", never)
+    monkeypatch.setattr(plan_module, "torch_platform_problem", never)
+    path = flavor_matrix(tmp_path, "debian", "aarch64")
+    code, out = factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+    assert code == 2, out
+    assert out.strip().splitlines() == [
+        f"error: {path}: the matrix plans no job: cu130-torch2.14-abi1-sm90-py312-aarch64 is dropped: "
+        "flavor debian builds x86_64 only; aarch64 jobs use flavor pypi or devel"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_devel_flavor_plans_aarch64_jobs(tmp_path: Path, pip_index: Path) -> None:
+    plan = plan_matrix(load_matrix_file(flavor_matrix(tmp_path, "devel", "x86_64, aarch64")))
+    assert [j.platform for j in plan.jobs] == [DEFAULT_PLATFORM, AARCH64] and not plan.dropped
+
+
+def test_an_image_build_images_names_is_taken_at_its_word_for_any_platform(
+    tmp_path: Path, pip_index: Path
+) -> None:
+    path = flavor_matrix(tmp_path, "debian", "aarch64")
+    path.write_text(path.read_text().replace("build: {", 'build: {images: {"13.0": "mine/arm:1"}, '))
+    mf = load_matrix_file(path)
+    assert flavor_problem(mf, cuda="13.0", platform=AARCH64) is None
+    assert flavor_problem(mf, cuda="12.8", platform=AARCH64) == (
+        "flavor debian builds x86_64 only; aarch64 jobs use flavor pypi or devel"
+    )
+    assert [j.id for j in plan_matrix(mf).jobs] == ["cu130-torch2.14-abi1-sm90-py312-aarch64"]

@@ -527,18 +527,26 @@ def test_a_requests_platform_meets_the_matrixs_exclude_and_flavor(tmp_path: Path
     assert [d.reason.split(": ", 1)[1] for d in out.dropped] == [
         "the matrix excludes it: matrix.exclude[0] (line 10) {platform: aarch64}"
     ] * 2
-    # the devel flavor (NVIDIA's images) builds the default platform only: an aarch64 request is not built
-    # by a matrix of it
-    path = tmp_path / "devel.yaml"
-    path.write_text(textwrap.dedent(MATRIX))
+    # the manylinux flavor (PyTorch's x86_64 builder) builds the default platform only: an aarch64 request
+    # is not built by a matrix of it
+    path = tmp_path / "manylinux.yaml"
+    path.write_text(textwrap.dedent(MATRIX).replace("build:\n", "build:\n  flavor: manylinux\n"))
     mf = load_matrix_file(path)
     out = add_requests(mf, plan_matrix(mf), both)
     assert [j.platform for j in out.jobs] == [DEFAULT_PLATFORM, DEFAULT_PLATFORM]
     [dropped] = out.dropped
     assert dropped.values["platform"] == "aarch64"
-    assert dropped.reason.split(": ", 1)[1].startswith(
-        "flavor devel builds x86_64 only; aarch64 jobs use flavor pypi"
+    assert dropped.reason.split(": ", 1)[1] == (
+        "flavor manylinux builds x86_64 only; aarch64 jobs use flavor pypi or devel"
     )
+    # the devel flavor (NVIDIA's multi-platform images) builds both: the aarch64 request is planned
+    path = tmp_path / "devel.yaml"
+    path.write_text(textwrap.dedent(MATRIX))
+    mf = load_matrix_file(path)
+    assert mf.build.flavor == "devel"
+    out = add_requests(mf, plan_matrix(mf), both)
+    assert sorted(j.platform.name for j in out.jobs) == ["aarch64", "x86_64", "x86_64"]
+    assert not out.dropped
 
 
 def test_the_matrix_lines_of_an_aarch64_request_plan_its_job(tmp_path: Path, torch_index: Path) -> None:

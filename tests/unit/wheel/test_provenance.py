@@ -56,6 +56,29 @@ def make_facts(**changes: Any) -> provenance.BuildFacts:
     return replace(facts, **changes)
 
 
+def test_an_aarch64_jobs_image_identity_names_its_platforms_image() -> None:
+    """The identity follows from the job: an aarch64 job's image and base are its platform's (the default
+    platform's names would claim another image), and its build args carry the platform's triplet."""
+    from factory.core.platforms import named
+    from factory.spec.config import with_flavor
+
+    mf, job = memext_job()
+    arm = replace(job, platform=named("aarch64"))
+    assert buildfacts.image_identity(mf, arm, {})["name"] == "factory-builder:cu13.0-py3.11-pypi-aarch64"
+    assert buildfacts.image_identity(mf, arm, {})["base"] == "factory-base:bookworm-aarch64"
+    devel = with_flavor(mf, "devel")
+    x86, arm64 = buildfacts.image_identity(devel, job, {}), buildfacts.image_identity(devel, arm, {})
+    assert (x86["name"], x86["base"]) == (
+        "factory-builder:cu13.0-py3.11-devel",
+        "nvidia/cuda:13.0.1-devel-ubuntu22.04",
+    )
+    assert (arm64["name"], arm64["base"]) == (
+        "factory-builder:cu13.0-py3.11-devel-aarch64",
+        "nvidia/cuda:13.0.1-devel-ubuntu22.04-aarch64",
+    )
+    assert x86["build_args_sha256"] != arm64["build_args_sha256"]  # TRIPLET, BASE_IMAGE
+
+
 # --- the provenance format ----------------------------------------------------------------------------------
 
 
