@@ -72,10 +72,9 @@ install_qemu() {
     [ "${major:-0}" -ge 10 ] || fail "QEMU is ${major:-missing} after installing it, not 10 or later"
 }
 
-# Emulation serves only the other platform's builds (tests/integration/test_aarch64_demo.py of `make test`,
-# which fails without it under CI=true and skips elsewhere), so a host where it cannot be set up still gets
-# everything else: one warning line, and the factory's own check (factory/build/emulation.py) says what to run
-# when such a build is asked for.
+# Emulation serves only the other platform's builds (`make aarch64-demo`; no test of `make test` needs it), so
+# a host where it cannot be set up still gets everything else: one warning line, and the factory's own check
+# (factory/build/emulation.py) says what to run when such a build is asked for.
 emulation() {
     (
         if $old_qemu; then

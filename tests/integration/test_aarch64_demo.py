@@ -11,7 +11,12 @@ The build's compiles are kept across sessions as a CI cache keeps them (`homes.k
 key names all of a compile's inputs and every entry is signed, so a warm run's compiles are cache hits of the
 same compiles and everything else (the emulated venv, `import torch`, setup.py, the link, every check) runs
 again. Emulation missing on the host fails under CI=true (`make install` sets it up: scripts/host-tools.sh)
-and skips elsewhere. The figures, cold and warm: docs/BENCHMARKS.md, "aarch64".
+and skips elsewhere.
+
+Run by `make aarch64-demo` (FACTORY_AARCH64_DEMO=1), not by `make test`: measured on this 2-core machine it
+takes 10-10.5 minutes cold and 4.5-7.5 warm (docs/BENCHMARKS.md, "aarch64"), over the ~5 minutes a warm CI
+run may add: five `import torch` under QEMU, and emulated uv unpacking torch's 3 GB whenever the work
+volume's uv cache was emptied, are what a warm run is made of.
 """
 
 from __future__ import annotations
@@ -35,7 +40,14 @@ from factory.core.platforms import named
 from factory.wheel import platform_tag
 from factory.wheel.fatbin import device_code
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("FACTORY_AARCH64_DEMO") != "1",
+        reason="the emulated aarch64 demo runs by `make aarch64-demo` (FACTORY_AARCH64_DEMO=1), not in CI",
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTORY = [sys.executable, "-m", "factory.cli"]
