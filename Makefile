@@ -134,9 +134,10 @@ real-packages: install docker images debian-image
 	$(FACTORY) build --matrix examples/real/torch-scatter.yaml --output wheelhouse/torch-scatter
 
 # The demo extension for aarch64 on this x86_64 host, the whole job under QEMU (binfmt_misc; host-tools.sh
-# registers it): the arm64 base and builder images, the build, the wheel and install checks, publishing
-# (tests/integration/test_aarch64_demo.py). Not in `make test`: cold it takes well over the 10 minutes CI's
-# budget leaves one job (docs/BENCHMARKS.md, "aarch64").
+# registers it): the arm64 base and builder images, the build beside its x86_64 sibling, the wheel and install
+# checks, publishing, pip's install from the index (tests/integration/test_aarch64_demo.py). Not in `make
+# test`: warm it takes 4.5-7.5 minutes here, over the ~5 CI's warm budget leaves it (docs/BENCHMARKS.md,
+# "aarch64").
 aarch64-demo: install docker
 	FACTORY_AARCH64_DEMO=1 $(PY) -m pytest -ra tests/integration/test_aarch64_demo.py \
 	  tests/integration/test_devel_aarch64.py

@@ -6,6 +6,10 @@ other jobs wait until the lead has finished (whatever its result), then start be
 yet begun: they are mostly cache hits, quick, and finishing a variant early publishes it early. The lead runs
 cold whatever the order; what waiting saves is the second cold compile of the same objects that two of its
 Pythons started together would make.
+
+A variant's jobs for another platform are a group of their own, with a lead of their own: their compilers are
+other binaries (the compile cache's keys name each compiler's identity), so they would find none of the
+first platform's objects and have nothing to wait for.
 """
 
 from __future__ import annotations
@@ -17,13 +21,18 @@ from factory.core.errors import ConfigError
 from factory.plan.plan import Job
 
 
+def group(job: Job) -> tuple[object, object]:
+    """The jobs that share compiles: one variant's, for one platform."""
+    return job.variant, job.platform
+
+
 def variant_order(jobs: Sequence[Job]) -> list[int]:
-    """Indexes of `jobs` with each variant's jobs consecutive: variants in order of first appearance, each
-    variant's jobs in plan order."""
+    """Indexes of `jobs` with each group's jobs consecutive (a variant's, per platform): groups in order of
+    first appearance, each group's jobs in plan order."""
     groups: dict[object, list[int]] = {}
     for index, job in enumerate(jobs):
-        groups.setdefault(job.variant, []).append(index)
-    return [index for group in groups.values() for index in group]
+        groups.setdefault(group(job), []).append(index)
+    return [index for members in groups.values() for index in members]
 
 
 @dataclass(kw_only=True)
@@ -37,7 +46,7 @@ class Schedule:
         self._order = variant_order(self.jobs)
         self._lead: dict[object, int] = {}
         for index in self._order:
-            self._lead.setdefault(self.jobs[index].variant, index)
+            self._lead.setdefault(group(self.jobs[index]), index)
         self._waiting = list(self._order)
         self._running: set[int] = set()
         self._finished: set[int] = set()
@@ -55,7 +64,7 @@ class Schedule:
         """The waiting jobs that may start now, best first: followers whose lead has finished, then leads."""
         followers, leads = [], []
         for index in self._waiting:
-            lead = self._lead[self.jobs[index].variant]
+            lead = self._lead[group(self.jobs[index])]
             if index == lead:
                 leads.append(index)
             elif lead in self._finished:

@@ -245,15 +245,16 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def torch_wheelhouse(matrix: Path, output: Path) -> Path:
-    """The wheelhouse a build of `matrix`'s first job installs from: torch and its CUDA wheels (GBs,
-    downloaded once into the wheelhouse cache that every session shares)."""
+def torch_wheelhouse(matrix: Path, output: Path, platform: str | None = None) -> Path:
+    """The wheelhouse a build of `matrix`'s first job (of `platform`, when given) installs from: torch and
+    its CUDA wheels (GBs, downloaded once into the wheelhouse cache that every session shares)."""
     from factory.build import runner as build
     from factory.plan.plan import plan_matrix
     from factory.spec.config import load_matrix_file
 
     mf = load_matrix_file(matrix, trust_paths=True)
-    return build.Runner(None, mf, build.BuildSettings(output=output)).wheelhouse_for(plan_matrix(mf).jobs[0])
+    jobs = [j for j in plan_matrix(mf).jobs if platform is None or j.platform.name == platform]
+    return build.Runner(None, mf, build.BuildSettings(output=output)).wheelhouse_for(jobs[0])
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from factory.core.platforms import named
 from factory.core.variants import Variant, parse_arch_set
 from factory.plan.plan import Job, plan_matrix
 from factory.plan.schedule import Schedule, variant_order
@@ -81,6 +82,25 @@ def test_one_slot_runs_each_variant_back_to_back() -> None:
         started.append(index)
         s.finish(index)
     assert ids(js, started) == ["8.0/3.13", "8.0/3.14", "9.0/3.13", "9.0/3.14"]
+
+
+def test_a_variants_other_platform_has_a_lead_of_its_own() -> None:
+    # Its compilers are other binaries: nothing of the first platform's compiles is a hit for it, so its
+    # first job starts beside the first platform's; its own later Pythons wait for it.
+    arm = named("aarch64")
+    js = [
+        Job(variant=A, python="3.13"),
+        Job(variant=A, python="3.14"),
+        Job(variant=A, python="3.13", platform=arm),
+    ]
+    js.append(Job(variant=A, python="3.14", platform=arm))
+    assert variant_order(js) == [0, 1, 2, 3]
+    s = Schedule(jobs=js)
+    assert s.take(4) == [0, 2]
+    s.finish(2)
+    assert s.take(4) == [3]
+    s.finish(0)
+    assert s.take(4) == [1]
 
 
 def test_a_failed_lead_still_lets_its_followers_start() -> None:
