@@ -105,17 +105,12 @@ def test_plan_drops_a_platform_without_torch_with_its_reason(tmp_path: Path, pip
     assert dropped.reason.endswith("(it has Python 3.12)")
 
 
-def test_build_without_emulation_is_one_line_before_any_container(
-    tmp_path: Path, pip_index: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any
-) -> None:
-    """`factory build` of an aarch64 job on an x86_64 host without QEMU's entry: exit 2, one line saying
-    what to run, and Docker never asked."""
-    from factory.build import emulation, engine
-
-    monkeypatch.setattr(emulation, "host_platform", lambda: DEFAULT_PLATFORM)
-    monkeypatch.setattr(emulation, "BINFMT_DIR", tmp_path / "binfmt_misc")
-    (tmp_path / "binfmt_misc").mkdir()
-    (tmp_path / "binfmt_misc" / "status").write_text("enabled\n")
+def build_one_aarch64_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any, *, torch: str
+) -> tuple[int, str]:
+    """`factory build` of a matrix of one aarch64 job (CUDA 13.0, Python 3.12, `torch`) from
+    `tmp_path/matrix.yaml`, with Docker's connection an assertion: what must fail does so before it."""
+    from factory.build import engine
 
     def no_docker(*args: object, **kwargs: object) -> None:
         raise AssertionError("Docker was asked")
@@ -126,11 +121,26 @@ def test_build_without_emulation_is_one_line_before_any_container(
     path.write_text(
         'package: {name: demo, version: "0.1.0", source: {path: src}}\n'
         'recipe: {name: demo, cxx_std: "20"}\n'
-        'matrix: {cuda: ["13.0"], torch: ["2.14"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
+        f'matrix: {{cuda: ["13.0"], torch: ["{torch}"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
         " platform: [aarch64]}\n"
         'build: {torch_index: {"13.0": default}}\n'
     )
-    code, out = factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+    return factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+
+
+def test_build_without_emulation_is_one_line_before_any_container(
+    tmp_path: Path, pip_index: Path, monkeypatch: pytest.MonkeyPatch, factory_cli: Any
+) -> None:
+    """`factory build` of an aarch64 job on an x86_64 host without QEMU's entry: exit 2, one line saying
+    what to run, and Docker never asked."""
+    from factory.build import emulation
+
+    monkeypatch.setattr(emulation, "host_platform", lambda: DEFAULT_PLATFORM)
+    monkeypatch.setattr(emulation, "BINFMT_DIR", tmp_path / "binfmt_misc")
+    (tmp_path / "binfmt_misc").mkdir()
+    (tmp_path / "binfmt_misc" / "status").write_text("enabled\n")
+
+    code, out = build_one_aarch64_job(tmp_path, monkeypatch, factory_cli, torch="2.14")
     assert code == 2, out
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines[-1].startswith(
@@ -158,22 +168,8 @@ def test_a_platform_torch_has_no_wheel_for_is_one_line_before_any_container(
 ) -> None:
     """`factory build` of a matrix whose only platform has no torch wheel: exit 2, one line saying why (the
     dropped job and its reason), and Docker never asked."""
-    from factory.build import engine
-
-    def no_docker(*args: object, **kwargs: object) -> None:
-        raise AssertionError("Docker was asked")
-
-    monkeypatch.setattr(engine, "connect", no_docker)
-    (tmp_path / "src").mkdir()
     path = tmp_path / "matrix.yaml"
-    path.write_text(
-        'package: {name: demo, version: "0.1.0", source: {path: src}}\n'
-        'recipe: {name: demo, cxx_std: "20"}\n'
-        'matrix: {cuda: ["13.0"], torch: ["2.13"], python: ["3.12"], cxx11_abi: [true], arch: ["9.0"],'
-        " platform: [aarch64]}\n"
-        'build: {torch_index: {"13.0": default}}\n'
-    )
-    code, out = factory_cli(["build", "--matrix", str(path), "--output", str(tmp_path / "out")])
+    code, out = build_one_aarch64_job(tmp_path, monkeypatch, factory_cli, torch="2.13")
     assert code == 2, out
     assert out.strip().splitlines() == [
         f"error: {path}: the matrix plans no job: cu130-torch2.13-abi1-sm90-py312-aarch64 is dropped: "
