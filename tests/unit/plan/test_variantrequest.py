@@ -274,16 +274,18 @@ compat:
 """
 
 
+def req(**kw: object) -> tuple[str, VariantRequest | str]:
+    """A demo-ext request of `kw`, as `add_requests` takes it: (its file name, the request)."""
+    r = parse(body(package="demo-ext", **kw))
+    return r.file_name, r
+
+
 def test_matrix_requests_adds_what_compat_allows_and_drops_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "matrix.yaml"
     path.write_text(textwrap.dedent(MATRIX))
     mf = load_matrix_file(path)
     plan = plan_matrix(mf)
     assert [j.id for j in plan.jobs] == ["cu130-torch2.14-abi1-sm80.90.100.120-py311"]
-
-    def req(**kw: object) -> tuple[str, VariantRequest | str]:
-        r = parse(body(package="demo-ext", **kw))
-        return r.file_name, r
 
     requests = [
         req(python="3.12", archs=["8.6"]),  # added, with the matrix's arch set (sm_80 runs on 8.6)
@@ -335,10 +337,6 @@ def test_a_request_the_matrixs_exclude_takes_out_is_dropped_naming_the_entry(tmp
     mf = load_matrix_file(path)
     plan = plan_matrix(mf)
     assert [j.python for j in plan.jobs] == ["3.11"]
-
-    def req(**kw: object) -> tuple[str, VariantRequest | str]:
-        r = parse(body(package="demo-ext", **kw))
-        return r.file_name, r
 
     out = add_requests(
         mf,
@@ -478,10 +476,6 @@ def test_a_request_is_planned_for_its_platform_or_dropped_with_the_reason(
     mf = load_matrix_file(pypi_matrix(tmp_path))
     plan = plan_matrix(mf)
     assert [j.id for j in plan.jobs] == ["cu130-torch2.14-abi1-sm80.90.100.120-py311"]
-
-    def req(**kw: object) -> tuple[str, VariantRequest | str]:
-        r = parse(body(package="demo-ext", **kw))
-        return r.file_name, r
 
     out = add_requests(
         mf,
