@@ -171,3 +171,30 @@ def test_a_missing_aarch64_wheel_is_named_beside_its_published_x86_64_sibling(
     only_arm = tmp_path / "arm-only"
     publish_wheels([wheel], to=str(only_arm))
     assert check_index(to=str(only_arm), jobs=jobs, project=project).missing == (x86.id,)
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        "demo-1.0+l-cp311-cp311-manylinux_2_34_x86_64.whl",  # the sibling of the other platform
+        "demo-1.0+l-cp311-cp311-manylinux_2_34_aarch64_x86_64.whl",  # a machine glued on: not a tag of ours
+        "demo-1.0+l-cp311-cp311-evil_aarch64.whl",  # the suffix, but no Linux tag
+        "demo-1.0+l-cp311-cp311-manylinux_2_34_ppc64le.whl",  # a platform the factory does not build
+        "demo-1.0+l-cp311-cp311-manylinux_2_34_aarch64.whl.metadata",  # not a wheel name at all
+    ],
+)
+def test_an_index_listing_another_platforms_file_does_not_count_as_the_aarch64_job_s_wheel(
+    listed: str,
+) -> None:
+    """What an index lists is not trusted to stand for a job's wheel by its name alone: only a wheel whose
+    platform tag is the job's own counts as published."""
+    from factory.core.platforms import named
+    from factory.publish.publisher import published_wheel
+
+    aarch64 = named("aarch64")
+    assert published_wheel([listed], project="demo", version="1.0+l", python="3.11", platform=aarch64) is None
+    ours = "demo-1.0+l-cp311-cp311-manylinux_2_34_aarch64.whl"
+    assert (
+        published_wheel([listed, ours], project="demo", version="1.0+l", python="3.11", platform=aarch64)
+        == ours
+    )
